@@ -1,0 +1,82 @@
+// Bucket definitions and the matcher that finds the buckets a request belongs to.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grl/bucket_types.h"
+
+namespace grl {
+
+enum class MatchKind : std::uint8_t { Any, Exact, Prefix, Regex };
+
+struct MatchSpec {
+    MatchKind kind = MatchKind::Any;
+    std::string value;  // literal for Exact/Prefix, pattern for Regex
+};
+
+struct BucketDef {
+    std::string name;
+    MatchSpec caller;
+    MatchSpec procedure;
+    Scope scope = Scope::Global;
+    Mode mode = Mode::Deny;
+    std::uint64_t limit_mrps = 0;  // milli-requests per second
+};
+
+// What the request carries. A request without a caller (missing header,
+// empty value) never matches a bucket that matches on caller.
+struct RequestKey {
+    std::string_view caller;
+    bool has_caller = false;
+    std::string_view procedure;
+};
+
+inline constexpr std::size_t kMaxMatchesPerRequest = 16;
+
+// Immutable after construction; one per configuration per process. Regexes are
+// compiled once (PCRE2, JIT where available) with preallocated match data, so
+// match() never allocates. Not thread-safe (nginx workers are single-threaded).
+class Matcher {
+public:
+    Matcher() = default;
+    ~Matcher();
+    Matcher(const Matcher&) = delete;
+    Matcher& operator=(const Matcher&) = delete;
+
+    // Adds a bucket; returns an error message (empty on success): a bad regex
+    // or a duplicate name. Bucket i is the i-th successfully added.
+    std::string add(const BucketDef& def);
+
+    // Writes the indices of all matching buckets (in definition order, at most
+    // `max`) to `out` and returns how many.
+    std::size_t match(const RequestKey& key, std::uint16_t* out, std::size_t max) const;
+
+    std::size_t size() const { return entries_.size(); }
+    const BucketDef& def(std::size_t i) const { return entries_[i].def; }
+
+private:
+    struct Compiled;
+    struct CompiledDeleter {
+        void operator()(Compiled* c) const;
+    };
+    using CompiledPtr = std::unique_ptr<Compiled, CompiledDeleter>;
+    struct Entry {
+        BucketDef def;
+        CompiledPtr caller_re;
+        CompiledPtr procedure_re;
+    };
+    static CompiledPtr compile(std::string_view pattern, std::string& error);
+    static bool matches(const MatchSpec& spec, const Compiled* re, std::string_view v);
+
+    std::vector<Entry> entries_;
+};
+
+// Error text for an invalid regex, or empty when `pattern` compiles.
+std::string check_regex(std::string_view pattern);
+
+}  // namespace grl

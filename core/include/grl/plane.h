@@ -1,0 +1,59 @@
+// The data plane's side of the control loop, as pure functions over a zone:
+// building a report from the counters, applying received instructions, and
+// rendering the status page. The nginx glue calls these; tests call them too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "grl/bucket.h"
+#include "grl/wire.h"
+#include "grl/zone_layout.h"
+
+namespace grl {
+
+struct Identity {
+    std::string host;
+    std::string zone;
+    std::string region;
+};
+
+// The buckets of one configuration and the zone slot each one uses.
+struct BucketTable {
+    std::vector<BucketDef> defs;
+    std::vector<std::uint16_t> slots;  // slots[i] is the zone slot of defs[i]
+    // Index into defs of `name`, or -1.
+    int find(std::string_view name) const;
+};
+
+// Fills `r` with the cumulative counters of every configured bucket.
+void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
+                  std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r);
+
+// Applies one decoded instruction message received at monotonic `now_ms`.
+// `ttl_cap_ms` is grl_instruction_ttl. Returns how many entries were applied.
+std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
+                               const wire::Instructions& m, std::uint64_t now_ms,
+                               std::uint64_t ttl_cap_ms);
+
+// State of one bucket's instruction at `now_ms`.
+zone::PlaneState bucket_state(const zone::BucketSlot& s, std::uint64_t now_ms);
+// State of the control plane as a whole: waiting (never heard), active (a
+// valid message within the TTL), expired.
+zone::PlaneState plane_state(const zone::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms);
+
+struct StatusInput {
+    const zone::View* zone = nullptr;
+    const BucketTable* table = nullptr;
+    Identity id;
+    std::string zone_name;
+    std::uint64_t now_ms = 0;
+    std::uint64_t ttl_ms = 0;
+    bool reporting = false;  // a collector endpoint is configured
+};
+
+std::string render_status_json(const StatusInput& in);
+std::string render_status_prometheus(const StatusInput& in);
+
+}  // namespace grl

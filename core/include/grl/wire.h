@@ -1,0 +1,76 @@
+// Wire messages of protocol version 1 and their msgpack encoding.
+// The specification is docs/protocol.md; keep the two in step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grl/bucket_types.h"
+
+namespace grl::wire {
+
+inline constexpr std::uint64_t kVersion = 1;
+inline constexpr std::size_t kMaxMessageBytes = 1 << 20;
+inline constexpr std::size_t kMaxBucketsPerMessage = 4096;
+
+struct ReportBucket {
+    std::string name;
+    Scope scope = Scope::Global;
+    Mode mode = Mode::Deny;
+    std::uint64_t limit_mrps = 0;
+    std::uint64_t offered = 0;
+    std::uint64_t admitted = 0;
+    std::uint64_t dropped = 0;
+    std::uint64_t shadow_dropped = 0;
+};
+
+struct Report {
+    std::string host;
+    std::string zone;
+    std::string region;
+    std::uint64_t epoch = 0;
+    std::uint64_t seq = 0;
+    std::uint64_t ts_ms = 0;
+    std::uint64_t interval_ms = 0;
+    std::uint64_t reports_dropped = 0;
+    std::vector<ReportBucket> buckets;
+};
+
+struct Instruction {
+    std::string name;
+    std::uint32_t ratio_ppm = 0;  // 0..1'000'000
+    std::uint64_t limit_mrps = 0;
+    Mode mode = Mode::Deny;
+};
+
+struct Instructions {
+    std::string source;
+    std::uint64_t seq = 0;
+    std::uint64_t ts_ms = 0;
+    std::uint64_t ttl_ms = 0;
+    Scope scope = Scope::Global;
+    std::string region;  // empty for Global
+    std::string zone;    // empty unless Zone
+    std::vector<Instruction> buckets;
+};
+
+// Encoders never fail for valid input; they append to `out`.
+void encode(const Report& m, std::string& out);
+void encode(const Instructions& m, std::string& out);
+
+// Decoders validate everything (version, type, key types, name syntax,
+// ratio range, counts, sizes). On failure they return false and put a short
+// reason naming the offending key/value into `error`; `m` is then unspecified.
+bool decode(std::string_view bytes, Report& m, std::string& error);
+bool decode(std::string_view bytes, Instructions& m, std::string& error);
+
+// The message type of a body ("report", "instructions") without a full
+// decode, or empty if the body is not a v1 map with a string `type`.
+std::string peek_type(std::string_view bytes);
+
+// Topic (first frame) for an instruction message of the given scope.
+std::string topic(Scope scope, std::string_view region, std::string_view zone);
+
+}  // namespace grl::wire

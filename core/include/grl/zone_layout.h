@@ -1,0 +1,124 @@
+// The shared-zone layout: plain integers only (no pointers, no floats), so the
+// zone is valid in every worker and survives `nginx -s reload`.
+//
+//   [Header][BucketSlot x capacity][WorkerCounters x capacity x kWorkerSlots]
+//
+// Counters: each worker adds to its own cache line (slot = worker % kWorkerSlots)
+// with a relaxed atomic add, so workers never contend and old and new workers
+// sharing a slot during a reload lose nothing.
+// Instructions: written by the one reporter process, read by every worker;
+// each field is an independent atomic, written ratio first and expiry last.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grl/bucket_types.h"
+
+namespace grl::zone {
+
+inline constexpr std::uint64_t kMagic = 0x31656e6f7a6c7267ULL;  // "grlzone1"
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kWorkerSlots = 32;
+inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // ratio 1.0
+
+struct alignas(64) WorkerCounters {
+    std::atomic<std::uint64_t> offered;
+    std::atomic<std::uint64_t> dropped;
+    std::atomic<std::uint64_t> shadow_dropped;
+};
+
+// Per-worker request statistics that belong to no bucket.
+struct alignas(64) WorkerStats {
+    std::atomic<std::uint64_t> missing_caller;
+};
+
+// Control-plane state as shown in status output and logged on change.
+enum class PlaneState : std::uint32_t { Waiting = 0, Active = 1, Expired = 2 };
+std::string_view to_string(PlaneState s);
+
+struct alignas(64) BucketSlot {
+    // Identity: written by the master at configuration time only.
+    char name[kMaxNameLen + 1];
+    std::uint32_t in_use;
+    std::uint64_t config_gen;  // last configuration generation that had this bucket
+    // Instruction: written by the reporter, read by all workers.
+    std::atomic<std::uint64_t> threshold;   // drop if rand32 < threshold
+    std::atomic<std::uint64_t> expires_ms;  // monotonic ms; 0 = never had one
+    std::atomic<std::uint64_t> received_ms;
+    std::atomic<std::uint64_t> issued_ts_ms;  // sender wall clock, for "freshest wins"
+    std::atomic<std::uint64_t> limit_mrps;    // effective limit from the control plane
+    std::atomic<std::uint32_t> mode;          // effective Mode from the control plane
+    std::atomic<std::uint32_t> state;         // PlaneState last logged for this bucket
+};
+
+struct alignas(64) Header {
+    std::uint64_t magic;
+    std::uint32_t layout_version;
+    std::uint32_t capacity;  // bucket slots
+    std::uint32_t worker_slots;
+    std::uint32_t reserved;
+    std::uint64_t epoch;       // random id of this zone's counters
+    std::uint64_t config_gen;  // incremented at every configuration load
+    std::atomic<std::uint64_t> report_seq;
+    std::atomic<std::uint64_t> reports_sent;
+    std::atomic<std::uint64_t> reports_dropped;
+    std::atomic<std::uint64_t> instructions_received;
+    std::atomic<std::uint64_t> instructions_malformed;
+    std::atomic<std::uint64_t> instructions_unknown_bucket;
+    std::atomic<std::uint64_t> plane_last_ms;  // monotonic ms of the last valid instruction msg
+    std::atomic<std::uint32_t> plane_state;    // PlaneState last logged
+    std::atomic<std::uint32_t> reporter_pid;
+    WorkerStats worker[kWorkerSlots];
+};
+
+// Bytes needed for a zone of `capacity` buckets (not counting allocator overhead).
+std::size_t bytes_for(std::uint32_t capacity);
+// Largest capacity that fits in `bytes`.
+std::uint32_t capacity_for(std::size_t bytes);
+
+// A typed view over the raw memory of a zone.
+class View {
+public:
+    View() = default;
+    explicit View(void* base) : base_(static_cast<char*>(base)) {}
+
+    // Formats fresh memory (zeroes it; the caller supplies the epoch).
+    void format(std::uint32_t capacity, std::uint64_t epoch);
+    // Empty when the memory holds a zone this code can adopt, else why not.
+    std::string check_compatible() const;
+
+    // Assigns slots to the named buckets of a new configuration: an existing
+    // slot of the same name keeps its counters and ratio; a new name takes a
+    // free slot. Slots of buckets absent from the last two configurations are
+    // freed (old workers may still use them for one generation). Returns an
+    // error when there are more buckets than free slots.
+    std::string assign(const std::vector<std::string>& names, std::vector<std::uint16_t>& slots);
+
+    Header& header() const { return *reinterpret_cast<Header*>(base_); }
+    BucketSlot& slot(std::uint32_t i) const {
+        return reinterpret_cast<BucketSlot*>(base_ + sizeof(Header))[i];
+    }
+    WorkerCounters& counters(std::uint32_t bucket, std::uint32_t worker) const {
+        auto* all = reinterpret_cast<WorkerCounters*>(base_ + sizeof(Header) +
+                                                      sizeof(BucketSlot) * header().capacity);
+        return all[bucket * kWorkerSlots + worker % kWorkerSlots];
+    }
+
+    struct Totals {
+        std::uint64_t offered = 0, admitted = 0, dropped = 0, shadow_dropped = 0;
+    };
+    // Sums a bucket's counters over all worker slots.
+    Totals totals(std::uint32_t bucket) const;
+
+    bool valid() const { return base_ != nullptr; }
+
+private:
+    char* base_ = nullptr;
+};
+
+}  // namespace grl::zone

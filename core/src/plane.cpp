@@ -1,0 +1,277 @@
+#include "grl/plane.h"
+
+#include <cstdarg>
+#include <cstdio>
+
+#include "grl/ratio.h"
+
+namespace grl {
+
+int BucketTable::find(std::string_view name) const {
+    for (std::size_t i = 0; i < defs.size(); ++i) {
+        if (defs[i].name == name) return static_cast<int>(i);
+    }
+    return -1;
+}
+
+void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
+                  std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r) {
+    zone::Header& h = z.header();
+    r.host = id.host;
+    r.zone = id.zone;
+    r.region = id.region;
+    r.epoch = h.epoch;
+    r.seq = h.report_seq.fetch_add(1, std::memory_order_relaxed) + 1;
+    r.ts_ms = wall_ms;
+    r.interval_ms = interval_ms;
+    r.reports_dropped = h.reports_dropped.load(std::memory_order_relaxed);
+    r.buckets.clear();
+    r.buckets.reserve(t.defs.size());
+    for (std::size_t i = 0; i < t.defs.size(); ++i) {
+        const BucketDef& d = t.defs[i];
+        zone::View::Totals tot = z.totals(t.slots[i]);
+        wire::ReportBucket b;
+        b.name = d.name;
+        b.scope = d.scope;
+        b.mode = d.mode;
+        b.limit_mrps = d.limit_mrps;
+        b.offered = tot.offered;
+        b.admitted = tot.admitted;
+        b.dropped = tot.dropped;
+        b.shadow_dropped = tot.shadow_dropped;
+        r.buckets.push_back(std::move(b));
+    }
+}
+
+std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
+                               const wire::Instructions& m, std::uint64_t now_ms,
+                               std::uint64_t ttl_cap_ms) {
+    zone::Header& h = z.header();
+    h.instructions_received.fetch_add(1, std::memory_order_relaxed);
+    h.plane_last_ms.store(now_ms, std::memory_order_relaxed);
+    std::uint64_t ttl = m.ttl_ms < ttl_cap_ms ? m.ttl_ms : ttl_cap_ms;
+    std::size_t applied = 0;
+    for (const wire::Instruction& in : m.buckets) {
+        int i = t.find(in.name);
+        if (i < 0) {
+            h.instructions_unknown_bucket.fetch_add(1, std::memory_order_relaxed);
+            continue;
+        }
+        zone::BucketSlot& s = z.slot(t.slots[static_cast<std::size_t>(i)]);
+        bool held_live = now_ms < s.expires_ms.load(std::memory_order_relaxed);
+        if (held_live && m.ts_ms < s.issued_ts_ms.load(std::memory_order_relaxed)) continue;
+        // Ratio and mode first, expiry last: a reader that sees the new expiry
+        // also sees a ratio at least as new.
+        s.threshold.store(ppm_to_threshold(in.ratio_ppm), std::memory_order_relaxed);
+        s.mode.store(static_cast<std::uint32_t>(in.mode), std::memory_order_relaxed);
+        s.limit_mrps.store(in.limit_mrps, std::memory_order_relaxed);
+        s.issued_ts_ms.store(m.ts_ms, std::memory_order_relaxed);
+        s.received_ms.store(now_ms, std::memory_order_relaxed);
+        s.expires_ms.store(now_ms + ttl, std::memory_order_release);
+        ++applied;
+    }
+    return applied;
+}
+
+zone::PlaneState bucket_state(const zone::BucketSlot& s, std::uint64_t now_ms) {
+    std::uint64_t exp = s.expires_ms.load(std::memory_order_relaxed);
+    if (exp == 0) return zone::PlaneState::Waiting;
+    return now_ms < exp ? zone::PlaneState::Active : zone::PlaneState::Expired;
+}
+
+zone::PlaneState plane_state(const zone::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms) {
+    std::uint64_t last = z.header().plane_last_ms.load(std::memory_order_relaxed);
+    if (last == 0) return zone::PlaneState::Waiting;
+    return now_ms < last + ttl_ms ? zone::PlaneState::Active : zone::PlaneState::Expired;
+}
+
+namespace {
+
+// Names are restricted to [A-Za-z0-9_.:-] (valid_name), so they need no
+// escaping in JSON strings or Prometheus label values.
+void append(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void append(std::string& out, const char* fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n > 0) out.append(buf, static_cast<std::size_t>(n) < sizeof(buf) ? n : sizeof(buf) - 1);
+}
+
+std::string ratio_str(std::uint64_t threshold) {
+    char buf[32];
+    std::uint32_t ppm = threshold_to_ppm(threshold);
+    std::snprintf(buf, sizeof(buf), "%u.%06u", ppm / kPpmOne, ppm % kPpmOne);
+    return buf;
+}
+
+struct BucketView {
+    const BucketDef* def;
+    zone::View::Totals tot;
+    zone::PlaneState state;
+    std::uint64_t threshold;  // 0 unless active
+    std::uint64_t age_ms;     // since the last instruction; 0 when none
+    Mode mode;                // effective
+    std::uint64_t limit_mrps; // effective
+};
+
+BucketView view_of(const StatusInput& in, std::size_t i) {
+    const zone::BucketSlot& s = in.zone->slot(in.table->slots[i]);
+    BucketView v;
+    v.def = &in.table->defs[i];
+    v.tot = in.zone->totals(in.table->slots[i]);
+    v.state = bucket_state(s, in.now_ms);
+    bool active = v.state == zone::PlaneState::Active;
+    v.threshold = active ? s.threshold.load(std::memory_order_relaxed) : 0;
+    std::uint64_t rec = s.received_ms.load(std::memory_order_relaxed);
+    v.age_ms = rec && in.now_ms > rec ? in.now_ms - rec : 0;
+    v.mode = active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : v.def->mode;
+    v.limit_mrps = active ? s.limit_mrps.load(std::memory_order_relaxed) : v.def->limit_mrps;
+    return v;
+}
+
+std::uint64_t missing_caller(const zone::View& z) {
+    std::uint64_t n = 0;
+    for (const auto& w : z.header().worker) n += w.missing_caller.load(std::memory_order_relaxed);
+    return n;
+}
+
+}  // namespace
+
+std::string render_status_json(const StatusInput& in) {
+    const zone::Header& h = in.zone->header();
+    std::uint64_t last = h.plane_last_ms.load(std::memory_order_relaxed);
+    std::string out;
+    out.reserve(512 + in.table->defs.size() * 400);
+    append(out, "{\"version\":1,\"host\":\"%s\",\"zone\":\"%s\",\"region\":\"%s\",",
+           in.id.host.c_str(), in.id.zone.c_str(), in.id.region.c_str());
+    append(out, "\"shared_zone\":\"%s\",\"epoch\":\"%016llx\",", in.zone_name.c_str(),
+           static_cast<unsigned long long>(h.epoch));
+    append(out,
+           "\"control_plane\":{\"state\":\"%s\",\"reporting\":%s,\"last_instruction_age_ms\":%lld,"
+           "\"reports_sent\":%llu,\"reports_dropped\":%llu,\"instructions_received\":%llu,"
+           "\"instructions_malformed\":%llu,\"instructions_unknown_bucket\":%llu},",
+           std::string(to_string(plane_state(*in.zone, in.now_ms, in.ttl_ms))).c_str(),
+           in.reporting ? "true" : "false",
+           last ? static_cast<long long>(in.now_ms - last) : -1LL,
+           static_cast<unsigned long long>(h.reports_sent.load()),
+           static_cast<unsigned long long>(h.reports_dropped.load()),
+           static_cast<unsigned long long>(h.instructions_received.load()),
+           static_cast<unsigned long long>(h.instructions_malformed.load()),
+           static_cast<unsigned long long>(h.instructions_unknown_bucket.load()));
+    append(out, "\"missing_caller\":%llu,\"buckets\":[",
+           static_cast<unsigned long long>(missing_caller(*in.zone)));
+    for (std::size_t i = 0; i < in.table->defs.size(); ++i) {
+        BucketView v = view_of(in, i);
+        if (i) out += ',';
+        append(out,
+               "{\"name\":\"%s\",\"scope\":\"%s\",\"mode\":\"%s\",\"configured_mode\":\"%s\","
+               "\"limit_rps\":%.3f,\"configured_limit_rps\":%.3f,",
+               v.def->name.c_str(), std::string(to_string(v.def->scope)).c_str(),
+               std::string(to_string(v.mode)).c_str(), std::string(to_string(v.def->mode)).c_str(),
+               static_cast<double>(v.limit_mrps) / 1000.0,
+               static_cast<double>(v.def->limit_mrps) / 1000.0);
+        append(out,
+               "\"offered\":%llu,\"admitted\":%llu,\"dropped\":%llu,\"shadow_dropped\":%llu,"
+               "\"ratio\":%s,\"ratio_state\":\"%s\",\"ratio_age_ms\":%llu}",
+               static_cast<unsigned long long>(v.tot.offered),
+               static_cast<unsigned long long>(v.tot.admitted),
+               static_cast<unsigned long long>(v.tot.dropped),
+               static_cast<unsigned long long>(v.tot.shadow_dropped), ratio_str(v.threshold).c_str(),
+               std::string(to_string(v.state)).c_str(), static_cast<unsigned long long>(v.age_ms));
+    }
+    out += "]}\n";
+    return out;
+}
+
+std::string render_status_prometheus(const StatusInput& in) {
+    const zone::Header& h = in.zone->header();
+    std::string out;
+    out.reserve(1024 + in.table->defs.size() * 900);
+    auto family = [&](const char* name, const char* type, const char* help) {
+        append(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    };
+    struct Counter {
+        const char* name;
+        const char* help;
+        std::uint64_t zone::View::Totals::*field;
+    };
+    const Counter counters[] = {
+        {"grl_bucket_offered_total", "Requests that matched the bucket.",
+         &zone::View::Totals::offered},
+        {"grl_bucket_admitted_total", "Matched requests that were passed.",
+         &zone::View::Totals::admitted},
+        {"grl_bucket_dropped_total", "Matched requests that were rejected.",
+         &zone::View::Totals::dropped},
+        {"grl_bucket_shadow_dropped_total", "Matched requests a shadow bucket would have dropped.",
+         &zone::View::Totals::shadow_dropped},
+    };
+    std::vector<BucketView> views;
+    for (std::size_t i = 0; i < in.table->defs.size(); ++i) views.push_back(view_of(in, i));
+    for (const Counter& c : counters) {
+        family(c.name, "counter", c.help);
+        for (const BucketView& v : views) {
+            append(out, "%s{bucket=\"%s\",scope=\"%s\",mode=\"%s\"} %llu\n", c.name,
+                   v.def->name.c_str(), std::string(to_string(v.def->scope)).c_str(),
+                   std::string(to_string(v.mode)).c_str(),
+                   static_cast<unsigned long long>(v.tot.*c.field));
+        }
+    }
+    family("grl_bucket_ratio", "gauge", "Drop ratio currently applied (0 when none or expired).");
+    for (const BucketView& v : views) {
+        append(out, "grl_bucket_ratio{bucket=\"%s\"} %s\n", v.def->name.c_str(),
+               ratio_str(v.threshold).c_str());
+    }
+    family("grl_bucket_limit_rps", "gauge", "Effective limit in requests per second.");
+    for (const BucketView& v : views) {
+        append(out, "grl_bucket_limit_rps{bucket=\"%s\"} %.3f\n", v.def->name.c_str(),
+               static_cast<double>(v.limit_mrps) / 1000.0);
+    }
+    family("grl_bucket_ratio_age_seconds", "gauge", "Age of the bucket's last instruction.");
+    for (const BucketView& v : views) {
+        append(out, "grl_bucket_ratio_age_seconds{bucket=\"%s\"} %.3f\n", v.def->name.c_str(),
+               static_cast<double>(v.age_ms) / 1000.0);
+    }
+    family("grl_bucket_ratio_active", "gauge", "1 if the bucket holds an unexpired instruction.");
+    for (const BucketView& v : views) {
+        append(out, "grl_bucket_ratio_active{bucket=\"%s\"} %d\n", v.def->name.c_str(),
+               v.state == zone::PlaneState::Active ? 1 : 0);
+    }
+    zone::PlaneState ps = plane_state(*in.zone, in.now_ms, in.ttl_ms);
+    family("grl_control_plane_state", "gauge", "1 for the current control-plane state.");
+    for (zone::PlaneState s :
+         {zone::PlaneState::Waiting, zone::PlaneState::Active, zone::PlaneState::Expired}) {
+        append(out, "grl_control_plane_state{state=\"%s\"} %d\n",
+               std::string(to_string(s)).c_str(), s == ps ? 1 : 0);
+    }
+    std::uint64_t last = h.plane_last_ms.load(std::memory_order_relaxed);
+    family("grl_last_instruction_age_seconds", "gauge",
+           "Time since the last valid instruction message (-1: never).");
+    append(out, "grl_last_instruction_age_seconds %.3f\n",
+           last ? static_cast<double>(in.now_ms - last) / 1000.0 : -1.0);
+    const struct {
+        const char* name;
+        const char* help;
+        std::uint64_t value;
+    } totals[] = {
+        {"grl_reports_sent_total", "Reports sent to the collector.", h.reports_sent.load()},
+        {"grl_reports_dropped_total", "Reports dropped (collector unreachable or slow).",
+         h.reports_dropped.load()},
+        {"grl_instructions_received_total", "Valid instruction messages received.",
+         h.instructions_received.load()},
+        {"grl_instructions_malformed_total", "Instruction messages rejected as malformed.",
+         h.instructions_malformed.load()},
+        {"grl_instructions_unknown_bucket_total", "Instruction entries for unknown buckets.",
+         h.instructions_unknown_bucket.load()},
+        {"grl_missing_caller_total", "Requests without a caller (grl_missing_caller).",
+         missing_caller(*in.zone)},
+    };
+    for (const auto& t : totals) {
+        family(t.name, "counter", t.help);
+        append(out, "%s %llu\n", t.name, static_cast<unsigned long long>(t.value));
+    }
+    return out;
+}
+
+}  // namespace grl

@@ -1,0 +1,771 @@
+// Wire messages of protocol version 1 (docs/protocol.md) encoded with the msgpack-c C API.
+//
+// Decoding is two-pass: a bounds-checking scan of the raw bytes first proves that the body is
+// exactly one well-formed msgpack object whose declared element counts fit in the bytes present,
+// so msgpack_unpack_next() never sizes an allocation from an unchecked count and never sees a
+// nesting depth it cannot handle. The object tree is then validated field by field.
+#include "grl/wire.h"
+
+#include <msgpack.h>
+
+#include <algorithm>
+#include <array>
+#include <new>
+#include <optional>
+#include <utility>
+
+namespace grl::wire {
+
+namespace {
+
+constexpr std::uint32_t kMaxRatioPpm = 1'000'000;
+
+// Deepest container nesting accepted (v1 messages need 3). Kept below msgpack-c's
+// MSGPACK_EMBED_STACK_SIZE (32) so the unpacker's own limit is never what rejects a body.
+constexpr std::size_t kMaxDepth = 16;
+
+// Longest value quoted verbatim in an error string.
+constexpr std::size_t kMaxQuoted = 64;
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+class Packer {
+  public:
+    Packer() {
+        msgpack_sbuffer_init(&buf_);
+        msgpack_packer_init(&pk_, &buf_, msgpack_sbuffer_write);
+    }
+    ~Packer() { msgpack_sbuffer_destroy(&buf_); }
+    Packer(const Packer&) = delete;
+    Packer& operator=(const Packer&) = delete;
+
+    void map(std::size_t n) { check(msgpack_pack_map(&pk_, n)); }
+    void array(std::size_t n) { check(msgpack_pack_array(&pk_, n)); }
+    void u64(std::uint64_t v) { check(msgpack_pack_uint64(&pk_, v)); }
+    void str(std::string_view s) {
+        check(msgpack_pack_str(&pk_, s.size()));
+        check(msgpack_pack_str_body(&pk_, s.data(), s.size()));
+    }
+    void kv(std::string_view key, std::uint64_t v) {
+        str(key);
+        u64(v);
+    }
+    void kv(std::string_view key, std::string_view v) {
+        str(key);
+        str(v);
+    }
+
+    void append_to(std::string& out) const { out.append(buf_.data, buf_.size); }
+
+  private:
+    // msgpack_sbuffer_write only fails when realloc() does.
+    static void check(int rc) {
+        if (rc != 0) throw std::bad_alloc();
+    }
+
+    msgpack_sbuffer buf_;
+    msgpack_packer pk_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Error strings
+
+// `s` in double quotes, with quotes, backslashes and non-printable bytes escaped, and cut at
+// kMaxQuoted bytes: error strings end up in logs, and the bytes come from the network.
+std::string quote(std::string_view s) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string q;
+    q.reserve(std::min(s.size(), kMaxQuoted) + 8);
+    q += '"';
+    for (std::size_t i = 0; i < s.size() && i < kMaxQuoted; ++i) {
+        auto c = static_cast<unsigned char>(s[i]);
+        if (c == '"' || c == '\\') {
+            q += '\\';
+            q += static_cast<char>(c);
+        } else if (c < 0x20 || c >= 0x7f) {
+            q += "\\x";
+            q += kHex[c >> 4];
+            q += kHex[c & 0xf];
+        } else {
+            q += static_cast<char>(c);
+        }
+    }
+    if (s.size() > kMaxQuoted) q += "...";
+    q += '"';
+    return q;
+}
+
+std::string quote_key(std::string_view key) {
+    return '"' + std::string(key) + '"';
+}
+
+const char* type_name(const msgpack_object& o) {
+    switch (o.type) {
+        case MSGPACK_OBJECT_NIL: return "nil";
+        case MSGPACK_OBJECT_BOOLEAN: return "bool";
+        case MSGPACK_OBJECT_POSITIVE_INTEGER: return "uint";
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "int";
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64: return "float";
+        case MSGPACK_OBJECT_STR: return "str";
+        case MSGPACK_OBJECT_ARRAY: return "array";
+        case MSGPACK_OBJECT_MAP: return "map";
+        case MSGPACK_OBJECT_BIN: return "bin";
+        case MSGPACK_OBJECT_EXT: return "ext";
+    }
+    return "unknown";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw scan
+
+enum class Scan { Ok, Truncated, Malformed, TooDeep };
+
+std::uint64_t load_be(const unsigned char* p, std::size_t n) {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < n; ++i) v = (v << 8) | p[i];
+    return v;
+}
+
+// Walks the first msgpack object of `b` without building it. On Ok, `end` is the offset just past
+// it. Every declared element needs at least one byte, so a container count larger than the bytes
+// left is reported as Truncated before anything would be allocated for it.
+Scan scan_object(std::string_view b, std::size_t& end) {
+    const auto* p = reinterpret_cast<const unsigned char*>(b.data());
+    const std::size_t len = b.size();
+    std::size_t pos = 0;
+    // Objects still to read per open container; level 0 is the body itself.
+    std::array<std::uint64_t, kMaxDepth + 1> left{};
+    std::size_t depth = 1;
+    left[0] = 1;
+    std::uint64_t pending = 1;  // sum of left[]
+
+    while (depth > 0) {
+        if (left[depth - 1] == 0) {
+            --depth;
+            continue;
+        }
+        if (pos >= len) return Scan::Truncated;
+        --left[depth - 1];
+        --pending;
+        const unsigned char tag = p[pos++];
+        const std::size_t avail = len - pos;
+        std::uint64_t skip = 0;      // payload bytes following the header
+        std::uint64_t children = 0;  // objects contained (2 per map entry)
+        bool container = false;
+        auto need = [&](std::size_t n, std::uint64_t& v) {
+            if (avail < n) return false;
+            v = load_be(p + pos, n);
+            pos += n;
+            return true;
+        };
+
+        if (tag <= 0x7f || tag >= 0xe0) {
+            // positive / negative fixint
+        } else if (tag <= 0x8f) {
+            container = true;
+            children = std::uint64_t{2} * (tag & 0x0fu);
+        } else if (tag <= 0x9f) {
+            container = true;
+            children = tag & 0x0fu;
+        } else if (tag <= 0xbf) {
+            skip = tag & 0x1fu;
+        } else {
+            std::uint64_t n = 0;
+            switch (tag) {
+                case 0xc0:  // nil
+                case 0xc2:  // false
+                case 0xc3:  // true
+                    break;
+                case 0xc1: return Scan::Malformed;  // never used
+                case 0xc4:                          // bin 8
+                case 0xd9:                          // str 8
+                    if (!need(1, n)) return Scan::Truncated;
+                    skip = n;
+                    break;
+                case 0xc5:  // bin 16
+                case 0xda:  // str 16
+                    if (!need(2, n)) return Scan::Truncated;
+                    skip = n;
+                    break;
+                case 0xc6:  // bin 32
+                case 0xdb:  // str 32
+                    if (!need(4, n)) return Scan::Truncated;
+                    skip = n;
+                    break;
+                case 0xc7:  // ext 8: length, type, data
+                    if (!need(1, n)) return Scan::Truncated;
+                    skip = n + 1;
+                    break;
+                case 0xc8:  // ext 16
+                    if (!need(2, n)) return Scan::Truncated;
+                    skip = n + 1;
+                    break;
+                case 0xc9:  // ext 32
+                    if (!need(4, n)) return Scan::Truncated;
+                    skip = n + 1;
+                    break;
+                case 0xca: skip = 4; break;   // float 32
+                case 0xcb: skip = 8; break;   // float 64
+                case 0xcc: skip = 1; break;   // uint 8
+                case 0xcd: skip = 2; break;   // uint 16
+                case 0xce: skip = 4; break;   // uint 32
+                case 0xcf: skip = 8; break;   // uint 64
+                case 0xd0: skip = 1; break;   // int 8
+                case 0xd1: skip = 2; break;   // int 16
+                case 0xd2: skip = 4; break;   // int 32
+                case 0xd3: skip = 8; break;   // int 64
+                case 0xd4: skip = 2; break;   // fixext 1
+                case 0xd5: skip = 3; break;   // fixext 2
+                case 0xd6: skip = 5; break;   // fixext 4
+                case 0xd7: skip = 9; break;   // fixext 8
+                case 0xd8: skip = 17; break;  // fixext 16
+                case 0xdc:                    // array 16
+                    if (!need(2, n)) return Scan::Truncated;
+                    container = true;
+                    children = n;
+                    break;
+                case 0xdd:  // array 32
+                    if (!need(4, n)) return Scan::Truncated;
+                    container = true;
+                    children = n;
+                    break;
+                case 0xde:  // map 16
+                    if (!need(2, n)) return Scan::Truncated;
+                    container = true;
+                    children = 2 * n;
+                    break;
+                case 0xdf:  // map 32
+                    if (!need(4, n)) return Scan::Truncated;
+                    container = true;
+                    children = 2 * n;
+                    break;
+                default: return Scan::Malformed;  // unreachable: all tags are covered
+            }
+        }
+
+        if (skip > len - pos) return Scan::Truncated;
+        pos += static_cast<std::size_t>(skip);
+        if (container && children > 0) {
+            if (depth > kMaxDepth) return Scan::TooDeep;
+            pending += children;  // children <= 2^33: no overflow
+            if (pending > len - pos) return Scan::Truncated;
+            left[depth++] = children;
+        }
+    }
+    end = pos;
+    return Scan::Ok;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Body
+
+class Unpacked {
+  public:
+    Unpacked() { msgpack_unpacked_init(&u_); }
+    ~Unpacked() { msgpack_unpacked_destroy(&u_); }
+    Unpacked(const Unpacked&) = delete;
+    Unpacked& operator=(const Unpacked&) = delete;
+    msgpack_unpacked* get() { return &u_; }
+
+  private:
+    msgpack_unpacked u_;
+};
+
+// Unpacks `bytes` into `u` and returns its top-level map, or nullptr with `error` set.
+const msgpack_object* unpack_body(std::string_view bytes, Unpacked& u, std::string& error) {
+    if (bytes.size() > kMaxMessageBytes) {
+        error = "message too large (" + std::to_string(bytes.size()) + " bytes, max " +
+                std::to_string(kMaxMessageBytes) + ")";
+        return nullptr;
+    }
+    if (bytes.empty()) {
+        error = "empty message";
+        return nullptr;
+    }
+    std::size_t end = 0;
+    switch (scan_object(bytes, end)) {
+        case Scan::Ok: break;
+        case Scan::Truncated: error = "truncated message"; return nullptr;
+        case Scan::Malformed: error = "malformed msgpack"; return nullptr;
+        case Scan::TooDeep: error = "message nested too deeply"; return nullptr;
+    }
+    if (end != bytes.size()) {
+        error = "trailing bytes after message";
+        return nullptr;
+    }
+    std::size_t off = 0;
+    const msgpack_unpack_return rc = msgpack_unpack_next(u.get(), bytes.data(), bytes.size(), &off);
+    if (rc != MSGPACK_UNPACK_SUCCESS || off != bytes.size()) {
+        // Not expected after a successful scan; kept as a guard.
+        error = rc == MSGPACK_UNPACK_CONTINUE ? "truncated message" : "malformed msgpack";
+        return nullptr;
+    }
+    const msgpack_object* root = &u.get()->data;
+    if (root->type != MSGPACK_OBJECT_MAP) {
+        error = std::string("message is ") + type_name(*root) + ", not a map";
+        return nullptr;
+    }
+    return root;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field access
+
+std::string_view str_of(const msgpack_object& o) {
+    return o.via.str.size == 0 ? std::string_view()
+                               : std::string_view(o.via.str.ptr, o.via.str.size);
+}
+
+// The known keys of one map, looked up once. `where` is appended to every error, e.g.
+// ` for bucket "api"`; it is empty for the top-level map.
+template <std::size_t N>
+class Fields {
+  public:
+    explicit Fields(const std::array<std::string_view, N>& keys) : keys_(keys) {}
+
+    bool collect(const msgpack_object& map, std::string& error) {
+        for (std::uint32_t i = 0; i < map.via.map.size; ++i) {
+            const msgpack_object_kv& kv = map.via.map.ptr[i];
+            if (kv.key.type != MSGPACK_OBJECT_STR) {
+                error = std::string(type_name(kv.key)) + " key in map" + where_;
+                return false;
+            }
+            const std::string_view key = str_of(kv.key);
+            for (std::size_t k = 0; k < N; ++k) {
+                if (keys_[k] != key) continue;
+                if (vals_[k] != nullptr) {
+                    error = "duplicate key " + quote_key(key) + where_;
+                    return false;
+                }
+                vals_[k] = &kv.val;
+                break;
+            }
+        }
+        return true;
+    }
+
+    void set_where(std::string where) { where_ = std::move(where); }
+
+    bool get(std::size_t k, msgpack_object_type want, const char* want_name,
+             const msgpack_object*& o, std::string& error) const {
+        o = vals_[k];
+        if (o == nullptr) {
+            error = "missing " + quote_key(keys_[k]) + where_;
+            return false;
+        }
+        if (o->type != want) {
+            error = "bad " + quote_key(keys_[k]) + " type " + type_name(*o) + " (want " +
+                    want_name + ")" + where_;
+            return false;
+        }
+        return true;
+    }
+
+    bool u64(std::size_t k, std::uint64_t& out, std::string& error) const {
+        const msgpack_object* o = nullptr;
+        if (!get(k, MSGPACK_OBJECT_POSITIVE_INTEGER, "uint", o, error)) return false;
+        out = o->via.u64;
+        return true;
+    }
+
+    bool str(std::size_t k, std::string_view& out, std::string& error) const {
+        const msgpack_object* o = nullptr;
+        if (!get(k, MSGPACK_OBJECT_STR, "str", o, error)) return false;
+        out = str_of(*o);
+        return true;
+    }
+
+    bool str(std::size_t k, std::string& out, std::string& error) const {
+        std::string_view v;
+        if (!str(k, v, error)) return false;
+        out.assign(v.data(), v.size());
+        return true;
+    }
+
+    bool name(std::size_t k, std::string& out, std::string& error) const {
+        std::string_view v;
+        if (!str(k, v, error)) return false;
+        if (!valid_name(v)) {
+            error = "invalid " + quote_key(keys_[k]) + " " + quote(v) + where_;
+            return false;
+        }
+        out.assign(v.data(), v.size());
+        return true;
+    }
+
+    bool scope(std::size_t k, Scope& out, std::string& error) const {
+        std::string_view v;
+        if (!str(k, v, error)) return false;
+        std::optional<Scope> s = parse_scope(v);
+        if (!s) {
+            error = "bad " + quote_key(keys_[k]) + " " + quote(v) + where_;
+            return false;
+        }
+        out = *s;
+        return true;
+    }
+
+    bool mode(std::size_t k, Mode& out, std::string& error) const {
+        std::string_view v;
+        if (!str(k, v, error)) return false;
+        std::optional<Mode> m = parse_mode(v);
+        if (!m) {
+            error = "bad " + quote_key(keys_[k]) + " " + quote(v) + where_;
+            return false;
+        }
+        out = *m;
+        return true;
+    }
+
+    bool array(std::size_t k, const msgpack_object*& o, std::string& error) const {
+        return get(k, MSGPACK_OBJECT_ARRAY, "array", o, error);
+    }
+
+    const std::string& where() const { return where_; }
+
+  private:
+    const std::array<std::string_view, N>& keys_;
+    std::array<const msgpack_object*, N> vals_{};
+    std::string where_;
+};
+
+// Checks "v" (first) and "type" of a top-level map whose fields were collected with kV and kType
+// at indices 0 and 1.
+template <std::size_t N>
+bool check_header(const Fields<N>& f, std::string_view want_type, std::string& error) {
+    std::uint64_t v = 0;
+    if (!f.u64(0, v, error)) return false;
+    if (v != kVersion) {
+        error = "bad \"v\" " + std::to_string(v) + " (want " + std::to_string(kVersion) + ")";
+        return false;
+    }
+    std::string_view type;
+    if (!f.str(1, type, error)) return false;
+    if (type != want_type) {
+        error = "bad \"type\" " + quote(type) + " (want " + quote(want_type) + ")";
+        return false;
+    }
+    return true;
+}
+
+// The bucket entries array of a message: type and count checked.
+bool bucket_array(const msgpack_object* arr, std::string& error) {
+    if (arr->via.array.size > kMaxBucketsPerMessage) {
+        error = "too many buckets (" + std::to_string(arr->via.array.size) + ", max " +
+                std::to_string(kMaxBucketsPerMessage) + ")";
+        return false;
+    }
+    return true;
+}
+
+// Common handling of one bucket entry: it must be a map with a valid "name" (index 0 in `f`).
+// On success `name` is set and `f` reports later errors against the bucket name.
+template <std::size_t N>
+bool bucket_entry(const msgpack_object& e, std::uint32_t index, Fields<N>& f, std::string& name,
+                  std::string& error) {
+    const std::string at = "buckets[" + std::to_string(index) + "]";
+    if (e.type != MSGPACK_OBJECT_MAP) {
+        error = "bad \"" + at + "\" type " + type_name(e) + " (want map)";
+        return false;
+    }
+    f.set_where(" in " + at);
+    if (!f.collect(e, error)) return false;
+    std::string_view v;
+    if (!f.str(0, v, error)) return false;
+    if (!valid_name(v)) {
+        error = "invalid bucket name " + quote(v);
+        return false;
+    }
+    name.assign(v.data(), v.size());
+    f.set_where(" for bucket " + quote(v));
+    return true;
+}
+
+template <typename Bucket>
+bool unique_names(const std::vector<Bucket>& buckets, std::string& error) {
+    std::vector<std::string_view> names;
+    names.reserve(buckets.size());
+    for (const Bucket& b : buckets) names.emplace_back(b.name);
+    std::sort(names.begin(), names.end());
+    auto dup = std::adjacent_find(names.begin(), names.end());
+    if (dup != names.end()) {
+        error = "duplicate bucket name " + quote(*dup);
+        return false;
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// report
+
+enum ReportKey : std::size_t {
+    kRV,
+    kRType,
+    kRTsMs,
+    kRSeq,
+    kRHost,
+    kRZone,
+    kRRegion,
+    kREpoch,
+    kRIntervalMs,
+    kRReportsDropped,
+    kRBuckets,
+    kReportKeys
+};
+const std::array<std::string_view, kReportKeys> kReportKeyNames = {
+    "v",     "type",        "ts_ms",           "seq",     "host", "zone", "region",
+    "epoch", "interval_ms", "reports_dropped", "buckets",
+};
+
+enum ReportBucketKey : std::size_t {
+    kRBName,
+    kRBScope,
+    kRBMode,
+    kRBLimitMrps,
+    kRBOffered,
+    kRBAdmitted,
+    kRBDropped,
+    kRBShadowDropped,
+    kReportBucketKeys
+};
+const std::array<std::string_view, kReportBucketKeys> kReportBucketKeyNames = {
+    "name", "scope", "mode", "limit_mrps", "offered", "admitted", "dropped", "shadow_dropped",
+};
+
+bool decode_report(std::string_view bytes, Report& out, std::string& error) {
+    Unpacked u;
+    const msgpack_object* root = unpack_body(bytes, u, error);
+    if (root == nullptr) return false;
+    Fields<kReportKeys> f(kReportKeyNames);
+    if (!f.collect(*root, error)) return false;
+    if (!check_header(f, "report", error)) return false;
+
+    Report m;
+    const msgpack_object* arr = nullptr;
+    if (!f.u64(kRTsMs, m.ts_ms, error) || !f.u64(kRSeq, m.seq, error) ||
+        !f.name(kRHost, m.host, error) || !f.name(kRZone, m.zone, error) ||
+        !f.name(kRRegion, m.region, error) || !f.u64(kREpoch, m.epoch, error) ||
+        !f.u64(kRIntervalMs, m.interval_ms, error) ||
+        !f.u64(kRReportsDropped, m.reports_dropped, error) || !f.array(kRBuckets, arr, error) ||
+        !bucket_array(arr, error)) {
+        return false;
+    }
+
+    m.buckets.reserve(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Fields<kReportBucketKeys> bf(kReportBucketKeyNames);
+        ReportBucket b;
+        if (!bucket_entry(arr->via.array.ptr[i], i, bf, b.name, error)) return false;
+        if (!bf.scope(kRBScope, b.scope, error) || !bf.mode(kRBMode, b.mode, error) ||
+            !bf.u64(kRBLimitMrps, b.limit_mrps, error) || !bf.u64(kRBOffered, b.offered, error) ||
+            !bf.u64(kRBAdmitted, b.admitted, error) || !bf.u64(kRBDropped, b.dropped, error) ||
+            !bf.u64(kRBShadowDropped, b.shadow_dropped, error)) {
+            return false;
+        }
+        m.buckets.push_back(std::move(b));
+    }
+    if (!unique_names(m.buckets, error)) return false;
+    out = std::move(m);
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// instructions
+
+enum InstructionsKey : std::size_t {
+    kIV,
+    kIType,
+    kITsMs,
+    kISeq,
+    kISource,
+    kITtlMs,
+    kIScope,
+    kIRegion,
+    kIZone,
+    kIBuckets,
+    kInstructionsKeys
+};
+const std::array<std::string_view, kInstructionsKeys> kInstructionsKeyNames = {
+    "v", "type", "ts_ms", "seq", "source", "ttl_ms", "scope", "region", "zone", "buckets",
+};
+
+enum InstructionKey : std::size_t { kIBName, kIBRatioPpm, kIBLimitMrps, kIBMode, kInstructionKeys };
+const std::array<std::string_view, kInstructionKeys> kInstructionKeyNames = {
+    "name",
+    "ratio_ppm",
+    "limit_mrps",
+    "mode",
+};
+
+// "region"/"zone" of an instructions message: a valid name when the scope needs it, otherwise
+// empty or a valid name.
+bool locality(std::string_view key, std::string_view v, bool required, Scope scope,
+              std::string& error) {
+    if (valid_name(v) || (!required && v.empty())) return true;
+    error = "invalid " + quote_key(key) + " " + quote(v);
+    if (required) error += " for scope " + quote(to_string(scope));
+    return false;
+}
+
+bool decode_instructions(std::string_view bytes, Instructions& out, std::string& error) {
+    Unpacked u;
+    const msgpack_object* root = unpack_body(bytes, u, error);
+    if (root == nullptr) return false;
+    Fields<kInstructionsKeys> f(kInstructionsKeyNames);
+    if (!f.collect(*root, error)) return false;
+    if (!check_header(f, "instructions", error)) return false;
+
+    Instructions m;
+    const msgpack_object* arr = nullptr;
+    if (!f.u64(kITsMs, m.ts_ms, error) || !f.u64(kISeq, m.seq, error) ||
+        !f.str(kISource, m.source, error) || !f.u64(kITtlMs, m.ttl_ms, error) ||
+        !f.scope(kIScope, m.scope, error) || !f.str(kIRegion, m.region, error) ||
+        !f.str(kIZone, m.zone, error) ||
+        !locality("region", m.region, m.scope != Scope::Global, m.scope, error) ||
+        !locality("zone", m.zone, m.scope == Scope::Zone, m.scope, error) ||
+        !f.array(kIBuckets, arr, error) || !bucket_array(arr, error)) {
+        return false;
+    }
+
+    m.buckets.reserve(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Fields<kInstructionKeys> bf(kInstructionKeyNames);
+        Instruction b;
+        if (!bucket_entry(arr->via.array.ptr[i], i, bf, b.name, error)) return false;
+        std::uint64_t ratio = 0;
+        if (!bf.u64(kIBRatioPpm, ratio, error)) return false;
+        if (ratio > kMaxRatioPpm) {
+            error = "\"ratio_ppm\" " + std::to_string(ratio) + " out of range" + bf.where();
+            return false;
+        }
+        b.ratio_ppm = static_cast<std::uint32_t>(ratio);
+        if (!bf.u64(kIBLimitMrps, b.limit_mrps, error) || !bf.mode(kIBMode, b.mode, error)) {
+            return false;
+        }
+        m.buckets.push_back(std::move(b));
+    }
+    if (!unique_names(m.buckets, error)) return false;
+    out = std::move(m);
+    return true;
+}
+
+// Runs a decoder so that nothing escapes: std::bad_alloc (or anything else) becomes `false`.
+template <typename Msg>
+bool guarded(bool (*fn)(std::string_view, Msg&, std::string&), std::string_view bytes, Msg& m,
+             std::string& error) {
+    try {
+        return fn(bytes, m, error);
+    } catch (...) {
+    }
+    try {
+        error = "out of memory";
+    } catch (...) {
+    }
+    return false;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+
+void encode(const Report& m, std::string& out) {
+    Packer p;
+    p.map(kReportKeys);
+    p.kv("v", kVersion);
+    p.kv("type", "report");
+    p.kv("ts_ms", m.ts_ms);
+    p.kv("seq", m.seq);
+    p.kv("host", m.host);
+    p.kv("zone", m.zone);
+    p.kv("region", m.region);
+    p.kv("epoch", m.epoch);
+    p.kv("interval_ms", m.interval_ms);
+    p.kv("reports_dropped", m.reports_dropped);
+    p.str("buckets");
+    p.array(m.buckets.size());
+    for (const ReportBucket& b : m.buckets) {
+        p.map(kReportBucketKeys);
+        p.kv("name", b.name);
+        p.kv("scope", to_string(b.scope));
+        p.kv("mode", to_string(b.mode));
+        p.kv("limit_mrps", b.limit_mrps);
+        p.kv("offered", b.offered);
+        p.kv("admitted", b.admitted);
+        p.kv("dropped", b.dropped);
+        p.kv("shadow_dropped", b.shadow_dropped);
+    }
+    p.append_to(out);
+}
+
+void encode(const Instructions& m, std::string& out) {
+    Packer p;
+    p.map(kInstructionsKeys);
+    p.kv("v", kVersion);
+    p.kv("type", "instructions");
+    p.kv("ts_ms", m.ts_ms);
+    p.kv("seq", m.seq);
+    p.kv("source", m.source);
+    p.kv("ttl_ms", m.ttl_ms);
+    p.kv("scope", to_string(m.scope));
+    p.kv("region", m.region);
+    p.kv("zone", m.zone);
+    p.str("buckets");
+    p.array(m.buckets.size());
+    for (const Instruction& b : m.buckets) {
+        p.map(kInstructionKeys);
+        p.kv("name", b.name);
+        p.kv("ratio_ppm", b.ratio_ppm);
+        p.kv("limit_mrps", b.limit_mrps);
+        p.kv("mode", to_string(b.mode));
+    }
+    p.append_to(out);
+}
+
+bool decode(std::string_view bytes, Report& m, std::string& error) {
+    return guarded(&decode_report, bytes, m, error);
+}
+
+bool decode(std::string_view bytes, Instructions& m, std::string& error) {
+    return guarded(&decode_instructions, bytes, m, error);
+}
+
+std::string peek_type(std::string_view bytes) {
+    try {
+        Unpacked u;
+        std::string error;
+        const msgpack_object* root = unpack_body(bytes, u, error);
+        if (root == nullptr) return {};
+        static const std::array<std::string_view, 2> kKeys = {"v", "type"};
+        Fields<2> f(kKeys);
+        std::uint64_t v = 0;
+        std::string_view type;
+        if (!f.collect(*root, error) || !f.u64(0, v, error) || v != kVersion ||
+            !f.str(1, type, error)) {
+            return {};
+        }
+        return std::string(type);
+    } catch (...) {
+        return {};
+    }
+}
+
+std::string topic(Scope scope, std::string_view region, std::string_view zone) {
+    std::string t;
+    switch (scope) {
+        case Scope::Global: t = "grl/g/"; break;
+        case Scope::Region:
+            t.reserve(7 + region.size());
+            t.append("grl/r/").append(region).append("/");
+            break;
+        case Scope::Zone:
+            t.reserve(8 + region.size() + zone.size());
+            t.append("grl/z/").append(region).append("/").append(zone).append("/");
+            break;
+    }
+    return t;
+}
+
+}  // namespace grl::wire

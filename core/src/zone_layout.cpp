@@ -1,0 +1,122 @@
+#include "grl/zone_layout.h"
+
+#include <cstring>
+#include <new>
+
+namespace grl::zone {
+
+std::string_view to_string(PlaneState s) {
+    switch (s) {
+        case PlaneState::Waiting: return "waiting";
+        case PlaneState::Active: return "active";
+        case PlaneState::Expired: return "expired";
+    }
+    return "?";
+}
+
+std::size_t bytes_for(std::uint32_t capacity) {
+    return sizeof(Header) + capacity * (sizeof(BucketSlot) + kWorkerSlots * sizeof(WorkerCounters));
+}
+
+std::uint32_t capacity_for(std::size_t bytes) {
+    if (bytes <= sizeof(Header)) return 0;
+    std::size_t per = sizeof(BucketSlot) + kWorkerSlots * sizeof(WorkerCounters);
+    std::size_t n = (bytes - sizeof(Header)) / per;
+    return n > 65535 ? 65535 : static_cast<std::uint32_t>(n);
+}
+
+void View::format(std::uint32_t capacity, std::uint64_t epoch) {
+    std::memset(base_, 0, bytes_for(capacity));
+    // Zeroed memory is a valid representation of std::atomic<uint64_t> on every
+    // platform we build for; placement-new makes the lifetime explicit.
+    Header* h = new (base_) Header();
+    h->magic = kMagic;
+    h->layout_version = kLayoutVersion;
+    h->capacity = capacity;
+    h->worker_slots = kWorkerSlots;
+    h->epoch = epoch;
+    for (std::uint32_t i = 0; i < capacity; ++i) new (&slot(i)) BucketSlot();
+    for (std::uint32_t b = 0; b < capacity; ++b) {
+        for (std::uint32_t w = 0; w < kWorkerSlots; ++w) new (&counters(b, w)) WorkerCounters();
+    }
+}
+
+std::string View::check_compatible() const {
+    const Header& h = header();
+    if (h.magic != kMagic) return "not a grl zone (bad magic)";
+    if (h.layout_version != kLayoutVersion) {
+        return "zone layout version " + std::to_string(h.layout_version) + ", this module uses " +
+               std::to_string(kLayoutVersion);
+    }
+    if (h.worker_slots != kWorkerSlots) return "zone has a different number of worker slots";
+    return {};
+}
+
+std::string View::assign(const std::vector<std::string>& names, std::vector<std::uint16_t>& slots) {
+    Header& h = header();
+    std::uint64_t gen = ++h.config_gen;
+    slots.assign(names.size(), 0);
+    std::vector<bool> placed(names.size(), false);
+
+    // Keep the slots of buckets that exist already.
+    for (std::uint32_t i = 0; i < h.capacity; ++i) {
+        BucketSlot& s = slot(i);
+        if (!s.in_use) continue;
+        for (std::size_t n = 0; n < names.size(); ++n) {
+            if (!placed[n] && names[n] == s.name) {
+                s.config_gen = gen;
+                slots[n] = static_cast<std::uint16_t>(i);
+                placed[n] = true;
+                break;
+            }
+        }
+    }
+    // Free slots no configuration has used for two generations.
+    for (std::uint32_t i = 0; i < h.capacity; ++i) {
+        BucketSlot& s = slot(i);
+        if (s.in_use && s.config_gen + 2 <= gen) {
+            s.~BucketSlot();
+            new (&s) BucketSlot();
+            for (std::uint32_t w = 0; w < kWorkerSlots; ++w) {
+                WorkerCounters& c = counters(i, w);
+                c.offered = 0;
+                c.dropped = 0;
+                c.shadow_dropped = 0;
+            }
+        }
+    }
+    // Place new buckets in free slots.
+    std::uint32_t next = 0;
+    for (std::size_t n = 0; n < names.size(); ++n) {
+        if (placed[n]) continue;
+        while (next < h.capacity && slot(next).in_use) ++next;
+        if (next == h.capacity) {
+            return "zone is too small: no free slot for bucket \"" + names[n] + "\" (capacity " +
+                   std::to_string(h.capacity) + " buckets, including buckets of the previous configuration)";
+        }
+        BucketSlot& s = slot(next);
+        std::memset(s.name, 0, sizeof(s.name));
+        std::memcpy(s.name, names[n].data(), std::min(names[n].size(), kMaxNameLen));
+        s.in_use = 1;
+        s.config_gen = gen;
+        slots[n] = static_cast<std::uint16_t>(next);
+        placed[n] = true;
+    }
+    return {};
+}
+
+View::Totals View::totals(std::uint32_t bucket) const {
+    Totals t;
+    for (std::uint32_t w = 0; w < kWorkerSlots; ++w) {
+        const WorkerCounters& c = counters(bucket, w);
+        // `offered` is incremented before `dropped`, so reading `dropped`
+        // first keeps offered >= dropped in every snapshot.
+        t.dropped += c.dropped.load(std::memory_order_acquire);
+        t.shadow_dropped += c.shadow_dropped.load(std::memory_order_relaxed);
+        t.offered += c.offered.load(std::memory_order_acquire);
+    }
+    t.admitted = t.offered - t.dropped;
+    return t;
+}
+
+}  // namespace grl::zone

@@ -1,0 +1,582 @@
+// Directives of ngx_http_grl_module: parsing, defaults, and the shared zone.
+// Every rejected value produces one `nginx -t` message naming the directive
+// and the value (nginx appends "in FILE:LINE").
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "grl/parse.h"
+#include "grl_module.h"
+
+namespace grl::ngx {
+namespace {
+
+std::string_view sv(const ngx_str_t& s) {
+    return {reinterpret_cast<const char*>(s.data), s.len};
+}
+
+char* conf_error(ngx_conf_t* cf, const std::string& msg) {
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", msg.c_str());
+    return static_cast<char*>(NGX_CONF_ERROR);
+}
+
+std::string directive(const ngx_command_t* cmd) { return "\"" + to_std(cmd->name) + "\""; }
+
+std::string quoted(std::string_view v) { return "\"" + std::string(v) + "\""; }
+
+// Runs a directive body, turning a C++ exception (only std::bad_alloc is
+// possible here) into a configuration error instead of a crash.
+template <typename F>
+char* guarded(ngx_conf_t* cf, F&& body) noexcept {
+    try {
+        return body();
+    } catch (const std::exception& e) {
+        return conf_error(cf, std::string("grl: ") + e.what());
+    }
+}
+
+bool valid_endpoint(std::string_view e) {
+    auto starts = [&](std::string_view p) { return e.substr(0, p.size()) == p; };
+    if (starts("ipc://") || starts("inproc://")) return e.size() > 6;
+    if (!starts("tcp://")) return false;
+    std::string_view rest = e.substr(6);
+    std::size_t colon = rest.rfind(':');
+    if (colon == std::string_view::npos || colon == 0 || colon + 1 == rest.size()) return false;
+    for (char c : rest.substr(colon + 1)) {
+        if (c < '0' || c > '9') return false;
+    }
+    return true;
+}
+
+// ---- grl_zone name:size -------------------------------------------------
+
+ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept;
+
+char* set_zone(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    return guarded(cf, [&]() -> char* {
+        auto* m = static_cast<MainConf*>(conf);
+        ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+        if (m->shm_zone) return const_cast<char*>("is duplicate");
+        std::string_view arg = sv(value[1]);
+        std::size_t colon = arg.find(':');
+        if (colon == std::string_view::npos || colon == 0) {
+            return conf_error(cf, directive(cmd) + ": invalid zone " + quoted(arg) +
+                                      ", expected name:size");
+        }
+        auto size = parse_size(arg.substr(colon + 1));
+        if (!size) return conf_error(cf, directive(cmd) + ": " + size.error);
+        // Room for the slab allocator's bookkeeping plus at least one bucket.
+        std::uint64_t min = 8 * ngx_pagesize + zone::bytes_for(1);
+        if (size.value < min) {
+            return conf_error(cf, directive(cmd) + ": zone " + quoted(arg) + " is too small, at least " +
+                                      std::to_string(min / 1024 + 1) + "k");
+        }
+        m->zone_name.data = value[1].data;
+        m->zone_name.len = colon;
+        m->shm_zone = ngx_shared_memory_add(cf, &m->zone_name, size.value, &ngx_http_grl_module);
+        if (m->shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+        if (m->shm_zone->data) {
+            return conf_error(cf, directive(cmd) + ": zone " + quoted(sv(m->zone_name)) +
+                                      " is already used");
+        }
+        m->shm_zone->init = init_zone;
+        m->shm_zone->data = m;
+        return NGX_CONF_OK;
+    });
+}
+
+// ---- grl_bucket NAME [caller*=V] [procedure*=V] rate=R [scope=S] [mode=M] --
+
+bool take_match(std::string_view arg, std::string_view what, MatchSpec& spec, bool& dup,
+                bool& matched) {
+    struct Form {
+        std::string_view suffix;
+        MatchKind kind;
+    };
+    const Form forms[] = {{"=", MatchKind::Exact},
+                          {"_prefix=", MatchKind::Prefix},
+                          {"_regex=", MatchKind::Regex}};
+    for (const Form& f : forms) {
+        std::string key = std::string(what) + std::string(f.suffix);
+        if (arg.substr(0, key.size()) == key) {
+            matched = true;
+            dup = spec.kind != MatchKind::Any;
+            spec.kind = f.kind;
+            spec.value = std::string(arg.substr(key.size()));
+            return true;
+        }
+    }
+    return false;
+}
+
+char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    return guarded(cf, [&]() -> char* {
+        auto* m = static_cast<MainConf*>(conf);
+        ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+        std::string d = directive(cmd);
+        if (m->shm_zone == nullptr) {
+            return conf_error(cf, d + " needs \"grl_zone\" before it");
+        }
+        BucketDef def;
+        def.name = to_std(value[1]);
+        if (!valid_name(def.name)) {
+            return conf_error(cf, d + ": invalid bucket name " + quoted(def.name) +
+                                      ", expected 1-63 of [A-Za-z0-9_.:-]");
+        }
+        d += " " + quoted(def.name);
+        bool has_rate = false, has_scope = false, has_mode = false;
+        for (ngx_uint_t i = 2; i < cf->args->nelts; ++i) {
+            std::string_view arg = sv(value[i]);
+            bool dup = false, matched = false;
+            if (take_match(arg, "caller", def.caller, dup, matched) ||
+                take_match(arg, "procedure", def.procedure, dup, matched)) {
+                std::string_view key = arg.substr(0, arg.find('='));
+                if (dup) return conf_error(cf, d + ": more than one caller/procedure match in " + quoted(arg));
+                const MatchSpec& spec = key.substr(0, 6) == "caller" ? def.caller : def.procedure;
+                if (spec.value.empty()) return conf_error(cf, d + ": empty value in " + quoted(arg));
+                if (spec.kind == MatchKind::Regex) {
+                    std::string err = check_regex(spec.value);
+                    if (!err.empty()) return conf_error(cf, d + ": " + err);
+                }
+                continue;
+            }
+            if (arg.substr(0, 5) == "rate=") {
+                if (has_rate) return conf_error(cf, d + ": duplicate " + quoted(arg));
+                auto r = parse_rate(arg.substr(5));
+                if (!r) return conf_error(cf, d + ": " + r.error + ", expected e.g. 100r/s or 600r/m");
+                def.limit_mrps = r.value;
+                has_rate = true;
+                continue;
+            }
+            if (arg.substr(0, 6) == "scope=") {
+                auto s = parse_scope(arg.substr(6));
+                if (has_scope || !s) {
+                    return conf_error(cf, d + ": invalid scope " + quoted(arg.substr(6)) +
+                                              ", expected global, region or zone");
+                }
+                def.scope = *s;
+                has_scope = true;
+                continue;
+            }
+            if (arg.substr(0, 5) == "mode=") {
+                auto md = parse_mode(arg.substr(5));
+                if (has_mode || !md) {
+                    return conf_error(cf, d + ": invalid mode " + quoted(arg.substr(5)) +
+                                              ", expected deny or shadow");
+                }
+                def.mode = *md;
+                has_mode = true;
+                continue;
+            }
+            return conf_error(cf, d + ": invalid parameter " + quoted(arg));
+        }
+        if (!has_rate) return conf_error(cf, d + " must have \"rate\" parameter");
+        if (m->cpp->table.defs.size() >= 65535) return conf_error(cf, d + ": too many buckets");
+        std::string err = m->cpp->matcher.add(def);
+        if (!err.empty()) return conf_error(cf, d + ": " + err);
+        m->cpp->table.defs.push_back(def);
+        return NGX_CONF_OK;
+    });
+}
+
+// ---- grl_caller / grl_procedure VALUE -------------------------------------
+
+char* set_source(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    auto* m = static_cast<MainConf*>(conf);
+    Source* src = reinterpret_cast<Source*>(reinterpret_cast<char*>(m) + cmd->offset);
+    ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+    if (src->cv || src->index >= 0) return const_cast<char*>("is duplicate");
+    ngx_str_t v = value[1];
+    if (v.len == 0) return conf_error(cf, directive(cmd) + ": empty value");
+    // One plain variable ("$name"): read by index, no string is built per request.
+    bool plain = v.len > 1 && v.data[0] == '$';
+    for (size_t i = 1; plain && i < v.len; ++i) {
+        u_char c = v.data[i];
+        plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    }
+    if (plain) {
+        ngx_str_t name = {v.len - 1, v.data + 1};
+        src->index = ngx_http_get_variable_index(cf, &name);
+        return src->index == NGX_ERROR ? static_cast<char*>(NGX_CONF_ERROR) : NGX_CONF_OK;
+    }
+    auto* cv = static_cast<ngx_http_complex_value_t*>(ngx_pcalloc(cf->pool, sizeof(ngx_http_complex_value_t)));
+    if (cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+    ngx_http_compile_complex_value_t ccv;
+    ngx_memzero(&ccv, sizeof(ccv));
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = cv;
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
+    if (cv->lengths == nullptr) {
+        return conf_error(cf, directive(cmd) + ": " + quoted(sv(v)) +
+                                  " has no variable, so every request would look the same");
+    }
+    src->cv = cv;
+    return NGX_CONF_OK;
+}
+
+// ---- grl_missing_caller skip | value=NAME ---------------------------------
+
+char* set_missing_caller(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    auto* m = static_cast<MainConf*>(conf);
+    ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+    if (m->missing_caller != NGX_CONF_UNSET_UINT) return const_cast<char*>("is duplicate");
+    std::string_view arg = sv(value[1]);
+    if (arg == "skip") {
+        m->missing_caller = kMissingSkip;
+        return NGX_CONF_OK;
+    }
+    if (arg.substr(0, 6) == "value=" && arg.size() > 6) {
+        m->missing_caller = kMissingValue;
+        m->missing_caller_value.data = value[1].data + 6;
+        m->missing_caller_value.len = value[1].len - 6;
+        return NGX_CONF_OK;
+    }
+    return conf_error(cf, directive(cmd) + ": invalid value " + quoted(arg) +
+                              ", expected skip or value=NAME");
+}
+
+// ---- grl_host [id=NAME] zone=NAME region=NAME -------------------------------
+
+char* set_host(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    return guarded(cf, [&]() -> char* {
+        auto* m = static_cast<MainConf*>(conf);
+        ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+        if (m->has_host) return const_cast<char*>("is duplicate");
+        Identity& id = m->cpp->id;
+        for (ngx_uint_t i = 1; i < cf->args->nelts; ++i) {
+            std::string_view arg = sv(value[i]);
+            std::size_t eq = arg.find('=');
+            std::string_view key = arg.substr(0, eq);
+            std::string_view val = eq == std::string_view::npos ? "" : arg.substr(eq + 1);
+            std::string* field = key == "id" ? &id.host
+                                 : key == "zone" ? &id.zone
+                                 : key == "region" ? &id.region
+                                 : nullptr;
+            if (field == nullptr || eq == std::string_view::npos) {
+                return conf_error(cf, directive(cmd) + ": invalid parameter " + quoted(arg) +
+                                          ", expected id=, zone= or region=");
+            }
+            if (!valid_name(val)) {
+                return conf_error(cf, directive(cmd) + ": invalid " + std::string(key) + " " +
+                                          quoted(val) + ", expected 1-63 of [A-Za-z0-9_.:-]");
+            }
+            *field = std::string(val);
+        }
+        if (id.zone.empty() || id.region.empty()) {
+            return conf_error(cf, directive(cmd) + " must have \"zone\" and \"region\" parameters");
+        }
+        m->has_host = 1;
+        return NGX_CONF_OK;
+    });
+}
+
+// ---- grl_collector / grl_instructions ENDPOINT... ---------------------------
+
+char* set_endpoints(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    return guarded(cf, [&]() -> char* {
+        auto* m = static_cast<MainConf*>(conf);
+        ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+        bool collector = sv(cmd->name) == "grl_collector";
+        if (collector ? !m->cpp->collector_endpoint.empty()
+                      : !m->cpp->instruction_endpoints.empty()) {
+            return const_cast<char*>("is duplicate");
+        }
+        for (ngx_uint_t i = 1; i < cf->args->nelts; ++i) {
+            std::string_view e = sv(value[i]);
+            if (!valid_endpoint(e)) {
+                return conf_error(cf, directive(cmd) + ": invalid endpoint " + quoted(e) +
+                                          ", expected tcp://host:port or ipc://path");
+            }
+            if (collector) {
+                m->cpp->collector_endpoint = std::string(e);
+            } else {
+                m->cpp->instruction_endpoints.emplace_back(e);
+            }
+        }
+        return NGX_CONF_OK;
+    });
+}
+
+// ---- durations -------------------------------------------------------------
+
+char* set_duration(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    return guarded(cf, [&]() -> char* {
+        ngx_msec_t* field = reinterpret_cast<ngx_msec_t*>(static_cast<char*>(conf) + cmd->offset);
+        ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+        if (*field != NGX_CONF_UNSET_MSEC) return const_cast<char*>("is duplicate");
+        auto d = parse_duration_ms(sv(value[1]));
+        if (!d) return conf_error(cf, directive(cmd) + ": " + d.error);
+        bool interval = sv(cmd->name) == "grl_report_interval";
+        if (interval && (d.value < 100 || d.value > 60000)) {
+            return conf_error(cf, directive(cmd) + ": " + quoted(sv(value[1])) +
+                                      " is out of range, expected 100ms..60s");
+        }
+        if (!interval && (d.value < 100 || d.value > 3600000)) {
+            return conf_error(cf, directive(cmd) + ": " + quoted(sv(value[1])) +
+                                      " is out of range, expected 100ms..1h");
+        }
+        *field = d.value;
+        return NGX_CONF_OK;
+    });
+}
+
+// ---- grl_reject_status CODE ------------------------------------------------
+
+char* set_reject_status(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    auto* l = static_cast<LocConf*>(conf);
+    ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+    if (l->reject_status != NGX_CONF_UNSET_UINT) return const_cast<char*>("is duplicate");
+    ngx_int_t n = ngx_atoi(value[1].data, value[1].len);
+    if (n < 400 || n > 599) {
+        return conf_error(cf, directive(cmd) + ": invalid status " + quoted(sv(value[1])) +
+                                  ", expected 400..599");
+    }
+    l->reject_status = static_cast<ngx_uint_t>(n);
+    return NGX_CONF_OK;
+}
+
+// ---- grl_retry_after off | DURATION [jitter=DURATION] ----------------------
+
+char* set_retry_after(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    return guarded(cf, [&]() -> char* {
+        auto* l = static_cast<LocConf*>(conf);
+        ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+        if (l->retry_after != NGX_CONF_UNSET_MSEC) return const_cast<char*>("is duplicate");
+        std::string_view arg = sv(value[1]);
+        if (arg == "off") {
+            if (cf->args->nelts > 2) {
+                return conf_error(cf, directive(cmd) + ": invalid parameter " + quoted(sv(value[2])));
+            }
+            l->retry_after = 0;
+            l->retry_after_jitter = 0;
+            return NGX_CONF_OK;
+        }
+        auto d = parse_duration_ms(arg);
+        if (!d || d.value < 1000) {
+            return conf_error(cf, directive(cmd) + ": invalid delay " + quoted(arg) +
+                                      ", expected off or at least 1s");
+        }
+        l->retry_after = d.value;
+        l->retry_after_jitter = 0;
+        if (cf->args->nelts > 2) {
+            std::string_view j = sv(value[2]);
+            auto jd = j.substr(0, 7) == "jitter=" ? parse_duration_ms(j.substr(7))
+                                                  : Parsed<std::uint64_t>{0, "x"};
+            if (!jd) {
+                return conf_error(cf, directive(cmd) + ": invalid parameter " + quoted(j) +
+                                          ", expected jitter=DURATION");
+            }
+            l->retry_after_jitter = jd.value;
+        }
+        return NGX_CONF_OK;
+    });
+}
+
+// ---- grl_status --------------------------------------------------------------
+
+char* set_status(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
+    auto* l = static_cast<LocConf*>(conf);
+    auto* clcf = static_cast<ngx_http_core_loc_conf_t*>(
+        ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module));
+    clcf->handler = status_handler;
+    l->status_handler = 1;
+    return NGX_CONF_OK;
+}
+
+ngx_conf_enum_t log_levels[] = {{ngx_string("info"), NGX_LOG_INFO},
+                                {ngx_string("notice"), NGX_LOG_NOTICE},
+                                {ngx_string("warn"), NGX_LOG_WARN},
+                                {ngx_string("error"), NGX_LOG_ERR},
+                                {ngx_null_string, 0}};
+
+// ---- the shared zone -----------------------------------------------------------
+
+std::uint64_t random_epoch() {
+    std::uint64_t e = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &e, sizeof(e)) != static_cast<ssize_t>(sizeof(e))) e = 0;
+        close(fd);
+    }
+    e ^= (static_cast<std::uint64_t>(ngx_pid) << 40) ^ static_cast<std::uint64_t>(ngx_current_msec) ^
+         (static_cast<std::uint64_t>(ngx_random()) << 16);
+    return e ? e : 1;
+}
+
+ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
+    auto* m = static_cast<MainConf*>(shm_zone->data);
+    auto* shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
+    ngx_log_t* log = shm_zone->shm.log;
+    try {
+        if (data) {
+            // Reload with the same zone name and size: adopt the counters and ratios.
+            m->zone_base = static_cast<MainConf*>(data)->zone_base;
+        } else if (shm_zone->shm.exists) {
+            m->zone_base = shpool->data;
+        } else {
+            std::uint32_t cap = zone::capacity_for(shpool->pfree * ngx_pagesize);
+            if (cap == 0) {
+                ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\" is too small", &shm_zone->shm.name);
+                return NGX_ERROR;
+            }
+            void* p = ngx_slab_alloc(shpool, zone::bytes_for(cap));
+            if (p == nullptr) return NGX_ERROR;
+            zone::View(p).format(cap, random_epoch());
+            m->zone_base = p;
+            shpool->data = p;
+        }
+        zone::View z(m->zone_base);
+        std::string err = z.check_compatible();
+        if (!err.empty()) {
+            ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\" cannot be reused: %s; "
+                          "rename the zone or restart nginx", &shm_zone->shm.name, err.c_str());
+            return NGX_ERROR;
+        }
+        std::vector<std::string> names;
+        for (const BucketDef& d : m->cpp->table.defs) names.push_back(d.name);
+        err = z.assign(names, m->cpp->table.slots);
+        if (!err.empty()) {
+            ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\": %s", &shm_zone->shm.name, err.c_str());
+            return NGX_ERROR;
+        }
+        return NGX_OK;
+    } catch (const std::exception& e) {
+        ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\": %s", &shm_zone->shm.name, e.what());
+        return NGX_ERROR;
+    }
+}
+
+void free_config(void* data) noexcept { delete static_cast<Config*>(data); }
+
+}  // namespace
+
+// ---- directive table -----------------------------------------------------------
+
+ngx_command_t commands[] = {
+    {ngx_string("grl_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_zone, NGX_HTTP_MAIN_CONF_OFFSET,
+     0, nullptr},
+    {ngx_string("grl_bucket"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE, set_bucket,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_caller"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_source,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, caller), nullptr},
+    {ngx_string("grl_procedure"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_source,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, procedure), nullptr},
+    {ngx_string("grl_missing_caller"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_missing_caller,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_host"), NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE, set_host, NGX_HTTP_MAIN_CONF_OFFSET,
+     0, nullptr},
+    {ngx_string("grl_collector"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_endpoints,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_instructions"), NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE, set_endpoints,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_report_interval"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_duration,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, report_interval), nullptr},
+    {ngx_string("grl_instruction_ttl"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_duration,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, instruction_ttl), nullptr},
+    {ngx_string("grl"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(LocConf, enable), nullptr},
+    {ngx_string("grl_reject_status"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1, set_reject_status,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_retry_after"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE12, set_retry_after,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_log_level"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(LocConf, log_level), log_levels},
+    {ngx_string("grl_status"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, set_status,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
+    ngx_null_command};
+
+// ---- configuration create / init / merge -------------------------------------
+
+void* create_main_conf(ngx_conf_t* cf) noexcept {
+    auto* m = static_cast<MainConf*>(ngx_pcalloc(cf->pool, sizeof(MainConf)));
+    if (m == nullptr) return nullptr;
+    ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == nullptr) return nullptr;
+    try {
+        m->cpp = new Config();
+    } catch (...) {
+        return nullptr;
+    }
+    cln->handler = free_config;
+    cln->data = m->cpp;
+    m->caller.index = NGX_CONF_UNSET;
+    m->procedure.index = NGX_CONF_UNSET;
+    m->missing_caller = NGX_CONF_UNSET_UINT;
+    m->report_interval = NGX_CONF_UNSET_MSEC;
+    m->instruction_ttl = NGX_CONF_UNSET_MSEC;
+    return m;
+}
+
+char* init_main_conf(ngx_conf_t* cf, void* conf) noexcept {
+    return guarded(cf, [&]() -> char* {
+        auto* m = static_cast<MainConf*>(conf);
+        ngx_conf_init_uint_value(m->missing_caller, kMissingSkip);
+        ngx_conf_init_msec_value(m->report_interval, 1000);
+        ngx_conf_init_msec_value(m->instruction_ttl, 5000);
+        if (m->procedure.cv == nullptr && m->procedure.index < 0) {
+            ngx_str_t uri = ngx_string("uri");
+            m->procedure.index = ngx_http_get_variable_index(cf, &uri);
+            if (m->procedure.index == NGX_ERROR) return static_cast<char*>(NGX_CONF_ERROR);
+        }
+        Config& c = *m->cpp;
+        if (c.id.host.empty()) {
+            std::string h = to_std(cf->cycle->hostname);
+            c.id.host = valid_name(h) ? h : "nginx";
+        }
+        bool plane = !c.collector_endpoint.empty() || !c.instruction_endpoints.empty();
+        if (plane && !m->has_host) {
+            return conf_error(cf, "\"grl_collector\" and \"grl_instructions\" need \"grl_host\" "
+                                  "with zone= and region= (this host's place in the fleet)");
+        }
+        if (plane && m->shm_zone == nullptr) {
+            return conf_error(cf, "\"grl_collector\" and \"grl_instructions\" need \"grl_zone\"");
+        }
+        if (m->instruction_ttl <= m->report_interval) {
+            return conf_error(cf, "\"grl_instruction_ttl\" " + std::to_string(m->instruction_ttl) +
+                                      "ms must be longer than \"grl_report_interval\" " +
+                                      std::to_string(m->report_interval) + "ms");
+        }
+        bool has_caller = m->caller.cv != nullptr || m->caller.index >= 0;
+        for (const BucketDef& d : c.table.defs) {
+            if (d.caller.kind != MatchKind::Any && !has_caller) {
+                return conf_error(cf, "\"grl_bucket\" \"" + d.name +
+                                          "\" matches on caller but \"grl_caller\" is not set");
+            }
+        }
+        return NGX_CONF_OK;
+    });
+}
+
+void* create_loc_conf(ngx_conf_t* cf) noexcept {
+    auto* l = static_cast<LocConf*>(ngx_pcalloc(cf->pool, sizeof(LocConf)));
+    if (l == nullptr) return nullptr;
+    l->enable = NGX_CONF_UNSET;
+    l->reject_status = NGX_CONF_UNSET_UINT;
+    l->retry_after = NGX_CONF_UNSET_MSEC;
+    l->retry_after_jitter = NGX_CONF_UNSET_MSEC;
+    l->log_level = NGX_CONF_UNSET_UINT;
+    return l;
+}
+
+char* merge_loc_conf(ngx_conf_t*, void* parent, void* child) noexcept {
+    auto* prev = static_cast<LocConf*>(parent);
+    auto* conf = static_cast<LocConf*>(child);
+    ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    ngx_conf_merge_uint_value(conf->reject_status, prev->reject_status, 429);
+    if (conf->retry_after == NGX_CONF_UNSET_MSEC) {
+        conf->retry_after = prev->retry_after == NGX_CONF_UNSET_MSEC ? 1000 : prev->retry_after;
+        conf->retry_after_jitter =
+            prev->retry_after_jitter == NGX_CONF_UNSET_MSEC ? 1000 : prev->retry_after_jitter;
+    }
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_INFO);
+    return NGX_CONF_OK;
+}
+
+}  // namespace grl::ngx

@@ -1,0 +1,193 @@
+// The request path: find buckets, count, sample, decide, record the decision
+// for the $grl_* variables. No lock, no syscall, no logging unless dropping;
+// the only memory taken is one small request-pool record when a bucket matched.
+
+#include "grl/ratio.h"
+#include "grl_module.h"
+
+namespace grl::ngx {
+namespace {
+
+// Marks our request record in the pool's cleanup list, where it survives
+// internal redirects (which clear module contexts), as the realip module does.
+void ctx_marker(void*) noexcept {}
+
+RequestCtx* find_ctx(ngx_http_request_t* r) {
+    auto* ctx = static_cast<RequestCtx*>(ngx_http_get_module_ctx(r, ngx_http_grl_module));
+    if (ctx || !r->internal) return ctx;
+    for (ngx_pool_cleanup_t* c = r->pool->cleanup; c; c = c->next) {
+        if (c->handler == ctx_marker) {
+            ctx = static_cast<RequestCtx*>(c->data);
+            ngx_http_set_ctx(r, ctx, ngx_http_grl_module);
+            return ctx;
+        }
+    }
+    return nullptr;
+}
+
+// Reads a request attribute; false when the variable is not found or empty.
+bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) {
+    if (s.index >= 0) {
+        ngx_http_variable_value_t* v =
+            ngx_http_get_indexed_variable(r, static_cast<ngx_uint_t>(s.index));
+        if (v == nullptr || v->not_found || v->len == 0) return false;
+        out = {reinterpret_cast<const char*>(v->data), v->len};
+        return true;
+    }
+    if (s.cv == nullptr) return false;
+    ngx_str_t val;
+    if (ngx_http_complex_value(r, s.cv, &val) != NGX_OK || val.len == 0) return false;
+    out = {reinterpret_cast<const char*>(val.data), val.len};
+    return true;
+}
+
+ngx_int_t set_retry_after(ngx_http_request_t* r, const LocConf* l) {
+    if (l->retry_after == 0) return NGX_OK;
+    ngx_uint_t secs = l->retry_after / 1000;
+    ngx_uint_t jitter = l->retry_after_jitter / 1000;
+    if (jitter) secs += g_prng.next32() % (jitter + 1);
+    auto* h = static_cast<ngx_table_elt_t*>(ngx_list_push(&r->headers_out.headers));
+    auto* buf = static_cast<u_char*>(ngx_pnalloc(r->pool, NGX_INT_T_LEN));
+    if (h == nullptr || buf == nullptr) return NGX_ERROR;
+    h->hash = 1;
+    ngx_str_set(&h->key, "Retry-After");
+    h->value.data = buf;
+    h->value.len = static_cast<size_t>(ngx_sprintf(buf, "%ui", secs) - buf);
+    return NGX_OK;
+}
+
+}  // namespace
+
+ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
+    auto* l = static_cast<LocConf*>(ngx_http_get_module_loc_conf(r, ngx_http_grl_module));
+    if (!l->enable || r != r->main) return NGX_DECLINED;
+    auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
+    if (m->zone_base == nullptr || m->cpp->table.defs.empty()) return NGX_DECLINED;
+    if (find_ctx(r)) return NGX_DECLINED;  // already decided before an internal redirect
+
+    zone::View z(m->zone_base);
+    std::uint32_t worker = static_cast<std::uint32_t>(ngx_worker);
+    RequestKey key;
+    key.has_caller = read_source(r, m->caller, key.caller);
+    if (!key.has_caller && (m->caller.cv || m->caller.index >= 0)) {
+        z.header().worker[worker % zone::kWorkerSlots].missing_caller.fetch_add(
+            1, std::memory_order_relaxed);
+        if (m->missing_caller == kMissingValue) {
+            key.caller = {reinterpret_cast<const char*>(m->missing_caller_value.data),
+                          m->missing_caller_value.len};
+            key.has_caller = true;
+        }
+    }
+    if (!read_source(r, m->procedure, key.procedure)) key.procedure = {};
+
+    std::uint16_t idx[kMaxMatchesPerRequest];
+    std::size_t n = m->cpp->matcher.match(key, idx, kMaxMatchesPerRequest);
+    if (n == 0) return NGX_DECLINED;
+    std::uint16_t slots[kMaxMatchesPerRequest];
+    for (std::size_t i = 0; i < n; ++i) slots[i] = m->cpp->table.slots[idx[i]];
+
+    Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng);
+
+    auto* ctx = static_cast<RequestCtx*>(ngx_palloc(r->pool, sizeof(RequestCtx)));
+    ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (ctx && cln) {
+        ctx->outcome = out;
+        ctx->n = static_cast<std::uint8_t>(n);
+        for (std::size_t i = 0; i < n; ++i) ctx->matched[i] = idx[i];
+        cln->handler = ctx_marker;
+        cln->data = ctx;
+        ngx_http_set_ctx(r, ctx, ngx_http_grl_module);
+    }
+
+    if (out.decision == Decision::Pass || out.decision == Decision::None) return NGX_DECLINED;
+    const std::string& name = m->cpp->table.defs[idx[out.decided_by]].name;
+    std::uint32_t ppm = threshold_to_ppm(out.threshold);
+    if (out.decision == Decision::ShadowDrop) {
+        ngx_log_error(l->log_level, r->connection->log, 0,
+                      "grl: bucket \"%s\" would drop the request (shadow), ratio %uD.%06uD",
+                      name.c_str(), ppm / kPpmOne, ppm % kPpmOne);
+        return NGX_DECLINED;
+    }
+    ngx_log_error(l->log_level, r->connection->log, 0,
+                  "grl: request dropped by bucket \"%s\", ratio %uD.%06uD", name.c_str(),
+                  ppm / kPpmOne, ppm % kPpmOne);
+    if (set_retry_after(r, l) != NGX_OK) return NGX_ERROR;
+    return static_cast<ngx_int_t>(l->reject_status);
+}
+
+// ---- variables -------------------------------------------------------------------
+
+namespace {
+
+enum VarKind : uintptr_t { kVarDecision, kVarBucket, kVarBuckets, kVarRatio };
+
+ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintptr_t data) noexcept {
+    RequestCtx* ctx = find_ctx(r->main);
+    auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    auto set = [&](std::string_view s) {
+        v->data = reinterpret_cast<u_char*>(const_cast<char*>(s.data()));
+        v->len = s.size();
+        return NGX_OK;
+    };
+    if (data == kVarDecision) return set(to_string(ctx ? ctx->outcome.decision : Decision::None));
+    if (ctx == nullptr) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+    const BucketTable& t = m->cpp->table;
+    if (data == kVarBucket) {
+        Decision d = ctx->outcome.decision;
+        if (d != Decision::Drop && d != Decision::ShadowDrop) {
+            v->not_found = 1;
+            return NGX_OK;
+        }
+        return set(t.defs[ctx->matched[ctx->outcome.decided_by]].name);
+    }
+    if (data == kVarBuckets) {
+        size_t len = 0;
+        for (std::uint8_t i = 0; i < ctx->n; ++i) len += t.defs[ctx->matched[i]].name.size() + 1;
+        auto* p = static_cast<u_char*>(ngx_pnalloc(r->pool, len));
+        if (p == nullptr) return NGX_ERROR;
+        v->data = p;
+        for (std::uint8_t i = 0; i < ctx->n; ++i) {
+            if (i) *p++ = ',';
+            const std::string& s = t.defs[ctx->matched[i]].name;
+            p = ngx_cpymem(p, s.data(), s.size());
+        }
+        v->len = static_cast<size_t>(p - v->data);
+        return NGX_OK;
+    }
+    // kVarRatio
+    auto* p = static_cast<u_char*>(ngx_pnalloc(r->pool, 16));
+    if (p == nullptr) return NGX_ERROR;
+    std::uint32_t ppm = threshold_to_ppm(ctx->outcome.threshold);
+    v->data = p;
+    v->len = static_cast<size_t>(ngx_sprintf(p, "%uD.%06uD", ppm / kPpmOne, ppm % kPpmOne) - p);
+    return NGX_OK;
+}
+
+struct VarDef {
+    ngx_str_t name;
+    VarKind kind;
+};
+VarDef var_defs[] = {{ngx_string("grl_decision"), kVarDecision},
+                     {ngx_string("grl_bucket"), kVarBucket},
+                     {ngx_string("grl_buckets"), kVarBuckets},
+                     {ngx_string("grl_ratio"), kVarRatio}};
+
+}  // namespace
+
+ngx_int_t add_variables(ngx_conf_t* cf) noexcept {
+    for (VarDef& d : var_defs) {
+        ngx_http_variable_t* var = ngx_http_add_variable(cf, &d.name, NGX_HTTP_VAR_NOCACHEABLE);
+        if (var == nullptr) return NGX_ERROR;
+        var->get_handler = get_variable;
+        var->data = d.kind;
+    }
+    return NGX_OK;
+}
+
+}  // namespace grl::ngx

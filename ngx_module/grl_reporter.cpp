@@ -1,0 +1,271 @@
+// The reporter: one per nginx instance (worker 0 of the current generation).
+// Every grl_report_interval it sends the cumulative counters to the collector
+// (ZMQ_PUSH, never blocking) and logs control-plane state changes; whenever
+// the SUB socket is readable it applies instructions to the zone.
+// ZeroMQ is created here, after fork, and torn down in exit_process with
+// linger 0 (see docs/design.md).
+
+#include <sys/time.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <stdexcept>
+#include <string>
+
+#include "grl/wire.h"
+#include "grl_module.h"
+
+namespace grl::ngx {
+namespace {
+
+struct Reporter {
+    void* ctx = nullptr;
+    void* push = nullptr;
+    void* sub = nullptr;
+    ngx_connection_t* sub_conn = nullptr;
+    ngx_event_t tick;
+    MainConf* conf = nullptr;
+    ngx_log_t* log = nullptr;
+    std::string buf;        // reused encode buffer
+    wire::Report report;    // reused report
+    std::string topics[3];  // the three topics this host subscribes to
+    ngx_msec_t last_malformed_log = 0;
+    std::uint64_t malformed_since_log = 0;
+};
+
+Reporter* g_reporter = nullptr;
+
+std::uint64_t wall_ms() {
+    struct timeval tv;
+    gettimeofday(&tv, nullptr);
+    return static_cast<std::uint64_t>(tv.tv_sec) * 1000 + static_cast<std::uint64_t>(tv.tv_usec) / 1000;
+}
+
+void malformed(Reporter& rep, const std::string& why) {
+    zone::View(rep.conf->zone_base).header().instructions_malformed.fetch_add(1);
+    ++rep.malformed_since_log;
+    // At most one line per 10 s, however fast bad messages arrive.
+    if (rep.last_malformed_log == 0 || ngx_current_msec - rep.last_malformed_log >= 10000) {
+        ngx_log_error(NGX_LOG_WARN, rep.log, 0,
+                      "grl: dropped malformed instruction message: %s (%uL in the last period)",
+                      why.c_str(), rep.malformed_since_log);
+        rep.last_malformed_log = ngx_current_msec;
+        rep.malformed_since_log = 0;
+    }
+}
+
+// Receives every pending instruction message without blocking.
+void drain(Reporter& rep) {
+    if (rep.sub == nullptr) return;
+    zone::View z(rep.conf->zone_base);
+    wire::Instructions msg;
+    std::string error;
+    for (int guard = 0; guard < 10000; ++guard) {
+        zmq_msg_t topic, body;
+        zmq_msg_init(&topic);
+        if (zmq_msg_recv(&topic, rep.sub, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&topic);
+            if (errno != EAGAIN && errno != EINTR) {
+                ngx_log_error(NGX_LOG_ERR, rep.log, 0, "grl: zmq recv: %s", zmq_strerror(errno));
+            }
+            return;
+        }
+        bool more = zmq_msg_more(&topic);
+        std::string t(static_cast<const char*>(zmq_msg_data(&topic)), zmq_msg_size(&topic));
+        zmq_msg_close(&topic);
+        if (!more) {
+            malformed(rep, "one frame, expected topic and body");
+            continue;
+        }
+        zmq_msg_init(&body);
+        if (zmq_msg_recv(&body, rep.sub, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&body);
+            malformed(rep, "missing body frame");
+            continue;
+        }
+        bool extra = zmq_msg_more(&body);
+        std::string_view bytes(static_cast<const char*>(zmq_msg_data(&body)), zmq_msg_size(&body));
+        bool ok = wire::decode(bytes, msg, error);
+        zmq_msg_close(&body);
+        while (extra) {  // discard surplus frames of the same message
+            zmq_msg_t f;
+            zmq_msg_init(&f);
+            if (zmq_msg_recv(&f, rep.sub, ZMQ_DONTWAIT) < 0) extra = false;
+            else extra = zmq_msg_more(&f);
+            zmq_msg_close(&f);
+            ok = false;
+            error = "more than two frames";
+        }
+        if (ok && wire::topic(msg.scope, msg.region, msg.zone) != t) {
+            ok = false;
+            error = "topic \"" + t + "\" does not match the message's scope";
+        }
+        if (!ok) {
+            malformed(rep, error);
+            continue;
+        }
+        apply_instructions(z, rep.conf->cpp->table, msg, ngx_current_msec, rep.conf->instruction_ttl);
+    }
+}
+
+void on_sub_readable(ngx_event_t* ev) noexcept {
+    if (g_reporter == nullptr) return;
+    try {
+        drain(*g_reporter);
+    } catch (const std::exception& e) {
+        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: instructions: %s", e.what());
+    }
+    // ZMQ_FD is edge-triggered: it stays quiet until drained, which drain() did.
+}
+
+void log_state_changes(Reporter& rep) {
+    zone::View z(rep.conf->zone_base);
+    ngx_msec_t now = ngx_current_msec;
+    zone::PlaneState ps = plane_state(z, now, rep.conf->instruction_ttl);
+    auto old = static_cast<zone::PlaneState>(z.header().plane_state.exchange(static_cast<std::uint32_t>(ps)));
+    if (old != ps) {
+        ngx_uint_t level = ps == zone::PlaneState::Expired ? NGX_LOG_WARN : NGX_LOG_NOTICE;
+        ngx_log_error(level, rep.log, 0,
+                      "grl: control plane %s%s", std::string(zone::to_string(ps)).c_str(),
+                      ps == zone::PlaneState::Expired ? ", no instruction within the TTL: failing open"
+                                                      : "");
+    }
+    const BucketTable& t = rep.conf->cpp->table;
+    for (std::size_t i = 0; i < t.defs.size(); ++i) {
+        zone::BucketSlot& s = z.slot(t.slots[i]);
+        zone::PlaneState bs = bucket_state(s, now);
+        auto prev = static_cast<zone::PlaneState>(s.state.exchange(static_cast<std::uint32_t>(bs)));
+        if (prev != bs && bs != zone::PlaneState::Waiting) {
+            ngx_log_error(NGX_LOG_NOTICE, rep.log, 0, "grl: bucket \"%s\" ratio %s",
+                          t.defs[i].name.c_str(),
+                          bs == zone::PlaneState::Active ? "active" : "expired, failing open");
+        }
+    }
+}
+
+void send_report(Reporter& rep) {
+    if (rep.push == nullptr) return;
+    zone::View z(rep.conf->zone_base);
+    build_report(z, rep.conf->cpp->table, rep.conf->cpp->id, rep.conf->report_interval, wall_ms(),
+                 rep.report);
+    rep.buf.clear();
+    wire::encode(rep.report, rep.buf);
+    if (zmq_send(rep.push, rep.buf.data(), rep.buf.size(), ZMQ_DONTWAIT) < 0) {
+        // Collector absent or slow: drop it; the next cumulative report covers it.
+        z.header().reports_dropped.fetch_add(1, std::memory_order_relaxed);
+    } else {
+        z.header().reports_sent.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+void on_tick(ngx_event_t* ev) noexcept {
+    if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
+    Reporter& rep = *g_reporter;
+    try {
+        drain(rep);
+        send_report(rep);
+        log_state_changes(rep);
+    } catch (const std::exception& e) {
+        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
+    }
+    ngx_add_timer(ev, rep.conf->report_interval);
+}
+
+void* make_socket(Reporter& rep, int type) {
+    void* s = zmq_socket(rep.ctx, type);
+    if (s == nullptr) return nullptr;
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    return s;
+}
+
+}  // namespace
+
+ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
+    if (ngx_worker != 0) return NGX_OK;
+    auto* m = static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
+    if (m == nullptr || m->zone_base == nullptr) return NGX_OK;
+    const Config& c = *m->cpp;
+    if (c.collector_endpoint.empty() && c.instruction_endpoints.empty()) return NGX_OK;
+    try {
+        auto* rep = new Reporter();
+        g_reporter = rep;
+        rep->conf = m;
+        rep->log = cycle->log;
+        zone::View(m->zone_base).header().reporter_pid.store(static_cast<std::uint32_t>(ngx_pid));
+        rep->ctx = zmq_ctx_new();
+        if (rep->ctx == nullptr) throw std::runtime_error(zmq_strerror(errno));
+        if (!c.collector_endpoint.empty()) {
+            rep->push = make_socket(*rep, ZMQ_PUSH);
+            int one = 1, hwm = 4;
+            zmq_setsockopt(rep->push, ZMQ_IMMEDIATE, &one, sizeof(one));
+            zmq_setsockopt(rep->push, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+            if (zmq_connect(rep->push, c.collector_endpoint.c_str()) != 0) {
+                throw std::runtime_error("connect " + c.collector_endpoint + ": " + zmq_strerror(errno));
+            }
+        }
+        if (!c.instruction_endpoints.empty()) {
+            rep->sub = make_socket(*rep, ZMQ_SUB);
+            std::int64_t max = static_cast<std::int64_t>(wire::kMaxMessageBytes);
+            zmq_setsockopt(rep->sub, ZMQ_MAXMSGSIZE, &max, sizeof(max));
+            rep->topics[0] = wire::topic(Scope::Global, "", "");
+            rep->topics[1] = wire::topic(Scope::Region, c.id.region, "");
+            rep->topics[2] = wire::topic(Scope::Zone, c.id.region, c.id.zone);
+            for (const std::string& t : rep->topics) {
+                zmq_setsockopt(rep->sub, ZMQ_SUBSCRIBE, t.data(), t.size());
+            }
+            for (const std::string& e : c.instruction_endpoints) {
+                if (zmq_connect(rep->sub, e.c_str()) != 0) {
+                    throw std::runtime_error("connect " + e + ": " + zmq_strerror(errno));
+                }
+            }
+            int fd = -1;
+            size_t len = sizeof(fd);
+            if (zmq_getsockopt(rep->sub, ZMQ_FD, &fd, &len) != 0) {
+                throw std::runtime_error(std::string("ZMQ_FD: ") + zmq_strerror(errno));
+            }
+            rep->sub_conn = ngx_get_connection(fd, cycle->log);
+            if (rep->sub_conn == nullptr) throw std::runtime_error("no free connection for ZMQ_FD");
+            rep->sub_conn->read->handler = on_sub_readable;
+            rep->sub_conn->read->log = cycle->log;
+            rep->sub_conn->log = cycle->log;
+            if (ngx_handle_read_event(rep->sub_conn->read, 0) != NGX_OK) {
+                throw std::runtime_error("cannot watch ZMQ_FD");
+            }
+        }
+        rep->tick.handler = on_tick;
+        rep->tick.log = cycle->log;
+        rep->tick.data = rep;
+        rep->tick.cancelable = 1;  // never delays a graceful shutdown
+        ngx_add_timer(&rep->tick, m->report_interval);
+        ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+                      "grl: reporter started as host \"%s\" (zone \"%s\", region \"%s\"), "
+                      "collector \"%s\", %uz instruction endpoint(s)",
+                      c.id.host.c_str(), c.id.zone.c_str(), c.id.region.c_str(),
+                      c.collector_endpoint.empty() ? "none" : c.collector_endpoint.c_str(),
+                      c.instruction_endpoints.size());
+    } catch (const std::exception& e) {
+        // Fail open: the worker serves traffic without a control plane.
+        ngx_log_error(NGX_LOG_ERR, cycle->log, 0, "grl: reporter not started: %s", e.what());
+        reporter_stop(cycle);
+    }
+    return NGX_OK;
+}
+
+void reporter_stop(ngx_cycle_t*) noexcept {
+    Reporter* rep = g_reporter;
+    if (rep == nullptr) return;
+    g_reporter = nullptr;
+    if (rep->tick.timer_set) ngx_del_timer(&rep->tick);
+    if (rep->sub_conn) {
+        if (rep->sub_conn->read->active) ngx_del_event(rep->sub_conn->read, NGX_READ_EVENT, 0);
+        rep->sub_conn->fd = -1;  // owned by ZeroMQ, which closes it
+        ngx_free_connection(rep->sub_conn);
+    }
+    if (rep->push) zmq_close(rep->push);
+    if (rep->sub) zmq_close(rep->sub);
+    if (rep->ctx) zmq_ctx_term(rep->ctx);
+    delete rep;
+}
+
+}  // namespace grl::ngx
