@@ -1,0 +1,304 @@
+// Zone layout, slot assignment across reloads, the per-request decision with
+// its sampling statistics, and the data-plane side of the control loop.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "grl/decision.h"
+#include "grl/plane.h"
+#include "grl/ratio.h"
+#include "grl/zone_layout.h"
+
+namespace grl {
+namespace {
+
+struct ZoneFixture : ::testing::Test {
+    static constexpr std::uint32_t kCap = 8;
+    std::unique_ptr<char[]> mem{new (std::align_val_t(64)) char[zone::bytes_for(kCap)]};
+    zone::View z{mem.get()};
+    void SetUp() override { z.format(kCap, 42); }
+};
+
+TEST(Ratio, FixedPointConversions) {
+    EXPECT_EQ(ppm_to_threshold(0), 0u);
+    EXPECT_EQ(ppm_to_threshold(1000000), 1ULL << 32);
+    EXPECT_EQ(ppm_to_threshold(500000), 1ULL << 31);
+    for (std::uint32_t ppm : {0u, 1u, 330000u, 999999u, 1000000u}) {
+        EXPECT_EQ(threshold_to_ppm(ppm_to_threshold(ppm)), ppm);
+    }
+}
+
+TEST(Ratio, DropRatioFormula) {
+    EXPECT_EQ(drop_ratio_ppm(0, 100000), 0u);
+    EXPECT_EQ(drop_ratio_ppm(100000, 100000), 0u);
+    EXPECT_EQ(drop_ratio_ppm(50000, 100000), 0u);
+    EXPECT_EQ(drop_ratio_ppm(150000, 100000), 333333u);  // 1.5x the limit
+    EXPECT_EQ(drop_ratio_ppm(1500000, 100000), 933333u);  // 15x surge
+    EXPECT_EQ(drop_ratio_ppm(~0ULL, 1), 999999u);         // no overflow
+}
+
+TEST_F(ZoneFixture, FormatThenCompatible) {
+    EXPECT_EQ(z.check_compatible(), "");
+    EXPECT_EQ(z.header().epoch, 42u);
+    EXPECT_EQ(z.header().capacity, kCap);
+    z.header().layout_version = 99;
+    EXPECT_NE(z.check_compatible().find("layout version 99"), std::string::npos);
+    z.header().magic = 0;
+    EXPECT_NE(z.check_compatible().find("bad magic"), std::string::npos);
+}
+
+TEST(ZoneSizing, CapacityAndBytesAgree) {
+    for (std::uint32_t cap : {1u, 10u, 300u}) EXPECT_EQ(zone::capacity_for(zone::bytes_for(cap)), cap);
+    EXPECT_EQ(zone::capacity_for(10), 0u);
+    // 1 MiB holds a useful number of buckets (documented in docs/directives.md).
+    EXPECT_GE(zone::capacity_for(1 << 20), 400u);
+}
+
+TEST_F(ZoneFixture, ReloadKeepsSlotsCountersAndRatios) {
+    std::vector<std::uint16_t> slots;
+    ASSERT_EQ(z.assign({"a", "b"}, slots), "");
+    std::uint16_t a = slots[0], b = slots[1];
+    EXPECT_NE(a, b);
+    z.counters(a, 0).offered = 7;
+    z.slot(a).threshold = 123;
+
+    // Reload: b removed, c added, order changed; a keeps its slot and state.
+    ASSERT_EQ(z.assign({"c", "a"}, slots), "");
+    EXPECT_EQ(slots[1], a);
+    EXPECT_NE(slots[0], b) << "a removed bucket's slot is not reused while old workers may run";
+    EXPECT_EQ(z.totals(a).offered, 7u);
+    EXPECT_EQ(z.slot(a).threshold.load(), 123u);
+}
+
+TEST_F(ZoneFixture, RemovedBucketSlotIsFreedAfterTwoGenerations) {
+    std::vector<std::uint16_t> slots;
+    ASSERT_EQ(z.assign({"old"}, slots), "");
+    std::uint16_t old = slots[0];
+    z.counters(old, 3).offered = 5;
+    ASSERT_EQ(z.assign({"x"}, slots), "");
+    ASSERT_EQ(z.assign({"y"}, slots), "");  // "old" absent for two generations: freed
+    ASSERT_EQ(z.assign({"old"}, slots), "");
+    EXPECT_EQ(z.totals(slots[0]).offered, 0u) << "a re-added bucket after removal starts fresh";
+}
+
+TEST_F(ZoneFixture, TooManyBucketsIsAnError) {
+    std::vector<std::string> names;
+    for (std::uint32_t i = 0; i <= kCap; ++i) names.push_back("b" + std::to_string(i));
+    std::vector<std::uint16_t> slots;
+    std::string err = z.assign(names, slots);
+    EXPECT_NE(err.find("zone is too small"), std::string::npos) << err;
+    EXPECT_NE(err.find("\"b8\""), std::string::npos) << err;
+}
+
+TEST_F(ZoneFixture, TotalsSumWorkersAndDeriveAdmitted) {
+    z.counters(1, 0).offered = 10;
+    z.counters(1, 1).offered = 5;
+    z.counters(1, 1).dropped = 2;
+    z.counters(1, 40).shadow_dropped = 3;  // worker 40 wraps onto slot 8
+    auto t = z.totals(1);
+    EXPECT_EQ(t.offered, 15u);
+    EXPECT_EQ(t.dropped, 2u);
+    EXPECT_EQ(t.admitted, 13u);
+    EXPECT_EQ(t.shadow_dropped, 3u);
+}
+
+void set_ratio(zone::View& z, std::uint16_t slot, std::uint32_t ppm, Mode mode, std::uint64_t expires) {
+    z.slot(slot).threshold = ppm_to_threshold(ppm);
+    z.slot(slot).mode = static_cast<std::uint32_t>(mode);
+    z.slot(slot).expires_ms = expires;
+}
+
+TEST_F(ZoneFixture, NoRatioPassesAndCounts) {
+    Prng rng(1);
+    std::uint16_t m[] = {0, 1};
+    Outcome o = decide(z, m, 2, 0, 1000, rng);
+    EXPECT_EQ(o.decision, Decision::Pass);
+    EXPECT_EQ(z.totals(0).offered, 1u);
+    EXPECT_EQ(z.totals(1).offered, 1u);
+    EXPECT_EQ(decide(z, m, 0, 0, 1000, rng).decision, Decision::None);
+}
+
+// Binomial bound: |k - np| <= 5 sqrt(np(1-p)), a false alarm once in ~3.5 million runs.
+void expect_binomial(std::uint64_t k, std::uint64_t n, double p) {
+    double mean = n * p, sd = std::sqrt(n * p * (1 - p));
+    EXPECT_LE(std::fabs(static_cast<double>(k) - mean), 5 * sd + 1)
+        << k << " of " << n << " at p=" << p;
+}
+
+TEST_F(ZoneFixture, DenyDropsWithTheRatio) {
+    Prng rng(7);
+    set_ratio(z, 0, 330000, Mode::Deny, 5000);
+    std::uint16_t m[] = {0};
+    std::uint64_t drops = 0;
+    const std::uint64_t n = 200000;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        Outcome o = decide(z, m, 1, static_cast<std::uint32_t>(i % 3), 1000, rng);
+        if (o.decision == Decision::Drop) {
+            ++drops;
+            EXPECT_EQ(o.threshold, ppm_to_threshold(330000));
+        }
+    }
+    expect_binomial(drops, n, 0.33);
+    auto t = z.totals(0);
+    EXPECT_EQ(t.offered, n);
+    EXPECT_EQ(t.dropped, drops);
+    EXPECT_EQ(t.admitted, n - drops);
+}
+
+TEST_F(ZoneFixture, ShadowPassesAndCountsWouldBeDrops) {
+    Prng rng(9);
+    set_ratio(z, 2, 330000, Mode::Shadow, 5000);
+    std::uint16_t m[] = {2};
+    const std::uint64_t n = 100000;
+    std::uint64_t shadow = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+        Outcome o = decide(z, m, 1, 0, 1000, rng);
+        ASSERT_NE(o.decision, Decision::Drop);
+        if (o.decision == Decision::ShadowDrop) ++shadow;
+    }
+    auto t = z.totals(2);
+    EXPECT_EQ(t.dropped, 0u);
+    EXPECT_EQ(t.shadow_dropped, shadow);
+    expect_binomial(shadow, n, 0.33);
+}
+
+TEST_F(ZoneFixture, ExpiredRatioFailsOpen) {
+    Prng rng(3);
+    set_ratio(z, 0, 1000000, Mode::Deny, 5000);
+    std::uint16_t m[] = {0};
+    EXPECT_EQ(decide(z, m, 1, 0, 4999, rng).decision, Decision::Drop);
+    EXPECT_EQ(decide(z, m, 1, 0, 5000, rng).decision, Decision::Pass);
+}
+
+TEST_F(ZoneFixture, AnyDenyDropRejectsAndEveryBucketCountsIt) {
+    Prng rng(5);
+    set_ratio(z, 0, 1000000, Mode::Deny, 5000);   // always drops
+    set_ratio(z, 1, 1000000, Mode::Shadow, 5000);  // shadow always "would drop"
+    std::uint16_t m[] = {1, 3, 0};                 // 3 has no ratio
+    Outcome o = decide(z, m, 3, 0, 1000, rng);
+    EXPECT_EQ(o.decision, Decision::Drop);
+    EXPECT_EQ(o.decided_by, 2);
+    for (std::uint16_t s : m) {
+        EXPECT_EQ(z.totals(s).offered, 1u);
+        EXPECT_EQ(z.totals(s).dropped, 1u) << "offered = admitted + dropped in bucket " << s;
+    }
+    EXPECT_EQ(z.totals(1).shadow_dropped, 1u);
+}
+
+TEST(Prng, UniformEnoughForSampling) {
+    Prng rng(11);
+    std::uint64_t buckets[16] = {};
+    const int n = 160000;
+    for (int i = 0; i < n; ++i) ++buckets[rng.next32() >> 28];
+    for (std::uint64_t b : buckets) expect_binomial(b, n, 1.0 / 16);
+}
+
+// ---- the control loop's data-plane side ----
+
+struct PlaneFixture : ZoneFixture {
+    BucketTable table;
+    Identity id{"h1", "z1", "r1"};
+    void SetUp() override {
+        ZoneFixture::SetUp();
+        BucketDef a;
+        a.name = "api";
+        a.limit_mrps = 100000;
+        BucketDef s;
+        s.name = "shadowed";
+        s.mode = Mode::Shadow;
+        s.scope = Scope::Zone;
+        s.limit_mrps = 5000;
+        table.defs = {a, s};
+        ASSERT_EQ(z.assign({"api", "shadowed"}, table.slots), "");
+    }
+    wire::Instructions instr(std::uint64_t ts, std::uint32_t ppm, std::uint64_t ttl = 3000) {
+        wire::Instructions m;
+        m.source = "c1";
+        m.seq = ts;
+        m.ts_ms = ts;
+        m.ttl_ms = ttl;
+        m.buckets.push_back({"api", ppm, 100000, Mode::Deny});
+        m.buckets.push_back({"unknown", ppm, 1, Mode::Deny});
+        return m;
+    }
+};
+
+TEST_F(PlaneFixture, ReportCarriesCumulativeCountersAndIdentity) {
+    z.counters(table.slots[0], 0).offered = 10;
+    z.counters(table.slots[0], 1).dropped = 4;
+    z.counters(table.slots[0], 0).offered += 0;
+    wire::Report r;
+    build_report(z, table, id, 250, 1700000000000, r);
+    EXPECT_EQ(r.host, "h1");
+    EXPECT_EQ(r.epoch, 42u);
+    EXPECT_EQ(r.seq, 1u);
+    ASSERT_EQ(r.buckets.size(), 2u);
+    EXPECT_EQ(r.buckets[0].offered, 10u);
+    EXPECT_EQ(r.buckets[0].dropped, 4u);
+    EXPECT_EQ(r.buckets[0].admitted, 6u);
+    EXPECT_EQ(r.buckets[1].mode, Mode::Shadow);
+    EXPECT_EQ(r.buckets[1].scope, Scope::Zone);
+    build_report(z, table, id, 250, 1700000000250, r);
+    EXPECT_EQ(r.seq, 2u) << "sequence increases per report and lives in the zone";
+}
+
+TEST_F(PlaneFixture, ApplyFreshestWinsAndTtlIsCapped) {
+    const zone::BucketSlot& s = z.slot(table.slots[0]);
+    EXPECT_EQ(apply_instructions(z, table, instr(2000, 500000), 100, 10000), 1u);
+    EXPECT_EQ(s.expires_ms.load(), 3100u);
+    EXPECT_EQ(z.header().instructions_unknown_bucket.load(), 1u);
+    // An older computation (another controller, or reordered) does not win.
+    EXPECT_EQ(apply_instructions(z, table, instr(1000, 100000), 200, 10000), 0u);
+    EXPECT_EQ(s.threshold.load(), ppm_to_threshold(500000));
+    // A newer one does; the local TTL caps the message's.
+    EXPECT_EQ(apply_instructions(z, table, instr(3000, 100000, 60000), 300, 1000), 1u);
+    EXPECT_EQ(s.threshold.load(), ppm_to_threshold(100000));
+    EXPECT_EQ(s.expires_ms.load(), 1300u);
+    // Once expired, even an older-stamped message applies (a restarted controller).
+    EXPECT_EQ(apply_instructions(z, table, instr(500, 200000), 5000, 1000), 1u);
+    EXPECT_EQ(s.threshold.load(), ppm_to_threshold(200000));
+}
+
+TEST_F(PlaneFixture, StatesWaitingActiveExpired) {
+    const zone::BucketSlot& s = z.slot(table.slots[0]);
+    EXPECT_EQ(bucket_state(s, 0), zone::PlaneState::Waiting);
+    EXPECT_EQ(plane_state(z, 50, 1000), zone::PlaneState::Waiting);
+    apply_instructions(z, table, instr(1, 1), 100, 1000);
+    EXPECT_EQ(bucket_state(s, 500), zone::PlaneState::Active);
+    EXPECT_EQ(plane_state(z, 500, 1000), zone::PlaneState::Active);
+    EXPECT_EQ(bucket_state(s, 1100), zone::PlaneState::Expired);
+    EXPECT_EQ(plane_state(z, 1100, 1000), zone::PlaneState::Expired);
+}
+
+TEST_F(PlaneFixture, StatusRendersBucketsAndPlane) {
+    z.counters(table.slots[0], 0).offered = 9;
+    z.counters(table.slots[0], 0).dropped = 3;
+    apply_instructions(z, table, instr(1, 330000), 100, 5000);
+    StatusInput in;
+    in.zone = &z;
+    in.table = &table;
+    in.id = id;
+    in.zone_name = "grl";
+    in.now_ms = 350;
+    in.ttl_ms = 5000;
+    std::string j = render_status_json(in);
+    EXPECT_NE(j.find("\"name\":\"api\""), std::string::npos) << j;
+    EXPECT_NE(j.find("\"offered\":9,\"admitted\":6,\"dropped\":3"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"ratio\":0.330000,\"ratio_state\":\"active\",\"ratio_age_ms\":250"),
+              std::string::npos)
+        << j;
+    EXPECT_NE(j.find("\"state\":\"active\""), std::string::npos) << j;
+    std::string p = render_status_prometheus(in);
+    EXPECT_NE(p.find("grl_bucket_offered_total{bucket=\"api\",scope=\"global\",mode=\"deny\"} 9\n"),
+              std::string::npos)
+        << p;
+    EXPECT_NE(p.find("grl_bucket_ratio{bucket=\"api\"} 0.330000\n"), std::string::npos) << p;
+    EXPECT_NE(p.find("grl_bucket_ratio{bucket=\"shadowed\"} 0.000000\n"), std::string::npos) << p;
+    EXPECT_NE(p.find("grl_control_plane_state{state=\"active\"} 1\n"), std::string::npos) << p;
+    EXPECT_NE(p.find("grl_instructions_unknown_bucket_total 1\n"), std::string::npos) << p;
+}
+
+}  // namespace
+}  // namespace grl
