@@ -1,5 +1,7 @@
 #include "grl/bucket.h"
 
+#include <cstring>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -75,29 +77,64 @@ std::string Matcher::add(const BucketDef& def) {
         if (!e.procedure_re) return error;
     }
     entries_.push_back(std::move(e));
+    // Literals point into entries_' strings, which a reallocation may move.
+    hot_.clear();
+    for (const Entry& en : entries_) {
+        hot_.push_back({literal(en.def.caller, en.caller_re.get()),
+                        literal(en.def.procedure, en.procedure_re.get())});
+    }
     return {};
 }
 
-bool Matcher::matches(const MatchSpec& spec, const Compiled* re, std::string_view v) {
-    switch (spec.kind) {
+namespace {
+
+// First min(8, size) bytes of `v` as a little-endian word, zero-padded.
+std::uint64_t head8(std::string_view v) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, v.data(), v.size() < 8 ? v.size() : 8);
+    return w;
+}
+
+}  // namespace
+
+Matcher::Literal Matcher::literal(const MatchSpec& spec, const Compiled* re) {
+    Literal l;
+    l.kind = spec.kind;
+    l.re = re;
+    l.data = spec.value.data();
+    l.len = static_cast<std::uint32_t>(spec.value.size());
+    std::size_t n = spec.value.size() < 8 ? spec.value.size() : 8;
+    l.head = head8(spec.value);
+    l.mask = n == 8 ? ~0ULL : ((1ULL << (8 * n)) - 1);
+    return l;
+}
+
+bool Matcher::matches(const Literal& l, std::string_view v, std::uint64_t v_head) {
+    switch (l.kind) {
         case MatchKind::Any: return true;
-        case MatchKind::Exact: return v == spec.value;
-        case MatchKind::Prefix: return v.substr(0, spec.value.size()) == spec.value;
+        case MatchKind::Exact:
+            if (v.size() != l.len) return false;
+            [[fallthrough]];
+        case MatchKind::Prefix:
+            if (v.size() < l.len || (v_head & l.mask) != l.head) return false;
+            return l.len <= 8 || std::memcmp(v.data() + 8, l.data + 8, l.len - 8) == 0;
         case MatchKind::Regex:
-            return pcre2_match(re->code, reinterpret_cast<PCRE2_SPTR>(v.data()), v.size(), 0, 0,
-                               re->data, nullptr) >= 0;
+            return pcre2_match(l.re->code, reinterpret_cast<PCRE2_SPTR>(v.data()), v.size(), 0, 0,
+                               l.re->data, nullptr) >= 0;
     }
     return false;
 }
 
 std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_t max) const {
+    const std::uint64_t caller_head = key.has_caller ? head8(key.caller) : 0;
+    const std::uint64_t procedure_head = head8(key.procedure);
     std::size_t n = 0;
-    for (std::size_t i = 0; i < entries_.size() && n < max; ++i) {
-        const Entry& e = entries_[i];
-        if (e.def.caller.kind != MatchKind::Any) {
-            if (!key.has_caller || !matches(e.def.caller, e.caller_re.get(), key.caller)) continue;
+    for (std::size_t i = 0; i < hot_.size() && n < max; ++i) {
+        const Hot& h = hot_[i];
+        if (h.caller.kind != MatchKind::Any) {
+            if (!key.has_caller || !matches(h.caller, key.caller, caller_head)) continue;
         }
-        if (!matches(e.def.procedure, e.procedure_re.get(), key.procedure)) continue;
+        if (!matches(h.procedure, key.procedure, procedure_head)) continue;
         out[n++] = static_cast<std::uint16_t>(i);
     }
     return n;

@@ -48,6 +48,24 @@ TEST(Matcher, ProcedureExactPrefixRegex) {
     EXPECT_EQ(run(m, "", false, ""), V({}));
 }
 
+TEST(Matcher, LiteralsAroundTheEightByteHead) {
+    Matcher m;
+    ASSERT_EQ(m.add(make("short", {}, {MatchKind::Exact, "/a"})), "");
+    ASSERT_EQ(m.add(make("eight", {}, {MatchKind::Exact, "/abcdefg"})), "");
+    ASSERT_EQ(m.add(make("long", {}, {MatchKind::Exact, "/abcdefghijklmnop"})), "");
+    ASSERT_EQ(m.add(make("longp", {}, {MatchKind::Prefix, "/abcdefghij"})), "");
+    EXPECT_EQ(run(m, "", false, "/a"), V({0}));
+    EXPECT_EQ(run(m, "", false, "/ab"), V({}));
+    EXPECT_EQ(run(m, "", false, "/abcdefg"), V({1}));
+    EXPECT_EQ(run(m, "", false, "/abcdefghijklmnop"), V({2, 3}));
+    EXPECT_EQ(run(m, "", false, "/abcdefghijklmnoX"), V({3}));
+    EXPECT_EQ(run(m, "", false, "/abcdefghiX"), V({}));   // differs after the head
+    EXPECT_EQ(run(m, "", false, "/abcdefghij"), V({3}));
+    EXPECT_EQ(run(m, "", false, "/abcdefghi"), V({}));    // shorter than the prefix
+    std::string with_nul("/a\0b", 4);
+    EXPECT_EQ(run(m, "", false, with_nul), V({}));
+}
+
 TEST(Matcher, CallerAndProcedureBothRequired) {
     Matcher m;
     ASSERT_EQ(m.add(make("both", {MatchKind::Exact, "bob"}, {MatchKind::Prefix, "/pay"})), "");

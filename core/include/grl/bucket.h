@@ -65,15 +65,31 @@ private:
         void operator()(Compiled* c) const;
     };
     using CompiledPtr = std::unique_ptr<Compiled, CompiledDeleter>;
+    // A literal's first 8 bytes as one word, so most mismatches cost a single
+    // compare; see match().
+    struct Literal {
+        std::uint64_t head = 0;
+        std::uint64_t mask = 0;
+        std::uint32_t len = 0;
+        MatchKind kind = MatchKind::Any;
+        const char* data = nullptr;  // into Entry::def
+        const Compiled* re = nullptr;
+    };
+    struct Hot {
+        Literal caller;
+        Literal procedure;
+    };
     struct Entry {
         BucketDef def;
         CompiledPtr caller_re;
         CompiledPtr procedure_re;
     };
     static CompiledPtr compile(std::string_view pattern, std::string& error);
-    static bool matches(const MatchSpec& spec, const Compiled* re, std::string_view v);
+    static bool matches(const Literal& lit, std::string_view v, std::uint64_t v_head);
+    static Literal literal(const MatchSpec& spec, const Compiled* re);
 
     std::vector<Entry> entries_;
+    std::vector<Hot> hot_;  // parallel to entries_, rebuilt by add()
 };
 
 // Error text for an invalid regex, or empty when `pattern` compiles.

@@ -1,0 +1,102 @@
+// Microbenchmark of the per-request decision: what the nginx handler does
+// between reading the caller/procedure and returning (match + count + sample).
+// Run: build/bench/grl_decision_bench   (see bench/README.md)
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grl/bucket.h"
+#include "grl/decision.h"
+#include "grl/ratio.h"
+#include "grl/zone_layout.h"
+
+namespace {
+
+struct Setup {
+    std::unique_ptr<char[]> mem;
+    grl::zone::View z;
+    grl::Matcher matcher;
+    std::vector<std::uint16_t> slots;
+    grl::Prng rng{12345};
+
+    // `buckets` procedure-prefix buckets on distinct paths plus, if `regex`,
+    // one regex bucket; `ratio_ppm` in force on every bucket.
+    Setup(int buckets, std::uint32_t ratio_ppm, bool regex) {
+        const std::uint32_t cap = 64;
+        mem.reset(new (std::align_val_t(64)) char[grl::zone::bytes_for(cap)]);
+        z = grl::zone::View(mem.get());
+        z.format(cap, 1);
+        std::vector<std::string> names;
+        for (int i = 0; i < buckets; ++i) {
+            grl::BucketDef d;
+            d.name = "b" + std::to_string(i);
+            d.procedure = {grl::MatchKind::Prefix, "/api/v" + std::to_string(i) + "/"};
+            d.limit_mrps = 1000000;
+            matcher.add(d);
+            names.push_back(d.name);
+        }
+        if (regex) {
+            grl::BucketDef d;
+            d.name = "re";
+            d.procedure = {grl::MatchKind::Regex, "^/api/v[0-9]+/users/[0-9]+$"};
+            d.limit_mrps = 1000000;
+            matcher.add(d);
+            names.push_back(d.name);
+        }
+        z.assign(names, slots);
+        for (std::uint16_t s : slots) {
+            z.slot(s).threshold = grl::ppm_to_threshold(ratio_ppm);
+            z.slot(s).expires_ms = ~0ULL;
+        }
+    }
+
+    grl::Decision one(std::string_view procedure) {
+        grl::RequestKey key{"", false, procedure};
+        std::uint16_t idx[grl::kMaxMatchesPerRequest];
+        std::size_t n = matcher.match(key, idx, grl::kMaxMatchesPerRequest);
+        std::uint16_t s[grl::kMaxMatchesPerRequest];
+        for (std::size_t i = 0; i < n; ++i) s[i] = slots[idx[i]];
+        return grl::decide(z, s, n, 0, 1000, rng).decision;
+    }
+};
+
+// The configuration: 10 buckets at ratio 0; the request matches one.
+void BM_Decision10BucketsRatio0(benchmark::State& state) {
+    Setup s(10, 0, false);
+    for (auto _ : state) benchmark::DoNotOptimize(s.one("/api/v7/users/42"));
+}
+BENCHMARK(BM_Decision10BucketsRatio0);
+
+// Same, with a ratio in force (samples the PRNG, sometimes drops).
+void BM_Decision10BucketsRatio33(benchmark::State& state) {
+    Setup s(10, 330000, false);
+    for (auto _ : state) benchmark::DoNotOptimize(s.one("/api/v7/users/42"));
+}
+BENCHMARK(BM_Decision10BucketsRatio33);
+
+// No bucket matches: the cost every unmatched request pays.
+void BM_Decision10BucketsNoMatch(benchmark::State& state) {
+    Setup s(10, 0, false);
+    for (auto _ : state) benchmark::DoNotOptimize(s.one("/static/logo.png"));
+}
+BENCHMARK(BM_Decision10BucketsNoMatch);
+
+// 10 prefix buckets plus one PCRE2 (JIT) regex bucket that matches.
+void BM_Decision10BucketsPlusRegex(benchmark::State& state) {
+    Setup s(10, 0, true);
+    for (auto _ : state) benchmark::DoNotOptimize(s.one("/api/v7/users/42"));
+}
+BENCHMARK(BM_Decision10BucketsPlusRegex);
+
+// Scaling of the linear scan.
+void BM_DecisionNBuckets(benchmark::State& state) {
+    Setup s(static_cast<int>(state.range(0)), 0, false);
+    for (auto _ : state) benchmark::DoNotOptimize(s.one("/api/v0/users/42"));
+}
+BENCHMARK(BM_DecisionNBuckets)->Arg(1)->Arg(10)->Arg(50);
+
+}  // namespace
+
+BENCHMARK_MAIN();
