@@ -347,6 +347,7 @@ class Fields {
     }
 
     void set_where(std::string where) { where_ = std::move(where); }
+    bool present(std::size_t k) const { return vals_[k] != nullptr; }
 
     bool get(std::size_t k, msgpack_object_type want, const char* want_name,
              const msgpack_object*& o, std::string& error) const {
@@ -591,13 +592,84 @@ const std::array<std::string_view, kInstructionsKeys> kInstructionsKeyNames = {
     "v", "type", "ts_ms", "seq", "source", "ttl_ms", "scope", "region", "zone", "buckets",
 };
 
-enum InstructionKey : std::size_t { kIBName, kIBRatioPpm, kIBLimitMrps, kIBMode, kInstructionKeys };
-const std::array<std::string_view, kInstructionKeys> kInstructionKeyNames = {
-    "name",
-    "ratio_ppm",
-    "limit_mrps",
-    "mode",
+enum InstructionKey : std::size_t {
+    kIBName,
+    kIBRatioPpm,
+    kIBLimitMrps,
+    kIBMode,
+    kIBMatch,
+    kInstructionKeys
 };
+const std::array<std::string_view, kInstructionKeys> kInstructionKeyNames = {
+    "name", "ratio_ppm", "limit_mrps", "mode", "match",
+};
+
+enum MatchKey : std::size_t {
+    kMCaller,
+    kMCallerKind,
+    kMProcedure,
+    kMProcedureKind,
+    kMScope,
+    kMatchKeys
+};
+const std::array<std::string_view, kMatchKeys> kMatchKeyNames = {
+    "caller", "caller_kind", "procedure", "procedure_kind", "scope",
+};
+
+std::string_view kind_name(MatchKind k) {
+    switch (k) {
+        case MatchKind::Exact: return "exact";
+        case MatchKind::Prefix: return "prefix";
+        case MatchKind::Regex: return "regex";
+        case MatchKind::Any: break;
+    }
+    return "exact";
+}
+
+// The optional "match" map of an instruction entry (a run-time bucket).
+template <std::size_t N>
+bool runtime_match(const Fields<N>& bf, Instruction& b, std::string& error) {
+    const msgpack_object* o = nullptr;
+    if (!bf.present(kIBMatch)) return true;
+    if (!bf.get(kIBMatch, MSGPACK_OBJECT_MAP, "map", o, error)) return false;
+    Fields<kMatchKeys> mf(kMatchKeyNames);
+    mf.set_where(" in \"match\"" + bf.where());
+    if (!mf.collect(*o, error)) return false;
+    std::string_view ck, pk;
+    if (!mf.str(kMCaller, b.match.caller, error) || !mf.str(kMCallerKind, ck, error) ||
+        !mf.str(kMProcedure, b.match.procedure, error) || !mf.str(kMProcedureKind, pk, error) ||
+        !mf.scope(kMScope, b.match.scope, error)) {
+        return false;
+    }
+    if (ck == "exact" || ck == "prefix") {
+        b.match.caller_kind = ck == "exact" ? MatchKind::Exact : MatchKind::Prefix;
+    } else {
+        error = "bad \"caller_kind\" " + quote(ck) + mf.where();
+        return false;
+    }
+    if (pk == "exact" || pk == "prefix" || pk == "regex") {
+        b.match.procedure_kind = pk == "exact"    ? MatchKind::Exact
+                                 : pk == "prefix" ? MatchKind::Prefix
+                                                  : MatchKind::Regex;
+    } else {
+        error = "bad \"procedure_kind\" " + quote(pk) + mf.where();
+        return false;
+    }
+    if (b.match.caller.size() > kMaxMatchValueLen || b.match.procedure.size() > kMaxMatchValueLen) {
+        error = "match value longer than " + std::to_string(kMaxMatchValueLen) + " bytes" +
+                mf.where();
+        return false;
+    }
+    if (b.match.procedure_kind == MatchKind::Regex) {
+        std::string re = check_regex(b.match.procedure);
+        if (!re.empty()) {
+            error = re + mf.where();
+            return false;
+        }
+    }
+    b.has_match = true;
+    return true;
+}
 
 // "region"/"zone" of an instructions message: a valid name when the scope needs it, otherwise
 // empty or a valid name.
@@ -641,7 +713,8 @@ bool decode_instructions(std::string_view bytes, Instructions& out, std::string&
             return false;
         }
         b.ratio_ppm = static_cast<std::uint32_t>(ratio);
-        if (!bf.u64(kIBLimitMrps, b.limit_mrps, error) || !bf.mode(kIBMode, b.mode, error)) {
+        if (!bf.u64(kIBLimitMrps, b.limit_mrps, error) || !bf.mode(kIBMode, b.mode, error) ||
+            !runtime_match(bf, b, error)) {
             return false;
         }
         m.buckets.push_back(std::move(b));
@@ -715,11 +788,20 @@ void encode(const Instructions& m, std::string& out) {
     p.str("buckets");
     p.array(m.buckets.size());
     for (const Instruction& b : m.buckets) {
-        p.map(kInstructionKeys);
+        p.map(b.has_match ? kInstructionKeys : kInstructionKeys - 1);
         p.kv("name", b.name);
         p.kv("ratio_ppm", b.ratio_ppm);
         p.kv("limit_mrps", b.limit_mrps);
         p.kv("mode", to_string(b.mode));
+        if (b.has_match) {
+            p.str("match");
+            p.map(kMatchKeys);
+            p.kv("caller", b.match.caller);
+            p.kv("caller_kind", kind_name(b.match.caller_kind));
+            p.kv("procedure", b.match.procedure);
+            p.kv("procedure_kind", kind_name(b.match.procedure_kind));
+            p.kv("scope", to_string(b.match.scope));
+        }
     }
     p.append_to(out);
 }

@@ -406,10 +406,10 @@ class Publisher:
     background thread resend the instruction message(s) every `period`
     seconds (fresh ts_ms and seq each time) until clear() or close()."""
 
-    def __init__(self, ctx, period=0.1, source="test-controller"):
+    def __init__(self, ctx, period=0.1, source="test-controller", bind="tcp://127.0.0.1:*"):
         self.sock = ctx.socket(zmq.PUB)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind("tcp://127.0.0.1:*")
+        self.sock.bind(bind)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.period = period
         self.source = source
@@ -462,10 +462,10 @@ class Collector:
     """A collector stand-in: a PULL socket bound on a runtime port; decodes
     reports into self.reports (arrival order)."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, bind="tcp://127.0.0.1:*"):
         self.sock = ctx.socket(zmq.PULL)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind("tcp://127.0.0.1:*")
+        self.sock.bind(bind)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.reports = []
 
@@ -521,3 +521,15 @@ def grl_conf(buckets=(), publisher=None, collector=None, instructions=None, coll
     if extra:
         lines.append(extra)
     return "\n".join(lines)
+
+
+def wait_ratio(nginx, name, ratio, timeout=10.0):
+    """Waits until the status page shows bucket `name` holding an active `ratio`."""
+    def ok():
+        b = nginx.bucket(name)
+        return b["ratio_state"] == "active" and abs(b["ratio"] - ratio) < 1e-6 and b
+    return wait_until(ok, timeout, what="bucket %r to hold ratio %s" % (name, ratio))
+
+
+def count(items, pred):
+    return sum(1 for x in items if pred(x))

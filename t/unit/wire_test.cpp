@@ -1039,3 +1039,53 @@ TEST(Wire, Topics) {
 
 }  // namespace
 }  // namespace grl::wire
+
+namespace grl::wire {
+namespace {
+
+TEST(WireRuntimeMatch, RoundTripAndValidation) {
+    Instructions m;
+    m.source = "c";
+    m.seq = 1;
+    m.ts_ms = 2;
+    m.ttl_ms = 3;
+    Instruction plain;
+    plain.name = "configured";
+    Instruction rt;
+    rt.name = "emergency";
+    rt.ratio_ppm = 500000;
+    rt.has_match = true;
+    rt.match.caller = "bot-";
+    rt.match.caller_kind = MatchKind::Prefix;
+    rt.match.procedure = "^/search";
+    rt.match.procedure_kind = MatchKind::Regex;
+    rt.match.scope = Scope::Zone;
+    m.buckets = {plain, rt};
+    std::string bytes;
+    encode(m, bytes);
+    Instructions d;
+    std::string err;
+    ASSERT_TRUE(decode(bytes, d, err)) << err;
+    ASSERT_EQ(d.buckets.size(), 2u);
+    EXPECT_FALSE(d.buckets[0].has_match);
+    EXPECT_TRUE(d.buckets[1].has_match);
+    EXPECT_TRUE(d.buckets[1].match == rt.match);
+
+    // A bad regex in a run-time match is rejected as a whole message.
+    m.buckets[1].match.procedure = "(unclosed";
+    bytes.clear();
+    encode(m, bytes);
+    EXPECT_FALSE(decode(bytes, d, err));
+    EXPECT_NE(err.find("invalid regex"), std::string::npos) << err;
+
+    // Over-long match values are rejected.
+    m.buckets[1].match.procedure = std::string(kMaxMatchValueLen + 1, 'a');
+    m.buckets[1].match.procedure_kind = MatchKind::Prefix;
+    bytes.clear();
+    encode(m, bytes);
+    EXPECT_FALSE(decode(bytes, d, err));
+    EXPECT_NE(err.find("longer than"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace grl::wire

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "grl/bucket.h"
 #include "grl/bucket_types.h"
 
 namespace grl::wire {
@@ -38,11 +39,27 @@ struct Report {
     std::vector<ReportBucket> buckets;
 };
 
+// The match of a run-time (emergency) bucket defined by the control plane.
+struct RuntimeMatch {
+    std::string caller;  // empty: any caller
+    MatchKind caller_kind = MatchKind::Exact;
+    std::string procedure;  // empty: any procedure
+    MatchKind procedure_kind = MatchKind::Exact;
+    Scope scope = Scope::Global;
+    bool operator==(const RuntimeMatch& o) const {
+        return caller == o.caller && caller_kind == o.caller_kind && procedure == o.procedure &&
+               procedure_kind == o.procedure_kind && scope == o.scope;
+    }
+};
+inline constexpr std::size_t kMaxMatchValueLen = 127;
+
 struct Instruction {
     std::string name;
     std::uint32_t ratio_ppm = 0;  // 0..1'000'000
     std::uint64_t limit_mrps = 0;
     Mode mode = Mode::Deny;
+    bool has_match = false;  // a run-time bucket: `match` is meaningful
+    RuntimeMatch match;
 };
 
 struct Instructions {

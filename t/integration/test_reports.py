@@ -1,0 +1,120 @@
+"""Reports to a test collector (ZMQ PULL bound here, nginx's PUSH connects):
+cumulative counts, continuity across `nginx -s reload`, buckets added and
+removed by a reload, and failing open without any control plane."""
+
+import time
+
+import grl_harness as h
+from grl_harness import report_buckets
+
+
+def counts(report):
+    return {name: b["offered"] for name, b in report_buckets(report).items()}
+
+
+def test_report_content(nginx_factory, collector):
+    n = nginx_factory(h.grl_conf(["a procedure_prefix=/a rate=100r/s",
+                                  "b procedure_prefix=/b rate=600r/m scope=zone mode=shadow"],
+                                 collector=collector, host="id=web-7 zone=z1 region=r1"))
+    r = collector.wait_for(lambda r: True, 5)
+    assert (r["v"], r["type"], r["host"], r["zone"], r["region"], r["interval_ms"]) == (
+        1, "report", "web-7", "z1", "r1", 100), r
+    assert abs(r["ts_ms"] - time.time() * 1000) < 60000, "ts_ms is the wall clock in ms"
+    assert "%016x" % r["epoch"] == n.status()["epoch"], "the status page shows the report's epoch"
+    assert [(b["name"], b["scope"], b["mode"], b["limit_mrps"]) for b in r["buckets"]] == [
+        ("a", "global", "deny", 100000), ("b", "zone", "shadow", 10000)]
+    assert all(b["offered"] == b["admitted"] == b["dropped"] == b["shadow_dropped"] == 0
+               for b in r["buckets"])
+
+
+def test_reports_are_cumulative_and_survive_reloads(nginx_factory, collector):
+    two = ["a procedure_prefix=/a rate=100r/s", "b procedure_prefix=/b rate=10r/s"]
+    n = nginx_factory(h.grl_conf(two, collector=collector))
+    first = collector.wait_for(lambda r: True, 5)
+    epoch = first["epoch"]
+
+    n.blast("/a/1", 150)
+    n.blast("/b/1", 50)
+    collector.wait_for(lambda r: counts(r) == {"a": 150, "b": 50}, 5, "a report with a=150 b=50")
+    seq_before = max(r["seq"] for r in collector.reports)
+
+    # Reload 1 (with `nginx -s reload`): add bucket c.
+    n.write_conf(http_extra=h.grl_conf(two + ["c procedure_prefix=/c rate=1r/s"], collector=collector))
+    n.reload(use_signaller=True)
+    collector.wait_for(lambda r: set(counts(r)) == {"a", "b", "c"}, 5, "a report with the new bucket c")
+    n.blast("/a/2", 100)
+    n.blast("/c/2", 30)
+    collector.wait_for(lambda r: counts(r) == {"a": 250, "b": 50, "c": 30}, 5,
+                       "a report with a=250 b=50 c=30 (counted across the reload)")
+
+    # Reload 2 (SIGHUP): remove bucket b.
+    seq_before2 = max(r["seq"] for r in collector.reports)
+    n.write_conf(http_extra=h.grl_conf(["a procedure_prefix=/a rate=100r/s",
+                                        "c procedure_prefix=/c rate=1r/s"], collector=collector))
+    n.reload(use_signaller=False)
+    n.blast("/a/3", 10)
+    n.blast("/b/3", 10)  # matches nothing now
+    collector.wait_for(lambda r: counts(r) == {"a": 260, "c": 30}, 5, "a report with a=260 c=30, no b")
+    time.sleep(0.35)
+    collector.poll()
+    assert all(set(counts(r)) == {"a", "c"} for r in collector.reports[-3:]), "bucket b still reported"
+    assert [b["name"] for b in n.status()["buckets"]] == ["a", "c"]
+
+    reports = collector.reports
+    assert all(r["epoch"] == epoch for r in reports), "the epoch must survive reloads"
+    seqs = [r["seq"] for r in reports]
+    assert len(set(seqs)) == len(seqs), "duplicate seq: %s" % seqs
+    # Arrival order interleaves at most two senders (old and new worker 0 during
+    # a reload); each configuration's reports (told apart by their bucket sets)
+    # come from one sender and have strictly increasing seq.
+    by_conf = {}
+    for r in reports:
+        by_conf.setdefault(tuple(sorted(counts(r))), []).append(r["seq"])
+    for conf, s in by_conf.items():
+        assert s == sorted(s), "seq not increasing for configuration %s: %s" % (conf, s)
+    assert min(by_conf[("a", "b", "c")]) > seq_before
+    assert min(by_conf[("a", "c")]) > seq_before2
+    # Cumulative: ordered by seq, no counter ever goes backwards.
+    for name in ("a", "b", "c"):
+        vals = [report_buckets(r)[name]["offered"] for r in sorted(reports, key=lambda r: r["seq"])
+                if name in report_buckets(r)]
+        assert vals == sorted(vals), "offered of %s went backwards: %s" % (name, vals)
+
+
+def test_fail_open_without_control_plane(nginx_factory, zctx):
+    collector_ep = h.unused_endpoint()
+    instructions_ep = h.unused_endpoint()
+    n = nginx_factory(h.grl_conf(["api rate=1r/s"], collector_endpoint=collector_ep,
+                                 instructions=instructions_ep, ttl="1s"))
+    rs = n.blast("/", 200)
+    assert all(r.status == 200 for r in rs), "no control plane: every request must pass"
+    assert all(e["decision"] == "pass" for e in n.access_log() if e["uri"] == "/")
+
+    st = h.wait_until(lambda: (lambda s: s["control_plane"]["reports_dropped"] >= 5 and s)(n.status()), 5,
+                      what="reports_dropped to grow")
+    cp = st["control_plane"]
+    assert cp["state"] == "waiting" and cp["reporting"] is True and cp["reports_sent"] == 0, cp
+    assert cp["last_instruction_age_ms"] == -1
+    b = st["buckets"][0]
+    assert (b["offered"], b["admitted"], b["dropped"], b["ratio_state"]) == (200, 200, 0, "waiting"), b
+    time.sleep(0.3)
+    assert n.status()["control_plane"]["reports_dropped"] > cp["reports_dropped"], "keeps counting"
+    log = n.error_log()
+    assert "grl: reporter started" in log
+    for bad in ("[alert]", "[crit]", "[emerg]", "grl: reporter not started"):
+        assert bad not in log, log[-2000:]
+
+    # The daemons come up after nginx: nginx (which connects) finds them.
+    collector = h.Collector(zctx, bind=collector_ep)
+    publisher = h.Publisher(zctx, bind=instructions_ep)
+    try:
+        r = collector.wait_for(lambda r: True, 5, "a report once the collector is up")
+        assert r["reports_dropped"] >= 5
+        assert counts(r) == {"api": 200}
+        publisher.set([h.bucket_entry("api", 1000000)])
+        h.wait_ratio(n, "api", 1.0)
+        assert all(r.status == 429 for r in n.blast("/", 20))
+        assert n.status()["control_plane"]["reports_sent"] >= 1
+    finally:
+        collector.close()
+        publisher.close()
