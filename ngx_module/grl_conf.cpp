@@ -69,7 +69,7 @@ char* set_zone(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         auto size = parse_size(arg.substr(colon + 1));
         if (!size) return conf_error(cf, directive(cmd) + ": " + size.error);
         // Room for the slab allocator's bookkeeping plus at least one bucket.
-        std::uint64_t min = 8 * ngx_pagesize + zone::bytes_for(1);
+        std::uint64_t min = 8 * ngx_pagesize + zone::bytes_for(zone::kRuntimeSlots + 1);
         if (size.value < min) {
             return conf_error(cf, directive(cmd) + ": zone " + quoted(arg) + " is too small, at least " +
                                       std::to_string(min / 1024 + 1) + "k");
@@ -419,7 +419,7 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
             m->zone_base = shpool->data;
         } else {
             std::uint32_t cap = zone::capacity_for(shpool->pfree * ngx_pagesize);
-            if (cap == 0) {
+            if (cap <= zone::kRuntimeSlots) {
                 ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\" is too small", &shm_zone->shm.name);
                 return NGX_ERROR;
             }

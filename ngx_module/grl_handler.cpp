@@ -2,6 +2,9 @@
 // for the $grl_* variables. No lock, no syscall, no logging unless dropping;
 // the only memory taken is one small request-pool record when a bucket matched.
 
+#include <cstring>
+#include <vector>
+
 #include "grl/ratio.h"
 #include "grl_module.h"
 
@@ -39,6 +42,35 @@ bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) 
     if (ngx_http_complex_value(r, s.cv, &val) != NGX_OK || val.len == 0) return false;
     out = {reinterpret_cast<const char*>(val.data), val.len};
     return true;
+}
+
+// This process's copy of the run-time bucket definitions, rebuilt when the
+// zone's runtime_gen moves (rare; the only time the request path allocates).
+struct RuntimeCache {
+    std::uint64_t gen = ~0ULL;
+    const void* zone = nullptr;
+    Matcher matcher;
+    std::vector<std::uint16_t> slots;
+};
+RuntimeCache* g_runtime = nullptr;
+
+const RuntimeCache* runtime_buckets(const MainConf* m, const zone::View& z) {
+    std::uint64_t gen = z.header().runtime_gen.load(std::memory_order_acquire);
+    if (g_runtime && g_runtime->gen == gen && g_runtime->zone == m->zone_base) return g_runtime;
+    try {
+        auto* c = new RuntimeCache();
+        std::vector<RuntimeBucket> rt = load_runtime(z, c->gen);
+        for (const RuntimeBucket& b : rt) {
+            if (m->cpp->table.find(b.def.name) >= 0) continue;  // configured wins
+            if (c->matcher.add(b.def).empty()) c->slots.push_back(b.slot);
+        }
+        c->zone = m->zone_base;
+        delete g_runtime;
+        g_runtime = c;
+    } catch (const std::exception&) {
+        // Out of memory: keep the previous definitions (or none).
+    }
+    return g_runtime;
 }
 
 ngx_int_t set_retry_after(ngx_http_request_t* r, const LocConf* l) {
@@ -81,10 +113,16 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     if (!read_source(r, m->procedure, key.procedure)) key.procedure = {};
 
     std::uint16_t idx[kMaxMatchesPerRequest];
-    std::size_t n = m->cpp->matcher.match(key, idx, kMaxMatchesPerRequest);
-    if (n == 0) return NGX_DECLINED;
     std::uint16_t slots[kMaxMatchesPerRequest];
+    std::size_t n = m->cpp->matcher.match(key, idx, kMaxMatchesPerRequest);
     for (std::size_t i = 0; i < n; ++i) slots[i] = m->cpp->table.slots[idx[i]];
+    const RuntimeCache* rt = runtime_buckets(m, z);
+    if (rt && !rt->slots.empty() && n < kMaxMatchesPerRequest) {
+        std::size_t k = rt->matcher.match(key, idx + n, kMaxMatchesPerRequest - n);
+        for (std::size_t i = n; i < n + k; ++i) slots[i] = rt->slots[idx[i]];
+        n += k;
+    }
+    if (n == 0) return NGX_DECLINED;
 
     Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng);
 
@@ -93,23 +131,23 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     if (ctx && cln) {
         ctx->outcome = out;
         ctx->n = static_cast<std::uint8_t>(n);
-        for (std::size_t i = 0; i < n; ++i) ctx->matched[i] = idx[i];
+        for (std::size_t i = 0; i < n; ++i) ctx->matched[i] = slots[i];
         cln->handler = ctx_marker;
         cln->data = ctx;
         ngx_http_set_ctx(r, ctx, ngx_http_grl_module);
     }
 
     if (out.decision == Decision::Pass || out.decision == Decision::None) return NGX_DECLINED;
-    const std::string& name = m->cpp->table.defs[idx[out.decided_by]].name;
+    const char* name = z.slot(slots[out.decided_by]).name;
     std::uint32_t ppm = threshold_to_ppm(out.threshold);
     if (out.decision == Decision::ShadowDrop) {
         ngx_log_error(l->log_level, r->connection->log, 0,
                       "grl: bucket \"%s\" would drop the request (shadow), ratio %uD.%06uD",
-                      name.c_str(), ppm / kPpmOne, ppm % kPpmOne);
+                      name, ppm / kPpmOne, ppm % kPpmOne);
         return NGX_DECLINED;
     }
     ngx_log_error(l->log_level, r->connection->log, 0,
-                  "grl: request dropped by bucket \"%s\", ratio %uD.%06uD", name.c_str(),
+                  "grl: request dropped by bucket \"%s\", ratio %uD.%06uD", name,
                   ppm / kPpmOne, ppm % kPpmOne);
     if (set_retry_after(r, l) != NGX_OK) return NGX_ERROR;
     return static_cast<ngx_int_t>(l->reject_status);
@@ -137,24 +175,29 @@ ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uint
         v->not_found = 1;
         return NGX_OK;
     }
-    const BucketTable& t = m->cpp->table;
+    // Names are read from the zone slots, which serve configured and run-time buckets alike.
+    zone::View z(m->zone_base);
+    auto name = [&](std::uint16_t slot) {
+        const char* s = z.slot(slot).name;
+        return std::string_view(s, strnlen(s, kMaxNameLen + 1));
+    };
     if (data == kVarBucket) {
         Decision d = ctx->outcome.decision;
         if (d != Decision::Drop && d != Decision::ShadowDrop) {
             v->not_found = 1;
             return NGX_OK;
         }
-        return set(t.defs[ctx->matched[ctx->outcome.decided_by]].name);
+        return set(name(ctx->matched[ctx->outcome.decided_by]));
     }
     if (data == kVarBuckets) {
         size_t len = 0;
-        for (std::uint8_t i = 0; i < ctx->n; ++i) len += t.defs[ctx->matched[i]].name.size() + 1;
+        for (std::uint8_t i = 0; i < ctx->n; ++i) len += name(ctx->matched[i]).size() + 1;
         auto* p = static_cast<u_char*>(ngx_pnalloc(r->pool, len));
         if (p == nullptr) return NGX_ERROR;
         v->data = p;
         for (std::uint8_t i = 0; i < ctx->n; ++i) {
             if (i) *p++ = ',';
-            const std::string& s = t.defs[ctx->matched[i]].name;
+            std::string_view s = name(ctx->matched[i]);
             p = ngx_cpymem(p, s.data(), s.size());
         }
         v->len = static_cast<size_t>(p - v->data);

@@ -69,7 +69,7 @@ struct LocConf {
 struct RequestCtx {
     Outcome outcome;
     std::uint8_t n;
-    std::uint16_t matched[kMaxMatchesPerRequest];  // indices into Config::table
+    std::uint16_t matched[kMaxMatchesPerRequest];  // zone slots of the matched buckets
 };
 
 inline zone::View zone_view(const MainConf* m) { return zone::View(m->zone_base); }

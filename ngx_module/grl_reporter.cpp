@@ -104,6 +104,11 @@ void drain(Reporter& rep) {
             malformed(rep, error);
             continue;
         }
+        // During a reload the old reporter keeps draining its socket but leaves
+        // the zone to the new one: one writer of instructions at a time.
+        if (z.header().reporter_pid.load(std::memory_order_relaxed) != static_cast<std::uint32_t>(ngx_pid)) {
+            continue;
+        }
         apply_instructions(z, rep.conf->cpp->table, msg, ngx_current_msec, rep.conf->instruction_ttl);
     }
 }
@@ -129,6 +134,12 @@ void log_state_changes(Reporter& rep) {
                       "grl: control plane %s%s", std::string(zone::to_string(ps)).c_str(),
                       ps == zone::PlaneState::Expired ? ", no instruction within the TTL: failing open"
                                                       : "");
+    }
+    bool writer = z.header().reporter_pid.load(std::memory_order_relaxed) ==
+                  static_cast<std::uint32_t>(ngx_pid);
+    for (const std::string& name : writer ? expire_runtime(z, now) : std::vector<std::string>{}) {
+        ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
+                      "grl: run-time bucket \"%s\" expired and was removed, failing open", name.c_str());
     }
     const BucketTable& t = rep.conf->cpp->table;
     for (std::size_t i = 0; i < t.defs.size(); ++i) {

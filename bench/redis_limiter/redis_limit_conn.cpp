@@ -46,6 +46,7 @@ struct Conn {
 Conn g;
 
 void connect_now() noexcept;
+void on_script_loaded(redisAsyncContext* ac, void* reply, void* privdata) noexcept;
 
 void schedule_retry() noexcept {
     if (g.stopping || g.retry.timer_set) return;
@@ -132,7 +133,6 @@ void cleanup(void* p) noexcept {
 // ---- connection lifecycle ------------------------------------------------------
 
 void send_script_load() noexcept {
-    void on_script_loaded(redisAsyncContext * ac, void* reply, void* privdata) noexcept;
     const std::string& s = g.conf->script;
     g.ready = false;
     g.loading = redisAsyncCommand(g.ac, on_script_loaded, nullptr, "SCRIPT LOAD %b", s.data(),

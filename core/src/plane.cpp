@@ -1,7 +1,9 @@
 #include "grl/plane.h"
 
 #include <cstdarg>
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "grl/ratio.h"
 
@@ -12,6 +14,124 @@ int BucketTable::find(std::string_view name) const {
         if (defs[i].name == name) return static_cast<int>(i);
     }
     return -1;
+}
+
+namespace {
+
+void write_runtime_def(zone::RuntimeDef& d, const std::string& name, const wire::RuntimeMatch& m) {
+    std::uint32_t seq = d.seq.load(std::memory_order_relaxed);
+    d.seq.store(seq + 1, std::memory_order_relaxed);  // odd: being written
+    std::atomic_thread_fence(std::memory_order_release);
+    std::memset(d.name, 0, sizeof(d.name));
+    std::memcpy(d.name, name.data(), std::min(name.size(), kMaxNameLen));
+    d.caller_len = static_cast<std::uint8_t>(std::min(m.caller.size(), zone::kMaxRuntimeValue));
+    std::memcpy(d.caller, m.caller.data(), d.caller_len);
+    d.procedure_len = static_cast<std::uint8_t>(std::min(m.procedure.size(), zone::kMaxRuntimeValue));
+    std::memcpy(d.procedure, m.procedure.data(), d.procedure_len);
+    d.caller_kind = static_cast<std::uint8_t>(m.caller_kind);
+    d.procedure_kind = static_cast<std::uint8_t>(m.procedure_kind);
+    d.scope = static_cast<std::uint8_t>(m.scope);
+    d.in_use = 1;
+    d.seq.store(seq + 2, std::memory_order_release);
+}
+
+void clear_runtime_def(zone::RuntimeDef& d) {
+    std::uint32_t seq = d.seq.load(std::memory_order_relaxed);
+    d.seq.store(seq + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    d.in_use = 0;
+    d.seq.store(seq + 2, std::memory_order_release);
+}
+
+wire::RuntimeMatch match_of(const zone::RuntimeDef& d) {
+    wire::RuntimeMatch m;
+    m.caller.assign(d.caller, d.caller_len);
+    m.caller_kind = static_cast<MatchKind>(d.caller_kind);
+    m.procedure.assign(d.procedure, d.procedure_len);
+    m.procedure_kind = static_cast<MatchKind>(d.procedure_kind);
+    m.scope = static_cast<Scope>(d.scope);
+    return m;
+}
+
+// Finds or creates the run-time definition for `in`; returns its bucket slot or -1.
+int runtime_slot_for(const zone::View& z, const wire::Instruction& in) {
+    zone::Header& h = z.header();
+    int free_def = -1;
+    for (std::uint32_t i = 0; i < zone::kRuntimeSlots; ++i) {
+        zone::RuntimeDef& d = h.runtime[i];
+        if (!d.in_use) {
+            if (free_def < 0) free_def = static_cast<int>(i);
+            continue;
+        }
+        if (in.name != d.name) continue;
+        if (!(match_of(d) == in.match)) {
+            write_runtime_def(d, in.name, in.match);
+            h.runtime_gen.fetch_add(1, std::memory_order_release);
+        }
+        return static_cast<int>(z.runtime_slot(i));
+    }
+    if (free_def < 0) {
+        h.runtime_rejected.fetch_add(1, std::memory_order_relaxed);
+        return -1;
+    }
+    auto i = static_cast<std::uint32_t>(free_def);
+    z.reset_slot(z.runtime_slot(i));
+    zone::BucketSlot& s = z.slot(z.runtime_slot(i));
+    std::memcpy(s.name, in.name.data(), std::min(in.name.size(), kMaxNameLen));
+    s.in_use = 1;
+    write_runtime_def(h.runtime[i], in.name, in.match);
+    h.runtime_gen.fetch_add(1, std::memory_order_release);
+    return static_cast<int>(z.runtime_slot(i));
+}
+
+}  // namespace
+
+std::vector<RuntimeBucket> load_runtime(const zone::View& z, std::uint64_t& gen) {
+    zone::Header& h = z.header();
+    std::vector<RuntimeBucket> out;
+    gen = h.runtime_gen.load(std::memory_order_acquire);
+    for (std::uint32_t i = 0; i < zone::kRuntimeSlots; ++i) {
+        const zone::RuntimeDef& d = h.runtime[i];
+        for (int attempt = 0; attempt < 1000; ++attempt) {
+            std::uint32_t before = d.seq.load(std::memory_order_acquire);
+            if (before & 1) continue;
+            bool in_use = d.in_use;
+            RuntimeBucket b;
+            if (in_use) {
+                b.def.name.assign(d.name, strnlen(d.name, sizeof(d.name)));
+                wire::RuntimeMatch m = match_of(d);
+                if (!m.caller.empty()) b.def.caller = {m.caller_kind, m.caller};
+                if (!m.procedure.empty()) b.def.procedure = {m.procedure_kind, m.procedure};
+                b.def.scope = m.scope;
+                b.slot = static_cast<std::uint16_t>(z.runtime_slot(i));
+            }
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (d.seq.load(std::memory_order_relaxed) != before) continue;
+            if (in_use) {
+                const zone::BucketSlot& s = z.slot(b.slot);
+                b.def.mode = static_cast<Mode>(s.mode.load(std::memory_order_relaxed));
+                b.def.limit_mrps = s.limit_mrps.load(std::memory_order_relaxed);
+                out.push_back(std::move(b));
+            }
+            break;
+        }
+    }
+    return out;
+}
+
+std::vector<std::string> expire_runtime(const zone::View& z, std::uint64_t now_ms) {
+    zone::Header& h = z.header();
+    std::vector<std::string> removed;
+    for (std::uint32_t i = 0; i < zone::kRuntimeSlots; ++i) {
+        zone::RuntimeDef& d = h.runtime[i];
+        if (!d.in_use) continue;
+        const zone::BucketSlot& s = z.slot(z.runtime_slot(i));
+        if (now_ms < s.expires_ms.load(std::memory_order_relaxed)) continue;
+        removed.emplace_back(d.name, strnlen(d.name, sizeof(d.name)));
+        clear_runtime_def(d);
+        h.runtime_gen.fetch_add(1, std::memory_order_release);
+    }
+    return removed;
 }
 
 void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
@@ -41,6 +161,21 @@ void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
         b.shadow_dropped = tot.shadow_dropped;
         r.buckets.push_back(std::move(b));
     }
+    std::uint64_t gen = 0;
+    for (const RuntimeBucket& rb : load_runtime(z, gen)) {
+        if (t.find(rb.def.name) >= 0) continue;  // a configured bucket of that name wins
+        zone::View::Totals tot = z.totals(rb.slot);
+        wire::ReportBucket b;
+        b.name = rb.def.name;
+        b.scope = rb.def.scope;
+        b.mode = rb.def.mode;
+        b.limit_mrps = rb.def.limit_mrps;
+        b.offered = tot.offered;
+        b.admitted = tot.admitted;
+        b.dropped = tot.dropped;
+        b.shadow_dropped = tot.shadow_dropped;
+        r.buckets.push_back(std::move(b));
+    }
 }
 
 std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
@@ -53,11 +188,13 @@ std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
     std::size_t applied = 0;
     for (const wire::Instruction& in : m.buckets) {
         int i = t.find(in.name);
-        if (i < 0) {
+        int slot = i >= 0 ? t.slots[static_cast<std::size_t>(i)] : -1;
+        if (slot < 0 && in.has_match) slot = runtime_slot_for(z, in);
+        if (slot < 0) {
             h.instructions_unknown_bucket.fetch_add(1, std::memory_order_relaxed);
             continue;
         }
-        zone::BucketSlot& s = z.slot(t.slots[static_cast<std::size_t>(i)]);
+        zone::BucketSlot& s = z.slot(static_cast<std::uint32_t>(slot));
         bool held_live = now_ms < s.expires_ms.load(std::memory_order_relaxed);
         if (held_live && m.ts_ms < s.issued_ts_ms.load(std::memory_order_relaxed)) continue;
         // Ratio and mode first, expiry last: a reader that sees the new expiry
@@ -108,6 +245,7 @@ std::string ratio_str(std::uint64_t threshold) {
 
 struct BucketView {
     const BucketDef* def;
+    bool runtime;
     zone::View::Totals tot;
     zone::PlaneState state;
     std::uint64_t threshold;  // 0 unless active
@@ -116,11 +254,12 @@ struct BucketView {
     std::uint64_t limit_mrps; // effective
 };
 
-BucketView view_of(const StatusInput& in, std::size_t i) {
-    const zone::BucketSlot& s = in.zone->slot(in.table->slots[i]);
+BucketView view_of(const StatusInput& in, const BucketDef& def, std::uint16_t slot, bool runtime) {
+    const zone::BucketSlot& s = in.zone->slot(slot);
     BucketView v;
-    v.def = &in.table->defs[i];
-    v.tot = in.zone->totals(in.table->slots[i]);
+    v.def = &def;
+    v.runtime = runtime;
+    v.tot = in.zone->totals(slot);
     v.state = bucket_state(s, in.now_ms);
     bool active = v.state == zone::PlaneState::Active;
     v.threshold = active ? s.threshold.load(std::memory_order_relaxed) : 0;
@@ -129,6 +268,20 @@ BucketView view_of(const StatusInput& in, std::size_t i) {
     v.mode = active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : v.def->mode;
     v.limit_mrps = active ? s.limit_mrps.load(std::memory_order_relaxed) : v.def->limit_mrps;
     return v;
+}
+
+// Configured buckets, then run-time ones (whose definitions `rt` must outlive the views).
+std::vector<BucketView> all_views(const StatusInput& in, std::vector<RuntimeBucket>& rt) {
+    std::vector<BucketView> views;
+    for (std::size_t i = 0; i < in.table->defs.size(); ++i) {
+        views.push_back(view_of(in, in.table->defs[i], in.table->slots[i], false));
+    }
+    std::uint64_t gen = 0;
+    rt = load_runtime(*in.zone, gen);
+    for (const RuntimeBucket& b : rt) {
+        if (in.table->find(b.def.name) < 0) views.push_back(view_of(in, b.def, b.slot, true));
+    }
+    return views;
 }
 
 std::uint64_t missing_caller(const zone::View& z) {
@@ -160,15 +313,19 @@ std::string render_status_json(const StatusInput& in) {
            static_cast<unsigned long long>(h.instructions_received.load()),
            static_cast<unsigned long long>(h.instructions_malformed.load()),
            static_cast<unsigned long long>(h.instructions_unknown_bucket.load()));
-    append(out, "\"missing_caller\":%llu,\"buckets\":[",
-           static_cast<unsigned long long>(missing_caller(*in.zone)));
-    for (std::size_t i = 0; i < in.table->defs.size(); ++i) {
-        BucketView v = view_of(in, i);
+    append(out, "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,\"buckets\":[",
+           static_cast<unsigned long long>(missing_caller(*in.zone)),
+           h.capacity > zone::kRuntimeSlots ? h.capacity - zone::kRuntimeSlots : 0,
+           static_cast<unsigned long long>(h.runtime_rejected.load()));
+    std::vector<RuntimeBucket> rt;
+    std::vector<BucketView> views = all_views(in, rt);
+    for (std::size_t i = 0; i < views.size(); ++i) {
+        const BucketView& v = views[i];
         if (i) out += ',';
         append(out,
-               "{\"name\":\"%s\",\"scope\":\"%s\",\"mode\":\"%s\",\"configured_mode\":\"%s\","
-               "\"limit_rps\":%.3f,\"configured_limit_rps\":%.3f,",
-               v.def->name.c_str(), std::string(to_string(v.def->scope)).c_str(),
+               "{\"name\":\"%s\",\"runtime\":%s,\"scope\":\"%s\",\"mode\":\"%s\","
+               "\"configured_mode\":\"%s\",\"limit_rps\":%.3f,\"configured_limit_rps\":%.3f,",
+               v.def->name.c_str(), v.runtime ? "true" : "false", std::string(to_string(v.def->scope)).c_str(),
                std::string(to_string(v.mode)).c_str(), std::string(to_string(v.def->mode)).c_str(),
                static_cast<double>(v.limit_mrps) / 1000.0,
                static_cast<double>(v.def->limit_mrps) / 1000.0);
@@ -207,8 +364,8 @@ std::string render_status_prometheus(const StatusInput& in) {
         {"grl_bucket_shadow_dropped_total", "Matched requests a shadow bucket would have dropped.",
          &zone::View::Totals::shadow_dropped},
     };
-    std::vector<BucketView> views;
-    for (std::size_t i = 0; i < in.table->defs.size(); ++i) views.push_back(view_of(in, i));
+    std::vector<RuntimeBucket> rt;
+    std::vector<BucketView> views = all_views(in, rt);
     for (const Counter& c : counters) {
         family(c.name, "counter", c.help);
         for (const BucketView& v : views) {

@@ -58,8 +58,9 @@ std::string View::assign(const std::vector<std::string>& names, std::vector<std:
     slots.assign(names.size(), 0);
     std::vector<bool> placed(names.size(), false);
 
+    const std::uint32_t configurable = h.capacity > kRuntimeSlots ? h.capacity - kRuntimeSlots : 0;
     // Keep the slots of buckets that exist already.
-    for (std::uint32_t i = 0; i < h.capacity; ++i) {
+    for (std::uint32_t i = 0; i < configurable; ++i) {
         BucketSlot& s = slot(i);
         if (!s.in_use) continue;
         for (std::size_t n = 0; n < names.size(); ++n) {
@@ -72,27 +73,19 @@ std::string View::assign(const std::vector<std::string>& names, std::vector<std:
         }
     }
     // Free slots no configuration has used for two generations.
-    for (std::uint32_t i = 0; i < h.capacity; ++i) {
+    for (std::uint32_t i = 0; i < configurable; ++i) {
         BucketSlot& s = slot(i);
-        if (s.in_use && s.config_gen + 2 <= gen) {
-            s.~BucketSlot();
-            new (&s) BucketSlot();
-            for (std::uint32_t w = 0; w < kWorkerSlots; ++w) {
-                WorkerCounters& c = counters(i, w);
-                c.offered = 0;
-                c.dropped = 0;
-                c.shadow_dropped = 0;
-            }
-        }
+        if (s.in_use && s.config_gen + 2 <= gen) reset_slot(i);
     }
     // Place new buckets in free slots.
     std::uint32_t next = 0;
     for (std::size_t n = 0; n < names.size(); ++n) {
         if (placed[n]) continue;
-        while (next < h.capacity && slot(next).in_use) ++next;
-        if (next == h.capacity) {
-            return "zone is too small: no free slot for bucket \"" + names[n] + "\" (capacity " +
-                   std::to_string(h.capacity) + " buckets, including buckets of the previous configuration)";
+        while (next < configurable && slot(next).in_use) ++next;
+        if (next == configurable) {
+            return "zone is too small: no free slot for bucket \"" + names[n] + "\" (room for " +
+                   std::to_string(configurable) +
+                   " configured buckets, counting those of the previous configuration)";
         }
         BucketSlot& s = slot(next);
         std::memset(s.name, 0, sizeof(s.name));
@@ -103,6 +96,18 @@ std::string View::assign(const std::vector<std::string>& names, std::vector<std:
         placed[n] = true;
     }
     return {};
+}
+
+void View::reset_slot(std::uint32_t i) const {
+    BucketSlot& s = slot(i);
+    s.~BucketSlot();
+    new (&s) BucketSlot();
+    for (std::uint32_t w = 0; w < kWorkerSlots; ++w) {
+        WorkerCounters& c = counters(i, w);
+        c.offered = 0;
+        c.dropped = 0;
+        c.shadow_dropped = 0;
+    }
 }
 
 View::Totals View::totals(std::uint32_t bucket) const {

@@ -170,10 +170,11 @@ http {{
         add_header X-Gen {gen} always;
 
         location = /grl {{
+            grl off;  # the status page must answer even with `grl on;` at http level
             grl_status;
         }}
         location / {{
-            grl on;
+            {location_grl}
 {location_extra}
             empty_gif;
         }}
@@ -207,6 +208,7 @@ class Nginx:
         self.http_extra = http_extra
         self.location_extra = location_extra
         self.main_extra = main_extra
+        self.location_grl = "grl on;"  # the switch in `location /`
         self.proc = None
         self.write_conf()
 
@@ -219,6 +221,7 @@ class Nginx:
             prefix=self.prefix,
             port=self.port,
             gen=self.gen if gen is None else gen,
+            location_grl=self.location_grl,
             main_extra=self.main_extra if main_extra is None else main_extra,
             http_extra=_indent(self.http_extra if http_extra is None else http_extra, 4),
             location_extra=_indent(self.location_extra if location_extra is None else location_extra, 12),
@@ -257,7 +260,7 @@ class Nginx:
                 raise NginxError("nginx exited with %s:\n%s\n%s" % (
                     self.proc.returncode, self.proc.stderr.read().decode(errors="replace"),
                     self.error_log()[-3000:]))
-            return len(self.worker_pids()) == self.workers and http_get(self.port, "/grl").status == 200
+            return len(self.worker_pids()) == self.workers and http_get(self.port, "/grl").status > 0
 
         wait_until(up, timeout, what="nginx to serve on port %d" % self.port)
         return self

@@ -15,7 +15,7 @@ namespace grl {
 namespace {
 
 struct ZoneFixture : ::testing::Test {
-    static constexpr std::uint32_t kCap = 8;
+    static constexpr std::uint32_t kCap = 8 + zone::kRuntimeSlots;  // 8 configurable
     std::unique_ptr<char[]> mem{new (std::align_val_t(64)) char[zone::bytes_for(kCap)]};
     zone::View z{mem.get()};
     void SetUp() override { z.format(kCap, 42); }
@@ -298,6 +298,114 @@ TEST_F(PlaneFixture, StatusRendersBucketsAndPlane) {
     EXPECT_NE(p.find("grl_bucket_ratio{bucket=\"shadowed\"} 0.000000\n"), std::string::npos) << p;
     EXPECT_NE(p.find("grl_control_plane_state{state=\"active\"} 1\n"), std::string::npos) << p;
     EXPECT_NE(p.find("grl_instructions_unknown_bucket_total 1\n"), std::string::npos) << p;
+}
+
+}  // namespace
+}  // namespace grl
+
+namespace grl {
+namespace {
+
+wire::Instruction runtime_entry(std::string name, std::string caller, std::uint32_t ppm) {
+    wire::Instruction in;
+    in.name = std::move(name);
+    in.ratio_ppm = ppm;
+    in.limit_mrps = 5000;
+    in.mode = Mode::Deny;
+    in.has_match = true;
+    in.match.caller = std::move(caller);
+    in.match.caller_kind = MatchKind::Exact;
+    in.match.procedure = "/search";
+    in.match.procedure_kind = MatchKind::Prefix;
+    in.match.scope = Scope::Region;
+    return in;
+}
+
+struct RuntimeFixture : PlaneFixture {
+    wire::Instructions msg(std::vector<wire::Instruction> entries, std::uint64_t ts = 1) {
+        wire::Instructions m;
+        m.source = "c1";
+        m.seq = ts;
+        m.ts_ms = ts;
+        m.ttl_ms = 1000;
+        m.buckets = std::move(entries);
+        return m;
+    }
+};
+
+TEST_F(RuntimeFixture, MatchDefinesARuntimeBucketEveryWorkerCanLoad) {
+    std::uint64_t gen0 = 0;
+    EXPECT_TRUE(load_runtime(z, gen0).empty());
+    EXPECT_EQ(apply_instructions(z, table, msg({runtime_entry("bots", "crawler", 500000)}), 100, 5000), 1u);
+    std::uint64_t gen1 = 0;
+    auto rt = load_runtime(z, gen1);
+    EXPECT_GT(gen1, gen0);
+    ASSERT_EQ(rt.size(), 1u);
+    EXPECT_EQ(rt[0].def.name, "bots");
+    EXPECT_EQ(rt[0].def.caller.kind, MatchKind::Exact);
+    EXPECT_EQ(rt[0].def.caller.value, "crawler");
+    EXPECT_EQ(rt[0].def.procedure.kind, MatchKind::Prefix);
+    EXPECT_EQ(rt[0].def.scope, Scope::Region);
+    EXPECT_EQ(rt[0].def.limit_mrps, 5000u);
+    EXPECT_GE(rt[0].slot, kCap - zone::kRuntimeSlots) << "run-time buckets use reserved slots";
+    EXPECT_EQ(z.slot(rt[0].slot).threshold.load(), ppm_to_threshold(500000));
+
+    // Counted and reported like a configured bucket.
+    z.counters(rt[0].slot, 0).offered = 4;
+    wire::Report r;
+    build_report(z, table, id, 250, 1, r);
+    ASSERT_EQ(r.buckets.size(), 3u);
+    EXPECT_EQ(r.buckets[2].name, "bots");
+    EXPECT_EQ(r.buckets[2].scope, Scope::Region);
+    EXPECT_EQ(r.buckets[2].offered, 4u);
+
+    StatusInput in;
+    in.zone = &z;
+    in.table = &table;
+    in.now_ms = 200;
+    in.ttl_ms = 5000;
+    EXPECT_NE(render_status_json(in).find("\"name\":\"bots\",\"runtime\":true"), std::string::npos);
+
+    // The same definition again changes nothing; a new match bumps the generation.
+    apply_instructions(z, table, msg({runtime_entry("bots", "crawler", 400000)}, 2), 150, 5000);
+    std::uint64_t gen2 = 0;
+    load_runtime(z, gen2);
+    EXPECT_EQ(gen2, gen1);
+    apply_instructions(z, table, msg({runtime_entry("bots", "scraper", 400000)}, 3), 160, 5000);
+    std::uint64_t gen3 = 0;
+    rt = load_runtime(z, gen3);
+    EXPECT_GT(gen3, gen2);
+    EXPECT_EQ(rt[0].def.caller.value, "scraper");
+}
+
+TEST_F(RuntimeFixture, ConfiguredNameWinsOverAMatch) {
+    apply_instructions(z, table, msg({runtime_entry("api", "x", 250000)}), 100, 5000);
+    std::uint64_t gen = 0;
+    EXPECT_TRUE(load_runtime(z, gen).empty());
+    EXPECT_EQ(z.slot(table.slots[0]).threshold.load(), ppm_to_threshold(250000));
+}
+
+TEST_F(RuntimeFixture, ExpiredRuntimeBucketsAreRemoved) {
+    apply_instructions(z, table, msg({runtime_entry("bots", "c", 500000)}), 100, 5000);
+    EXPECT_TRUE(expire_runtime(z, 1099).empty());
+    auto removed = expire_runtime(z, 1100);  // ttl 1000 from receipt at 100
+    ASSERT_EQ(removed.size(), 1u);
+    EXPECT_EQ(removed[0], "bots");
+    std::uint64_t gen = 0;
+    EXPECT_TRUE(load_runtime(z, gen).empty());
+    wire::Report r;
+    build_report(z, table, id, 250, 1, r);
+    EXPECT_EQ(r.buckets.size(), 2u);
+}
+
+TEST_F(RuntimeFixture, BoundedNumberOfRuntimeBuckets) {
+    std::vector<wire::Instruction> many;
+    for (std::uint32_t i = 0; i <= zone::kRuntimeSlots; ++i) {
+        many.push_back(runtime_entry("rt" + std::to_string(i), "c", 1000));
+    }
+    EXPECT_EQ(apply_instructions(z, table, msg(many), 100, 5000), zone::kRuntimeSlots);
+    EXPECT_EQ(z.header().runtime_rejected.load(), 1u);
+    EXPECT_EQ(z.header().instructions_unknown_bucket.load(), 1u);
 }
 
 }  // namespace

@@ -27,12 +27,30 @@ struct BucketTable {
     int find(std::string_view name) const;
 };
 
-// Fills `r` with the cumulative counters of every configured bucket.
+// A run-time bucket as a worker sees it: its definition and zone slot.
+struct RuntimeBucket {
+    BucketDef def;
+    std::uint16_t slot = 0;
+};
+
+// Copies the run-time bucket definitions out of the zone (consistent per
+// definition, via their sequence locks); `gen` receives the generation read.
+std::vector<RuntimeBucket> load_runtime(const zone::View& z, std::uint64_t& gen);
+
+// Removes run-time buckets whose instruction has expired at `now_ms` (fail
+// open); returns their names. Called by the reporter only.
+std::vector<std::string> expire_runtime(const zone::View& z, std::uint64_t now_ms);
+
+// Fills `r` with the cumulative counters of every configured bucket and of
+// the run-time buckets.
 void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
                   std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r);
 
 // Applies one decoded instruction message received at monotonic `now_ms`.
-// `ttl_cap_ms` is grl_instruction_ttl. Returns how many entries were applied.
+// `ttl_cap_ms` is grl_instruction_ttl. Entries with a `match` for a name that
+// is not configured define (or update) a run-time bucket. Called by the
+// reporter only (the single writer of instructions). Returns how many entries
+// were applied.
 std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
                                const wire::Instructions& m, std::uint64_t now_ms,
                                std::uint64_t ttl_cap_ms);

@@ -25,6 +25,10 @@ inline constexpr std::uint64_t kMagic = 0x31656e6f7a6c7267ULL;  // "grlzone1"
 inline constexpr std::uint32_t kLayoutVersion = 1;
 inline constexpr std::uint32_t kWorkerSlots = 32;
 inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // ratio 1.0
+// The last kRuntimeSlots bucket slots are reserved for run-time (emergency)
+// buckets defined by the control plane; configuration never assigns them.
+inline constexpr std::uint32_t kRuntimeSlots = 16;
+inline constexpr std::size_t kMaxRuntimeValue = 127;
 
 struct alignas(64) WorkerCounters {
     std::atomic<std::uint64_t> offered;
@@ -35,6 +39,22 @@ struct alignas(64) WorkerCounters {
 // Per-worker request statistics that belong to no bucket.
 struct alignas(64) WorkerStats {
     std::atomic<std::uint64_t> missing_caller;
+};
+
+// Definition of a run-time bucket. Written only by the reporter, under a
+// sequence lock (odd `seq` = being written); workers copy it out when the
+// header's runtime_gen changes.
+struct alignas(64) RuntimeDef {
+    std::atomic<std::uint32_t> seq;
+    std::uint8_t in_use;
+    std::uint8_t caller_kind;     // MatchKind
+    std::uint8_t procedure_kind;  // MatchKind
+    std::uint8_t scope;           // Scope
+    std::uint8_t caller_len;
+    std::uint8_t procedure_len;
+    char name[kMaxNameLen + 1];
+    char caller[kMaxRuntimeValue + 1];
+    char procedure[kMaxRuntimeValue + 1];
 };
 
 // Control-plane state as shown in status output and logged on change.
@@ -73,12 +93,16 @@ struct alignas(64) Header {
     std::atomic<std::uint64_t> plane_last_ms;  // monotonic ms of the last valid instruction msg
     std::atomic<std::uint32_t> plane_state;    // PlaneState last logged
     std::atomic<std::uint32_t> reporter_pid;
+    std::atomic<std::uint64_t> runtime_gen;  // bumped on every run-time bucket change
+    std::atomic<std::uint64_t> runtime_rejected;  // definitions that found no free slot
     WorkerStats worker[kWorkerSlots];
+    RuntimeDef runtime[kRuntimeSlots];  // runtime[i] uses bucket slot capacity - kRuntimeSlots + i
 };
 
 // Bytes needed for a zone of `capacity` buckets (not counting allocator overhead).
 std::size_t bytes_for(std::uint32_t capacity);
-// Largest capacity that fits in `bytes`.
+// Largest capacity that fits in `bytes` (including the kRuntimeSlots reserved slots;
+// a zone with capacity <= kRuntimeSlots is unusable).
 std::uint32_t capacity_for(std::size_t bytes);
 
 // A typed view over the raw memory of a zone.
@@ -116,6 +140,12 @@ public:
     Totals totals(std::uint32_t bucket) const;
 
     bool valid() const { return base_ != nullptr; }
+    // Bucket slot used by run-time definition i.
+    std::uint32_t runtime_slot(std::uint32_t i) const {
+        return header().capacity - kRuntimeSlots + i;
+    }
+    // Clears a slot's instruction and counters (for reuse by another bucket).
+    void reset_slot(std::uint32_t i) const;
 
 private:
     char* base_ = nullptr;

@@ -1,0 +1,451 @@
+// See codec.h. The raw scan mirrors the one in wire.cpp: it proves that the body is exactly one
+// well-formed msgpack object whose declared element counts fit in the bytes present, so
+// msgpack_unpack_next() never sizes an allocation from an unchecked count.
+#include "codec.h"
+
+#include <array>
+#include <new>
+
+#include "grl/wire.h"
+
+namespace grl::wire::codec {
+
+// ---------------------------------------------------------------------------------------------
+// Packer
+
+Packer::Packer() {
+    msgpack_sbuffer_init(&buf_);
+    msgpack_packer_init(&pk_, &buf_, msgpack_sbuffer_write);
+}
+
+Packer::~Packer() { msgpack_sbuffer_destroy(&buf_); }
+
+namespace {
+// msgpack_sbuffer_write only fails when realloc() does.
+void check(int rc) {
+    if (rc != 0) throw std::bad_alloc();
+}
+}  // namespace
+
+void Packer::map(std::size_t n) { check(msgpack_pack_map(&pk_, n)); }
+void Packer::array(std::size_t n) { check(msgpack_pack_array(&pk_, n)); }
+void Packer::u64(std::uint64_t v) { check(msgpack_pack_uint64(&pk_, v)); }
+void Packer::boolean(bool v) { check(v ? msgpack_pack_true(&pk_) : msgpack_pack_false(&pk_)); }
+void Packer::str(std::string_view s) {
+    check(msgpack_pack_str(&pk_, s.size()));
+    check(msgpack_pack_str_body(&pk_, s.data(), s.size()));
+}
+void Packer::append_to(std::string& out) const { out.append(buf_.data, buf_.size); }
+
+// ---------------------------------------------------------------------------------------------
+// Error strings
+
+std::string quote(std::string_view s) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    constexpr std::size_t kMaxQuoted = 64;
+    std::string q;
+    q.reserve((s.size() < kMaxQuoted ? s.size() : kMaxQuoted) + 8);
+    q += '"';
+    for (std::size_t i = 0; i < s.size() && i < kMaxQuoted; ++i) {
+        auto c = static_cast<unsigned char>(s[i]);
+        if (c == '"' || c == '\\') {
+            q += '\\';
+            q += static_cast<char>(c);
+        } else if (c < 0x20 || c >= 0x7f) {
+            q += "\\x";
+            q += kHex[c >> 4];
+            q += kHex[c & 0xf];
+        } else {
+            q += static_cast<char>(c);
+        }
+    }
+    if (s.size() > kMaxQuoted) q += "...";
+    q += '"';
+    return q;
+}
+
+const char* type_name(const msgpack_object& o) {
+    switch (o.type) {
+        case MSGPACK_OBJECT_NIL: return "nil";
+        case MSGPACK_OBJECT_BOOLEAN: return "bool";
+        case MSGPACK_OBJECT_POSITIVE_INTEGER: return "uint";
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "int";
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64: return "float";
+        case MSGPACK_OBJECT_STR: return "str";
+        case MSGPACK_OBJECT_ARRAY: return "array";
+        case MSGPACK_OBJECT_MAP: return "map";
+        case MSGPACK_OBJECT_BIN: return "bin";
+        case MSGPACK_OBJECT_EXT: return "ext";
+    }
+    return "unknown";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw scan
+
+namespace {
+
+enum class Scan { Ok, Truncated, Malformed, TooDeep };
+
+std::uint64_t load_be(const unsigned char* p, std::size_t n) {
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < n; ++i) v = (v << 8) | p[i];
+    return v;
+}
+
+Scan scan_object(std::string_view b, std::size_t& end) {
+    const auto* p = reinterpret_cast<const unsigned char*>(b.data());
+    const std::size_t len = b.size();
+    std::size_t pos = 0;
+    std::array<std::uint64_t, kMaxDepth + 1> left{};
+    std::size_t depth = 1;
+    left[0] = 1;
+    std::uint64_t pending = 1;
+
+    while (depth > 0) {
+        if (left[depth - 1] == 0) {
+            --depth;
+            continue;
+        }
+        if (pos >= len) return Scan::Truncated;
+        --left[depth - 1];
+        --pending;
+        const unsigned char tag = p[pos++];
+        const std::size_t avail = len - pos;
+        std::uint64_t skip = 0;
+        std::uint64_t children = 0;
+        bool container = false;
+        auto need = [&](std::size_t n, std::uint64_t& v) {
+            if (avail < n) return false;
+            v = load_be(p + pos, n);
+            pos += n;
+            return true;
+        };
+        if (tag <= 0x7f || tag >= 0xe0) {
+        } else if (tag <= 0x8f) {
+            container = true;
+            children = std::uint64_t{2} * (tag & 0x0fu);
+        } else if (tag <= 0x9f) {
+            container = true;
+            children = tag & 0x0fu;
+        } else if (tag <= 0xbf) {
+            skip = tag & 0x1fu;
+        } else {
+            std::uint64_t n = 0;
+            switch (tag) {
+                case 0xc0:
+                case 0xc2:
+                case 0xc3: break;
+                case 0xc1: return Scan::Malformed;
+                case 0xc4:
+                case 0xd9:
+                    if (!need(1, n)) return Scan::Truncated;
+                    skip = n;
+                    break;
+                case 0xc5:
+                case 0xda:
+                    if (!need(2, n)) return Scan::Truncated;
+                    skip = n;
+                    break;
+                case 0xc6:
+                case 0xdb:
+                    if (!need(4, n)) return Scan::Truncated;
+                    skip = n;
+                    break;
+                case 0xc7:
+                    if (!need(1, n)) return Scan::Truncated;
+                    skip = n + 1;
+                    break;
+                case 0xc8:
+                    if (!need(2, n)) return Scan::Truncated;
+                    skip = n + 1;
+                    break;
+                case 0xc9:
+                    if (!need(4, n)) return Scan::Truncated;
+                    skip = n + 1;
+                    break;
+                case 0xca: skip = 4; break;
+                case 0xcb: skip = 8; break;
+                case 0xcc: skip = 1; break;
+                case 0xcd: skip = 2; break;
+                case 0xce: skip = 4; break;
+                case 0xcf: skip = 8; break;
+                case 0xd0: skip = 1; break;
+                case 0xd1: skip = 2; break;
+                case 0xd2: skip = 4; break;
+                case 0xd3: skip = 8; break;
+                case 0xd4: skip = 2; break;
+                case 0xd5: skip = 3; break;
+                case 0xd6: skip = 5; break;
+                case 0xd7: skip = 9; break;
+                case 0xd8: skip = 17; break;
+                case 0xdc:
+                    if (!need(2, n)) return Scan::Truncated;
+                    container = true;
+                    children = n;
+                    break;
+                case 0xdd:
+                    if (!need(4, n)) return Scan::Truncated;
+                    container = true;
+                    children = n;
+                    break;
+                case 0xde:
+                    if (!need(2, n)) return Scan::Truncated;
+                    container = true;
+                    children = 2 * n;
+                    break;
+                case 0xdf:
+                    if (!need(4, n)) return Scan::Truncated;
+                    container = true;
+                    children = 2 * n;
+                    break;
+                default: return Scan::Malformed;
+            }
+        }
+        if (skip > len - pos) return Scan::Truncated;
+        pos += static_cast<std::size_t>(skip);
+        if (container && children > 0) {
+            if (depth > kMaxDepth) return Scan::TooDeep;
+            pending += children;
+            if (pending > len - pos) return Scan::Truncated;
+            left[depth++] = children;
+        }
+    }
+    end = pos;
+    return Scan::Ok;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Body
+
+Body::Body() { msgpack_unpacked_init(&unpacked_); }
+Body::~Body() { msgpack_unpacked_destroy(&unpacked_); }
+
+bool Body::parse(std::string_view bytes, std::string& error) {
+    if (bytes.size() > kMaxMessageBytes) {
+        error = "message too large (" + std::to_string(bytes.size()) + " bytes, max " +
+                std::to_string(kMaxMessageBytes) + ")";
+        return false;
+    }
+    if (bytes.empty()) {
+        error = "empty message";
+        return false;
+    }
+    std::size_t end = 0;
+    switch (scan_object(bytes, end)) {
+        case Scan::Ok: break;
+        case Scan::Truncated: error = "truncated message"; return false;
+        case Scan::Malformed: error = "malformed msgpack"; return false;
+        case Scan::TooDeep: error = "message nested too deeply"; return false;
+    }
+    if (end != bytes.size()) {
+        error = "trailing bytes after message";
+        return false;
+    }
+    std::size_t off = 0;
+    msgpack_unpack_return rc = msgpack_unpack_next(&unpacked_, bytes.data(), bytes.size(), &off);
+    if (rc != MSGPACK_UNPACK_SUCCESS || off != bytes.size()) {
+        error = rc == MSGPACK_UNPACK_CONTINUE ? "truncated message" : "malformed msgpack";
+        return false;
+    }
+    if (unpacked_.data.type != MSGPACK_OBJECT_MAP) {
+        error = std::string("message is ") + type_name(unpacked_.data) + ", not a map";
+        return false;
+    }
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Path and MapReader
+
+std::string Path::render() const {
+    std::string parent_text = parent ? parent->render() : std::string();
+    std::string s = parent_text;
+    if (!key.empty()) {
+        if (!s.empty()) s += '.';
+        s.append(key.data(), key.size());
+    }
+    if (index >= 0) s += "[" + std::to_string(index) + "]";
+    return s;
+}
+
+namespace {
+std::string_view str_of(const msgpack_object& o) {
+    return o.via.str.size == 0 ? std::string_view() : std::string_view(o.via.str.ptr, o.via.str.size);
+}
+std::string quote_key(std::string_view key) { return '"' + std::string(key) + '"'; }
+}  // namespace
+
+MapReader::MapReader(const msgpack_object& o, const Path& path, std::string& error)
+    : path_(path), error_(error) {
+    if (o.type != MSGPACK_OBJECT_MAP) {
+        std::string where = path_.render();
+        error_ = "bad " + (where.empty() ? std::string("message") : quote_key(where)) + " type " +
+                 type_name(o) + " (want map)";
+        return;
+    }
+    for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+        if (o.via.map.ptr[i].key.type != MSGPACK_OBJECT_STR) {
+            fail(std::string(type_name(o.via.map.ptr[i].key)) + " key in map");
+            return;
+        }
+    }
+    map_ = &o;
+    ok_ = true;
+}
+
+bool MapReader::fail(const std::string& what) const {
+    std::string where = path_.render();
+    error_ = what;
+    if (!where.empty()) error_ += " in " + where;
+    return false;
+}
+
+bool MapReader::find(std::string_view key, const msgpack_object*& out) const {
+    out = nullptr;
+    if (map_ == nullptr) return fail("not a map");
+    for (std::uint32_t i = 0; i < map_->via.map.size; ++i) {
+        const msgpack_object_kv& kv = map_->via.map.ptr[i];
+        if (str_of(kv.key) != key) continue;
+        if (out != nullptr) return fail("duplicate key " + quote_key(key));
+        out = &kv.val;
+    }
+    return true;
+}
+
+bool MapReader::present(std::string_view key) const {
+    const msgpack_object* o = nullptr;
+    return find(key, o) && o != nullptr;
+}
+
+bool MapReader::get(std::string_view key, msgpack_object_type want, const char* want_name,
+                    const msgpack_object*& o) const {
+    if (!find(key, o)) return false;
+    if (o == nullptr) return fail("missing " + quote_key(key));
+    if (o->type != want) {
+        return fail("bad " + quote_key(key) + " type " + type_name(*o) + " (want " + want_name +
+                    ")");
+    }
+    return true;
+}
+
+bool MapReader::u64(std::string_view key, std::uint64_t& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(key, MSGPACK_OBJECT_POSITIVE_INTEGER, "uint", o)) return false;
+    out = o->via.u64;
+    return true;
+}
+
+bool MapReader::boolean(std::string_view key, bool& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(key, MSGPACK_OBJECT_BOOLEAN, "bool", o)) return false;
+    out = o->via.boolean;
+    return true;
+}
+
+bool MapReader::str(std::string_view key, std::string& out, std::size_t max_len) const {
+    const msgpack_object* o = nullptr;
+    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::string_view v = str_of(*o);
+    if (v.size() > max_len) {
+        return fail(quote_key(key) + " longer than " + std::to_string(max_len) + " bytes");
+    }
+    out.assign(v.data(), v.size());
+    return true;
+}
+
+bool MapReader::name(std::string_view key, std::string& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::string_view v = str_of(*o);
+    if (!valid_name(v)) return fail("invalid " + quote_key(key) + " " + quote(v));
+    out.assign(v.data(), v.size());
+    return true;
+}
+
+bool MapReader::name_or_empty(std::string_view key, std::string& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::string_view v = str_of(*o);
+    if (!v.empty() && !valid_name(v)) return fail("invalid " + quote_key(key) + " " + quote(v));
+    out.assign(v.data(), v.size());
+    return true;
+}
+
+bool MapReader::scope(std::string_view key, Scope& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::optional<Scope> s = parse_scope(str_of(*o));
+    if (!s) return fail("bad " + quote_key(key) + " " + quote(str_of(*o)));
+    out = *s;
+    return true;
+}
+
+bool MapReader::mode(std::string_view key, Mode& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::optional<Mode> m = parse_mode(str_of(*o));
+    if (!m) return fail("bad " + quote_key(key) + " " + quote(str_of(*o)));
+    out = *m;
+    return true;
+}
+
+bool MapReader::array(std::string_view key, const msgpack_object*& out,
+                      std::size_t max_items) const {
+    if (!get(key, MSGPACK_OBJECT_ARRAY, "array", out)) return false;
+    if (out->via.array.size > max_items) {
+        return fail("too many " + quote_key(key) + " (" + std::to_string(out->via.array.size) +
+                    ", max " + std::to_string(max_items) + ")");
+    }
+    return true;
+}
+
+bool MapReader::map(std::string_view key, const msgpack_object*& out) const {
+    return get(key, MSGPACK_OBJECT_MAP, "map", out);
+}
+
+bool MapReader::opt_u64(std::string_view key, std::optional<std::uint64_t>& out) const {
+    out.reset();
+    if (!present(key)) return error_.empty() || ok_;
+    std::uint64_t v = 0;
+    if (!u64(key, v)) return false;
+    out = v;
+    return true;
+}
+
+bool MapReader::opt_bool(std::string_view key, bool& out) const {
+    out = false;
+    const msgpack_object* o = nullptr;
+    if (!find(key, o)) return false;
+    if (o == nullptr) return true;
+    return boolean(key, out);
+}
+
+bool MapReader::opt_mode(std::string_view key, std::optional<Mode>& out) const {
+    out.reset();
+    const msgpack_object* o = nullptr;
+    if (!find(key, o)) return false;
+    if (o == nullptr) return true;
+    Mode m = Mode::Deny;
+    if (!mode(key, m)) return false;
+    out = m;
+    return true;
+}
+
+bool check_header(const MapReader& r, std::string_view want_type) {
+    std::uint64_t v = 0;
+    if (!r.u64("v", v)) return false;
+    if (v != kVersion) {
+        return r.fail("bad \"v\" " + std::to_string(v) + " (want " + std::to_string(kVersion) +
+                      ")");
+    }
+    std::string type;
+    if (!r.str("type", type, 64)) return false;
+    if (type != want_type) return r.fail("bad \"type\" " + quote(type) + " (want " + quote(want_type) + ")");
+    return true;
+}
+
+}  // namespace grl::wire::codec

@@ -1,0 +1,142 @@
+// Internal helpers for the msgpack codecs of the control-plane messages (wire_control.cpp):
+// a packer, a bounds-checked body parser and a strict map reader. Not installed: the public
+// API is grl/wire_control.h. The same rules as wire.cpp apply (docs/protocol.md): the body is
+// exactly one map, at most kMaxMessageBytes, nesting at most kMaxDepth; keys are strings;
+// known keys appear once; unknown keys are ignored.
+#pragma once
+
+#include <msgpack.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "grl/bucket_types.h"
+
+namespace grl::wire::codec {
+
+// Deepest container nesting accepted (control messages need 4).
+inline constexpr std::size_t kMaxDepth = 16;
+
+class Packer {
+  public:
+    Packer();
+    ~Packer();
+    Packer(const Packer&) = delete;
+    Packer& operator=(const Packer&) = delete;
+
+    void map(std::size_t n);
+    void array(std::size_t n);
+    void u64(std::uint64_t v);
+    void boolean(bool v);
+    void str(std::string_view s);
+    void kv(std::string_view key, std::uint64_t v) {
+        str(key);
+        u64(v);
+    }
+    void kv(std::string_view key, std::string_view v) {
+        str(key);
+        str(v);
+    }
+    void kv(std::string_view key, const char* v) { kv(key, std::string_view(v)); }
+    void kv_bool(std::string_view key, bool v) {
+        str(key);
+        boolean(v);
+    }
+    void append_to(std::string& out) const;
+
+  private:
+    msgpack_sbuffer buf_;
+    msgpack_packer pk_;
+};
+
+// `s` quoted for an error message: escaped, cut at 64 bytes.
+std::string quote(std::string_view s);
+const char* type_name(const msgpack_object& o);
+
+// The parsed body of one message. parse() checks size, scans the raw bytes (every declared
+// count must fit in the bytes present, nesting bounded) and unpacks; the root must be a map.
+class Body {
+  public:
+    Body();
+    ~Body();
+    Body(const Body&) = delete;
+    Body& operator=(const Body&) = delete;
+    bool parse(std::string_view bytes, std::string& error);
+    const msgpack_object& root() const { return unpacked_.data; }
+
+  private:
+    msgpack_unpacked unpacked_;
+};
+
+// Where a map sits in the message, rendered only for error strings: `buckets[3].definitions[0]`.
+struct Path {
+    const Path* parent = nullptr;
+    std::string_view key;  // array or map key leading here
+    long index = -1;       // array index, or -1
+    std::string render() const;
+};
+
+// Strict typed access to the keys of one map. Every getter returns false with `error` set
+// (naming the key and the path) when the key is missing (required getters), appears twice, or
+// has the wrong type or an invalid value.
+class MapReader {
+  public:
+    // False (with error) when `o` is not a map or has a non-string key.
+    MapReader(const msgpack_object& o, const Path& path, std::string& error);
+    bool ok() const { return ok_; }
+
+    // The value of `key`, nullptr when absent; false on a duplicate.
+    bool find(std::string_view key, const msgpack_object*& out) const;
+    bool present(std::string_view key) const;
+
+    bool u64(std::string_view key, std::uint64_t& out) const;
+    bool boolean(std::string_view key, bool& out) const;
+    bool str(std::string_view key, std::string& out, std::size_t max_len) const;
+    bool name(std::string_view key, std::string& out) const;  // valid_name()
+    // A name or the empty string.
+    bool name_or_empty(std::string_view key, std::string& out) const;
+    bool scope(std::string_view key, Scope& out) const;
+    bool mode(std::string_view key, Mode& out) const;
+    bool array(std::string_view key, const msgpack_object*& out, std::size_t max_items) const;
+    bool map(std::string_view key, const msgpack_object*& out) const;
+
+    // Optional variants: absent leaves `out` unset and succeeds.
+    bool opt_u64(std::string_view key, std::optional<std::uint64_t>& out) const;
+    bool opt_bool(std::string_view key, bool& out) const;  // absent: out = false
+    bool opt_mode(std::string_view key, std::optional<Mode>& out) const;
+
+    // Sets `error` to "<what> <detail> in <path>" and returns false.
+    bool fail(const std::string& what) const;
+    const Path& path() const { return path_; }
+
+  private:
+    bool get(std::string_view key, msgpack_object_type want, const char* want_name,
+             const msgpack_object*& o) const;
+
+    const msgpack_object* map_ = nullptr;
+    Path path_;
+    std::string& error_;
+    bool ok_ = false;
+};
+
+// "v" == 1 and "type" == want.
+bool check_header(const MapReader& r, std::string_view want_type);
+
+// Runs a decoder so that nothing escapes: std::bad_alloc (or anything else) becomes false.
+template <typename Fn>
+bool guarded(Fn&& fn, std::string& error) noexcept {
+    try {
+        return fn();
+    } catch (...) {
+    }
+    try {
+        error = "out of memory";
+    } catch (...) {
+    }
+    return false;
+}
+
+}  // namespace grl::wire::codec
