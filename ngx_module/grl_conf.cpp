@@ -23,9 +23,13 @@ char* conf_error(ngx_conf_t* cf, const std::string& msg) {
     return static_cast<char*>(NGX_CONF_ERROR);
 }
 
-std::string directive(const ngx_command_t* cmd) { return "\"" + to_std(cmd->name) + "\""; }
+std::string directive(const ngx_command_t* cmd) {
+    return "\"" + to_std(cmd->name) + "\"";
+}
 
-std::string quoted(std::string_view v) { return "\"" + std::string(v) + "\""; }
+std::string quoted(std::string_view v) {
+    return "\"" + std::string(v) + "\"";
+}
 
 // Runs a directive body, turning a C++ exception (only std::bad_alloc is
 // possible here) into a configuration error instead of a crash.
@@ -63,24 +67,25 @@ char* set_zone(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         std::string_view arg = sv(value[1]);
         std::size_t colon = arg.find(':');
         if (colon == std::string_view::npos || colon == 0) {
-            return conf_error(cf, directive(cmd) + ": invalid zone " + quoted(arg) +
-                                      ", expected name:size");
+            return conf_error(
+                cf, directive(cmd) + ": invalid zone " + quoted(arg) + ", expected name:size");
         }
         auto size = parse_size(arg.substr(colon + 1));
         if (!size) return conf_error(cf, directive(cmd) + ": " + size.error);
         // Room for the slab allocator's bookkeeping plus at least one bucket.
         std::uint64_t min = 8 * ngx_pagesize + zone::bytes_for(zone::kRuntimeSlots + 1);
         if (size.value < min) {
-            return conf_error(cf, directive(cmd) + ": zone " + quoted(arg) + " is too small, at least " +
-                                      std::to_string(min / 1024 + 1) + "k");
+            return conf_error(cf, directive(cmd) + ": zone " + quoted(arg) +
+                                      " is too small, at least " + std::to_string(min / 1024 + 1) +
+                                      "k");
         }
         m->zone_name.data = value[1].data;
         m->zone_name.len = colon;
         m->shm_zone = ngx_shared_memory_add(cf, &m->zone_name, size.value, &ngx_http_grl_module);
         if (m->shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
         if (m->shm_zone->data) {
-            return conf_error(cf, directive(cmd) + ": zone " + quoted(sv(m->zone_name)) +
-                                      " is already used");
+            return conf_error(
+                cf, directive(cmd) + ": zone " + quoted(sv(m->zone_name)) + " is already used");
         }
         m->shm_zone->init = init_zone;
         m->shm_zone->data = m;
@@ -96,9 +101,8 @@ bool take_match(std::string_view arg, std::string_view what, MatchSpec& spec, bo
         std::string_view suffix;
         MatchKind kind;
     };
-    const Form forms[] = {{"=", MatchKind::Exact},
-                          {"_prefix=", MatchKind::Prefix},
-                          {"_regex=", MatchKind::Regex}};
+    const Form forms[] = {
+        {"=", MatchKind::Exact}, {"_prefix=", MatchKind::Prefix}, {"_regex=", MatchKind::Regex}};
     for (const Form& f : forms) {
         std::string key = std::string(what) + std::string(f.suffix);
         if (arg.substr(0, key.size()) == key) {
@@ -134,9 +138,12 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             if (take_match(arg, "caller", def.caller, dup, matched) ||
                 take_match(arg, "procedure", def.procedure, dup, matched)) {
                 std::string_view key = arg.substr(0, arg.find('='));
-                if (dup) return conf_error(cf, d + ": more than one caller/procedure match in " + quoted(arg));
+                if (dup)
+                    return conf_error(
+                        cf, d + ": more than one caller/procedure match in " + quoted(arg));
                 const MatchSpec& spec = key.substr(0, 6) == "caller" ? def.caller : def.procedure;
-                if (spec.value.empty()) return conf_error(cf, d + ": empty value in " + quoted(arg));
+                if (spec.value.empty())
+                    return conf_error(cf, d + ": empty value in " + quoted(arg));
                 if (spec.kind == MatchKind::Regex) {
                     std::string err = check_regex(spec.value);
                     if (!err.empty()) return conf_error(cf, d + ": " + err);
@@ -146,7 +153,8 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             if (arg.substr(0, 5) == "rate=") {
                 if (has_rate) return conf_error(cf, d + ": duplicate " + quoted(arg));
                 auto r = parse_rate(arg.substr(5));
-                if (!r) return conf_error(cf, d + ": " + r.error + ", expected e.g. 100r/s or 600r/m");
+                if (!r)
+                    return conf_error(cf, d + ": " + r.error + ", expected e.g. 100r/s or 600r/m");
                 def.limit_mrps = r.value;
                 has_rate = true;
                 continue;
@@ -195,14 +203,16 @@ char* set_source(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     bool plain = v.len > 1 && v.data[0] == '$';
     for (size_t i = 1; plain && i < v.len; ++i) {
         u_char c = v.data[i];
-        plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+        plain =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
     }
     if (plain) {
         ngx_str_t name = {v.len - 1, v.data + 1};
         src->index = ngx_http_get_variable_index(cf, &name);
         return src->index == NGX_ERROR ? static_cast<char*>(NGX_CONF_ERROR) : NGX_CONF_OK;
     }
-    auto* cv = static_cast<ngx_http_complex_value_t*>(ngx_pcalloc(cf->pool, sizeof(ngx_http_complex_value_t)));
+    auto* cv = static_cast<ngx_http_complex_value_t*>(
+        ngx_pcalloc(cf->pool, sizeof(ngx_http_complex_value_t)));
     if (cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
     ngx_http_compile_complex_value_t ccv;
     ngx_memzero(&ccv, sizeof(ccv));
@@ -235,8 +245,8 @@ char* set_missing_caller(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcep
         m->missing_caller_value.len = value[1].len - 6;
         return NGX_CONF_OK;
     }
-    return conf_error(cf, directive(cmd) + ": invalid value " + quoted(arg) +
-                              ", expected skip or value=NAME");
+    return conf_error(
+        cf, directive(cmd) + ": invalid value " + quoted(arg) + ", expected skip or value=NAME");
 }
 
 // ---- grl_host [id=NAME] zone=NAME region=NAME -------------------------------
@@ -252,10 +262,10 @@ char* set_host(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             std::size_t eq = arg.find('=');
             std::string_view key = arg.substr(0, eq);
             std::string_view val = eq == std::string_view::npos ? "" : arg.substr(eq + 1);
-            std::string* field = key == "id" ? &id.host
-                                 : key == "zone" ? &id.zone
+            std::string* field = key == "id"       ? &id.host
+                                 : key == "zone"   ? &id.zone
                                  : key == "region" ? &id.region
-                                 : nullptr;
+                                                   : nullptr;
             if (field == nullptr || eq == std::string_view::npos) {
                 return conf_error(cf, directive(cmd) + ": invalid parameter " + quoted(arg) +
                                           ", expected id=, zone= or region=");
@@ -349,7 +359,8 @@ char* set_retry_after(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         std::string_view arg = sv(value[1]);
         if (arg == "off") {
             if (cf->args->nelts > 2) {
-                return conf_error(cf, directive(cmd) + ": invalid parameter " + quoted(sv(value[2])));
+                return conf_error(cf,
+                                  directive(cmd) + ": invalid parameter " + quoted(sv(value[2])));
             }
             l->retry_after = 0;
             l->retry_after_jitter = 0;
@@ -402,7 +413,8 @@ std::uint64_t random_epoch() {
         if (read(fd, &e, sizeof(e)) != static_cast<ssize_t>(sizeof(e))) e = 0;
         close(fd);
     }
-    e ^= (static_cast<std::uint64_t>(ngx_pid) << 40) ^ static_cast<std::uint64_t>(ngx_current_msec) ^
+    e ^= (static_cast<std::uint64_t>(ngx_pid) << 40) ^
+         static_cast<std::uint64_t>(ngx_current_msec) ^
          (static_cast<std::uint64_t>(ngx_random()) << 16);
     return e ? e : 1;
 }
@@ -420,7 +432,8 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         } else {
             std::uint32_t cap = zone::capacity_for(shpool->pfree * ngx_pagesize);
             if (cap <= zone::kRuntimeSlots) {
-                ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\" is too small", &shm_zone->shm.name);
+                ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\" is too small",
+                              &shm_zone->shm.name);
                 return NGX_ERROR;
             }
             void* p = ngx_slab_alloc(shpool, zone::bytes_for(cap));
@@ -432,15 +445,18 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         zone::View z(m->zone_base);
         std::string err = z.check_compatible();
         if (!err.empty()) {
-            ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\" cannot be reused: %s; "
-                          "rename the zone or restart nginx", &shm_zone->shm.name, err.c_str());
+            ngx_log_error(NGX_LOG_EMERG, log, 0,
+                          "grl_zone \"%V\" cannot be reused: %s; "
+                          "rename the zone or restart nginx",
+                          &shm_zone->shm.name, err.c_str());
             return NGX_ERROR;
         }
         std::vector<std::string> names;
         for (const BucketDef& d : m->cpp->table.defs) names.push_back(d.name);
         err = z.assign(names, m->cpp->table.slots);
         if (!err.empty()) {
-            ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\": %s", &shm_zone->shm.name, err.c_str());
+            ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\": %s", &shm_zone->shm.name,
+                          err.c_str());
             return NGX_ERROR;
         }
         return NGX_OK;
@@ -450,15 +466,17 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     }
 }
 
-void free_config(void* data) noexcept { delete static_cast<Config*>(data); }
+void free_config(void* data) noexcept {
+    delete static_cast<Config*>(data);
+}
 
 }  // namespace
 
 // ---- directive table -----------------------------------------------------------
 
 ngx_command_t commands[] = {
-    {ngx_string("grl_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_zone, NGX_HTTP_MAIN_CONF_OFFSET,
-     0, nullptr},
+    {ngx_string("grl_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_zone,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
     {ngx_string("grl_bucket"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE, set_bucket,
      NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
     {ngx_string("grl_caller"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_source,
@@ -467,8 +485,8 @@ ngx_command_t commands[] = {
      NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, procedure), nullptr},
     {ngx_string("grl_missing_caller"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_missing_caller,
      NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
-    {ngx_string("grl_host"), NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE, set_host, NGX_HTTP_MAIN_CONF_OFFSET,
-     0, nullptr},
+    {ngx_string("grl_host"), NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE, set_host,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
     {ngx_string("grl_collector"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_endpoints,
      NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
     {ngx_string("grl_instructions"), NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE, set_endpoints,
@@ -532,8 +550,9 @@ char* init_main_conf(ngx_conf_t* cf, void* conf) noexcept {
         }
         bool plane = !c.collector_endpoint.empty() || !c.instruction_endpoints.empty();
         if (plane && !m->has_host) {
-            return conf_error(cf, "\"grl_collector\" and \"grl_instructions\" need \"grl_host\" "
-                                  "with zone= and region= (this host's place in the fleet)");
+            return conf_error(cf,
+                              "\"grl_collector\" and \"grl_instructions\" need \"grl_host\" "
+                              "with zone= and region= (this host's place in the fleet)");
         }
         if (plane && m->shm_zone == nullptr) {
             return conf_error(cf, "\"grl_collector\" and \"grl_instructions\" need \"grl_zone\"");

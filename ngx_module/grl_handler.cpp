@@ -142,13 +142,13 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     std::uint32_t ppm = threshold_to_ppm(out.threshold);
     if (out.decision == Decision::ShadowDrop) {
         ngx_log_error(l->log_level, r->connection->log, 0,
-                      "grl: bucket \"%s\" would drop the request (shadow), ratio %uD.%06uD",
-                      name, ppm / kPpmOne, ppm % kPpmOne);
+                      "grl: bucket \"%s\" would drop the request (shadow), ratio %uD.%06uD", name,
+                      ppm / kPpmOne, ppm % kPpmOne);
         return NGX_DECLINED;
     }
     ngx_log_error(l->log_level, r->connection->log, 0,
-                  "grl: request dropped by bucket \"%s\", ratio %uD.%06uD", name,
-                  ppm / kPpmOne, ppm % kPpmOne);
+                  "grl: request dropped by bucket \"%s\", ratio %uD.%06uD", name, ppm / kPpmOne,
+                  ppm % kPpmOne);
     if (set_retry_after(r, l) != NGX_OK) return NGX_ERROR;
     return static_cast<ngx_int_t>(l->reject_status);
 }
@@ -159,7 +159,8 @@ namespace {
 
 enum VarKind : uintptr_t { kVarDecision, kVarBucket, kVarBuckets, kVarRatio };
 
-ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintptr_t data) noexcept {
+ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
+                       uintptr_t data) noexcept {
     RequestCtx* ctx = find_ctx(r->main);
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
     v->valid = 1;

@@ -72,7 +72,9 @@ struct RequestCtx {
     std::uint16_t matched[kMaxMatchesPerRequest];  // zone slots of the matched buckets
 };
 
-inline zone::View zone_view(const MainConf* m) { return zone::View(m->zone_base); }
+inline zone::View zone_view(const MainConf* m) {
+    return zone::View(m->zone_base);
+}
 inline std::string to_std(const ngx_str_t& s) {
     return std::string(reinterpret_cast<const char*>(s.data), s.len);
 }

@@ -38,7 +38,8 @@ Reporter* g_reporter = nullptr;
 std::uint64_t wall_ms() {
     struct timeval tv;
     gettimeofday(&tv, nullptr);
-    return static_cast<std::uint64_t>(tv.tv_sec) * 1000 + static_cast<std::uint64_t>(tv.tv_usec) / 1000;
+    return static_cast<std::uint64_t>(tv.tv_sec) * 1000 +
+           static_cast<std::uint64_t>(tv.tv_usec) / 1000;
 }
 
 void malformed(Reporter& rep, const std::string& why) {
@@ -90,8 +91,10 @@ void drain(Reporter& rep) {
         while (extra) {  // discard surplus frames of the same message
             zmq_msg_t f;
             zmq_msg_init(&f);
-            if (zmq_msg_recv(&f, rep.sub, ZMQ_DONTWAIT) < 0) extra = false;
-            else extra = zmq_msg_more(&f);
+            if (zmq_msg_recv(&f, rep.sub, ZMQ_DONTWAIT) < 0)
+                extra = false;
+            else
+                extra = zmq_msg_more(&f);
             zmq_msg_close(&f);
             ok = false;
             error = "more than two frames";
@@ -106,10 +109,12 @@ void drain(Reporter& rep) {
         }
         // During a reload the old reporter keeps draining its socket but leaves
         // the zone to the new one: one writer of instructions at a time.
-        if (z.header().reporter_pid.load(std::memory_order_relaxed) != static_cast<std::uint32_t>(ngx_pid)) {
+        if (z.header().reporter_pid.load(std::memory_order_relaxed) !=
+            static_cast<std::uint32_t>(ngx_pid)) {
             continue;
         }
-        apply_instructions(z, rep.conf->cpp->table, msg, ngx_current_msec, rep.conf->instruction_ttl);
+        apply_instructions(z, rep.conf->cpp->table, msg, ngx_current_msec,
+                           rep.conf->instruction_ttl);
     }
 }
 
@@ -127,19 +132,20 @@ void log_state_changes(Reporter& rep) {
     zone::View z(rep.conf->zone_base);
     ngx_msec_t now = ngx_current_msec;
     zone::PlaneState ps = plane_state(z, now, rep.conf->instruction_ttl);
-    auto old = static_cast<zone::PlaneState>(z.header().plane_state.exchange(static_cast<std::uint32_t>(ps)));
+    auto old = static_cast<zone::PlaneState>(
+        z.header().plane_state.exchange(static_cast<std::uint32_t>(ps)));
     if (old != ps) {
         ngx_uint_t level = ps == zone::PlaneState::Expired ? NGX_LOG_WARN : NGX_LOG_NOTICE;
-        ngx_log_error(level, rep.log, 0,
-                      "grl: control plane %s%s", std::string(zone::to_string(ps)).c_str(),
-                      ps == zone::PlaneState::Expired ? ", no instruction within the TTL: failing open"
-                                                      : "");
+        ngx_log_error(
+            level, rep.log, 0, "grl: control plane %s%s", std::string(zone::to_string(ps)).c_str(),
+            ps == zone::PlaneState::Expired ? ", no instruction within the TTL: failing open" : "");
     }
     bool writer = z.header().reporter_pid.load(std::memory_order_relaxed) ==
                   static_cast<std::uint32_t>(ngx_pid);
     for (const std::string& name : writer ? expire_runtime(z, now) : std::vector<std::string>{}) {
         ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
-                      "grl: run-time bucket \"%s\" expired and was removed, failing open", name.c_str());
+                      "grl: run-time bucket \"%s\" expired and was removed, failing open",
+                      name.c_str());
     }
     const BucketTable& t = rep.conf->cpp->table;
     for (std::size_t i = 0; i < t.defs.size(); ++i) {
@@ -194,7 +200,8 @@ void* make_socket(Reporter& rep, int type) {
 
 ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
     if (ngx_worker != 0) return NGX_OK;
-    auto* m = static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
+    auto* m =
+        static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
     if (m == nullptr || m->zone_base == nullptr) return NGX_OK;
     const Config& c = *m->cpp;
     if (c.collector_endpoint.empty() && c.instruction_endpoints.empty()) return NGX_OK;
@@ -212,7 +219,8 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
             zmq_setsockopt(rep->push, ZMQ_IMMEDIATE, &one, sizeof(one));
             zmq_setsockopt(rep->push, ZMQ_SNDHWM, &hwm, sizeof(hwm));
             if (zmq_connect(rep->push, c.collector_endpoint.c_str()) != 0) {
-                throw std::runtime_error("connect " + c.collector_endpoint + ": " + zmq_strerror(errno));
+                throw std::runtime_error("connect " + c.collector_endpoint + ": " +
+                                         zmq_strerror(errno));
             }
         }
         if (!c.instruction_endpoints.empty()) {

@@ -12,7 +12,9 @@ Prng g_prng;
 
 namespace {
 
-ngx_int_t preconfiguration(ngx_conf_t* cf) noexcept { return add_variables(cf); }
+ngx_int_t preconfiguration(ngx_conf_t* cf) noexcept {
+    return add_variables(cf);
+}
 
 ngx_int_t postconfiguration(ngx_conf_t* cf) noexcept {
     auto* cmcf = static_cast<ngx_http_core_main_conf_t*>(
@@ -30,12 +32,14 @@ ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
     if (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE) return NGX_OK;
     // Distinct streams per worker and per start; not a secret.
     g_prng.seed((static_cast<std::uint64_t>(ngx_pid) << 32) ^
-                static_cast<std::uint64_t>(ngx_time()) ^
-                reinterpret_cast<std::uintptr_t>(&cycle) ^ (static_cast<std::uint64_t>(ngx_worker) << 48));
+                static_cast<std::uint64_t>(ngx_time()) ^ reinterpret_cast<std::uintptr_t>(&cycle) ^
+                (static_cast<std::uint64_t>(ngx_worker) << 48));
     return reporter_start(cycle);
 }
 
-void exit_process(ngx_cycle_t* cycle) noexcept { reporter_stop(cycle); }
+void exit_process(ngx_cycle_t* cycle) noexcept {
+    reporter_stop(cycle);
+}
 
 ngx_http_module_t module_ctx = {
     preconfiguration,   // preconfiguration: register $grl_* variables
@@ -54,15 +58,15 @@ ngx_http_module_t module_ctx = {
 extern "C" {
 ngx_module_t ngx_http_grl_module = {
     NGX_MODULE_V1,
-    &grl::ngx::module_ctx,     // module context
-    grl::ngx::commands,        // module directives
-    NGX_HTTP_MODULE,           // module type
-    nullptr,                   // init master
-    nullptr,                   // init module
-    grl::ngx::init_process,    // init process: PRNG seed, reporter in worker 0
-    nullptr,                   // init thread
-    nullptr,                   // exit thread
-    grl::ngx::exit_process,    // exit process: close ZeroMQ sockets
-    nullptr,                   // exit master
+    &grl::ngx::module_ctx,   // module context
+    grl::ngx::commands,      // module directives
+    NGX_HTTP_MODULE,         // module type
+    nullptr,                 // init master
+    nullptr,                 // init module
+    grl::ngx::init_process,  // init process: PRNG seed, reporter in worker 0
+    nullptr,                 // init thread
+    nullptr,                 // exit thread
+    grl::ngx::exit_process,  // exit process: close ZeroMQ sockets
+    nullptr,                 // exit master
     NGX_MODULE_V1_PADDING};
 }

@@ -6,17 +6,9 @@
 extern ngx_module_t ngx_http_grl_module;
 
 #pragma GCC visibility push(default)
-ngx_module_t *ngx_modules[] = {
-    &ngx_http_grl_module,
-    NULL
-};
+ngx_module_t* ngx_modules[] = {&ngx_http_grl_module, NULL};
 
-char *ngx_module_names[] = {
-    "ngx_http_grl_module",
-    NULL
-};
+char* ngx_module_names[] = {"ngx_http_grl_module", NULL};
 
-char *ngx_module_order[] = {
-    NULL
-};
+char* ngx_module_order[] = {NULL};
 #pragma GCC visibility pop

@@ -39,7 +39,9 @@ std::string check_regex(std::string_view pattern) {
     return {};
 }
 
-void Matcher::CompiledDeleter::operator()(Compiled* c) const { delete c; }
+void Matcher::CompiledDeleter::operator()(Compiled* c) const {
+    delete c;
+}
 
 Matcher::CompiledPtr Matcher::compile(std::string_view pattern, std::string& error) {
     error = check_regex(pattern);

@@ -409,7 +409,9 @@ bool MapReader::map(std::string_view key, const msgpack_object*& out) const {
 
 bool MapReader::opt_u64(std::string_view key, std::optional<std::uint64_t>& out) const {
     out.reset();
-    if (!present(key)) return error_.empty() || ok_;
+    const msgpack_object* o = nullptr;
+    if (!find(key, o)) return false;
+    if (o == nullptr) return true;
     std::uint64_t v = 0;
     if (!u64(key, v)) return false;
     out = v;

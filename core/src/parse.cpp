@@ -102,7 +102,8 @@ Parsed<std::uint32_t> parse_ratio_ppm(std::string_view s) {
     std::uint64_t f = 0;
     if (!parse_uint(ip, i) || i > 1) return fail<std::uint32_t>("ratio", s);
     if (dot != std::string_view::npos) {
-        if (fp.empty() || fp.size() > 6 || !parse_uint(fp, f)) return fail<std::uint32_t>("ratio", s);
+        if (fp.empty() || fp.size() > 6 || !parse_uint(fp, f))
+            return fail<std::uint32_t>("ratio", s);
         for (std::size_t k = fp.size(); k < 6; ++k) f *= 10;
     }
     std::uint64_t ppm = i * 1000000 + f;

@@ -26,7 +26,8 @@ void write_runtime_def(zone::RuntimeDef& d, const std::string& name, const wire:
     std::memcpy(d.name, name.data(), std::min(name.size(), kMaxNameLen));
     d.caller_len = static_cast<std::uint8_t>(std::min(m.caller.size(), zone::kMaxRuntimeValue));
     std::memcpy(d.caller, m.caller.data(), d.caller_len);
-    d.procedure_len = static_cast<std::uint8_t>(std::min(m.procedure.size(), zone::kMaxRuntimeValue));
+    d.procedure_len =
+        static_cast<std::uint8_t>(std::min(m.procedure.size(), zone::kMaxRuntimeValue));
     std::memcpy(d.procedure, m.procedure.data(), d.procedure_len);
     d.caller_kind = static_cast<std::uint8_t>(m.caller_kind);
     d.procedure_kind = static_cast<std::uint8_t>(m.procedure_kind);
@@ -248,10 +249,10 @@ struct BucketView {
     bool runtime;
     zone::View::Totals tot;
     zone::PlaneState state;
-    std::uint64_t threshold;  // 0 unless active
-    std::uint64_t age_ms;     // since the last instruction; 0 when none
-    Mode mode;                // effective
-    std::uint64_t limit_mrps; // effective
+    std::uint64_t threshold;   // 0 unless active
+    std::uint64_t age_ms;      // since the last instruction; 0 when none
+    Mode mode;                 // effective
+    std::uint64_t limit_mrps;  // effective
 };
 
 BucketView view_of(const StatusInput& in, const BucketDef& def, std::uint16_t slot, bool runtime) {
@@ -306,14 +307,14 @@ std::string render_status_json(const StatusInput& in) {
            "\"reports_sent\":%llu,\"reports_dropped\":%llu,\"instructions_received\":%llu,"
            "\"instructions_malformed\":%llu,\"instructions_unknown_bucket\":%llu},",
            std::string(to_string(plane_state(*in.zone, in.now_ms, in.ttl_ms))).c_str(),
-           in.reporting ? "true" : "false",
-           last ? static_cast<long long>(in.now_ms - last) : -1LL,
+           in.reporting ? "true" : "false", last ? static_cast<long long>(in.now_ms - last) : -1LL,
            static_cast<unsigned long long>(h.reports_sent.load()),
            static_cast<unsigned long long>(h.reports_dropped.load()),
            static_cast<unsigned long long>(h.instructions_received.load()),
            static_cast<unsigned long long>(h.instructions_malformed.load()),
            static_cast<unsigned long long>(h.instructions_unknown_bucket.load()));
-    append(out, "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,\"buckets\":[",
+    append(out,
+           "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,\"buckets\":[",
            static_cast<unsigned long long>(missing_caller(*in.zone)),
            h.capacity > zone::kRuntimeSlots ? h.capacity - zone::kRuntimeSlots : 0,
            static_cast<unsigned long long>(h.runtime_rejected.load()));
@@ -325,8 +326,9 @@ std::string render_status_json(const StatusInput& in) {
         append(out,
                "{\"name\":\"%s\",\"runtime\":%s,\"scope\":\"%s\",\"mode\":\"%s\","
                "\"configured_mode\":\"%s\",\"limit_rps\":%.3f,\"configured_limit_rps\":%.3f,",
-               v.def->name.c_str(), v.runtime ? "true" : "false", std::string(to_string(v.def->scope)).c_str(),
-               std::string(to_string(v.mode)).c_str(), std::string(to_string(v.def->mode)).c_str(),
+               v.def->name.c_str(), v.runtime ? "true" : "false",
+               std::string(to_string(v.def->scope)).c_str(), std::string(to_string(v.mode)).c_str(),
+               std::string(to_string(v.def->mode)).c_str(),
                static_cast<double>(v.limit_mrps) / 1000.0,
                static_cast<double>(v.def->limit_mrps) / 1000.0);
         append(out,
@@ -335,8 +337,9 @@ std::string render_status_json(const StatusInput& in) {
                static_cast<unsigned long long>(v.tot.offered),
                static_cast<unsigned long long>(v.tot.admitted),
                static_cast<unsigned long long>(v.tot.dropped),
-               static_cast<unsigned long long>(v.tot.shadow_dropped), ratio_str(v.threshold).c_str(),
-               std::string(to_string(v.state)).c_str(), static_cast<unsigned long long>(v.age_ms));
+               static_cast<unsigned long long>(v.tot.shadow_dropped),
+               ratio_str(v.threshold).c_str(), std::string(to_string(v.state)).c_str(),
+               static_cast<unsigned long long>(v.age_ms));
     }
     out += "]}\n";
     return out;
@@ -399,8 +402,8 @@ std::string render_status_prometheus(const StatusInput& in) {
     family("grl_control_plane_state", "gauge", "1 for the current control-plane state.");
     for (zone::PlaneState s :
          {zone::PlaneState::Waiting, zone::PlaneState::Active, zone::PlaneState::Expired}) {
-        append(out, "grl_control_plane_state{state=\"%s\"} %d\n",
-               std::string(to_string(s)).c_str(), s == ps ? 1 : 0);
+        append(out, "grl_control_plane_state{state=\"%s\"} %d\n", std::string(to_string(s)).c_str(),
+               s == ps ? 1 : 0);
     }
     std::uint64_t last = h.plane_last_ms.load(std::memory_order_relaxed);
     family("grl_last_instruction_age_seconds", "gauge",

@@ -656,8 +656,8 @@ bool runtime_match(const Fields<N>& bf, Instruction& b, std::string& error) {
         return false;
     }
     if (b.match.caller.size() > kMaxMatchValueLen || b.match.procedure.size() > kMaxMatchValueLen) {
-        error = "match value longer than " + std::to_string(kMaxMatchValueLen) + " bytes" +
-                mf.where();
+        error =
+            "match value longer than " + std::to_string(kMaxMatchValueLen) + " bytes" + mf.where();
         return false;
     }
     if (b.match.procedure_kind == MatchKind::Regex) {

@@ -59,9 +59,9 @@ TEST(Matcher, LiteralsAroundTheEightByteHead) {
     EXPECT_EQ(run(m, "", false, "/abcdefg"), V({1}));
     EXPECT_EQ(run(m, "", false, "/abcdefghijklmnop"), V({2, 3}));
     EXPECT_EQ(run(m, "", false, "/abcdefghijklmnoX"), V({3}));
-    EXPECT_EQ(run(m, "", false, "/abcdefghiX"), V({}));   // differs after the head
+    EXPECT_EQ(run(m, "", false, "/abcdefghiX"), V({}));  // differs after the head
     EXPECT_EQ(run(m, "", false, "/abcdefghij"), V({3}));
-    EXPECT_EQ(run(m, "", false, "/abcdefghi"), V({}));    // shorter than the prefix
+    EXPECT_EQ(run(m, "", false, "/abcdefghi"), V({}));  // shorter than the prefix
     std::string with_nul("/a\0b", 4);
     EXPECT_EQ(run(m, "", false, with_nul), V({}));
 }

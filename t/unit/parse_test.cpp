@@ -26,7 +26,8 @@ TEST(ParseSize, Suffixes) {
     EXPECT_EQ(parse_size("512k").value, 512u * 1024);
     EXPECT_EQ(parse_size("1m").value, 1024u * 1024);
     EXPECT_EQ(parse_size("2M").value, 2u * 1024 * 1024);
-    for (const char* bad : {"", "k", "0", "1g", "1.5m", "-1m"}) EXPECT_FALSE(parse_size(bad)) << bad;
+    for (const char* bad : {"", "k", "0", "1g", "1.5m", "-1m"})
+        EXPECT_FALSE(parse_size(bad)) << bad;
 }
 
 TEST(ParseDuration, Units) {

@@ -34,7 +34,7 @@ TEST(Ratio, DropRatioFormula) {
     EXPECT_EQ(drop_ratio_ppm(0, 100000), 0u);
     EXPECT_EQ(drop_ratio_ppm(100000, 100000), 0u);
     EXPECT_EQ(drop_ratio_ppm(50000, 100000), 0u);
-    EXPECT_EQ(drop_ratio_ppm(150000, 100000), 333333u);  // 1.5x the limit
+    EXPECT_EQ(drop_ratio_ppm(150000, 100000), 333333u);   // 1.5x the limit
     EXPECT_EQ(drop_ratio_ppm(1500000, 100000), 933333u);  // 15x surge
     EXPECT_EQ(drop_ratio_ppm(~0ULL, 1), 999999u);         // no overflow
 }
@@ -50,7 +50,8 @@ TEST_F(ZoneFixture, FormatThenCompatible) {
 }
 
 TEST(ZoneSizing, CapacityAndBytesAgree) {
-    for (std::uint32_t cap : {1u, 10u, 300u}) EXPECT_EQ(zone::capacity_for(zone::bytes_for(cap)), cap);
+    for (std::uint32_t cap : {1u, 10u, 300u})
+        EXPECT_EQ(zone::capacity_for(zone::bytes_for(cap)), cap);
     EXPECT_EQ(zone::capacity_for(10), 0u);
     // 1 MiB holds a useful number of buckets (documented in docs/directives.md).
     EXPECT_GE(zone::capacity_for(1 << 20), 400u);
@@ -104,7 +105,8 @@ TEST_F(ZoneFixture, TotalsSumWorkersAndDeriveAdmitted) {
     EXPECT_EQ(t.shadow_dropped, 3u);
 }
 
-void set_ratio(zone::View& z, std::uint16_t slot, std::uint32_t ppm, Mode mode, std::uint64_t expires) {
+void set_ratio(zone::View& z, std::uint16_t slot, std::uint32_t ppm, Mode mode,
+               std::uint64_t expires) {
     z.slot(slot).threshold = ppm_to_threshold(ppm);
     z.slot(slot).mode = static_cast<std::uint32_t>(mode);
     z.slot(slot).expires_ms = expires;
@@ -174,7 +176,7 @@ TEST_F(ZoneFixture, ExpiredRatioFailsOpen) {
 
 TEST_F(ZoneFixture, AnyDenyDropRejectsAndEveryBucketCountsIt) {
     Prng rng(5);
-    set_ratio(z, 0, 1000000, Mode::Deny, 5000);   // always drops
+    set_ratio(z, 0, 1000000, Mode::Deny, 5000);    // always drops
     set_ratio(z, 1, 1000000, Mode::Shadow, 5000);  // shadow always "would drop"
     std::uint16_t m[] = {1, 3, 0};                 // 3 has no ratio
     Outcome o = decide(z, m, 3, 0, 1000, rng);
@@ -336,7 +338,9 @@ struct RuntimeFixture : PlaneFixture {
 TEST_F(RuntimeFixture, MatchDefinesARuntimeBucketEveryWorkerCanLoad) {
     std::uint64_t gen0 = 0;
     EXPECT_TRUE(load_runtime(z, gen0).empty());
-    EXPECT_EQ(apply_instructions(z, table, msg({runtime_entry("bots", "crawler", 500000)}), 100, 5000), 1u);
+    EXPECT_EQ(
+        apply_instructions(z, table, msg({runtime_entry("bots", "crawler", 500000)}), 100, 5000),
+        1u);
     std::uint64_t gen1 = 0;
     auto rt = load_runtime(z, gen1);
     EXPECT_GT(gen1, gen0);

@@ -42,7 +42,7 @@ inline constexpr std::size_t kMaxMatchesPerRequest = 16;
 // compiled once (PCRE2, JIT where available) with preallocated match data, so
 // match() never allocates. Not thread-safe (nginx workers are single-threaded).
 class Matcher {
-public:
+  public:
     Matcher() = default;
     ~Matcher();
     Matcher(const Matcher&) = delete;
@@ -59,7 +59,7 @@ public:
     std::size_t size() const { return entries_.size(); }
     const BucketDef& def(std::size_t i) const { return entries_[i].def; }
 
-private:
+  private:
     struct Compiled;
     struct CompiledDeleter {
         void operator()(Compiled* c) const;

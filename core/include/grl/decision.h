@@ -43,7 +43,8 @@ inline Outcome decide(const zone::View& z, const std::uint16_t* matched, std::si
         if (now_ms >= s.expires_ms.load(std::memory_order_relaxed)) continue;  // fail open
         std::uint64_t t = s.threshold.load(std::memory_order_relaxed);
         if (t == 0) continue;
-        bool deny = s.mode.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(Mode::Deny);
+        bool deny =
+            s.mode.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(Mode::Deny);
         if (deny && out.decision == Decision::Drop) continue;  // already rejected
         if (out.decision == Decision::Pass && t > out.threshold) out.threshold = t;
         if (rng.next32() >= t) continue;

@@ -8,7 +8,7 @@ namespace grl {
 // SplitMix64 is one multiply-xorshift chain per
 // call, passes BigCrush on its 64-bit output, and needs one word of state.
 class Prng {
-public:
+  public:
     explicit Prng(std::uint64_t seed = 0x9e3779b97f4a7c15ULL) : s_(seed) {}
     void seed(std::uint64_t seed) { s_ = seed; }
 
@@ -21,7 +21,7 @@ public:
     // Uniform in [0, 2^32).
     std::uint32_t next32() { return static_cast<std::uint32_t>(next64() >> 32); }
 
-private:
+  private:
     std::uint64_t s_;
 };
 

@@ -93,7 +93,7 @@ struct alignas(64) Header {
     std::atomic<std::uint64_t> plane_last_ms;  // monotonic ms of the last valid instruction msg
     std::atomic<std::uint32_t> plane_state;    // PlaneState last logged
     std::atomic<std::uint32_t> reporter_pid;
-    std::atomic<std::uint64_t> runtime_gen;  // bumped on every run-time bucket change
+    std::atomic<std::uint64_t> runtime_gen;       // bumped on every run-time bucket change
     std::atomic<std::uint64_t> runtime_rejected;  // definitions that found no free slot
     WorkerStats worker[kWorkerSlots];
     RuntimeDef runtime[kRuntimeSlots];  // runtime[i] uses bucket slot capacity - kRuntimeSlots + i
@@ -107,7 +107,7 @@ std::uint32_t capacity_for(std::size_t bytes);
 
 // A typed view over the raw memory of a zone.
 class View {
-public:
+  public:
     View() = default;
     explicit View(void* base) : base_(static_cast<char*>(base)) {}
 
@@ -147,7 +147,7 @@ public:
     // Clears a slot's instruction and counters (for reuse by another bucket).
     void reset_slot(std::uint32_t i) const;
 
-private:
+  private:
     char* base_ = nullptr;
 };
 
