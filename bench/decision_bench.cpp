@@ -3,6 +3,7 @@
 // Run: build/bench/grl_decision_bench   (see bench/README.md)
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@
 namespace {
 
 struct Setup {
-    std::unique_ptr<char[]> mem;
+    std::unique_ptr<void, decltype(&std::free)> mem{nullptr, &std::free};
     grl::zone::View z;
     grl::Matcher matcher;
     std::vector<std::uint16_t> slots;
@@ -25,7 +26,8 @@ struct Setup {
     // one regex bucket; `ratio_ppm` in force on every bucket.
     Setup(int buckets, std::uint32_t ratio_ppm, bool regex) {
         const std::uint32_t cap = 64;
-        mem.reset(new (std::align_val_t(64)) char[grl::zone::bytes_for(cap)]);
+        // bytes_for() is a multiple of 64, as aligned_alloc requires.
+        mem.reset(std::aligned_alloc(64, grl::zone::bytes_for(cap)));
         z = grl::zone::View(mem.get());
         z.format(cap, 1);
         std::vector<std::string> names;

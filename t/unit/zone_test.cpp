@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -16,7 +17,8 @@ namespace {
 
 struct ZoneFixture : ::testing::Test {
     static constexpr std::uint32_t kCap = 8 + zone::kRuntimeSlots;  // 8 configurable
-    std::unique_ptr<char[]> mem{new (std::align_val_t(64)) char[zone::bytes_for(kCap)]};
+    std::unique_ptr<void, decltype(&std::free)> mem{std::aligned_alloc(64, zone::bytes_for(kCap)),
+                                                    &std::free};
     zone::View z{mem.get()};
     void SetUp() override { z.format(kCap, 42); }
 };
