@@ -122,9 +122,9 @@ struct RequestCtx {
 
 // ---- per-worker state --------------------------------------------------------------
 
-ngx_uint_t g_pending;      // hiredis callbacks not yet run
-time_t g_last_warn;        // failures are logged at most once a second
-ngx_uint_t g_suppressed;   // failures not logged since
+ngx_uint_t g_pending;     // hiredis callbacks not yet run
+time_t g_last_warn;       // failures are logged at most once a second
+ngx_uint_t g_suppressed;  // failures not logged since
 
 // ---- the Lua script ------------------------------------------------------------
 
@@ -152,8 +152,12 @@ return 0
 
 // ---- helpers --------------------------------------------------------------------
 
-std::string_view sv(const ngx_str_t& s) { return {reinterpret_cast<const char*>(s.data), s.len}; }
-std::string quoted(std::string_view v) { return "\"" + std::string(v) + "\""; }
+std::string_view sv(const ngx_str_t& s) {
+    return {reinterpret_cast<const char*>(s.data), s.len};
+}
+std::string quoted(std::string_view v) {
+    return "\"" + std::string(v) + "\"";
+}
 
 char* conf_error(ngx_conf_t* cf, const std::string& msg) {
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", msg.c_str());
@@ -184,7 +188,9 @@ const char* status_name(Status s) {
     return "WAITING";
 }
 
-void free_config(void* data) noexcept { delete static_cast<Config*>(data); }
+void free_config(void* data) noexcept {
+    delete static_cast<Config*>(data);
+}
 
 // ---- request context ---------------------------------------------------------------
 
@@ -230,9 +236,15 @@ void fail(RequestCtx* ctx, const MainConf* m, const char* why) {
         return;
     }
     g_last_warn = ngx_time();
-    ngx_log_error(NGX_LOG_WARN, ctx->r->connection->log, 0,
-                  "redis_limit: %s, failing %s (%ui similar messages suppressed)", why,
-                  m->fail == kFailClosed ? "closed" : "open", g_suppressed);
+    const char* policy = m->fail == kFailClosed ? "closed" : "open";
+    if (g_suppressed) {
+        ngx_log_error(NGX_LOG_WARN, ctx->r->connection->log, 0,
+                      "redis_limit: %s, failing %s (%ui more failures since the last message)", why,
+                      policy, g_suppressed);
+    } else {
+        ngx_log_error(NGX_LOG_WARN, ctx->r->connection->log, 0, "redis_limit: %s, failing %s", why,
+                      policy);
+    }
     g_suppressed = 0;
 }
 
@@ -248,7 +260,8 @@ ngx_int_t verdict(RequestCtx* ctx, ngx_http_request_t* r) {
     if (ctx->returned) return NGX_DECLINED;  // decided once per request
     ctx->returned = true;
     if (ctx->status == Status::Rejected || ctx->status == Status::FailedClosed) {
-        auto* l = static_cast<LocConf*>(ngx_http_get_module_loc_conf(r, ngx_http_redis_limit_module));
+        auto* l =
+            static_cast<LocConf*>(ngx_http_get_module_loc_conf(r, ngx_http_redis_limit_module));
         return static_cast<ngx_int_t>(l->status);
     }
     return NGX_DECLINED;
@@ -299,7 +312,8 @@ void on_reply(redisAsyncContext*, void* reply, void* privdata) noexcept {
     if (rep == nullptr) {
         fail(ctx, m, "redis connection failed");
     } else if (rep->type != REDIS_REPLY_INTEGER) {
-        fail(ctx, m, rep->type == REDIS_REPLY_ERROR ? "redis answered an error" : "unexpected reply");
+        fail(ctx, m,
+             rep->type == REDIS_REPLY_ERROR ? "redis answered an error" : "unexpected reply");
     } else if (rep->integer == 0) {
         ctx->status = Status::Passed;
     } else if (rep->integer > 0 && rep->integer <= ctx->n) {
@@ -409,7 +423,8 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
 
 enum VarKind : uintptr_t { kVarStatus, kVarBucket };
 
-ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintptr_t data) noexcept {
+ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
+                       uintptr_t data) noexcept {
     RequestCtx* ctx = find_ctx(r->main);
     v->valid = 1;
     v->no_cacheable = 0;
@@ -437,7 +452,9 @@ VarDef var_defs[] = {{ngx_string("redis_limit_status"), kVarStatus},
 
 // ---- directives --------------------------------------------------------------------
 
-std::string directive(const ngx_command_t* cmd) { return "\"" + std::string(sv(cmd->name)) + "\""; }
+std::string directive(const ngx_command_t* cmd) {
+    return "\"" + std::string(sv(cmd->name)) + "\"";
+}
 
 // redis_limit_server HOST:PORT | unix:PATH
 char* set_server(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
@@ -452,9 +469,9 @@ char* set_server(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             std::size_t colon = arg.rfind(':');
             ngx_int_t port = NGX_ERROR;
             if (colon != std::string_view::npos && colon > 0) {
-                port = ngx_atoi(const_cast<u_char*>(reinterpret_cast<const u_char*>(arg.data())) +
-                                    colon + 1,
-                                arg.size() - colon - 1);
+                port = ngx_atoi(
+                    const_cast<u_char*>(reinterpret_cast<const u_char*>(arg.data())) + colon + 1,
+                    arg.size() - colon - 1);
             }
             if (port < 1 || port > 65535) {
                 return conf_error(cf, directive(cmd) + ": invalid server " + quoted(arg) +
@@ -489,8 +506,8 @@ char* set_missing_caller(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcep
         m->missing_caller_value.len = value[1].len - 6;
         return NGX_CONF_OK;
     }
-    return conf_error(cf, directive(cmd) + ": invalid value " + quoted(arg) +
-                              ", expected skip or value=NAME");
+    return conf_error(
+        cf, directive(cmd) + ": invalid value " + quoted(arg) + ", expected skip or value=NAME");
 }
 
 // One caller/procedure match form ("caller=", "caller_prefix=", ...), as grl_bucket.
@@ -537,8 +554,13 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
                 take_match(arg, "procedure", def.procedure, dup)) {
                 const grl::MatchSpec& spec =
                     arg.substr(0, 6) == "caller" ? def.caller : def.procedure;
-                if (dup) return conf_error(cf, d + ": more than one caller/procedure match in " + quoted(arg));
-                if (spec.value.empty()) return conf_error(cf, d + ": empty value in " + quoted(arg));
+                if (dup) {
+                    return conf_error(
+                        cf, d + ": more than one caller/procedure match in " + quoted(arg));
+                }
+                if (spec.value.empty()) {
+                    return conf_error(cf, d + ": empty value in " + quoted(arg));
+                }
                 if (spec.kind == grl::MatchKind::Regex) {
                     std::string err = grl::check_regex(spec.value);
                     if (!err.empty()) return conf_error(cf, d + ": " + err);
@@ -548,7 +570,9 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             if (arg.substr(0, 5) == "rate=" && !has_rate) {
                 std::string_view rate = arg.substr(5);
                 auto r = grl::parse_rate(rate);
-                if (!r) return conf_error(cf, d + ": " + r.error + ", expected e.g. 100r/s or 600r/m");
+                if (!r) {
+                    return conf_error(cf, d + ": " + r.error + ", expected e.g. 100r/s or 600r/m");
+                }
                 // A fixed window per rate unit: N per second, or N per minute.
                 b.window = rate.substr(rate.size() - 3) == "r/m" ? 60 : 1;
                 b.limit = 0;
@@ -606,7 +630,8 @@ ngx_command_t commands[] = {
      NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, fail), fail_modes},
     {ngx_string("redis_limit_max_pending"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_num_slot, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, max_pending), nullptr},
-    {ngx_string("redis_limit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+    {ngx_string("redis_limit"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
      ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(LocConf, enable), nullptr},
     {ngx_string("redis_limit_status"),
      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1, set_status,
@@ -638,17 +663,21 @@ char* init_main_conf(ngx_conf_t* cf, void* conf) noexcept {
         ngx_conf_init_uint_value(m->fail, kFailOpen);
         ngx_conf_init_value(m->max_pending, 10000);
         if (m->timeout == 0) return conf_error(cf, "\"redis_limit_timeout\" must be positive");
-        if (m->max_pending < 1) return conf_error(cf, "\"redis_limit_max_pending\" must be positive");
+        if (m->max_pending < 1)
+            return conf_error(cf, "\"redis_limit_max_pending\" must be positive");
         if (m->cpp->buckets.empty()) return NGX_CONF_OK;
-        if (!m->has_server) return conf_error(cf, "\"redis_limit_bucket\" needs \"redis_limit_server\"");
+        if (!m->has_server)
+            return conf_error(cf, "\"redis_limit_bucket\" needs \"redis_limit_server\"");
         for (const Bucket& b : m->cpp->buckets) {
             const grl::BucketDef& d = m->cpp->matcher.def(&b - m->cpp->buckets.data());
             if (d.caller.kind != grl::MatchKind::Any && m->caller == nullptr) {
-                return conf_error(cf, "\"redis_limit_bucket\" \"" + b.name +
-                                          "\" matches on caller but \"redis_limit_caller\" is not set");
+                return conf_error(cf,
+                                  "\"redis_limit_bucket\" \"" + b.name +
+                                      "\" matches on caller but \"redis_limit_caller\" is not set");
             }
         }
         m->cpp->conn.script = kScript;
+        m->cpp->conn.stall_ms = m->timeout * 4 > 2000 ? m->timeout * 4 : 2000;
         return NGX_CONF_OK;
     });
 }
@@ -702,7 +731,9 @@ ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
     return NGX_OK;
 }
 
-void exit_process(ngx_cycle_t*) noexcept { conn_stop(); }
+void exit_process(ngx_cycle_t*) noexcept {
+    conn_stop();
+}
 
 ngx_http_module_t module_ctx = {
     preconfiguration,   // preconfiguration: register $redis_limit_* variables
@@ -721,15 +752,15 @@ ngx_http_module_t module_ctx = {
 extern "C" {
 ngx_module_t ngx_http_redis_limit_module = {
     NGX_MODULE_V1,
-    &redis_limit::module_ctx,     // module context
-    redis_limit::commands,        // module directives
-    NGX_HTTP_MODULE,              // module type
-    nullptr,                      // init master
-    nullptr,                      // init module
-    redis_limit::init_process,    // init process: connect to Redis (each worker)
-    nullptr,                      // init thread
-    nullptr,                      // exit thread
-    redis_limit::exit_process,    // exit process: free the connection
-    nullptr,                      // exit master
+    &redis_limit::module_ctx,   // module context
+    redis_limit::commands,      // module directives
+    NGX_HTTP_MODULE,            // module type
+    nullptr,                    // init master
+    nullptr,                    // init module
+    redis_limit::init_process,  // init process: connect to Redis (each worker)
+    nullptr,                    // init thread
+    nullptr,                    // exit thread
+    redis_limit::exit_process,  // exit process: free the connection
+    nullptr,                    // exit master
     NGX_MODULE_V1_PADDING};
 }

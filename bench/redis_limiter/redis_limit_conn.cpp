@@ -38,8 +38,9 @@ struct Conn {
     bool flushing;  // inside redisAsyncHandleWrite: "add write" must arm the event
     bool connected_once;
     ngx_msec_t backoff;
-    ngx_event_t retry;  // reconnect timer
-    ngx_event_t flush;  // posted: write what this loop iteration queued
+    ngx_msec_t last_progress;  // last read, or when commands started to be pending
+    ngx_event_t retry;         // reconnect timer
+    ngx_event_t flush;         // posted: write what this loop iteration queued
     char sha[41];
 };
 
@@ -64,6 +65,7 @@ void handle_write(redisAsyncContext* ac) noexcept {
 
 void on_read(ngx_event_t* ev) noexcept {
     auto* c = static_cast<ngx_connection_t*>(ev->data);
+    g.last_progress = ngx_current_msec;
     redisAsyncHandleRead(static_cast<redisAsyncContext*>(c->data));
 }
 
@@ -76,7 +78,9 @@ void on_flush(ngx_event_t*) noexcept {
     if (g.ac) handle_write(g.ac);
 }
 
-void on_retry(ngx_event_t*) noexcept { connect_now(); }
+void on_retry(ngx_event_t*) noexcept {
+    connect_now();
+}
 
 // ---- hiredis hooks -> nginx events -------------------------------------------
 
@@ -99,7 +103,9 @@ void add_write(void* p) noexcept {
     bool connected = g.ac && (g.ac->c.flags & REDIS_CONNECTED);
     if (connected && !g.flushing) {
         // A new command: write it (with the others of this iteration) later.
-        if (!g.flush.posted) ngx_post_event(&g.flush, &ngx_posted_events);
+        if (!g.flush.posted) {
+            ngx_post_event(&g.flush, &ngx_posted_events);
+        }
         return;
     }
     // Connecting, or a write left data behind: wait for writability.
@@ -118,9 +124,15 @@ void cleanup(void* p) noexcept {
     auto* c = static_cast<ngx_connection_t*>(p);
     if (c->read->active) ngx_del_event(c->read, NGX_READ_EVENT, 0);
     if (c->write->active) ngx_del_event(c->write, NGX_WRITE_EVENT, 0);
-    if (c->read->posted) ngx_delete_posted_event(c->read);
-    if (c->write->posted) ngx_delete_posted_event(c->write);
-    if (g.flush.posted) ngx_delete_posted_event(&g.flush);
+    if (c->read->posted) {  // a multi-statement macro
+        ngx_delete_posted_event(c->read);
+    }
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
+    if (g.flush.posted) {
+        ngx_delete_posted_event(&g.flush);
+    }
     ngx_free_connection(c);
     c->fd = static_cast<ngx_socket_t>(-1);  // stale epoll events for it are ignored
     g.c = nullptr;
@@ -147,8 +159,8 @@ void on_script_loaded(redisAsyncContext* ac, void* reply, void*) noexcept {
         std::memcpy(g.sha, rep->str, 40);
         g.sha[40] = '\0';
         g.ready = true;
-        ngx_log_error(g.connected_once ? NGX_LOG_WARN : NGX_LOG_INFO, g.log, 0,
-                      "redis_limit: %s to redis at %s",
+        ngx_uint_t level = g.connected_once ? NGX_LOG_WARN : NGX_LOG_INFO;
+        ngx_log_error(level, g.log, 0, "redis_limit: %s to redis at %s",
                       g.connected_once ? "reconnected" : "connected", g.conf->display.c_str());
         g.connected_once = true;
         g.backoff = kBackoffMin;
@@ -244,11 +256,22 @@ void conn_stop() noexcept {
     if (g.ac) redisAsyncFree(g.ac);  // pending callbacks run with a null reply
 }
 
-bool conn_ready() noexcept { return g.ready && g.ac != nullptr; }
+bool conn_ready() noexcept {
+    return g.ready && g.ac != nullptr;
+}
 
 bool conn_eval(int argc, const char** argv, std::size_t* lens, redisCallbackFn* fn,
                void* privdata) noexcept {
     if (!conn_ready()) return false;
+    if (g.ac->replies.head == nullptr) {
+        g.last_progress = ngx_current_msec;  // idle until now
+    } else if (ngx_current_msec - g.last_progress > g.conf->stall_ms) {
+        ngx_log_error(NGX_LOG_WARN, g.log, 0,
+                      "redis_limit: redis at %s has not answered for %Mms, reconnecting",
+                      g.conf->display.c_str(), ngx_current_msec - g.last_progress);
+        redisAsyncFree(g.ac);  // pending callbacks run now with a null reply
+        return false;
+    }
     argv[0] = "EVALSHA";
     lens[0] = 7;
     argv[1] = g.sha;
@@ -258,7 +281,8 @@ bool conn_eval(int argc, const char** argv, std::size_t* lens, redisCallbackFn* 
 
 void conn_script_missing() noexcept {
     if (g.ac == nullptr || g.loading || g.stopping) return;
-    ngx_log_error(NGX_LOG_WARN, g.log, 0, "redis_limit: redis at %s lost the script, loading it again",
+    ngx_log_error(NGX_LOG_WARN, g.log, 0,
+                  "redis_limit: redis at %s lost the script, loading it again",
                   g.conf->display.c_str());
     send_script_load();
 }
