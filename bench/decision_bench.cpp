@@ -47,7 +47,8 @@ struct Setup {
             matcher.add(d);
             names.push_back(d.name);
         }
-        z.assign(names, slots);
+        std::uint64_t gen = 0;
+        z.assign(names, slots, gen);
         for (std::uint16_t s : slots) {
             z.slot(s).threshold = grl::ppm_to_threshold(ratio_ppm);
             z.slot(s).expires_ms = ~0ULL;

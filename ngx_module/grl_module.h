@@ -44,7 +44,8 @@ struct MainConf {
     Config* cpp;
     ngx_shm_zone_t* shm_zone;
     ngx_str_t zone_name;
-    void* zone_base;  // the zone's Header, set by init_zone
+    void* zone_base;           // the zone's Header, set by init_zone
+    std::uint64_t config_gen;  // this configuration's generation in the zone
 
     Source caller;
     Source procedure;

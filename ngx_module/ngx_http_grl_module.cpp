@@ -34,6 +34,9 @@ ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
     g_prng.seed((static_cast<std::uint64_t>(ngx_pid) << 32) ^
                 static_cast<std::uint64_t>(ngx_time()) ^ reinterpret_cast<std::uintptr_t>(&cycle) ^
                 (static_cast<std::uint64_t>(ngx_worker) << 48));
+    auto* m =
+        static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
+    if (m && m->zone_base) zone::View(m->zone_base).activate(m->config_gen);
     return reporter_start(cycle);
 }
 

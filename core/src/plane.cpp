@@ -307,7 +307,8 @@ std::string render_status_json(const StatusInput& in) {
            "\"reports_sent\":%llu,\"reports_dropped\":%llu,\"instructions_received\":%llu,"
            "\"instructions_malformed\":%llu,\"instructions_unknown_bucket\":%llu},",
            std::string(to_string(plane_state(*in.zone, in.now_ms, in.ttl_ms))).c_str(),
-           in.reporting ? "true" : "false", last ? static_cast<long long>(in.now_ms - last) : -1LL,
+           in.reporting ? "true" : "false",
+           last ? static_cast<long long>(in.now_ms > last ? in.now_ms - last : 0) : -1LL,
            static_cast<unsigned long long>(h.reports_sent.load()),
            static_cast<unsigned long long>(h.reports_dropped.load()),
            static_cast<unsigned long long>(h.instructions_received.load()),
@@ -409,7 +410,7 @@ std::string render_status_prometheus(const StatusInput& in) {
     family("grl_last_instruction_age_seconds", "gauge",
            "Time since the last valid instruction message (-1: never).");
     append(out, "grl_last_instruction_age_seconds %.3f\n",
-           last ? static_cast<double>(in.now_ms - last) / 1000.0 : -1.0);
+           last ? static_cast<double>(in.now_ms > last ? in.now_ms - last : 0) / 1000.0 : -1.0);
     const struct {
         const char* name;
         const char* help;

@@ -52,9 +52,11 @@ std::string View::check_compatible() const {
     return {};
 }
 
-std::string View::assign(const std::vector<std::string>& names, std::vector<std::uint16_t>& slots) {
+std::string View::assign(const std::vector<std::string>& names, std::vector<std::uint16_t>& slots,
+                         std::uint64_t& gen) {
     Header& h = header();
-    std::uint64_t gen = ++h.config_gen;
+    gen = ++h.config_gen;
+    const std::uint64_t keep_from = h.previous_gen.load(std::memory_order_relaxed);
     slots.assign(names.size(), 0);
     std::vector<bool> placed(names.size(), false);
 
@@ -72,10 +74,11 @@ std::string View::assign(const std::vector<std::string>& names, std::vector<std:
             }
         }
     }
-    // Free slots no configuration has used for two generations.
+    // Free slots that neither the running nor the previous configuration uses
+    // (a configuration that never ran — a failed reload — protects nothing).
     for (std::uint32_t i = 0; i < configurable; ++i) {
         BucketSlot& s = slot(i);
-        if (s.in_use && s.config_gen + 2 <= gen) reset_slot(i);
+        if (s.in_use && s.config_gen < keep_from) reset_slot(i);
     }
     // Place new buckets in free slots.
     std::uint32_t next = 0;
@@ -96,6 +99,14 @@ std::string View::assign(const std::vector<std::string>& names, std::vector<std:
         placed[n] = true;
     }
     return {};
+}
+
+void View::activate(std::uint64_t gen) const {
+    Header& h = header();
+    std::uint64_t active = h.active_gen.load(std::memory_order_relaxed);
+    if (active == gen) return;
+    h.previous_gen.store(active, std::memory_order_relaxed);
+    h.active_gen.store(gen, std::memory_order_relaxed);
 }
 
 void View::reset_slot(std::uint32_t i) const {

@@ -6,6 +6,7 @@ Everything runs on 127.0.0.1 with ports chosen at run time. nginx always
 connects; the test's PUB and PULL sockets bind (docs/protocol.md, Transport).
 """
 
+import json
 import math
 import os
 import re
@@ -252,7 +253,19 @@ class Nginx:
 
     # -- lifecycle -----------------------------------------------------------
 
-    def start(self, timeout=10):
+    def start(self, timeout=10, attempts=3):
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout)
+            except NginxError as e:
+                # The port picked at run time was taken by someone else meanwhile: pick another.
+                if "Address already in use" not in str(e) or attempt == attempts - 1:
+                    raise
+                self.stop()
+                self.port = free_port()
+                self.write_conf()
+
+    def _start(self, timeout):
         self.proc = subprocess.Popen(self.nginx_cmd(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
         def up():
@@ -331,7 +344,6 @@ class Nginx:
         return blast(self.port, [(path, headers)] * n, threads)
 
     def status(self):
-        import json
         r = http_get(self.port, "/grl")
         assert r.status == 200, "status page answered %d: %r" % (r.status, r.body[:300])
         return json.loads(r.body)
@@ -416,6 +428,7 @@ class Publisher:
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.period = period
         self.source = source
+        self.ts_offset_ms = 0  # skews this publisher's ts_ms (wall clock) for freshest-wins tests
         self.seq = 0
         self.lock = threading.Lock()
         self.messages = []  # [(scope, region, zone, buckets, ttl_ms)]
@@ -425,7 +438,9 @@ class Publisher:
 
     def body(self, scope="global", region="", zone="", buckets=(), ttl_ms=10000, ts_ms=None, **override):
         self.seq += 1
-        msg = {"v": 1, "type": "instructions", "ts_ms": int(time.time() * 1000) if ts_ms is None else ts_ms,
+        if ts_ms is None:
+            ts_ms = int(time.time() * 1000) + self.ts_offset_ms
+        msg = {"v": 1, "type": "instructions", "ts_ms": ts_ms,
                "seq": self.seq, "source": self.source, "ttl_ms": ttl_ms, "scope": scope,
                "region": region, "zone": zone, "buckets": list(buckets)}
         msg.update(override)

@@ -4,6 +4,7 @@ regex, several buckets at once, and requests without a caller."""
 import pytest
 
 import grl_harness as h
+from grl_harness import bucket_entry
 
 BUCKETS = [
     "c_exact caller=alice rate=10r/s",
@@ -122,3 +123,31 @@ def test_grl_switch(nginx_factory, publisher, http_level, location_level, limite
     assert n.bucket("all")["offered"] == (20 if limited else 0)
     decisions = {e["decision"] for e in n.access_log() if e["uri"] == "/"}
     assert decisions == ({"drop"} if limited else {"none"})
+
+
+def test_at_most_16_buckets_per_request(nginx_factory):
+    names = ["b%02d" % i for i in range(18)]
+    n = nginx_factory(h.grl_conf(["%s rate=1r/s" % b for b in names], host=None))
+    n.get("/?rid=1")
+    e = [e for e in n.access_log() if e["rid"] == "1"][0]
+    assert e["buckets"] == ",".join(names[:16]), e
+    got = {b["name"]: b["offered"] for b in n.status()["buckets"]}
+    assert got == {b: (1 if i < 16 else 0) for i, b in enumerate(names)}
+
+
+def test_internal_redirect_is_decided_once(nginx_factory, publisher):
+    # error_page redirects the rejected request to /sorry.gif, which the same
+    # location (grl on) serves: it must not be counted or decided again.
+    n = nginx_factory(h.grl_conf(["api procedure_prefix=/api rate=1r/s", "all rate=1r/s"],
+                                 publisher=publisher),
+                      location_extra="error_page 429 /sorry.gif;")
+    publisher.set([bucket_entry("api", 1000000)])
+    h.wait_ratio(n, "api", 1.0)
+    rs = n.blast("/api/x", 20)
+    assert all(r.status == 429 and r.body.startswith(b"GIF") for r in rs), rs[:2]
+    st = {b["name"]: b for b in n.status()["buckets"]}
+    assert (st["api"]["offered"], st["api"]["dropped"]) == (20, 20)
+    assert (st["all"]["offered"], st["all"]["dropped"]) == (20, 20), "the redirect was counted again"
+    log = [e for e in n.access_log() if e["uri"] == "/sorry.gif"]
+    assert len(log) == 20 and {(e["decision"], e["bucket"], e["buckets"]) for e in log} == {
+        ("drop", "api", "api,all")}, log[:2]

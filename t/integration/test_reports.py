@@ -2,10 +2,12 @@
 cumulative counts, continuity across `nginx -s reload`, buckets added and
 removed by a reload, and failing open without any control plane."""
 
+import os
+import signal
 import time
 
 import grl_harness as h
-from grl_harness import report_buckets
+from grl_harness import bucket_entry, report_buckets
 
 
 def counts(report):
@@ -118,3 +120,43 @@ def test_fail_open_without_control_plane(nginx_factory, zctx):
     finally:
         collector.close()
         publisher.close()
+
+
+def test_zone_resize_on_reload_starts_a_new_epoch(nginx_factory, collector):
+    buckets = ["a rate=100r/s"]
+    n = nginx_factory(h.grl_conf(buckets, collector=collector, zone="grl:1m"))
+    n.blast("/", 40)
+    old = collector.wait_for(lambda r: counts(r) == {"a": 40}, 5, "a report with a=40")
+
+    n.write_conf(http_extra=h.grl_conf(buckets, collector=collector, zone="grl:2m"))
+    n.reload()
+    n.blast("/", 5)
+    new = collector.wait_for(lambda r: r["epoch"] != old["epoch"] and counts(r) == {"a": 5}, 5,
+                             "a report with a new epoch and counters restarted from zero")
+    assert "%016x" % new["epoch"] == n.status()["epoch"]
+    assert n.bucket("a")["offered"] == 5
+
+
+def test_reporter_survives_a_worker_crash(nginx_factory, collector, publisher):
+    n = nginx_factory(h.grl_conf(["a procedure=/a rate=100r/s", "b procedure=/b rate=1r/s"],
+                                 collector=collector, publisher=publisher))
+    n.blast("/a", 30)
+    first = collector.wait_for(lambda r: counts(r)["a"] == 30, 5, "a report with a=30")
+    started = [l for l in n.error_log().splitlines() if "grl: reporter started" in l]
+    assert len(started) == 1, started
+    reporter = int(started[0].split("#")[1].split(":")[0])  # "... [notice] PID#TID: ..."
+    assert reporter in n.worker_pids()
+
+    os.kill(reporter, signal.SIGKILL)
+    h.wait_until(lambda: reporter not in n.worker_pids() and len(n.worker_pids()) == 2, 10,
+                 what="the master to respawn the killed worker")
+    h.wait_until(lambda: n.error_log().count("grl: reporter started") == 2, 10,
+                 what="the respawned worker 0 to start a reporter")
+
+    n.blast("/a", 20)
+    r = collector.wait_for(lambda r: counts(r)["a"] == 50, 5, "a report with a=50 after the crash")
+    assert r["epoch"] == first["epoch"] and r["seq"] > first["seq"]
+    # The new reporter also applies instructions.
+    publisher.set([bucket_entry("b", 1000000)])
+    h.wait_ratio(n, "b", 1.0)
+    assert all(x.status == 429 for x in n.blast("/b", 10))

@@ -2,6 +2,7 @@
 and as Prometheus text."""
 
 import re
+import socket
 
 import grl_harness as h
 from grl_harness import bucket_entry, count
@@ -120,7 +121,6 @@ def test_log_variables_and_status_outputs(nginx_factory, publisher):
 
 def test_status_page_methods(nginx_factory):
     n = nginx_factory(h.grl_conf(["a rate=1r/s"], host=None))
-    import socket
     with socket.create_connection(("127.0.0.1", n.port), timeout=5) as s:
         s.sendall(b"POST /grl HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi")
         assert s.recv(100).startswith(b"HTTP/1.1 405")

@@ -61,36 +61,62 @@ TEST(ZoneSizing, CapacityAndBytesAgree) {
 
 TEST_F(ZoneFixture, ReloadKeepsSlotsCountersAndRatios) {
     std::vector<std::uint16_t> slots;
-    ASSERT_EQ(z.assign({"a", "b"}, slots), "");
+    std::uint64_t gen = 0;
+    ASSERT_EQ(z.assign({"a", "b"}, slots, gen), "");
+    z.activate(gen);
     std::uint16_t a = slots[0], b = slots[1];
     EXPECT_NE(a, b);
     z.counters(a, 0).offered = 7;
     z.slot(a).threshold = 123;
 
     // Reload: b removed, c added, order changed; a keeps its slot and state.
-    ASSERT_EQ(z.assign({"c", "a"}, slots), "");
+    ASSERT_EQ(z.assign({"c", "a"}, slots, gen), "");
+    z.activate(gen);
     EXPECT_EQ(slots[1], a);
     EXPECT_NE(slots[0], b) << "a removed bucket's slot is not reused while old workers may run";
     EXPECT_EQ(z.totals(a).offered, 7u);
     EXPECT_EQ(z.slot(a).threshold.load(), 123u);
 }
 
-TEST_F(ZoneFixture, RemovedBucketSlotIsFreedAfterTwoGenerations) {
+TEST_F(ZoneFixture, RemovedBucketSlotIsFreedWhenNoRunningConfigurationHasIt) {
     std::vector<std::uint16_t> slots;
-    ASSERT_EQ(z.assign({"old"}, slots), "");
+    std::uint64_t gen = 0;
+    ASSERT_EQ(z.assign({"old"}, slots, gen), "");
+    z.activate(gen);
     std::uint16_t old = slots[0];
     z.counters(old, 3).offered = 5;
-    ASSERT_EQ(z.assign({"x"}, slots), "");
-    ASSERT_EQ(z.assign({"y"}, slots), "");  // "old" absent for two generations: freed
-    ASSERT_EQ(z.assign({"old"}, slots), "");
+    ASSERT_EQ(z.assign({"x"}, slots, gen), "");  // "old" still used by the previous workers
+    z.activate(gen);
+    EXPECT_EQ(z.totals(old).offered, 5u);
+    ASSERT_EQ(z.assign({"y"}, slots, gen), "");  // still the previous configuration's
+    z.activate(gen);
+    EXPECT_TRUE(z.slot(old).in_use);
+    ASSERT_EQ(z.assign({"z"}, slots, gen), "");  // two running configurations ago: freed
+    EXPECT_FALSE(z.slot(old).in_use);
+    z.activate(gen);
+    ASSERT_EQ(z.assign({"old"}, slots, gen), "");
     EXPECT_EQ(z.totals(slots[0]).offered, 0u) << "a re-added bucket after removal starts fresh";
+}
+
+TEST_F(ZoneFixture, FailedReloadsFreeNothingTheRunningWorkersUse) {
+    std::vector<std::uint16_t> slots;
+    std::uint64_t gen = 0;
+    ASSERT_EQ(z.assign({"x", "y"}, slots, gen), "");
+    z.activate(gen);
+    std::uint16_t x = slots[0];
+    z.counters(x, 0).offered = 10;
+    // Three reloads without x that never start workers (e.g. they failed later).
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(z.assign({"y"}, slots, gen), "");
+    EXPECT_EQ(z.totals(x).offered, 10u);
+    EXPECT_TRUE(z.slot(x).in_use);
 }
 
 TEST_F(ZoneFixture, TooManyBucketsIsAnError) {
     std::vector<std::string> names;
     for (std::uint32_t i = 0; i <= kCap; ++i) names.push_back("b" + std::to_string(i));
     std::vector<std::uint16_t> slots;
-    std::string err = z.assign(names, slots);
+    std::uint64_t gen = 0;
+    std::string err = z.assign(names, slots, gen);
     EXPECT_NE(err.find("zone is too small"), std::string::npos) << err;
     EXPECT_NE(err.find("\"b8\""), std::string::npos) << err;
 }
@@ -204,6 +230,7 @@ TEST(Prng, UniformEnoughForSampling) {
 struct PlaneFixture : ZoneFixture {
     BucketTable table;
     Identity id{"h1", "z1", "r1"};
+    std::uint64_t gen = 0;
     void SetUp() override {
         ZoneFixture::SetUp();
         BucketDef a;
@@ -215,7 +242,7 @@ struct PlaneFixture : ZoneFixture {
         s.scope = Scope::Zone;
         s.limit_mrps = 5000;
         table.defs = {a, s};
-        ASSERT_EQ(z.assign({"api", "shadowed"}, table.slots), "");
+        ASSERT_EQ(z.assign({"api", "shadowed"}, table.slots, gen), "");
     }
     wire::Instructions instr(std::uint64_t ts, std::uint32_t ppm, std::uint64_t ttl = 3000) {
         wire::Instructions m;

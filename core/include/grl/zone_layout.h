@@ -82,8 +82,10 @@ struct alignas(64) Header {
     std::uint32_t capacity;  // bucket slots
     std::uint32_t worker_slots;
     std::uint32_t reserved;
-    std::uint64_t epoch;       // random id of this zone's counters
-    std::uint64_t config_gen;  // incremented at every configuration load
+    std::uint64_t epoch;                      // random id of this zone's counters
+    std::uint64_t config_gen;                 // incremented at every configuration load
+    std::atomic<std::uint64_t> active_gen;    // configuration whose workers run now
+    std::atomic<std::uint64_t> previous_gen;  // the one they replaced
     std::atomic<std::uint64_t> report_seq;
     std::atomic<std::uint64_t> reports_sent;
     std::atomic<std::uint64_t> reports_dropped;
@@ -116,12 +118,18 @@ class View {
     // Empty when the memory holds a zone this code can adopt, else why not.
     std::string check_compatible() const;
 
-    // Assigns slots to the named buckets of a new configuration: an existing
-    // slot of the same name keeps its counters and ratio; a new name takes a
-    // free slot. Slots of buckets absent from the last two configurations are
-    // freed (old workers may still use them for one generation). Returns an
-    // error when there are more buckets than free slots.
-    std::string assign(const std::vector<std::string>& names, std::vector<std::uint16_t>& slots);
+    // Assigns slots to the named buckets of a new configuration and returns
+    // its generation in `gen`: an existing slot of the same name keeps its
+    // counters and ratio; a new name takes a free slot. A slot is freed only
+    // when neither the running configuration nor the one before it (whose
+    // workers may still be finishing requests) has its bucket — a reload that
+    // fails after this call therefore frees nothing the running workers use.
+    // Returns an error when there are more buckets than free slots.
+    std::string assign(const std::vector<std::string>& names, std::vector<std::uint16_t>& slots,
+                       std::uint64_t& gen);
+    // Records that workers of configuration `gen` are running (called when a
+    // worker starts); the previously running generation becomes the old one.
+    void activate(std::uint64_t gen) const;
 
     Header& header() const { return *reinterpret_cast<Header*>(base_); }
     BucketSlot& slot(std::uint32_t i) const {
