@@ -81,9 +81,18 @@ std::string Matcher::add(const BucketDef& def) {
     entries_.push_back(std::move(e));
     // Literals point into entries_' strings, which a reallocation may move.
     hot_.clear();
+    prefilter_.clear();
     for (const Entry& en : entries_) {
-        hot_.push_back({literal(en.def.caller, en.caller_re.get()),
-                        literal(en.def.procedure, en.procedure_re.get())});
+        Hot h{literal(en.def.caller, en.caller_re.get()),
+              literal(en.def.procedure, en.procedure_re.get())};
+        auto literal_only = [](const Literal& l, std::uint64_t v) {
+            return l.kind == MatchKind::Exact || l.kind == MatchKind::Prefix ? v : 0;
+        };
+        prefilter_.push_back({literal_only(h.caller, h.caller.mask),
+                              literal_only(h.caller, h.caller.head),
+                              literal_only(h.procedure, h.procedure.mask),
+                              literal_only(h.procedure, h.procedure.head)});
+        hot_.push_back(h);
     }
     return {};
 }
@@ -93,7 +102,13 @@ namespace {
 // First min(8, size) bytes of `v` as a little-endian word, zero-padded.
 std::uint64_t head8(std::string_view v) {
     std::uint64_t w = 0;
-    std::memcpy(&w, v.data(), v.size() < 8 ? v.size() : 8);
+    if (v.size() >= 8) {
+        std::memcpy(&w, v.data(), 8);  // one load
+    } else {
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            w |= static_cast<std::uint64_t>(static_cast<unsigned char>(v[i])) << (8 * i);
+        }
+    }
     return w;
 }
 
@@ -111,27 +126,34 @@ Matcher::Literal Matcher::literal(const MatchSpec& spec, const Compiled* re) {
     return l;
 }
 
-bool Matcher::matches(const Literal& l, std::string_view v, std::uint64_t v_head) {
+// Inlined into match(): the head word rejects most non-matching literals
+// before any length check or memcmp.
+inline __attribute__((always_inline)) bool Matcher::matches(const Literal& l, std::string_view v,
+                                                            std::uint64_t v_head) {
     switch (l.kind) {
         case MatchKind::Any: return true;
-        case MatchKind::Exact:
-            if (v.size() != l.len) return false;
-            [[fallthrough]];
-        case MatchKind::Prefix:
-            if (v.size() < l.len || (v_head & l.mask) != l.head) return false;
-            return l.len <= 8 || std::memcmp(v.data() + 8, l.data + 8, l.len - 8) == 0;
         case MatchKind::Regex:
             return pcre2_match(l.re->code, reinterpret_cast<PCRE2_SPTR>(v.data()), v.size(), 0, 0,
                                l.re->data, nullptr) >= 0;
+        case MatchKind::Exact:
+        case MatchKind::Prefix: break;
     }
-    return false;
+    if ((v_head & l.mask) != l.head || v.size() < l.len) return false;
+    if (l.kind == MatchKind::Exact && v.size() != l.len) return false;
+    return l.len <= 8 || std::memcmp(v.data() + 8, l.data + 8, l.len - 8) == 0;
 }
 
 std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_t max) const {
     const std::uint64_t caller_head = key.has_caller ? head8(key.caller) : 0;
     const std::uint64_t procedure_head = head8(key.procedure);
     std::size_t n = 0;
-    for (std::size_t i = 0; i < hot_.size() && n < max; ++i) {
+    const std::size_t count = prefilter_.size();
+    for (std::size_t i = 0; i < count && n < max; ++i) {
+        const Prefilter& p = prefilter_[i];
+        if (((caller_head & p.caller_mask) ^ p.caller_head) |
+            ((procedure_head & p.procedure_mask) ^ p.procedure_head)) {
+            continue;  // a literal's first bytes differ: most buckets stop here
+        }
         const Hot& h = hot_[i];
         if (h.caller.kind != MatchKind::Any) {
             if (!key.has_caller || !matches(h.caller, key.caller, caller_head)) continue;

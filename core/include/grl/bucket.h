@@ -88,8 +88,16 @@ class Matcher {
     static bool matches(const Literal& lit, std::string_view v, std::uint64_t v_head);
     static Literal literal(const MatchSpec& spec, const Compiled* re);
 
+    // The head words of both literals side by side (32 bytes a bucket), so the
+    // first pass of match() is a tight scan; Any and Regex use mask 0 (always
+    // a candidate).
+    struct Prefilter {
+        std::uint64_t caller_mask, caller_head, procedure_mask, procedure_head;
+    };
+
     std::vector<Entry> entries_;
-    std::vector<Hot> hot_;  // parallel to entries_, rebuilt by add()
+    std::vector<Hot> hot_;              // parallel to entries_, rebuilt by add()
+    std::vector<Prefilter> prefilter_;  // parallel to entries_
 };
 
 // Error text for an invalid regex, or empty when `pattern` compiles.

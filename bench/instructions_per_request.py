@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Instructions nginx executes per request, with and without the grl module,
+counted by valgrind (callgrind counts instructions, not time, so the figure is
+repeatable on a busy machine where req/s is not).
+
+nginx runs as a single process (master_process off) under
+`valgrind --tool=callgrind`; a client sends N requests on keep-alive
+connections; the count of a run with N requests minus a run with no requests
+leaves the instructions spent per request. Variants as in nginx_overhead.py:
+plain, grl (10 buckets, ratio-0 instructions in force, the request matches
+one), limit_req.
+
+Usage: bench/instructions_per_request.py [--module ...] [--requests 20000]
+"""
+import argparse
+import http.client
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nginx_overhead as ov  # noqa: E402  (shares the configurations and publisher)
+
+
+def count(variant, requests, args, pub):
+    prefix = tempfile.mkdtemp(prefix="grl-ipr-")
+    os.chmod(prefix, 0o755)
+    os.makedirs(os.path.join(prefix, "logs"))
+    os.makedirs(os.path.join(prefix, "tmp"))
+    port = ov.free_port()
+    conf = ov.conf(variant, port, args.module, pub.endpoint)
+    conf = "master_process off;\ndaemon off;\n" + conf.replace("worker_cpu_affinity 01;", "")
+    path = os.path.join(prefix, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    out = os.path.join(prefix, "callgrind.out")
+    # Only nginx's own thread is counted: ZeroMQ's I/O thread works in
+    # proportion to time, not to requests.
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                             "--callgrind-out-file=" + out,
+                             ov.NGINX, "-p", prefix, "-c", path],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/warmup")
+                c.getresponse().read()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise SystemExit(f"{variant}: nginx exited: {proc.stderr.read().decode()[-2000:]}")
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        time.sleep(1.0)  # let instructions arrive (grl)
+        per_conn = 1000
+        for i in range(0, requests, per_conn):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            for _ in range(min(per_conn, requests - i)):
+                c.request("GET", "/api/v7/users/42")
+                r = c.getresponse()
+                r.read()
+                if r.status != 200:
+                    raise SystemExit(f"{variant}: status {r.status}")
+            c.close()
+    finally:
+        proc.send_signal(2)  # SIGINT: nginx exits, callgrind writes its file
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            # Seen under valgrind only (its thread scheduling): give up on this
+            # run; count() is retried by the caller.
+            proc.kill()
+            proc.communicate()
+            shutil.rmtree(prefix, ignore_errors=True)
+            raise RuntimeError(f"{variant}: nginx under valgrind did not exit")
+    with open(out + "-01") as f:  # thread 1: the nginx process's main thread
+        m = re.search(r"^totals: (\d+)", f.read(), re.M)
+    if args.keep:
+        print(f"  {variant} ({requests} requests): {out}-01")
+    else:
+        shutil.rmtree(prefix, ignore_errors=True)
+    return int(m.group(1))
+
+
+def count_retrying(variant, requests, args, pub, attempts=3):
+    for attempt in range(attempts):
+        try:
+            return count(variant, requests, args, pub)
+        except RuntimeError as e:
+            if attempt == attempts - 1:
+                raise
+            print(f"  {e}; retrying", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--module", default=os.path.join(ov.ROOT, "build/ngx_module/ngx_http_grl_module.so"))
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--keep", action="store_true", help="keep the callgrind files")
+    args = ap.parse_args()
+    args.module = os.path.abspath(args.module)
+    pub = ov.Publisher()
+    pub.start()
+    rows = []
+    try:
+        for v in ["plain", "grl", "limit_req"]:
+            base = count_retrying(v, 0, args, pub)
+            full = count_retrying(v, args.requests, args, pub)
+            rows.append((v, (full - base) / args.requests))
+            print(f"{v:9s} {rows[-1][1]:8.0f} instructions/request", flush=True)
+    finally:
+        pub.stop.set()
+        pub.join()
+    plain = rows[0][1]
+    cmd = " ".join([os.path.relpath(sys.argv[0], ov.ROOT)] + sys.argv[1:])
+    print(f"\nCommand: `{cmd}`\n")
+    print("| variant | instructions/request | added over plain |")
+    print("|---|---|---|")
+    for v, ipr in rows:
+        print(f"| {v} | {ipr:.0f} | {ipr - plain:+.0f} ({(ipr - plain) / plain * 100:+.1f}%) |")
+
+
+if __name__ == "__main__":
+    main()
