@@ -52,7 +52,7 @@ def conf(variant, port, module, pub_endpoint):
 {buckets}
     grl_host id=bench zone=z1 region=r1;
     grl_instructions {pub_endpoint};
-    grl_instruction_ttl 5s;
+    grl_instruction_ttl 60s;
 """
         loc = "grl on;"
     elif variant == "limit_req":
@@ -81,13 +81,15 @@ http {{
 class Publisher(threading.Thread):
     """Keeps a ratio-0 instruction in force for the 10 buckets."""
 
-    def __init__(self):
+    def __init__(self, period=0.2):
         super().__init__(daemon=True)
+        self.period = period
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.PUB)
         self.sock.bind("tcp://127.0.0.1:*")
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.stop = threading.Event()
+        self.kick = threading.Event()  # send now
 
     def run(self):
         seq = 0
@@ -95,12 +97,13 @@ class Publisher(threading.Thread):
             seq += 1
             body = msgpack.packb({
                 "v": 1, "type": "instructions", "source": "bench", "seq": seq,
-                "ts_ms": int(time.time() * 1000), "ttl_ms": 5000, "scope": "global",
+                "ts_ms": int(time.time() * 1000), "ttl_ms": 60000, "scope": "global",
                 "region": "", "zone": "",
                 "buckets": [{"name": f"b{i}", "ratio_ppm": 0, "limit_mrps": 10**9, "mode": "deny"}
                             for i in range(10)]})
             self.sock.send_multipart([b"grl/g/", body])
-            self.stop.wait(0.2)
+            self.kick.wait(self.period)
+            self.kick.clear()
         self.sock.close(0)
         self.ctx.term()
 
@@ -166,6 +169,7 @@ def main():
                       f"p99 {r['p99_us']} us  p99.9 {r['p999_us']} us", flush=True)
     finally:
         pub.stop.set()
+        pub.kick.set()
         pub.join()
 
     def med(v, k):
