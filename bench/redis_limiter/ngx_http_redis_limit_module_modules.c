@@ -7,17 +7,9 @@
 extern ngx_module_t ngx_http_redis_limit_module;
 
 #pragma GCC visibility push(default)
-ngx_module_t *ngx_modules[] = {
-    &ngx_http_redis_limit_module,
-    NULL
-};
+ngx_module_t* ngx_modules[] = {&ngx_http_redis_limit_module, NULL};
 
-char *ngx_module_names[] = {
-    "ngx_http_redis_limit_module",
-    NULL
-};
+char* ngx_module_names[] = {"ngx_http_redis_limit_module", NULL};
 
-char *ngx_module_order[] = {
-    NULL
-};
+char* ngx_module_order[] = {NULL};
 #pragma GCC visibility pop
