@@ -18,7 +18,9 @@ Packer::Packer() {
     msgpack_packer_init(&pk_, &buf_, msgpack_sbuffer_write);
 }
 
-Packer::~Packer() { msgpack_sbuffer_destroy(&buf_); }
+Packer::~Packer() {
+    msgpack_sbuffer_destroy(&buf_);
+}
 
 namespace {
 // msgpack_sbuffer_write only fails when realloc() does.
@@ -27,15 +29,25 @@ void check(int rc) {
 }
 }  // namespace
 
-void Packer::map(std::size_t n) { check(msgpack_pack_map(&pk_, n)); }
-void Packer::array(std::size_t n) { check(msgpack_pack_array(&pk_, n)); }
-void Packer::u64(std::uint64_t v) { check(msgpack_pack_uint64(&pk_, v)); }
-void Packer::boolean(bool v) { check(v ? msgpack_pack_true(&pk_) : msgpack_pack_false(&pk_)); }
+void Packer::map(std::size_t n) {
+    check(msgpack_pack_map(&pk_, n));
+}
+void Packer::array(std::size_t n) {
+    check(msgpack_pack_array(&pk_, n));
+}
+void Packer::u64(std::uint64_t v) {
+    check(msgpack_pack_uint64(&pk_, v));
+}
+void Packer::boolean(bool v) {
+    check(v ? msgpack_pack_true(&pk_) : msgpack_pack_false(&pk_));
+}
 void Packer::str(std::string_view s) {
     check(msgpack_pack_str(&pk_, s.size()));
     check(msgpack_pack_str_body(&pk_, s.data(), s.size()));
 }
-void Packer::append_to(std::string& out) const { out.append(buf_.data, buf_.size); }
+void Packer::append_to(std::string& out) const {
+    out.append(buf_.data, buf_.size);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Error strings
@@ -221,8 +233,12 @@ Scan scan_object(std::string_view b, std::size_t& end) {
 // ---------------------------------------------------------------------------------------------
 // Body
 
-Body::Body() { msgpack_unpacked_init(&unpacked_); }
-Body::~Body() { msgpack_unpacked_destroy(&unpacked_); }
+Body::Body() {
+    msgpack_unpacked_init(&unpacked_);
+}
+Body::~Body() {
+    msgpack_unpacked_destroy(&unpacked_);
+}
 
 bool Body::parse(std::string_view bytes, std::string& error) {
     if (bytes.size() > kMaxMessageBytes) {
@@ -274,9 +290,12 @@ std::string Path::render() const {
 
 namespace {
 std::string_view str_of(const msgpack_object& o) {
-    return o.via.str.size == 0 ? std::string_view() : std::string_view(o.via.str.ptr, o.via.str.size);
+    return o.via.str.size == 0 ? std::string_view()
+                               : std::string_view(o.via.str.ptr, o.via.str.size);
 }
-std::string quote_key(std::string_view key) { return '"' + std::string(key) + '"'; }
+std::string quote_key(std::string_view key) {
+    return '"' + std::string(key) + '"';
+}
 }  // namespace
 
 MapReader::MapReader(const msgpack_object& o, const Path& path, std::string& error)
@@ -446,7 +465,8 @@ bool check_header(const MapReader& r, std::string_view want_type) {
     }
     std::string type;
     if (!r.str("type", type, 64)) return false;
-    if (type != want_type) return r.fail("bad \"type\" " + quote(type) + " (want " + quote(want_type) + ")");
+    if (type != want_type)
+        return r.fail("bad \"type\" " + quote(type) + " (want " + quote(want_type) + ")");
     return true;
 }
 

@@ -15,14 +15,14 @@
 
 namespace grl::wire {
 
-inline constexpr std::size_t kMaxHostNames = 8192;           // per zone_usage message
-inline constexpr std::size_t kMaxBucketHostNames = 256;      // per bucket entry
-inline constexpr std::size_t kMaxDefinitions = 16;           // per bucket entry
-inline constexpr std::size_t kMaxOverrides = 4096;           // per region_usage message
-inline constexpr std::size_t kMaxStatusEntries = 65536;      // per admin_reply array
-inline constexpr std::size_t kMaxErrorLen = 4096;            // admin_reply "error"
-inline constexpr std::size_t kMaxDigestLen = 64;             // region_usage "limits_digest"
-inline constexpr std::size_t kMaxSourceLen = kMaxNameLen;    // "source" names
+inline constexpr std::size_t kMaxHostNames = 8192;         // per zone_usage message
+inline constexpr std::size_t kMaxBucketHostNames = 256;    // per bucket entry
+inline constexpr std::size_t kMaxDefinitions = 16;         // per bucket entry
+inline constexpr std::size_t kMaxOverrides = 4096;         // per region_usage message
+inline constexpr std::size_t kMaxStatusEntries = 65536;    // per admin_reply array
+inline constexpr std::size_t kMaxErrorLen = 4096;          // admin_reply "error"
+inline constexpr std::size_t kMaxDigestLen = 64;           // region_usage "limits_digest"
+inline constexpr std::size_t kMaxSourceLen = kMaxNameLen;  // "source" names
 
 // A bucket's definition as configured on a host (nginx.conf `grl_bucket`).
 struct Definition {
@@ -53,9 +53,10 @@ struct UsageBucket {
     std::uint64_t admitted_mrps = 0;
     std::uint64_t dropped_mrps = 0;
     std::uint64_t shadow_dropped_mrps = 0;
-    std::uint64_t hosts = 0;                  // hosts reporting the bucket
-    std::vector<DefinitionCount> definitions; // most common first
-    std::vector<std::string> host_names;      // zone_usage: set when not all hosts report it
+    std::uint64_t hosts = 0;                   // hosts reporting the bucket
+    std::uint64_t rated_hosts = 0;             // ...of which the rates are in the sums
+    std::vector<DefinitionCount> definitions;  // most common first
+    std::vector<std::string> host_names;       // zone_usage: set when not all hosts report it
 };
 
 // `zone_usage`: one collector's view of its zone, every collector interval.
@@ -66,8 +67,8 @@ struct ZoneUsage {
     std::uint64_t seq = 0;
     std::uint64_t ts_ms = 0;
     std::uint64_t interval_ms = 0;
-    std::uint64_t hosts = 0;        // hosts in the sums
-    std::uint64_t stale_hosts = 0;  // silent hosts, no longer in the sums
+    std::uint64_t hosts = 0;              // hosts in the sums
+    std::uint64_t stale_hosts = 0;        // silent hosts, no longer in the sums
     std::vector<std::string> host_names;  // the hosts in the sums (at most kMaxHostNames)
     std::vector<UsageBucket> buckets;
 };
@@ -101,7 +102,7 @@ struct RegionUsage {
     std::uint64_t interval_ms = 0;
     std::uint64_t zones = 0;
     std::uint64_t hosts = 0;
-    std::string limits_digest;  // of the controller's limits file, "" when none
+    std::string limits_digest;         // of the controller's limits file, "" when none
     std::vector<UsageBucket> buckets;  // host_names always empty
     std::vector<Override> overrides;
 };

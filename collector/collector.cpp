@@ -1,0 +1,365 @@
+#include "collector.h"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+#include "grl/daemon/metrics.h"
+#include "grl/ratio.h"
+
+namespace grl::collector {
+
+using daemon::LogLevel;
+using daemon::mono_ms;
+using daemon::wall_ms;
+
+namespace {
+
+constexpr std::size_t kMaxPerWakeup = 20000;  // reports handled per batch
+constexpr std::size_t kMaxWrongZoneHosts = 1000;
+
+std::string list_names(const std::vector<std::string>& names) {
+    std::string s;
+    for (std::size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + names[i];
+    if (names.size() > 5) s += " and " + std::to_string(names.size() - 5) + " more";
+    return s;
+}
+
+}  // namespace
+
+Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
+    : cfg_(std::move(cfg)),
+      loop_(loop),
+      zap_(cfg_.nginx_clients.empty() ? nullptr : std::make_unique<daemon::ZapHandler>(ctx)),
+      pull_(ctx, ZMQ_PULL),
+      table_(cfg_.rates),
+      malformed_log_(10000),
+      send_log_(10000) {
+    if (cfg_.name.empty()) cfg_.name = "collector-" + cfg_.zone;
+    start_mono_ = mono_ms();
+    daemon::Socket pub(ctx, ZMQ_PUB);
+    daemon::Socket sub(ctx, ZMQ_SUB);
+
+    // nginx -> collector: reports. A deep queue absorbs the burst of a whole zone reporting
+    // at the same moment.
+    pull_.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
+    pull_.set(ZMQ_RCVHWM, 100000);
+    // collector -> nginx: relayed instructions.
+    pub.set(ZMQ_SNDHWM, 10000);
+    if (zap_) {
+        if (!cfg_.keypair) throw std::runtime_error("--curve-clients needs --curve-keypair");
+        zap_->allow("nginx", cfg_.nginx_clients);
+        loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+        daemon::make_curve_server(pull_, *cfg_.keypair, "nginx");
+        daemon::make_curve_server(pub, *cfg_.keypair, "nginx");
+    }
+    report_ep_ = pull_.bind(cfg_.report_bind);
+    publish_ep_ = pub.bind(cfg_.publish_bind);
+
+    // collector -> controllers (one PUSH each: every controller gets every message), and
+    // controllers -> collector (one SUB connected to all of them, served by the relay).
+    sub.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
+    sub.set(ZMQ_RCVHWM, 10000);
+    if (cfg_.keypair) {
+        if (cfg_.server_key.empty())
+            throw std::runtime_error("--curve-keypair needs --curve-server-key");
+        daemon::make_curve_client(sub, *cfg_.keypair, cfg_.server_key);
+    }
+    topics_[0] = wire::topic(Scope::Global, "", "");
+    topics_[1] = wire::topic(Scope::Region, cfg_.region, "");
+    topics_[2] = wire::topic(Scope::Zone, cfg_.region, cfg_.zone);
+    for (const std::string& t : topics_) sub.set(ZMQ_SUBSCRIBE, std::string_view(t));
+    for (const std::string& ep : cfg_.controller_publish) sub.connect(ep);
+    for (const std::string& ep : cfg_.controller_usage) {
+        auto c = std::make_unique<Controller>(Controller{ep, daemon::Socket(ctx, ZMQ_PUSH)});
+        // Only queue for a connected controller, and only a little: a usage message is
+        // superseded by the next one, so an old one is worth nothing.
+        c->push.set(ZMQ_IMMEDIATE, 1);
+        c->push.set(ZMQ_SNDHWM, 4);
+        if (cfg_.keypair) daemon::make_curve_client(c->push, *cfg_.keypair, cfg_.server_key);
+        c->push.connect(ep);
+        controllers_.push_back(std::move(c));
+    }
+    relay_ = std::make_unique<Relay>(ctx, std::move(sub), std::move(pub), topics_);
+    relay_->start();
+
+    if (cfg_.batch_ms > 0) {
+        loop_.every(cfg_.batch_ms, [this] { on_reports(); });
+    } else {
+        loop_.on_socket(pull_.get(), [this] { on_reports(); });
+    }
+    loop_.every(cfg_.interval_ms, [this] { tick(); });
+    if (!cfg_.metrics_bind.empty()) {
+        http_ = std::make_unique<daemon::MetricsServer>(loop_, cfg_.metrics_bind,
+                                                        [this] { return metrics(); });
+    }
+
+    std::string ctl;
+    for (const auto& c : controllers_) ctl += (ctl.empty() ? "" : ", ") + c->endpoint;
+    daemon::log_info(
+        "collector " + cfg_.name + " for zone " + cfg_.zone + " of region " + cfg_.region +
+        ": reports on " + report_ep_ + ", instructions on " + publish_ep_ +
+        (http_ ? ", metrics on http://" + http_->address() + "/metrics" : "") + ", controllers: " +
+        (ctl.empty() ? "none" : ctl) + ", interval " + std::to_string(cfg_.interval_ms) + " ms" +
+        (cfg_.keypair ? ", CURVE to controllers" : "") + (zap_ ? ", CURVE for nginx" : ""));
+}
+
+std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {
+    std::vector<std::pair<std::string, std::string>> e = {{"report", report_ep_},
+                                                          {"publish", publish_ep_}};
+    if (http_) e.emplace_back("metrics", http_->address());
+    return e;
+}
+
+void Collector::on_reports() {
+    std::string error;
+    bool accepted_in_batch = false;
+    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+        std::size_t n = pull_.recv_frames(frames_, 1);
+        if (n == 0) break;
+        const std::uint64_t now = mono_ms();
+        std::string_view body = frames_[0].view();
+        report_bytes_ += body.size();
+        if (n != 1 || !wire::read_report(body, report_, error)) {
+            ++reports_malformed_;
+            malformed_log_.hit(LogLevel::Warn, {},
+                               "dropped malformed report: " +
+                                   (n != 1 ? std::string("more than one frame") : error),
+                               now);
+            continue;
+        }
+        if (report_.zone != cfg_.zone || report_.region != cfg_.region) {
+            ++reports_wrong_zone_;
+            std::string host(report_.host);
+            if (wrong_zone_hosts_.size() < kMaxWrongZoneHosts &&
+                wrong_zone_hosts_.insert(host).second) {
+                daemon::log_warn("host " + host + " reports zone " + std::string(report_.zone) +
+                                 " of region " + std::string(report_.region) +
+                                 " to the collector of zone " + cfg_.zone + " of region " +
+                                 cfg_.region + ": its reports are dropped");
+            }
+            continue;
+        }
+        rates::Verdict v = table_.add(report_, now);
+        ++reports_[v];
+        last_report_mono_ = now;
+        accepted_in_batch = accepted_in_batch || v == rates::Verdict::Accepted;
+        if (v == rates::Verdict::Restarted) {
+            daemon::log_info("host " + std::string(report_.host) +
+                             " restarted (new counter epoch)");
+        } else if (v == rates::Verdict::First) {
+            daemon::log_debug("host " + std::string(report_.host) + " joined");
+        }
+    }
+    // Warming up (just started, or hosts new to us): the last usage sent had buckets that
+    // lacked some hosts' rates. Send as soon as more rates exist instead of waiting for the
+    // tick (at most eight times per interval), so that enforcement resumes two report
+    // intervals after a restart.
+    const std::uint64_t now = mono_ms();
+    if (accepted_in_batch && warming_ && now >= last_early_send_ + cfg_.interval_ms / 8) {
+        last_early_send_ = now;
+        send_usage();
+    }
+}
+
+void Collector::tick() {
+    const std::uint64_t now = mono_ms();
+    rates::SweepResult s = table_.sweep(now);
+    if (!s.went_stale.empty()) {
+        daemon::log_warn(std::to_string(s.went_stale.size()) + " host(s) silent for " +
+                         std::to_string(cfg_.rates.stale_intervals) +
+                         " report intervals, out of the sums: " + list_names(s.went_stale));
+    }
+    if (!s.forgotten.empty()) {
+        daemon::log_info(std::to_string(s.forgotten.size()) +
+                         " silent host(s) forgotten: " + list_names(s.forgotten));
+    }
+    std::size_t fresh = table_.fresh_hosts();
+    if (fresh != last_fresh_) {
+        daemon::log_info("hosts reporting: " + std::to_string(fresh) + " (was " +
+                         std::to_string(last_fresh_) + ")");
+        last_fresh_ = fresh;
+    }
+    std::uint64_t last = relay_->last_mono.load(std::memory_order_relaxed);
+    std::uint64_t silence = now - std::max(last, start_mono_);
+    if (!instructions_flowing_ && last > 0 && silence <= cfg_.interval_ms) {
+        instructions_flowing_ = true;
+        daemon::log_info("instructions flowing");
+    } else if (instructions_flowing_ && silence > 3 * cfg_.interval_ms) {
+        instructions_flowing_ = false;
+        daemon::log_warn("no instructions for " + std::to_string(silence) +
+                         " ms: nginx will fail open when its ratios expire");
+    }
+    send_usage();
+}
+
+void Collector::send_usage() {
+    const auto t0 = std::chrono::steady_clock::now();
+    wire::ZoneUsage& u = usage_;
+    table_.usage(u);
+    u.source = cfg_.name;
+    u.region = cfg_.region;
+    u.zone = cfg_.zone;
+    u.seq = ++seq_;
+    u.ts_ms = wall_ms();
+    u.interval_ms = cfg_.interval_ms;
+    if (u.buckets.size() > wire::kMaxBucketsPerMessage) {
+        u.buckets.resize(wire::kMaxBucketsPerMessage);
+        ++usage_truncated_;
+    }
+    buf_.clear();
+    wire::encode(u, buf_);
+    if (buf_.size() > wire::kMaxMessageBytes) {
+        // Host names are the only part that grows with the zone's size: drop them first.
+        for (auto& b : u.buckets) b.host_names.clear();
+        buf_.clear();
+        wire::encode(u, buf_);
+        if (buf_.size() > wire::kMaxMessageBytes) {
+            u.host_names.clear();
+            buf_.clear();
+            wire::encode(u, buf_);
+        }
+        ++usage_truncated_;
+        send_log_.hit(LogLevel::Warn, {}, "zone usage too large: host names left out", mono_ms());
+    }
+    usage_bytes_ = buf_.size();
+    usage_build_us_ = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+    warming_ = false;
+    for (const auto& b : u.buckets) warming_ = warming_ || b.rated_hosts < b.hosts;
+    for (auto& c : controllers_) {
+        if (c->push.send(buf_)) {
+            ++c->sent;
+        } else {
+            ++c->dropped;
+            send_log_.hit(LogLevel::Warn, {},
+                          "controller " + c->endpoint + " not reachable: zone usage dropped",
+                          mono_ms());
+        }
+    }
+}
+
+std::string Collector::metrics() {
+    const std::uint64_t now = mono_ms();
+    daemon::MetricsText m;
+    auto age = [&](std::uint64_t t) { return t ? static_cast<double>(now - t) / 1000.0 : -1.0; };
+
+    m.family("grl_bucket_offered_rps", "gauge",
+             "Requests per second offered to the bucket in this zone.");
+    for (const auto& b : usage_.buckets)
+        m.sample("grl_bucket_offered_rps", {{"bucket", b.name}}, b.offered_mrps / 1000.0);
+    m.family("grl_bucket_admitted_rps", "gauge",
+             "Requests per second admitted by the bucket in this zone.");
+    for (const auto& b : usage_.buckets)
+        m.sample("grl_bucket_admitted_rps", {{"bucket", b.name}}, b.admitted_mrps / 1000.0);
+    m.family("grl_bucket_shadow_dropped_rps", "gauge",
+             "Requests per second a shadow bucket would have dropped in this zone.");
+    for (const auto& b : usage_.buckets)
+        m.sample("grl_bucket_shadow_dropped_rps", {{"bucket", b.name}},
+                 b.shadow_dropped_mrps / 1000.0);
+    m.family("grl_bucket_hosts", "gauge", "Hosts reporting the bucket.");
+    for (const auto& b : usage_.buckets)
+        m.sample("grl_bucket_hosts", {{"bucket", b.name}}, static_cast<double>(b.hosts));
+    m.family(
+        "grl_bucket_definitions", "gauge",
+        "Distinct definitions of the bucket among the zone's hosts (more than 1: they disagree).");
+    for (const auto& b : usage_.buckets)
+        m.sample("grl_bucket_definitions", {{"bucket", b.name}},
+                 static_cast<double>(b.definitions.size()));
+    const std::map<std::string, Relay::Entry> relayed = relay_->entries(now);
+    m.family("grl_bucket_limit_rps", "gauge",
+             "Effective limit of the bucket, from the last instruction relayed (configured limit "
+             "when none).");
+    for (const auto& b : usage_.buckets) {
+        auto it = relayed.find(b.name);
+        double lim = it != relayed.end()     ? it->second.limit_mrps / 1000.0
+                     : b.definitions.empty() ? 0.0
+                                             : b.definitions[0].def.limit_mrps / 1000.0;
+        m.sample("grl_bucket_limit_rps", {{"bucket", b.name}}, lim);
+    }
+    m.family(
+        "grl_bucket_ratio", "gauge",
+        "Drop ratio of the last instruction relayed for the bucket (0 when none is in force).");
+    for (const auto& b : usage_.buckets) {
+        auto it = relayed.find(b.name);
+        m.sample("grl_bucket_ratio", {{"bucket", b.name}},
+                 it != relayed.end() ? it->second.ratio_ppm / 1e6 : 0.0);
+    }
+
+    m.family("grl_collector_hosts", "gauge",
+             "Hosts known to the collector, by state (fresh: in the sums).");
+    m.sample("grl_collector_hosts", {{"state", "fresh"}},
+             static_cast<double>(table_.fresh_hosts()));
+    m.sample("grl_collector_hosts", {{"state", "stale"}},
+             static_cast<double>(table_.hosts() - table_.fresh_hosts()));
+    m.family("grl_collector_reports_total", "counter",
+             "Reports received, by what was done with them.");
+    for (rates::Verdict v :
+         {rates::Verdict::First, rates::Verdict::Accepted, rates::Verdict::Restarted,
+          rates::Verdict::Duplicate, rates::Verdict::OldEpoch, rates::Verdict::NoTime}) {
+        auto it = reports_.find(v);
+        m.sample("grl_collector_reports_total", {{"result", rates::to_string(v)}},
+                 static_cast<double>(it == reports_.end() ? 0 : it->second));
+    }
+    m.family("grl_collector_reports_malformed_total", "counter",
+             "Reports dropped as malformed, truncated, oversized or of a wrong version.");
+    m.sample("grl_collector_reports_malformed_total", static_cast<double>(reports_malformed_));
+    m.family("grl_collector_reports_wrong_zone_total", "counter",
+             "Reports dropped because the host belongs to another zone or region.");
+    m.sample("grl_collector_reports_wrong_zone_total", static_cast<double>(reports_wrong_zone_));
+    m.family("grl_collector_report_bytes_total", "counter", "Bytes of report bodies received.");
+    m.sample("grl_collector_report_bytes_total", static_cast<double>(report_bytes_));
+    m.family("grl_collector_last_report_age_seconds", "gauge",
+             "Time since the last accepted report (-1: none yet).");
+    m.sample("grl_collector_last_report_age_seconds", age(last_report_mono_));
+    m.family("grl_collector_usage_sent_total", "counter",
+             "Zone usage messages queued for a controller.");
+    for (const auto& c : controllers_)
+        m.sample("grl_collector_usage_sent_total", {{"controller", c->endpoint}},
+                 static_cast<double>(c->sent));
+    m.family("grl_collector_messages_dropped_total", "counter",
+             "Zone usage messages dropped (controller unreachable or slow) and instructions the "
+             "relay could not queue.");
+    for (const auto& c : controllers_)
+        m.sample("grl_collector_messages_dropped_total", {{"controller", c->endpoint}},
+                 static_cast<double>(c->dropped));
+    m.sample("grl_collector_messages_dropped_total", {{"controller", "relay"}},
+             static_cast<double>(relay_->dropped.load()));
+    m.family("grl_collector_usage_bytes", "gauge", "Size of the last zone usage message.");
+    m.sample("grl_collector_usage_bytes", static_cast<double>(usage_bytes_));
+    m.family("grl_collector_usage_build_seconds", "gauge",
+             "Time the last zone usage took to sum and encode.");
+    m.sample("grl_collector_usage_build_seconds", usage_build_us_ / 1e6);
+    m.family("grl_collector_host_buckets", "gauge",
+             "Host-bucket entries held (hosts x their buckets).");
+    m.sample("grl_collector_host_buckets", static_cast<double>(table_.entries()));
+    m.family("grl_collector_usage_truncated_total", "counter",
+             "Zone usage messages sent without host names or with buckets left out to stay under "
+             "the size limit.");
+    m.sample("grl_collector_usage_truncated_total", static_cast<double>(usage_truncated_));
+    m.family("grl_collector_instructions_relayed_total", "counter",
+             "Instruction messages relayed to the zone's nginx.");
+    m.sample("grl_collector_instructions_relayed_total",
+             static_cast<double>(relay_->relayed.load()));
+    m.family("grl_collector_instructions_malformed_total", "counter",
+             "Instruction messages dropped as malformed or not for this zone.");
+    m.sample("grl_collector_instructions_malformed_total",
+             static_cast<double>(relay_->malformed.load()));
+    m.family("grl_collector_last_instruction_age_seconds", "gauge",
+             "Time since the last instruction message relayed (-1: none yet).");
+    m.sample("grl_collector_last_instruction_age_seconds", age(relay_->last_mono.load()));
+    if (zap_) {
+        m.family("grl_curve_handshakes_total", "counter",
+                 "CURVE handshakes by ZAP domain and result.");
+        for (const auto& [d, n] : zap_->accepted())
+            m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "accepted"}},
+                     static_cast<double>(n));
+        for (const auto& [d, n] : zap_->denied())
+            m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "denied"}},
+                     static_cast<double>(n));
+    }
+    return m.text();
+}
+
+}  // namespace grl::collector

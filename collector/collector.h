@@ -1,0 +1,106 @@
+// grl-collector: one per zone. Receives nginx reports (PULL), derives per-host rates
+// (grl::rates), sends the zone's usage to every controller of its region (one PUSH each) once
+// per interval, and relays the controllers' instructions for its zone, its region and the
+// global scope to the zone's nginx (SUB -> PUB). See docs/control-plane.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "grl/daemon/curve.h"
+#include "grl/daemon/http.h"
+#include "grl/daemon/log.h"
+#include "grl/daemon/loop.h"
+#include "grl/daemon/zmq.h"
+#include "grl/rates.h"
+#include "grl/report_reader.h"
+#include "grl/wire.h"
+#include "grl/wire_control.h"
+#include "relay.h"
+
+namespace grl::collector {
+
+struct Config {
+    std::string name;  // "source" of zone_usage; default collector-<zone>
+    std::string zone;
+    std::string region;
+    std::string report_bind = "tcp://*:7101";
+    std::string publish_bind = "tcp://*:7102";
+    std::vector<std::string> controller_usage;    // controllers' usage endpoints
+    std::vector<std::string> controller_publish;  // controllers' publish endpoints
+    std::uint64_t interval_ms = 1000;
+    // Reports are taken off the socket in batches this often rather than one wakeup per
+    // report (0: as they arrive). Rates use the senders' clocks, so this costs no accuracy.
+    std::uint64_t batch_ms = 10;
+    rates::Options rates;
+    std::string metrics_bind;    // host:port, empty: no /metrics
+    std::string endpoints_file;  // written after binding, empty: none
+    // CURVE: `keypair` switches it on towards the controllers (needs `server_key`);
+    // `nginx_clients` (non-empty) switches it on for the sockets nginx connects to.
+    std::optional<daemon::KeyPair> keypair;
+    std::string server_key;
+    std::set<std::string> nginx_clients;
+};
+
+class Collector {
+  public:
+    Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
+    std::vector<std::pair<std::string, std::string>> endpoints() const;
+
+  private:
+    struct Controller {
+        std::string endpoint;
+        daemon::Socket push;
+        std::uint64_t sent = 0;
+        std::uint64_t dropped = 0;
+    };
+    void on_reports();
+    void tick();
+    std::string metrics();
+    void send_usage();
+
+    Config cfg_;
+    daemon::Loop& loop_;
+    std::unique_ptr<daemon::ZapHandler> zap_;
+    daemon::Socket pull_;
+    std::unique_ptr<Relay> relay_;
+    std::vector<std::unique_ptr<Controller>> controllers_;
+    std::unique_ptr<daemon::MetricsServer> http_;
+    std::string report_ep_, publish_ep_;
+    std::string topics_[3];
+
+    rates::Table table_;
+    wire::ReportView report_;  // zero-copy view into the frame being handled
+    wire::ZoneUsage usage_;    // the last one sent
+    std::vector<daemon::Frame> frames_;
+    std::string buf_;
+    std::uint64_t seq_ = 0;
+
+    // Counters for /metrics.
+    std::map<rates::Verdict, std::uint64_t> reports_;
+    std::uint64_t reports_malformed_ = 0;
+    std::uint64_t reports_wrong_zone_ = 0;
+    std::uint64_t report_bytes_ = 0;
+    std::uint64_t usage_truncated_ = 0;
+    std::uint64_t usage_bytes_ = 0;     // size of the last zone usage message
+    std::uint64_t usage_build_us_ = 0;  // time to build and encode it
+    std::uint64_t last_report_mono_ = 0;
+    std::uint64_t start_mono_ = 0;
+    bool instructions_flowing_ = false;
+    bool warming_ = true;  // the last usage sent had buckets without any rate
+    std::uint64_t last_early_send_ = 0;
+    std::size_t last_fresh_ = 0;
+
+    daemon::LogLimiter malformed_log_;
+    daemon::LogLimiter send_log_;
+    std::uint64_t sources_seen_ = 0;
+    std::set<std::string> wrong_zone_hosts_;  // logged once each (bounded)
+};
+
+}  // namespace grl::collector

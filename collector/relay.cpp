@@ -1,0 +1,114 @@
+#include "relay.h"
+
+#include <vector>
+
+#include "grl/daemon/log.h"
+#include "grl/daemon/loop.h"
+#include "grl/wire.h"
+
+namespace grl::collector {
+
+namespace {
+std::string ctl_endpoint(const void* self) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "inproc://grl-relay-%p", self);
+    return buf;
+}
+}  // namespace
+
+Relay::Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3])
+    : sub_(std::move(sub)), pub_(std::move(pub)), ctl_(ctx, ZMQ_PAIR), ctl_thread_(ctx, ZMQ_PAIR) {
+    for (int i = 0; i < 3; ++i) topics_[i] = topics[i];
+    ctl_.bind(ctl_endpoint(this));
+    ctl_thread_.connect(ctl_endpoint(this));
+}
+
+Relay::~Relay() {
+    stop();
+}
+
+void Relay::start() {
+    thread_ = std::thread([this] { run(); });
+}
+
+void Relay::stop() {
+    if (!thread_.joinable()) return;
+    zmq_send(ctl_.get(), "stop", 4, 0);
+    thread_.join();
+}
+
+std::map<std::string, Relay::Entry> Relay::entries(std::uint64_t now_mono) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        if (now_mono > it->second.recv_mono + it->second.ttl_ms) {
+            it = entries_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    return entries_;
+}
+
+void Relay::run() {
+    daemon::LogLimiter bad_log(10000);
+    std::vector<daemon::Frame> frames;
+    wire::Instructions msg;
+    std::string error;
+    zmq_pollitem_t items[2] = {{sub_.get(), 0, ZMQ_POLLIN, 0},
+                               {ctl_thread_.get(), 0, ZMQ_POLLIN, 0}};
+    for (;;) {
+        if (zmq_poll(items, 2, -1) < 0) {
+            if (zmq_errno() == EINTR) continue;
+            daemon::log_error("relay: zmq_poll: " + daemon::zmq_error());
+            return;
+        }
+        if (items[1].revents & ZMQ_POLLIN) return;
+        for (int guard = 0; guard < 1024; ++guard) {
+            std::size_t n = sub_.recv_frames(frames, 2);
+            if (n == 0) break;
+            const std::uint64_t now = daemon::mono_ms();
+            bool ok = n == 2;
+            if (!ok) error = n == 1 ? "one frame, expected topic and body" : "more than two frames";
+            std::string_view topic = frames[0].view();
+            if (ok) ok = wire::decode(frames[1].view(), msg, error);
+            if (ok) {
+                std::string want = wire::topic(msg.scope, msg.region, msg.zone);
+                if (want != topic) {
+                    ok = false;
+                    error =
+                        "topic \"" + std::string(topic) + "\" does not match the message's scope";
+                } else if (want != topics_[0] && want != topics_[1] && want != topics_[2]) {
+                    ok = false;
+                    error = "topic \"" + want + "\" is not for this zone";
+                }
+            }
+            if (!ok) {
+                malformed.fetch_add(1, std::memory_order_relaxed);
+                bad_log.hit(daemon::LogLevel::Warn, {},
+                            "dropped malformed instruction message: " + error, now);
+                continue;
+            }
+            if (pub_.send_frames({topic, frames[1].view()})) {
+                relayed.fetch_add(1, std::memory_order_relaxed);
+            } else {
+                dropped.fetch_add(1, std::memory_order_relaxed);
+            }
+            last_mono.store(now, std::memory_order_relaxed);
+            if (msg.source != last_source_) {
+                last_source_ = msg.source;
+                sources_seen.fetch_add(1, std::memory_order_relaxed);
+            }
+            std::lock_guard<std::mutex> lock(mu_);
+            for (const wire::Instruction& e : msg.buckets) {
+                Entry& x = entries_[e.name];
+                x.ratio_ppm = e.ratio_ppm;
+                x.limit_mrps = e.limit_mrps;
+                x.mode = e.mode;
+                x.recv_mono = now;
+                x.ttl_ms = msg.ttl_ms;
+            }
+        }
+    }
+}
+
+}  // namespace grl::collector

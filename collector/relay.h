@@ -1,0 +1,62 @@
+// The collector's relay of instructions (controllers -> this zone's nginx), on its own thread
+// so that the latency of instructions never depends on how many reports are being ingested.
+// It subscribes to the global topic, its region's and its zone's, decodes every message, and
+// forwards only valid ones whose topic matches their scope, as the same frames.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "grl/bucket_types.h"
+#include "grl/daemon/zmq.h"
+
+namespace grl::collector {
+
+class Relay {
+  public:
+    // `sub` is connected to the controllers (and subscribed), `pub` bound for nginx; both
+    // move to the relay thread at start().
+    Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3]);
+    ~Relay();  // stops the thread
+    Relay(const Relay&) = delete;
+    Relay& operator=(const Relay&) = delete;
+
+    void start();
+    void stop();
+
+    // The last instruction relayed for a bucket (for /metrics).
+    struct Entry {
+        std::uint32_t ratio_ppm = 0;
+        std::uint64_t limit_mrps = 0;
+        Mode mode = Mode::Deny;
+        std::uint64_t recv_mono = 0;
+        std::uint64_t ttl_ms = 0;
+    };
+    // Entries still within their TTL at `now` (older ones are dropped).
+    std::map<std::string, Entry> entries(std::uint64_t now_mono);
+
+    std::atomic<std::uint64_t> relayed{0};
+    std::atomic<std::uint64_t> malformed{0};
+    std::atomic<std::uint64_t> dropped{0};  // the PUB refused (should not happen)
+    std::atomic<std::uint64_t> last_mono{0};
+    std::atomic<std::uint64_t> sources_seen{0};  // bumped when a message came from a new source
+
+  private:
+    void run();
+
+    daemon::Socket sub_;
+    daemon::Socket pub_;
+    daemon::Socket ctl_;         // main thread side of the stop signal
+    daemon::Socket ctl_thread_;  // relay thread side
+    std::string topics_[3];
+    std::thread thread_;
+    std::mutex mu_;
+    std::map<std::string, Entry> entries_;
+    std::string last_source_;
+};
+
+}  // namespace grl::collector

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""The main job: a local grl fleet on loopback, limiting real traffic.
+
+Starts a backend (nginx), one grl-controller, two zones each with a
+grl-collector and two nginx with the grl module (proxying to the backend), and
+the open-loop load generator (bench/loadgen) spreading traffic unevenly over
+the four nginx (one of them takes half of it). The load steps from half the
+global limit to 1.5x the limit (and, with --surge, to 15x for a while); every
+second one line shows the offered and admitted rate (from the nginx status
+pages), the ratio the controller publishes and the ratio nginx applies.
+Ctrl-C stops everything cleanly.
+
+Only the Python standard library is needed. Usage:
+    python3 conf/fleet/run-fleet.py [--build-dir build] [--limit 300] [--duration 0] [--surge]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=2.0):
+    return urllib.request.urlopen(url, timeout=timeout).read().decode()
+
+
+def metrics(addr):
+    out = {}
+    for line in http_get("http://%s/metrics" % addr).splitlines():
+        if line.startswith("#") or not line:
+            continue
+        m = re.match(r'^(\w+)(\{(.*)\})? (\S+)$', line)
+        if m:
+            labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(3) or "")))
+            out[(m.group(1), labels)] = float(m.group(4))
+    return out
+
+
+NGINX_CONF = """\
+load_module {module};
+worker_processes 2;
+daemon off;
+master_process on;
+error_log {dir}/error.log notice;
+pid {dir}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/client_body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    keepalive_timeout 60s;
+    upstream backend {{ server 127.0.0.1:{backend}; keepalive 32; }}
+
+    grl_zone grl:1m;
+    grl_caller $http_x_caller;
+    grl_host id={host} zone={zone} region=local;
+    grl_collector {report};
+    grl_instructions {publish};
+    grl_report_interval {interval};
+    grl_instruction_ttl 3s;
+    grl_bucket api procedure_prefix=/api rate={limit}r/s;
+    grl_bucket api-zone procedure_prefix=/api rate={zone_limit}r/s scope=zone mode=shadow;
+
+    server {{
+        listen 127.0.0.1:{port} reuseport;
+        location = /grl {{ grl off; grl_status; }}
+        location / {{
+            grl on;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass http://backend;
+        }}
+    }}
+}}
+"""
+
+BACKEND_CONF = """\
+worker_processes 1;
+daemon off;
+error_log {dir}/error.log warn;
+pid {dir}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/client_body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    keepalive_timeout 60s;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ return 200 "backend\\n"; }}
+    }}
+}}
+"""
+
+
+class Fleet:
+    def __init__(self, args):
+        self.args = args
+        self.dir = tempfile.mkdtemp(prefix="grl-fleet-")
+        os.chmod(self.dir, 0o777)  # nginx workers run as nobody when we are root
+        self.procs = []  # (name, Popen), stopped in reverse order
+        b = args.build_dir
+        self.bin = {
+            "controller": os.path.join(b, "controller", "grl-controller"),
+            "collector": os.path.join(b, "collector", "grl-collector"),
+            "loadgen": os.path.join(b, "bench", "grl_loadgen"),
+            "module": os.path.join(b, "ngx_module", "ngx_http_grl_module.so"),
+        }
+        for name, path in self.bin.items():
+            if not os.path.exists(path):
+                sys.exit("run-fleet: %s not found (%s); build first: cmake -S . -B %s && cmake --build %s -j"
+                         % (name, path, b, b))
+        self.nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+
+    def spawn(self, name, cmd):
+        log = open(os.path.join(self.dir, name + ".log"), "ab")
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.procs.append((name, p))
+        return p
+
+    def wait_file(self, path, proc, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                sys.exit("run-fleet: %s did not start; see %s" % (what, self.dir))
+            time.sleep(0.05)
+
+    def start_nginx(self, name, conf, port):
+        d = os.path.join(self.dir, name)
+        os.makedirs(d)
+        os.chmod(d, 0o777)
+        path = os.path.join(d, "nginx.conf")
+        with open(path, "w") as f:
+            f.write(conf.replace("{dir}", d) if "{dir}" in conf else conf)
+        p = self.spawn(name, [self.nginx, "-p", d + "/", "-e", os.path.join(d, "error.log"), "-c", path])
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return p
+            except OSError:
+                if p.poll() is not None or time.monotonic() > deadline:
+                    sys.exit("run-fleet: nginx %s did not start; see %s/error.log" % (name, d))
+                time.sleep(0.05)
+
+    def start(self):
+        a = self.args
+        iv = a.interval
+        backend = free_port()
+        self.start_nginx("backend", BACKEND_CONF.format(dir="{dir}", port=backend), backend)
+
+        ctl_ep = {k: "tcp://127.0.0.1:%d" % free_port() for k in ("usage", "publish", "admin")}
+        self.ctl_endpoints = os.path.join(self.dir, "controller.json")
+        p = self.spawn("controller", [self.bin["controller"], "--region", "local", "--name", "ctl-local",
+                                      "--usage-bind", ctl_ep["usage"], "--publish-bind", ctl_ep["publish"],
+                                      "--admin-bind", ctl_ep["admin"], "--metrics-bind", "127.0.0.1:0",
+                                      "--interval", iv, "--ttl", "3s", "--endpoints-file", self.ctl_endpoints])
+        self.wait_file(self.ctl_endpoints, p, "grl-controller")
+        with open(self.ctl_endpoints) as f:
+            self.ctl = json.load(f)
+
+        self.hosts = []
+        for zone in ("zone-a", "zone-b"):
+            report, publish = "tcp://127.0.0.1:%d" % free_port(), "tcp://127.0.0.1:%d" % free_port()
+            ep = os.path.join(self.dir, "collector-%s.json" % zone)
+            p = self.spawn("collector-" + zone,
+                           [self.bin["collector"], "--zone", zone, "--region", "local",
+                            "--report-bind", report, "--publish-bind", publish,
+                            "--controller-usage", ctl_ep["usage"], "--controller-publish", ctl_ep["publish"],
+                            "--interval", iv, "--metrics-bind", "127.0.0.1:0", "--endpoints-file", ep])
+            self.wait_file(ep, p, "grl-collector " + zone)
+            for i in (1, 2):
+                host = "%s-nginx%d" % (zone, i)
+                port = free_port()
+                conf = NGINX_CONF.format(module=self.bin["module"], dir="{dir}", host=host, zone=zone,
+                                         report=report, publish=publish, interval=iv, limit=a.limit,
+                                         zone_limit=a.limit // 2, backend=backend, port=port)
+                self.start_nginx(host, conf, port)
+                self.hosts.append((host, port))
+
+        weights = [5, 2, 2, 1]  # one host takes half of the traffic
+        lo, hi = 0.5 * a.limit, a.multiple * a.limit
+        duration = a.duration if a.duration > 0 else 24 * 3600
+        phases = ["%g:%g" % (lo, 5)]
+        if a.surge:
+            phases += ["%g:%g" % (hi, 25), "%g:%g" % (15 * a.limit, 10), "%g:%g" % (hi, max(1, duration - 40))]
+        else:
+            phases += ["%g:%g" % (hi, max(1, duration - 5))]
+        targets = []
+        for (host, port), w in zip(self.hosts, weights):
+            targets += ["--target", "127.0.0.1:%d=%d" % (port, w)]
+        self.load = self.spawn("loadgen", [self.bin["loadgen"], "--schedule", ",".join(phases), "--path", "/api/items",
+                                           "--interval-ms", "1000", "--max-connections", "256", "--spin-us", "50",
+                                           "--out", os.path.join(self.dir, "loadgen.json")] + targets)
+        self.schedule = phases
+
+    def status(self):
+        offered = admitted = shadow = 0
+        applied = []
+        for host, port in self.hosts:
+            st = json.loads(http_get("http://127.0.0.1:%d/grl" % port))
+            for b in st["buckets"]:
+                if b["name"] == "api":
+                    offered += b["offered"]
+                    admitted += b["admitted"]
+                    applied.append(b["ratio"] if b["ratio_state"] == "active" else None)
+                if b["name"] == "api-zone":
+                    shadow += b["shadow_dropped"]
+        return offered, admitted, shadow, applied
+
+    def watch(self):
+        a = self.args
+        print("grl fleet on loopback: backend, controller, 2 zones x (collector + 2 nginx), load generator")
+        print("  global bucket \"api\": limit %d r/s; zone bucket \"api-zone\": %d r/s per zone, shadow mode"
+              % (a.limit, a.limit // 2))
+        print("  load: %s (r/s:seconds), weights 5:2:2:1 over the 4 nginx" % ", ".join(self.schedule))
+        print("  logs and configs: %s ; grlctl --controller %s buckets" % (self.dir, self.ctl["admin"]))
+        print("  Ctrl-C to stop\n")
+        print("%6s %9s %9s %7s %9s %9s %s" % ("t", "offered", "admitted", "limit", "ratio", "applied",
+                                              "zone shadow drops"))
+        t0 = time.monotonic()
+        prev = None
+        end = t0 + a.duration if a.duration > 0 else None
+        while end is None or time.monotonic() < end:
+            time.sleep(1 - ((time.monotonic() - t0) % 1))
+            now = time.monotonic()
+            try:
+                cur = self.status()
+                m = metrics(self.ctl["metrics"])
+            except OSError:
+                continue
+            if self.load.poll() is not None:
+                print("load generator finished")
+                return
+            ratio = m.get(("grl_bucket_ratio", (("bucket", "api"), ("scope", "global"), ("zone", ""))))
+            limit = m.get(("grl_bucket_limit_rps", (("bucket", "api"), ("scope", "global"), ("zone", ""))))
+            if prev:
+                dt = now - prev[0]
+                off = (cur[0] - prev[1][0]) / dt
+                adm = (cur[1] - prev[1][1]) / dt
+                shd = (cur[2] - prev[1][2]) / dt
+                applied = [r for r in cur[3] if r is not None]
+                ap = "%.3f" % (sum(applied) / len(applied)) if applied else "none"
+                bar = "#" * int(min(60, 40 * adm / max(1, a.limit)))
+                print("%5.0fs %9.1f %9.1f %7.0f %9s %9s %8.1f  %s" % (
+                    now - t0, off, adm, limit or 0, "%.3f" % ratio if ratio is not None else "-", ap, shd, bar),
+                    flush=True)
+            prev = (now, cur)
+
+    def stop(self):
+        for name, p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM if name != "loadgen" else signal.SIGINT)
+        for name, p in reversed(self.procs):
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        if not self.args.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            print("kept %s" % self.dir)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--limit", type=int, default=300, help="global limit of bucket api (r/s)")
+    ap.add_argument("--multiple", type=float, default=1.5, help="offered load after the step, x limit")
+    ap.add_argument("--surge", action="store_true", help="add a 10 s surge to 15x the limit")
+    ap.add_argument("--interval", default="250ms", help="report and control interval")
+    ap.add_argument("--duration", type=float, default=0, help="seconds; 0: until Ctrl-C")
+    ap.add_argument("--keep", action="store_true", help="keep the logs and configs")
+    args = ap.parse_args()
+    fleet = Fleet(args)
+    stopping = []
+
+    def on_signal(sig, frame):
+        if stopping:
+            return
+        stopping.append(sig)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        fleet.start()
+        fleet.watch()
+    except KeyboardInterrupt:
+        print("\nstopping...")
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        fleet.stop()
+        print("stopped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,494 @@
+#include "controller_daemon.h"
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "grl/daemon/limits_file.h"
+#include "grl/daemon/metrics.h"
+#include "grl/ratio.h"
+
+namespace grl::controller {
+
+using daemon::LogLevel;
+using daemon::mono_ms;
+using daemon::wall_ms;
+
+namespace {
+
+constexpr std::size_t kMaxPerWakeup = 256;
+
+const char* accepted_reason(control::Accepted a) {
+    switch (a) {
+        case control::Accepted::Yes: return "accepted";
+        case control::Accepted::Older: return "older";
+        case control::Accepted::WrongRegion: return "wrong_region";
+        case control::Accepted::Self: return "self";
+    }
+    return "?";
+}
+
+}  // namespace
+
+Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
+    : cfg_(std::move(cfg)),
+      loop_(loop),
+      ctl_(cfg_.opts),
+      zap_(cfg_.keypair ? std::make_unique<daemon::ZapHandler>(ctx) : nullptr),
+      pull_(ctx, ZMQ_PULL),
+      pub_(ctx, ZMQ_PUB),
+      admin_(ctx, ZMQ_ROUTER),
+      peers_(ctx, ZMQ_SUB),
+      malformed_log_(10000),
+      ignored_log_(10000),
+      send_log_(10000) {
+    const std::int64_t max = daemon::kTransportMaxBytes;
+    pull_.set(ZMQ_MAXMSGSIZE, max);
+    pull_.set(ZMQ_RCVHWM, 10000);
+    pub_.set(ZMQ_SNDHWM, 10000);
+    admin_.set(ZMQ_MAXMSGSIZE, max);
+    admin_.set(ZMQ_ROUTER_MANDATORY, 0);
+    peers_.set(ZMQ_MAXMSGSIZE, max);
+    peers_.set(ZMQ_RCVHWM, 1000);
+    if (zap_) {
+        zap_->allow("collector", cfg_.clients);
+        zap_->allow("subscriber", cfg_.clients);
+        zap_->allow("admin", cfg_.admin_clients);
+        loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+        daemon::make_curve_server(pull_, *cfg_.keypair, "collector");
+        daemon::make_curve_server(pub_, *cfg_.keypair, "subscriber");
+        daemon::make_curve_server(admin_, *cfg_.keypair, "admin");
+        if (!cfg_.peers.empty()) {
+            if (cfg_.server_key.empty())
+                throw std::runtime_error("--peer with CURVE needs --curve-server-key");
+            daemon::make_curve_client(peers_, *cfg_.keypair, cfg_.server_key);
+        }
+    }
+    usage_ep_ = pull_.bind(cfg_.usage_bind);
+    publish_ep_ = pub_.bind(cfg_.publish_bind);
+    admin_ep_ = admin_.bind(cfg_.admin_bind);
+    peers_.set(ZMQ_SUBSCRIBE, wire::kPeerTopic);
+    for (const std::string& ep : cfg_.peers) peers_.connect(ep);
+
+    if (!cfg_.limits_file.empty()) {
+        daemon::LimitsLoad l = daemon::load_limits_file(cfg_.limits_file);
+        if (!l.ok) throw std::runtime_error("limits file rejected: " + l.error);
+        limits_id_ = limits_file_id();
+        ctl_.set_limits(std::move(l.limits), now());
+        limits_loaded_wall_ = wall_ms();
+        if (cfg_.limits_poll_ms) loop_.every(cfg_.limits_poll_ms, [this] { watch_limits(); });
+    }
+
+    loop_.on_socket(pull_.get(), [this] { on_usage(); });
+    loop_.on_socket(peers_.get(), [this] { on_peers(); });
+    loop_.on_socket(admin_.get(), [this] { on_admin(); });
+    loop_.every(cfg_.opts.interval_ms, [this] { tick(); });
+    if (!cfg_.metrics_bind.empty()) {
+        http_ = std::make_unique<daemon::MetricsServer>(loop_, cfg_.metrics_bind,
+                                                        [this] { return metrics(); });
+    }
+    std::string peers;
+    for (const std::string& p : cfg_.peers) peers += (peers.empty() ? "" : ", ") + p;
+    daemon::log_info(
+        "controller " + cfg_.opts.name + " for region " + cfg_.opts.region + ": usage on " +
+        usage_ep_ + ", publish on " + publish_ep_ + ", admin on " + admin_ep_ +
+        (http_ ? ", metrics on http://" + http_->address() + "/metrics" : "") +
+        ", peers: " + (peers.empty() ? "none" : peers) + ", interval " +
+        std::to_string(cfg_.opts.interval_ms) + " ms, ttl " + std::to_string(cfg_.opts.ttl_ms) +
+        " ms, window " + std::to_string(cfg_.opts.window) +
+        (cfg_.limits_file.empty() ? ""
+                                  : ", limits " + cfg_.limits_file + " (" +
+                                        std::to_string(ctl_.limits().buckets.size()) +
+                                        " buckets, digest " + ctl_.limits_digest() + ")") +
+        (zap_ ? ", CURVE on" : ""));
+}
+
+control::Clock Daemon::now() const {
+    return {mono_ms(), wall_ms()};
+}
+
+std::vector<std::pair<std::string, std::string>> Daemon::endpoints() const {
+    std::vector<std::pair<std::string, std::string>> e = {
+        {"usage", usage_ep_}, {"publish", publish_ep_}, {"admin", admin_ep_}};
+    if (http_) e.emplace_back("metrics", http_->address());
+    return e;
+}
+
+void Daemon::on_usage() {
+    std::string error;
+    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+        std::size_t n = pull_.recv_frames(frames_, 1);
+        if (n == 0) return;
+        control::Clock t = now();
+        if (n != 1 || !wire::decode(frames_[0].view(), zone_usage_, error)) {
+            ++malformed_["zone_usage"];
+            malformed_log_.hit(LogLevel::Warn, {},
+                               "dropped malformed zone usage: " +
+                                   (n != 1 ? std::string("more than one frame") : error),
+                               t.mono_ms);
+            continue;
+        }
+        ++received_["zone_usage"];
+        bool early = ctl_.brings_new_rates(zone_usage_);
+        control::Accepted a = ctl_.on_zone_usage(zone_usage_, t);
+        if (a == control::Accepted::Yes && early &&
+            t.mono_ms >= last_early_tick_ + cfg_.opts.interval_ms / 4) {
+            // First rates of a bucket (after a start or a restart): publish now, not at the
+            // next tick. Rate-limited to four extra ticks per interval.
+            last_early_tick_ = t.mono_ms;
+            tick();
+        }
+        if (a != control::Accepted::Yes) {
+            ++ignored_[std::string("zone_usage/") + accepted_reason(a)];
+            if (a == control::Accepted::WrongRegion) {
+                ignored_log_.hit(LogLevel::Warn, {},
+                                 "zone usage from " + zone_usage_.source + " for region " +
+                                     zone_usage_.region + " ignored: this controller serves " +
+                                     cfg_.opts.region,
+                                 t.mono_ms);
+            }
+        }
+    }
+}
+
+void Daemon::on_peers() {
+    std::string error;
+    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+        std::size_t n = peers_.recv_frames(frames_, 2);
+        if (n == 0) return;
+        control::Clock t = now();
+        bool ok = n == 2 && frames_[0].view() == wire::kPeerTopic;
+        if (!ok) error = "expected two frames, topic \"grl/p/\" and body";
+        if (ok) ok = wire::decode(frames_[1].view(), region_usage_, error);
+        if (!ok) {
+            ++malformed_["region_usage"];
+            malformed_log_.hit(LogLevel::Warn, {}, "dropped malformed region usage: " + error,
+                               t.mono_ms);
+            continue;
+        }
+        ++received_["region_usage"];
+        control::Accepted a = ctl_.on_region_usage(region_usage_, t);
+        if (a != control::Accepted::Yes)
+            ++ignored_[std::string("region_usage/") + accepted_reason(a)];
+    }
+}
+
+void Daemon::on_admin() {
+    std::string error;
+    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+        std::size_t n = admin_.recv_frames(frames_, 3);
+        if (n == 0) return;
+        // REQ clients send [identity, "", body]; DEALER clients [identity, body].
+        std::size_t body = n == 3 && frames_[1].view().empty() ? 2 : 1;
+        if (n < 2 || n > 3 || (n == 3 && body != 2)) {
+            ++malformed_["admin_request"];
+            continue;  // no reply possible for a message we cannot frame
+        }
+        std::string identity(frames_[0].view());
+        wire::AdminRequest q;
+        wire::AdminReply r;
+        if (!wire::decode(frames_[body].view(), q, error)) {
+            ++malformed_["admin_request"];
+            r.ok = false;
+            r.error = "malformed request: " + error;
+        } else {
+            ++received_["admin_request"];
+            ++admin_requests_;
+            r = handle(q);
+            r.seq = q.seq;
+        }
+        r.ts_ms = wall_ms();
+        r.source = cfg_.opts.name;
+        r.region = cfg_.opts.region;
+        r.interval_ms = cfg_.opts.interval_ms;
+        r.ttl_ms = cfg_.opts.ttl_ms;
+        buf_.clear();
+        wire::encode(r, buf_);
+        if (buf_.size() > wire::kMaxMessageBytes) {
+            for (auto& b : r.buckets) b.host_names.clear();
+            r.error = "host names left out: the reply would exceed " +
+                      std::to_string(wire::kMaxMessageBytes) + " bytes";
+            buf_.clear();
+            wire::encode(r, buf_);
+        }
+        std::vector<std::string_view> out = {identity};
+        if (body == 2) out.emplace_back();
+        out.emplace_back(buf_);
+        if (!admin_.send_frames(out)) ++messages_dropped_;
+    }
+}
+
+wire::AdminReply Daemon::handle(const wire::AdminRequest& q) {
+    wire::AdminReply r;
+    control::Clock t = now();
+    std::string err;
+    bool change = false;
+    switch (q.op) {
+        case wire::AdminOp::Status:
+            r.zones = ctl_.zones(t);
+            r.peers = ctl_.peers(t);
+            r.limits.file = cfg_.limits_file;
+            r.limits.ok = limits_ok_;
+            r.limits.error = limits_error_;
+            r.limits.digest = ctl_.limits_digest();
+            r.limits.loaded_ms = limits_loaded_wall_;
+            r.limits.buckets = ctl_.limits().buckets.size();
+            return r;
+        case wire::AdminOp::Buckets: r.buckets = ctl_.status(q.bucket, q.hosts); return r;
+        case wire::AdminOp::Set:
+            err = ctl_.set_override(q.bucket, q.limit_mrps, q.mode, q.for_ms, t);
+            change = true;
+            break;
+        case wire::AdminOp::Clear:
+            err = ctl_.clear_override(q.bucket, q.clear_limit, q.clear_mode, t);
+            change = true;
+            break;
+        case wire::AdminOp::Add:
+            if (!q.limit_mrps) {
+                err = "a run-time bucket needs a limit";
+            } else {
+                err = ctl_.add_runtime(q.bucket, q.match, *q.limit_mrps, q.mode, q.for_ms, t);
+            }
+            change = true;
+            break;
+        case wire::AdminOp::Remove:
+            err = ctl_.remove_runtime(q.bucket, t);
+            change = true;
+            break;
+    }
+    if (!err.empty()) {
+        r.ok = false;
+        r.error = err;
+        daemon::log(LogLevel::Info, q.bucket,
+                    "admin " + std::string(to_string(q.op)) + " refused: " + err);
+        return r;
+    }
+    if (change) {
+        ++admin_changes_;
+        // Publish at once: a new run-time bucket or limit reaches nginx now, not at the
+        // next tick (the extra sample in the smoothing window is of the same usage).
+        tick();
+    }
+    r.buckets = ctl_.status(q.bucket, false);
+    return r;
+}
+
+void Daemon::tick() {
+    control::TickOutput out = ctl_.tick(now());
+    ++ticks_;
+    for (const control::Event& e : out.events) {
+        daemon::log(e.level == control::Event::Level::Warn ? LogLevel::Warn : LogLevel::Info,
+                    e.bucket, e.text);
+    }
+    publish(out);
+}
+
+void Daemon::publish(control::TickOutput& out) {
+    for (const wire::Instructions& m : out.instructions) {
+        buf_.clear();
+        wire::encode(m, buf_);
+        std::string topic = wire::topic(m.scope, m.region, m.zone);
+        if (pub_.send_frames({topic, buf_})) {
+            ++instructions_published_;
+        } else {
+            ++messages_dropped_;
+            send_log_.hit(LogLevel::Warn, {}, "instructions not queued: " + daemon::zmq_error(),
+                          mono_ms());
+        }
+    }
+    buf_.clear();
+    wire::encode(out.region_usage, buf_);
+    if (!pub_.send_frames({wire::kPeerTopic, buf_})) ++messages_dropped_;
+    last_publish_mono_ = mono_ms();
+}
+
+Daemon::FileId Daemon::limits_file_id() const {
+    struct stat st;
+    FileId id;
+    if (stat(cfg_.limits_file.c_str(), &st) == 0) {
+        id = {st.st_dev, st.st_ino, st.st_size,
+              static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+    }
+    return id;
+}
+
+void Daemon::watch_limits() {
+    if (limits_file_id() == limits_id_) return;
+    reload_limits("file changed");
+}
+
+void Daemon::reload_limits(const char* why) {
+    if (cfg_.limits_file.empty()) {
+        daemon::log_info(std::string(why) + ": no limits file configured");
+        return;
+    }
+    limits_id_ =
+        limits_file_id();  // read before loading: a write during the load is seen next time
+    daemon::LimitsLoad l = daemon::load_limits_file(cfg_.limits_file);
+    if (!l.ok) {
+        ++limits_reloads_rejected_;
+        limits_ok_ = false;
+        limits_error_ = l.error;
+        daemon::log_error("limits file rejected (" + std::string(why) +
+                          "), the last good limits stay in force: " + l.error);
+        return;
+    }
+    std::string old = ctl_.limits_digest();
+    ctl_.set_limits(std::move(l.limits), now());
+    ++limits_reloads_ok_;
+    limits_ok_ = true;
+    limits_error_.clear();
+    limits_loaded_wall_ = wall_ms();
+    daemon::log_info("limits file loaded (" + std::string(why) +
+                     "): " + std::to_string(ctl_.limits().buckets.size()) + " buckets, digest " +
+                     ctl_.limits_digest() + (old == ctl_.limits_digest() ? " (unchanged)" : ""));
+}
+
+std::string Daemon::metrics() {
+    const control::Clock t = now();
+    daemon::MetricsText m;
+    const auto& insts = ctl_.instances();
+    struct Gauge {
+        const char* name;
+        const char* help;
+        double (*get)(const control::Instance&);
+    };
+    static const Gauge gauges[] = {
+        {"grl_bucket_offered_rps",
+         "Requests per second offered to the bucket (smoothed), per scope instance.",
+         [](const control::Instance& i) { return i.offered_mrps / 1000.0; }},
+        {"grl_bucket_admitted_rps", "Requests per second admitted by the bucket (smoothed).",
+         [](const control::Instance& i) { return i.admitted_mrps / 1000.0; }},
+        {"grl_bucket_shadow_dropped_rps",
+         "Requests per second a shadow bucket would have dropped (smoothed).",
+         [](const control::Instance& i) { return i.shadow_dropped_mrps / 1000.0; }},
+        {"grl_bucket_limit_rps", "Effective limit of the bucket.",
+         [](const control::Instance& i) { return i.limit_mrps / 1000.0; }},
+        {"grl_bucket_ratio", "Drop ratio published for the bucket.",
+         [](const control::Instance& i) { return i.ratio_ppm / 1e6; }},
+        {"grl_bucket_shadow", "1 when the bucket's effective mode is shadow.",
+         [](const control::Instance& i) { return i.mode == Mode::Shadow ? 1.0 : 0.0; }},
+        {"grl_bucket_hosts", "Hosts reporting the bucket (all regions for a global bucket).",
+         [](const control::Instance& i) { return static_cast<double>(i.hosts); }},
+        {"grl_bucket_disagreeing_hosts",
+         "Hosts whose nginx.conf definition of the bucket differs from the one in force.",
+         [](const control::Instance& i) { return static_cast<double>(i.disagreeing_hosts); }},
+        {"grl_bucket_definitions",
+         "Distinct definitions of the bucket among its hosts (more than 1: they disagree).",
+         [](const control::Instance& i) { return static_cast<double>(i.definitions.size()); }},
+    };
+    for (const Gauge& g : gauges) {
+        m.family(g.name, "gauge", g.help);
+        for (const auto& [key, i] : insts) {
+            m.sample(g.name,
+                     {{"bucket", i.bucket}, {"scope", to_string(i.scope)}, {"zone", i.zone}},
+                     g.get(i));
+        }
+    }
+    m.family("grl_bucket_limit_source", "gauge",
+             "Where the effective limit comes from (1 for the source in force).");
+    for (const auto& [key, i] : insts) {
+        m.sample("grl_bucket_limit_source",
+                 {{"bucket", i.bucket},
+                  {"scope", to_string(i.scope)},
+                  {"zone", i.zone},
+                  {"source", i.limit_source}},
+                 1);
+    }
+
+    std::vector<wire::ZoneStatus> zones = ctl_.zones(t);
+    std::size_t fresh = 0;
+    for (const auto& z : zones) fresh += z.fresh;
+    m.family("grl_controller_zones", "gauge",
+             "Zones of this region known to the controller, by state.");
+    m.sample("grl_controller_zones", {{"state", "fresh"}}, static_cast<double>(fresh));
+    m.sample("grl_controller_zones", {{"state", "stale"}},
+             static_cast<double>(zones.size() - fresh));
+    m.family(
+        "grl_controller_hosts", "gauge",
+        "Hosts of this region by state (fresh: in the sums; stale: silent, or in a silent zone).");
+    m.sample("grl_controller_hosts", {{"state", "fresh"}}, static_cast<double>(ctl_.fresh_hosts()));
+    m.sample("grl_controller_hosts", {{"state", "stale"}}, static_cast<double>(ctl_.stale_hosts()));
+    m.family("grl_controller_zone_usage_age_seconds", "gauge",
+             "Age of the last zone usage from each zone.");
+    for (const auto& z : zones)
+        m.sample("grl_controller_zone_usage_age_seconds", {{"zone", z.zone}}, z.age_ms / 1000.0);
+    std::vector<wire::PeerStatus> peers = ctl_.peers(t);
+    m.family("grl_controller_peer_age_seconds", "gauge",
+             "Age of the last region usage from each peer controller.");
+    for (const auto& p : peers)
+        m.sample("grl_controller_peer_age_seconds", {{"peer", p.source}, {"region", p.region}},
+                 p.age_ms / 1000.0);
+    m.family("grl_controller_peer_limits_mismatch", "gauge",
+             "1 when a peer's limits file differs from ours.");
+    for (const auto& p : peers) {
+        m.sample("grl_controller_peer_limits_mismatch", {{"peer", p.source}, {"region", p.region}},
+                 p.limits_digest != ctl_.limits_digest() ? 1 : 0);
+    }
+    m.family("grl_controller_messages_total", "counter", "Valid messages received, by kind.");
+    for (const char* k : {"zone_usage", "region_usage", "admin_request"})
+        m.sample("grl_controller_messages_total", {{"kind", k}}, static_cast<double>(received_[k]));
+    m.family("grl_controller_messages_malformed_total", "counter",
+             "Messages dropped as malformed, truncated, oversized or of a wrong version, by kind.");
+    for (const char* k : {"zone_usage", "region_usage", "admin_request"})
+        m.sample("grl_controller_messages_malformed_total", {{"kind", k}},
+                 static_cast<double>(malformed_[k]));
+    m.family("grl_controller_messages_ignored_total", "counter",
+             "Valid messages not used (older than the one held, other region, our own).");
+    for (const auto& [k, n] : ignored_) {
+        auto slash = k.find('/');
+        m.sample("grl_controller_messages_ignored_total",
+                 {{"kind", std::string_view(k).substr(0, slash)},
+                  {"reason", std::string_view(k).substr(slash + 1)}},
+                 static_cast<double>(n));
+    }
+    m.family("grl_controller_messages_dropped_total", "counter",
+             "Messages that could not be queued for sending.");
+    m.sample("grl_controller_messages_dropped_total", static_cast<double>(messages_dropped_));
+    m.family("grl_controller_instructions_published_total", "counter",
+             "Instruction messages published (heartbeats included).");
+    m.sample("grl_controller_instructions_published_total",
+             static_cast<double>(instructions_published_));
+    m.family("grl_controller_last_instruction_age_seconds", "gauge",
+             "Time since instructions were last published.");
+    m.sample("grl_controller_last_instruction_age_seconds",
+             last_publish_mono_ ? (t.mono_ms - last_publish_mono_) / 1000.0 : -1.0);
+    m.family(
+        "grl_controller_limits_file_ok", "gauge",
+        "0 when the last load of the limits file was rejected (the last good one is in force).");
+    m.sample("grl_controller_limits_file_ok", limits_ok_ ? 1 : 0);
+    m.family("grl_controller_limits_reloads_total", "counter",
+             "Loads of the limits file after start-up, by result.");
+    m.sample("grl_controller_limits_reloads_total", {{"result", "ok"}},
+             static_cast<double>(limits_reloads_ok_));
+    m.sample("grl_controller_limits_reloads_total", {{"result", "rejected"}},
+             static_cast<double>(limits_reloads_rejected_));
+    std::size_t overrides = 0, runtime = 0;
+    for (const auto& [name, o] : ctl_.overrides()) {
+        bool active = !o.tombstone() && (o.expires_ms == 0 || t.wall_ms < o.expires_ms);
+        if (!active) continue;
+        (o.has_match ? runtime : overrides)++;
+    }
+    m.family("grl_controller_overrides", "gauge",
+             "Overrides in force, by kind (runtime: run-time buckets).");
+    m.sample("grl_controller_overrides", {{"kind", "override"}}, static_cast<double>(overrides));
+    m.sample("grl_controller_overrides", {{"kind", "runtime"}}, static_cast<double>(runtime));
+    m.family("grl_controller_admin_requests_total", "counter",
+             "Admin requests served (changes: set, clear, add, remove that succeeded).");
+    m.sample("grl_controller_admin_requests_total", {{"kind", "all"}},
+             static_cast<double>(admin_requests_));
+    m.sample("grl_controller_admin_requests_total", {{"kind", "changes"}},
+             static_cast<double>(admin_changes_));
+    if (zap_) {
+        m.family("grl_curve_handshakes_total", "counter",
+                 "CURVE handshakes by ZAP domain and result.");
+        for (const auto& [d, n] : zap_->accepted())
+            m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "accepted"}},
+                     static_cast<double>(n));
+        for (const auto& [d, n] : zap_->denied())
+            m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "denied"}},
+                     static_cast<double>(n));
+    }
+    return m.text();
+}
+
+}  // namespace grl::controller

@@ -1,0 +1,116 @@
+// grl-controller: one or more per region. Receives zone usage from the region's collectors
+// (PULL), exchanges region usage and overrides with peer controllers (PUB/SUB, topic
+// "grl/p/"), computes ratios (grl::control) and publishes instructions on the same PUB
+// every interval; serves grlctl on an admin ROUTER; reloads the limits file on SIGHUP and
+// when it changes. See docs/control-plane.md.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "grl/control.h"
+#include "grl/daemon/curve.h"
+#include "grl/daemon/http.h"
+#include "grl/daemon/log.h"
+#include "grl/daemon/loop.h"
+#include "grl/daemon/zmq.h"
+#include "grl/wire_control.h"
+
+namespace grl::controller {
+
+struct Config {
+    control::Options opts;
+    std::string usage_bind = "tcp://*:7201";
+    std::string publish_bind = "tcp://*:7202";
+    std::string admin_bind = "tcp://127.0.0.1:7203";
+    std::vector<std::string> peers;  // other controllers' publish endpoints
+    std::string limits_file;         // empty: none
+    std::uint64_t limits_poll_ms = 1000;
+    std::string metrics_bind;
+    std::string endpoints_file;
+    // CURVE: `keypair` switches it on for every socket; connections to peers need
+    // `server_key`; `clients` may connect to the usage and publish sockets, `admin_clients`
+    // to the admin socket.
+    std::optional<daemon::KeyPair> keypair;
+    std::string server_key;
+    std::set<std::string> clients;
+    std::set<std::string> admin_clients;
+};
+
+class Daemon {
+  public:
+    Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
+    std::vector<std::pair<std::string, std::string>> endpoints() const;
+    void reload_limits(const char* why);  // SIGHUP
+
+  private:
+    void on_usage();
+    void on_peers();
+    void on_admin();
+    void tick();
+    void publish(control::TickOutput& out);
+    void watch_limits();
+    wire::AdminReply handle(const wire::AdminRequest& q);
+    std::string metrics();
+    control::Clock now() const;
+
+    Config cfg_;
+    daemon::Loop& loop_;
+    control::Controller ctl_;
+    std::unique_ptr<daemon::ZapHandler> zap_;
+    daemon::Socket pull_;
+    daemon::Socket pub_;
+    daemon::Socket admin_;
+    daemon::Socket peers_;
+    std::unique_ptr<daemon::MetricsServer> http_;
+    std::string usage_ep_, publish_ep_, admin_ep_;
+
+    std::vector<daemon::Frame> frames_;
+    std::string buf_;
+    wire::ZoneUsage zone_usage_;
+    wire::RegionUsage region_usage_;
+
+    // The limits file.
+    struct FileId {
+        dev_t dev = 0;
+        ino_t ino = 0;
+        off_t size = -1;
+        std::int64_t mtime_ns = -1;
+        bool operator==(const FileId& o) const {
+            return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns;
+        }
+    };
+    FileId limits_file_id() const;
+    FileId limits_id_;
+    bool limits_ok_ = true;
+    std::string limits_error_;
+    std::uint64_t limits_loaded_wall_ = 0;
+    std::uint64_t limits_reloads_ok_ = 0;
+    std::uint64_t limits_reloads_rejected_ = 0;
+
+    // Counters for /metrics, by message kind.
+    std::map<std::string, std::uint64_t> received_;
+    std::map<std::string, std::uint64_t> malformed_;
+    std::map<std::string, std::uint64_t> ignored_;  // "kind/reason"
+    std::uint64_t instructions_published_ = 0;
+    std::uint64_t messages_dropped_ = 0;
+    std::uint64_t ticks_ = 0;
+    std::uint64_t last_publish_mono_ = 0;
+    std::uint64_t last_early_tick_ = 0;
+    std::uint64_t admin_requests_ = 0;
+    std::uint64_t admin_changes_ = 0;
+
+    daemon::LogLimiter malformed_log_;
+    daemon::LogLimiter ignored_log_;
+    daemon::LogLimiter send_log_;
+};
+
+}  // namespace grl::controller

@@ -1,0 +1,536 @@
+// grlctl: the operator's tool for a grl-controller's admin endpoint (docs/control-plane.md,
+// "grlctl"). One request, one reply (admin_request / admin_reply, docs/protocol.md);
+// human-readable tables by default, --json for scripts.
+//
+// Exit status: 0 done, 1 the controller refused (the reason is printed), 2 usage error,
+// 3 no answer from the controller.
+#include <sys/time.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "grl/daemon/args.h"
+#include "grl/daemon/curve.h"
+#include "grl/daemon/json.h"
+#include "grl/daemon/zmq.h"
+#include "grl/parse.h"
+#include "grl/wire_control.h"
+
+using namespace grl;
+
+namespace {
+
+const char kCommands[] =
+    "\ncommands:\n"
+    "  buckets [BUCKET] [--hosts]    buckets with live rates, limit, ratio, mode, hosts (alias: "
+    "list)\n"
+    "  show BUCKET                   one bucket in detail: every instance, definitions, hosts\n"
+    "  status                        zones, peer controllers, the limits file\n"
+    "  set BUCKET [--limit RATE] [--mode deny|shadow] [--for DURATION]\n"
+    "                                override a bucket's limit and/or mode (expires after --for)\n"
+    "  clear BUCKET [limit|mode]     remove an override (both parts by default)\n"
+    "  add BUCKET --limit RATE [--scope global|region|zone] [--mode deny|shadow] [--for DURATION]\n"
+    "      [--caller V | --caller-prefix V] [--procedure V | --procedure-prefix V | "
+    "--procedure-regex RE]\n"
+    "                                add a run-time (emergency) bucket on every nginx, no reload\n"
+    "  remove BUCKET                 remove a run-time bucket\n"
+    "  keygen FILE                   write a CURVE key pair to FILE and its public key to "
+    "FILE.pub\n"
+    "\nRATE: 100r/s, 600r/m, or 0 (drop everything). DURATION: 30s, 10m, 2h.\n";
+
+std::uint64_t now_ms() {
+    struct timeval tv;
+    gettimeofday(&tv, nullptr);
+    return static_cast<std::uint64_t>(tv.tv_sec) * 1000 +
+           static_cast<std::uint64_t>(tv.tv_usec) / 1000;
+}
+
+std::string rps(std::uint64_t mrps) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%.1f", static_cast<double>(mrps) / 1000.0);
+    return b;
+}
+
+std::string ratio(std::uint32_t ppm) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%.4f", ppm / 1e6);
+    return b;
+}
+
+std::string when(std::uint64_t wall_ms) {
+    if (wall_ms == 0) return "-";
+    time_t t = static_cast<time_t>(wall_ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char b[32];
+    std::strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return b;
+}
+
+std::string kind_suffix(MatchKind k) {
+    return k == MatchKind::Prefix ? "_prefix" : k == MatchKind::Regex ? "_regex" : "";
+}
+
+std::string match_text(const wire::RuntimeMatch& m) {
+    std::string s;
+    if (!m.caller.empty()) s += "caller" + kind_suffix(m.caller_kind) + "=" + m.caller;
+    if (!m.procedure.empty()) {
+        s += s.empty() ? "" : " ";
+        s += "procedure" + kind_suffix(m.procedure_kind) + "=" + m.procedure;
+    }
+    return s;
+}
+
+std::string where(const wire::BucketStatus& b) {
+    switch (b.scope) {
+        case Scope::Global: return "-";
+        case Scope::Region: return b.region;
+        case Scope::Zone: return b.zone;
+    }
+    return "-";
+}
+
+// A plain-text table: columns sized to their widest cell.
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+    std::vector<std::size_t> w;
+    for (const auto& r : rows) {
+        if (w.size() < r.size()) w.resize(r.size(), 0);
+        for (std::size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+    }
+    for (const auto& r : rows) {
+        std::string line;
+        for (std::size_t i = 0; i < r.size(); ++i) {
+            line += r[i];
+            if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
+        }
+        std::printf("%s\n", line.c_str());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON rendering of a reply
+
+void json_match(daemon::Json& j, const wire::RuntimeMatch& m) {
+    auto kind = [](MatchKind k) {
+        return k == MatchKind::Prefix ? "prefix" : k == MatchKind::Regex ? "regex" : "exact";
+    };
+    j.begin_object();
+    j.key("caller").str(m.caller).key("caller_kind").str(kind(m.caller_kind));
+    j.key("procedure").str(m.procedure).key("procedure_kind").str(kind(m.procedure_kind));
+    j.key("scope").str(to_string(m.scope));
+    j.end_object();
+}
+
+std::string to_json(const wire::AdminReply& r) {
+    daemon::Json j;
+    j.begin_object();
+    j.key("ok").boolean(r.ok);
+    j.key("error").str(r.error);
+    j.key("controller").str(r.source);
+    j.key("region").str(r.region);
+    j.key("interval_ms").uint(r.interval_ms);
+    j.key("ttl_ms").uint(r.ttl_ms);
+    j.key("buckets").begin_array();
+    for (const auto& b : r.buckets) {
+        j.begin_object();
+        j.key("name").str(b.name);
+        j.key("scope").str(to_string(b.scope));
+        j.key("region").str(b.region);
+        j.key("zone").str(b.zone);
+        j.key("offered_rps").num(b.offered_mrps / 1000.0);
+        j.key("admitted_rps").num(b.admitted_mrps / 1000.0);
+        j.key("shadow_dropped_rps").num(b.shadow_dropped_mrps / 1000.0);
+        j.key("limit_rps").num(b.limit_mrps / 1000.0);
+        j.key("ratio").num(b.ratio_ppm / 1e6);
+        j.key("mode").str(to_string(b.mode));
+        j.key("limit_source").str(b.limit_source);
+        j.key("mode_source").str(b.mode_source);
+        j.key("expires_ms").uint(b.expires_ms);
+        j.key("hosts").uint(b.hosts);
+        j.key("host_names").begin_array();
+        for (const auto& h : b.host_names) j.str(h);
+        j.end_array();
+        j.key("definitions").begin_array();
+        for (const auto& d : b.definitions) {
+            j.begin_object();
+            j.key("scope").str(to_string(d.def.scope)).key("mode").str(to_string(d.def.mode));
+            j.key("limit_rps").num(d.def.limit_mrps / 1000.0).key("hosts").uint(d.hosts);
+            j.end_object();
+        }
+        j.end_array();
+        j.key("runtime").boolean(b.has_match);
+        if (b.has_match) {
+            j.key("match");
+            json_match(j, b.match);
+        }
+        j.end_object();
+    }
+    j.end_array();
+    j.key("zones").begin_array();
+    for (const auto& z : r.zones) {
+        j.begin_object();
+        j.key("zone").str(z.zone).key("collector").str(z.source).key("hosts").uint(z.hosts);
+        j.key("stale_hosts")
+            .uint(z.stale_hosts)
+            .key("age_ms")
+            .uint(z.age_ms)
+            .key("fresh")
+            .boolean(z.fresh);
+        j.end_object();
+    }
+    j.end_array();
+    j.key("peers").begin_array();
+    for (const auto& p : r.peers) {
+        j.begin_object();
+        j.key("controller").str(p.source).key("region").str(p.region).key("age_ms").uint(p.age_ms);
+        j.key("limits_digest").str(p.limits_digest).key("fresh").boolean(p.fresh);
+        j.end_object();
+    }
+    j.end_array();
+    j.key("limits").begin_object();
+    j.key("file")
+        .str(r.limits.file)
+        .key("ok")
+        .boolean(r.limits.ok)
+        .key("error")
+        .str(r.limits.error);
+    j.key("digest").str(r.limits.digest).key("loaded_ms").uint(r.limits.loaded_ms);
+    j.key("buckets").uint(r.limits.buckets);
+    j.end_object();
+    j.end_object();
+    return j.text();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Human-readable output
+
+void print_buckets(const wire::AdminReply& r, bool hosts) {
+    if (r.buckets.empty()) {
+        std::printf("no buckets (no zone usage yet, or no bucket matches)\n");
+        return;
+    }
+    std::vector<std::vector<std::string>> rows = {{"BUCKET", "SCOPE", "WHERE", "OFFERED",
+                                                   "ADMITTED", "LIMIT", "RATIO", "MODE", "HOSTS",
+                                                   "FROM"}};
+    for (const auto& b : r.buckets) {
+        std::string from =
+            b.limit_source == b.mode_source ? b.limit_source : b.limit_source + "/" + b.mode_source;
+        if (b.has_match) from += ",runtime";
+        if (b.expires_ms) from += ",until " + when(b.expires_ms);
+        std::string mode(to_string(b.mode));
+        if (b.mode == Mode::Shadow && b.shadow_dropped_mrps)
+            mode += " (" + rps(b.shadow_dropped_mrps) + " r/s)";
+        rows.push_back({b.name, std::string(to_string(b.scope)), where(b), rps(b.offered_mrps),
+                        rps(b.admitted_mrps), rps(b.limit_mrps), ratio(b.ratio_ppm), mode,
+                        std::to_string(b.hosts), from});
+    }
+    print_table(rows);
+    std::printf("(rates in requests per second, averaged over the controller's window)\n");
+    if (hosts) {
+        for (const auto& b : r.buckets) {
+            std::string h;
+            for (const auto& n : b.host_names) h += " " + n;
+            std::printf("%s [%s]:%s\n", b.name.c_str(), where(b).c_str(),
+                        h.empty() ? " -" : h.c_str());
+        }
+    }
+}
+
+void print_show(const wire::AdminReply& r, const std::string& name) {
+    if (r.buckets.empty()) {
+        std::printf("no bucket \"%s\" known to controller %s\n", name.c_str(), r.source.c_str());
+        return;
+    }
+    for (const auto& b : r.buckets) {
+        std::printf("bucket %s (%s%s%s)\n", b.name.c_str(), std::string(to_string(b.scope)).c_str(),
+                    b.scope == Scope::Global ? "" : " ",
+                    b.scope == Scope::Global ? "" : where(b).c_str());
+        std::printf("  offered    %s r/s\n  admitted   %s r/s\n", rps(b.offered_mrps).c_str(),
+                    rps(b.admitted_mrps).c_str());
+        if (b.mode == Mode::Shadow)
+            std::printf("  would drop %s r/s (shadow)\n", rps(b.shadow_dropped_mrps).c_str());
+        std::printf("  limit      %s r/s (from %s)\n  mode       %s (from %s)\n  ratio      %s\n",
+                    rps(b.limit_mrps).c_str(), b.limit_source.c_str(),
+                    std::string(to_string(b.mode)).c_str(), b.mode_source.c_str(),
+                    ratio(b.ratio_ppm).c_str());
+        if (b.expires_ms) std::printf("  override expires %s\n", when(b.expires_ms).c_str());
+        if (b.has_match) std::printf("  run-time bucket: %s\n", match_text(b.match).c_str());
+        std::printf("  hosts      %" PRIu64 "\n", b.hosts);
+        for (const auto& d : b.definitions) {
+            std::printf("    %" PRIu64 " host(s) define it as %s, %s, %s r/s\n", d.hosts,
+                        std::string(to_string(d.def.scope)).c_str(),
+                        std::string(to_string(d.def.mode)).c_str(), rps(d.def.limit_mrps).c_str());
+        }
+        std::string h;
+        for (const auto& n : b.host_names) h += " " + n;
+        std::printf("  reporting hosts of region %s:%s\n", r.region.c_str(),
+                    h.empty() ? " -" : h.c_str());
+    }
+}
+
+void print_status(const wire::AdminReply& r) {
+    std::printf("controller %s, region %s, interval %" PRIu64 " ms, ttl %" PRIu64 " ms\n",
+                r.source.c_str(), r.region.c_str(), r.interval_ms, r.ttl_ms);
+    if (r.limits.file.empty()) {
+        std::printf("limits file: none\n");
+    } else {
+        std::printf(
+            "limits file: %s: %" PRIu64 " buckets, digest %s, loaded %s%s%s\n",
+            r.limits.file.c_str(), r.limits.buckets, r.limits.digest.c_str(),
+            when(r.limits.loaded_ms).c_str(),
+            r.limits.ok ? "" : "\n  LAST RELOAD REJECTED (the limits above stay in force): ",
+            r.limits.ok ? "" : r.limits.error.c_str());
+    }
+    std::vector<std::vector<std::string>> zones = {
+        {"ZONE", "COLLECTOR", "HOSTS", "STALE", "AGE", "STATE"}};
+    for (const auto& z : r.zones) {
+        zones.push_back({z.zone, z.source, std::to_string(z.hosts), std::to_string(z.stale_hosts),
+                         std::to_string(z.age_ms) + "ms", z.fresh ? "fresh" : "STALE"});
+    }
+    print_table(zones);
+    if (!r.peers.empty()) {
+        std::vector<std::vector<std::string>> peers = {
+            {"PEER", "REGION", "AGE", "LIMITS", "STATE"}};
+        for (const auto& p : r.peers) {
+            peers.push_back({p.source, p.region, std::to_string(p.age_ms) + "ms",
+                             p.limits_digest == r.limits.digest
+                                 ? "same"
+                                 : "DIFFERENT (" + p.limits_digest + ")",
+                             p.fresh ? "fresh" : "STALE"});
+        }
+        print_table(peers);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+int usage_error(const daemon::Args&, const std::string& msg) {
+    std::fprintf(stderr, "grlctl: %s (see grlctl --help)\n", msg.c_str());
+    return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const char* env = std::getenv("GRL_CONTROLLER");
+    daemon::Args args(
+        "grlctl", "[options] COMMAND [ARGS]",
+        {
+            {"controller", "EP", "the controller's admin endpoint (or $GRL_CONTROLLER)",
+             env ? env : "tcp://127.0.0.1:7203", false},
+            {"json", "", "print JSON instead of tables", "", false},
+            {"timeout", "DURATION", "how long to wait for the answer", "3s", false},
+            {"curve-keypair", "FILE", "CURVE key pair of this client", "", false},
+            {"curve-server-key", "FILE", "the controller's public key", "", false},
+            {"hosts", "", "buckets: list the reporting hosts", "", false},
+            {"limit", "RATE", "set/add: the limit", "", false},
+            {"mode", "MODE", "set/add: deny or shadow", "", false},
+            {"for", "DURATION", "set/add: expire after this long", "", false},
+            {"scope", "SCOPE", "add: global, region or zone", "global", false},
+            {"caller", "VALUE", "add: match this caller exactly", "", false},
+            {"caller-prefix", "VALUE", "add: match callers starting with this", "", false},
+            {"procedure", "VALUE", "add: match this procedure exactly", "", false},
+            {"procedure-prefix", "VALUE", "add: match procedures starting with this", "", false},
+            {"procedure-regex", "RE", "add: match procedures with this PCRE2 regex", "", false},
+            {"help", "", "show this help", "", false},
+        });
+    std::string err;
+    if (!args.parse(argc, argv, 1, err)) return usage_error(args, err);
+    if (args.has("help") || args.positional().empty()) {
+        std::printf("%s%s", args.usage().c_str(), kCommands);
+        return args.has("help") ? 0 : 2;
+    }
+    const std::vector<std::string>& pos = args.positional();
+    const std::string& cmd = pos[0];
+    std::string bucket = pos.size() > 1 ? pos[1] : "";
+    auto only = [&](std::initializer_list<const char*> allowed) -> std::string {
+        for (const char* o : {"hosts", "limit", "mode", "for", "scope", "caller", "caller-prefix",
+                              "procedure", "procedure-prefix", "procedure-regex"}) {
+            bool ok = false;
+            for (const char* a : allowed) ok = ok || std::string(a) == o;
+            if (!ok && args.has(o))
+                return "--" + std::string(o) + " does not apply to \"" + cmd + "\"";
+        }
+        return {};
+    };
+
+    if (cmd == "keygen") {
+        if (pos.size() != 2) return usage_error(args, "keygen needs one FILE");
+        try {
+            daemon::KeyPair k = daemon::generate_keypair();
+            daemon::write_keypair(pos[1], k);
+            std::printf("wrote %s (key pair) and %s.pub (public key %s)\n", pos[1].c_str(),
+                        pos[1].c_str(), k.public_key.c_str());
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "grlctl: %s\n", e.what());
+            return 1;
+        }
+        return 0;
+    }
+
+    wire::AdminRequest q;
+    q.ts_ms = now_ms();
+    q.seq = q.ts_ms;
+    std::string bad;
+    if (cmd == "buckets" || cmd == "list") {
+        q.op = wire::AdminOp::Buckets;
+        if (pos.size() > 2) return usage_error(args, cmd + " takes at most one BUCKET");
+        q.hosts = args.has("hosts");
+        bad = only({"hosts"});
+    } else if (cmd == "show") {
+        q.op = wire::AdminOp::Buckets;
+        if (pos.size() != 2) return usage_error(args, "show needs one BUCKET");
+        q.hosts = true;
+        bad = only({});
+    } else if (cmd == "status") {
+        q.op = wire::AdminOp::Status;
+        if (pos.size() != 1) return usage_error(args, "status takes no argument");
+        bad = only({});
+    } else if (cmd == "set" || cmd == "add") {
+        q.op = cmd == "set" ? wire::AdminOp::Set : wire::AdminOp::Add;
+        if (pos.size() != 2) return usage_error(args, cmd + " needs one BUCKET");
+        if (args.has("limit")) {
+            std::uint64_t l = 0;
+            if (!args.rate_mrps("limit", l, err)) return usage_error(args, err);
+            q.limit_mrps = l;
+        }
+        if (args.has("mode")) {
+            q.mode = parse_mode(args.get("mode"));
+            if (!q.mode) return usage_error(args, "--mode: expected deny or shadow");
+        }
+        if (args.has("for")) {
+            if (!args.duration_ms("for", q.for_ms, err)) return usage_error(args, err);
+            if (q.for_ms == 0) return usage_error(args, "--for: must be more than 0");
+        }
+        if (q.op == wire::AdminOp::Set) {
+            bad = only({"limit", "mode", "for"});
+            if (bad.empty() && !q.limit_mrps && !q.mode) bad = "set needs --limit and/or --mode";
+        } else {
+            bad = only({"limit", "mode", "for", "scope", "caller", "caller-prefix", "procedure",
+                        "procedure-prefix", "procedure-regex"});
+            if (bad.empty() && !q.limit_mrps) bad = "add needs --limit";
+            auto scope = parse_scope(args.get("scope"));
+            if (!scope) bad = "--scope: expected global, region or zone";
+            q.has_match = true;
+            q.match.scope = scope.value_or(Scope::Global);
+            int callers = args.has("caller") + args.has("caller-prefix");
+            int procs =
+                args.has("procedure") + args.has("procedure-prefix") + args.has("procedure-regex");
+            if (callers > 1 || procs > 1) bad = "at most one caller and one procedure match";
+            if (callers + procs == 0 && bad.empty())
+                bad = "add needs a caller and/or a procedure match";
+            if (args.has("caller")) q.match.caller = args.get("caller");
+            if (args.has("caller-prefix")) {
+                q.match.caller = args.get("caller-prefix");
+                q.match.caller_kind = MatchKind::Prefix;
+            }
+            if (args.has("procedure")) q.match.procedure = args.get("procedure");
+            if (args.has("procedure-prefix")) {
+                q.match.procedure = args.get("procedure-prefix");
+                q.match.procedure_kind = MatchKind::Prefix;
+            }
+            if (args.has("procedure-regex")) {
+                q.match.procedure = args.get("procedure-regex");
+                q.match.procedure_kind = MatchKind::Regex;
+            }
+            if (bad.empty()) bad = wire::check_match(q.match);
+        }
+    } else if (cmd == "clear") {
+        q.op = wire::AdminOp::Clear;
+        if (pos.size() < 2 || pos.size() > 3)
+            return usage_error(args, "clear needs BUCKET [limit|mode]");
+        if (pos.size() == 3) {
+            if (pos[2] == "limit")
+                q.clear_limit = true;
+            else if (pos[2] == "mode")
+                q.clear_mode = true;
+            else
+                return usage_error(args, "clear: expected limit or mode after the bucket");
+        }
+        bad = only({});
+    } else if (cmd == "remove") {
+        q.op = wire::AdminOp::Remove;
+        if (pos.size() != 2) return usage_error(args, "remove needs one BUCKET");
+        bad = only({});
+    } else {
+        return usage_error(args, "unknown command \"" + cmd + "\"");
+    }
+    if (!bad.empty()) return usage_error(args, bad);
+    if (!bucket.empty() && !valid_name(bucket)) {
+        return usage_error(
+            args, "invalid bucket name \"" + bucket + "\", expected 1-63 of [A-Za-z0-9_.:-]");
+    }
+    q.bucket = bucket;
+
+    std::uint64_t timeout = 0;
+    if (!args.duration_ms("timeout", timeout, err)) return usage_error(args, err);
+    std::string ep = args.get("controller");
+    wire::AdminReply r;
+    try {
+        daemon::Context ctx;
+        daemon::Socket s(ctx, ZMQ_REQ);
+        s.set(ZMQ_RCVTIMEO, static_cast<int>(timeout));
+        s.set(ZMQ_SNDTIMEO, static_cast<int>(timeout));
+        s.set(ZMQ_MAXMSGSIZE, static_cast<std::int64_t>(wire::kMaxMessageBytes));
+        if (args.has("curve-keypair") || args.has("curve-server-key")) {
+            if (!args.has("curve-keypair") || !args.has("curve-server-key")) {
+                return usage_error(args, "CURVE needs --curve-keypair and --curve-server-key");
+            }
+            daemon::make_curve_client(s, daemon::load_keypair(args.get("curve-keypair")),
+                                      daemon::load_public_key(args.get("curve-server-key")));
+        }
+        s.connect(ep);
+        std::string body;
+        wire::encode(q, body);
+        if (zmq_send(s.get(), body.data(), body.size(), 0) < 0) {
+            std::fprintf(stderr, "grlctl: cannot send to %s: %s\n", ep.c_str(),
+                         daemon::zmq_error().c_str());
+            return 3;
+        }
+        daemon::Frame reply;
+        if (zmq_msg_recv(reply.get(), s.get(), 0) < 0) {
+            std::fprintf(stderr, "grlctl: no answer from %s within %s\n", ep.c_str(),
+                         args.get("timeout").c_str());
+            return 3;
+        }
+        if (!wire::decode(reply.view(), r, err)) {
+            std::fprintf(stderr, "grlctl: malformed reply from %s: %s\n", ep.c_str(), err.c_str());
+            return 3;
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "grlctl: %s\n", e.what());
+        return 3;
+    }
+
+    if (args.has("json")) {
+        std::printf("%s\n", to_json(r).c_str());
+        return r.ok ? 0 : 1;
+    }
+    if (!r.ok) {
+        std::fprintf(stderr, "grlctl: controller %s refused: %s\n", r.source.c_str(),
+                     r.error.c_str());
+        return 1;
+    }
+    if (!r.error.empty()) std::fprintf(stderr, "grlctl: note: %s\n", r.error.c_str());
+    switch (q.op) {
+        case wire::AdminOp::Status: print_status(r); break;
+        case wire::AdminOp::Buckets:
+            if (cmd == "show") {
+                print_show(r, bucket);
+            } else {
+                print_buckets(r, q.hosts);
+            }
+            break;
+        default:
+            std::printf("done: %s %s on controller %s (published at once)\n", cmd.c_str(),
+                        bucket.c_str(), r.source.c_str());
+            if (!r.buckets.empty()) print_buckets(r, false);
+            break;
+    }
+    return 0;
+}

@@ -1,0 +1,222 @@
+// The controller's core: zone and region usage in, drop ratios out (docs/control-plane.md).
+//
+// Pure logic with an injected clock: every call that depends on time takes a Clock (a
+// monotonic reading for ages and staleness, a wall-clock reading for override expiry and the
+// replicated override table, whose timestamps must mean the same on every controller).
+//
+// Scopes. A bucket's usage is summed per instance of its scope: `zone` buckets per zone of this
+// region, `region` buckets over this region's zones, `global` buckets over this region's zones
+// plus the latest region_usage of every other region (from peer controllers). Each controller
+// of each region computes the same answer from the same inputs: no leader.
+//
+// The ratio of an instance is drop_ratio(mean offered over the last `window` ticks, limit).
+// Offered load includes what nginx dropped, so it measures demand whatever the ratio; the ratio
+// for the next interval is then directly (offered - limit) / offered, with no feedback loop to
+// oscillate.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "grl/bucket_types.h"
+#include "grl/wire.h"
+#include "grl/wire_control.h"
+
+namespace grl::control {
+
+struct Clock {
+    std::uint64_t mono_ms = 0;
+    std::uint64_t wall_ms = 0;
+};
+
+struct Options {
+    std::string name;    // this controller ("source" of its messages)
+    std::string region;  // the region it controls
+    std::uint64_t interval_ms = 1000;
+    std::uint64_t ttl_ms = 3000;          // of the instructions it publishes
+    std::uint32_t window = 2;             // ticks averaged for the ratio
+    std::uint32_t stale_intervals = 3;    // a zone or peer silent this long leaves the sums...
+    std::uint32_t forget_intervals = 60;  // ...and is forgotten this long after
+    std::uint32_t hold_intervals = 10;    // how long a bucket's last rates stand in for none
+    std::size_t max_overrides = 1024;     // entries in the override table, tombstones included
+    std::uint64_t tombstone_ms = 24ULL * 3600 * 1000;  // how long a removed override is kept
+};
+
+// One bucket's entry in the limits file.
+struct FileLimit {
+    std::optional<std::uint64_t> limit_mrps;
+    std::optional<Mode> mode;
+    bool has_match = false;  // a run-time bucket defined in the file
+    wire::RuntimeMatch match;
+    bool operator==(const FileLimit& o) const {
+        return limit_mrps == o.limit_mrps && mode == o.mode && has_match == o.has_match &&
+               (!has_match || match == o.match);
+    }
+};
+
+struct Limits {
+    std::map<std::string, FileLimit> buckets;
+};
+
+// Canonical 64-bit FNV-1a digest of a limits set, as 16 hex digits ("" for no file). Equal
+// digests mean equal limits, whatever the file's layout or comments.
+std::string digest(const Limits& l);
+
+// One log-worthy change found by a tick or an admin operation.
+struct Event {
+    enum class Level : std::uint8_t { Info, Warn };
+    Level level = Level::Info;
+    std::string bucket;  // empty when not about one bucket
+    std::string text;
+};
+
+enum class Accepted : std::uint8_t { Yes, Older, WrongRegion, Self };
+
+// Rates in milli-requests per second.
+struct Rates {
+    double offered = 0;
+    double admitted = 0;
+    double dropped = 0;
+    double shadow_dropped = 0;
+};
+
+// The state of one bucket instance after the last tick.
+struct Instance {
+    std::string bucket;
+    Scope scope = Scope::Global;
+    std::string zone;         // zone instances only
+    double offered_mrps = 0;  // smoothed
+    double admitted_mrps = 0;
+    double dropped_mrps = 0;
+    double shadow_dropped_mrps = 0;
+    std::uint64_t limit_mrps = 0;
+    Mode mode = Mode::Deny;
+    const char* limit_source = "conf";  // conf, file, override
+    const char* mode_source = "conf";
+    std::uint64_t expires_ms = 0;  // of the override in force, 0 none
+    std::uint32_t ratio_ppm = 0;
+    std::uint64_t hosts = 0;
+    std::uint64_t own_hosts = 0;                     // of this region
+    std::vector<wire::DefinitionCount> definitions;  // in the instance's domain
+    std::uint64_t disagreeing_hosts = 0;  // hosts whose definition is not the one in force
+    bool runtime = false;
+    wire::RuntimeMatch match;
+    bool has_usage = false;  // some fresh usage was summed (runtime buckets may have none)
+    bool published = false;  // sent to this region's nginx (global: the region has such hosts)
+    std::vector<std::string> own_zones;  // this region's zones that reported the bucket
+    std::uint64_t tick = 0;              // last tick that produced the instance
+
+    std::deque<Rates> samples;      // the smoothing window, newest last
+    bool last_provisional = false;  // the newest sample summed only part of the hosts
+};
+
+struct TickOutput {
+    std::vector<wire::Instructions> instructions;  // topic: wire::topic(scope, region, zone)
+    wire::RegionUsage region_usage;
+    std::vector<Event> events;
+};
+
+class Controller {
+  public:
+    explicit Controller(Options o);
+
+    const Options& options() const { return opt_; }
+
+    // Inputs. A message older than the one held for the same zone (or peer) is ignored.
+    Accepted on_zone_usage(const wire::ZoneUsage& u, const Clock& now);
+    Accepted on_region_usage(const wire::RegionUsage& u, const Clock& now);
+
+    // Replaces the limits file's content (the loader validated it). `file` is for status.
+    void set_limits(Limits l, const Clock& now);
+    const Limits& limits() const { return limits_; }
+    const std::string& limits_digest() const { return limits_digest_; }
+
+    // Admin operations; each returns an error message (empty on success) and leaves the table
+    // unchanged on error. Changes are replicated to peers in region_usage.
+    std::string set_override(const std::string& bucket, std::optional<std::uint64_t> limit_mrps,
+                             std::optional<Mode> mode, std::uint64_t for_ms, const Clock& now);
+    std::string clear_override(const std::string& bucket, bool clear_limit, bool clear_mode,
+                               const Clock& now);
+    std::string add_runtime(const std::string& bucket, const wire::RuntimeMatch& match,
+                            std::uint64_t limit_mrps, std::optional<Mode> mode,
+                            std::uint64_t for_ms, const Clock& now);
+    std::string remove_runtime(const std::string& bucket, const Clock& now);
+    const std::map<std::string, wire::Override>& overrides() const { return overrides_; }
+
+    // Recomputes every instance and returns what to publish. Call once per interval (and after
+    // an admin change, so that a new run-time bucket reaches nginx at once).
+    TickOutput tick(const Clock& now);
+
+    // True when `u` carries rates for a bucket that has no instance yet (a controller or
+    // collector that just started), or completes the rates of an instance whose newest sample
+    // was provisional: ticking at once then saves up to an interval.
+    bool brings_new_rates(const wire::ZoneUsage& u) const;
+
+    // State after the last tick.
+    const std::map<std::string, Instance>& instances() const { return instances_; }
+    std::vector<wire::BucketStatus> status(const std::string& filter, bool with_hosts) const;
+    std::vector<wire::ZoneStatus> zones(const Clock& now) const;
+    std::vector<wire::PeerStatus> peers(const Clock& now) const;
+
+    // Loop health.
+    std::uint64_t fresh_hosts() const { return fresh_hosts_; }
+    std::uint64_t stale_hosts() const { return stale_hosts_; }
+    std::uint64_t fresh_zones() const { return fresh_zones_; }
+
+  private:
+    struct ZoneEntry {
+        wire::ZoneUsage usage;
+        std::uint64_t recv_mono = 0;
+        // The last rated entry of each bucket: stands in for a bucket none of whose hosts has
+        // a rate yet (a restarted collector needs two reports per host), for a while.
+        std::map<std::string, std::pair<wire::UsageBucket, std::uint64_t>> last_rated;
+    };
+    struct PeerEntry {
+        wire::RegionUsage usage;
+        std::uint64_t recv_mono = 0;
+    };
+
+    bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
+    bool peer_fresh(const PeerEntry& p, const Clock& now) const;
+    bool override_active(const wire::Override& o, const Clock& now) const;
+    void merge_override(const wire::Override& o);
+    std::uint64_t stamp(const std::string& bucket, const Clock& now) const;
+    std::uint64_t hosts_reporting(const std::string& bucket) const;
+
+    Options opt_;
+    std::map<std::string, ZoneEntry> zones_;  // by zone name
+    std::map<std::string, PeerEntry> peers_;  // by peer source
+    Limits limits_;
+    std::string limits_digest_;
+    std::map<std::string, wire::Override> overrides_;
+    std::set<std::string> announced_expired_;
+    std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
+    std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick
+    std::map<std::string, Instance> instances_;  // by instance key
+    std::uint64_t seq_ = 0;
+    std::uint64_t tick_ = 0;
+    std::uint64_t fresh_hosts_ = 0;
+    std::uint64_t stale_hosts_ = 0;
+    std::uint64_t fresh_zones_ = 0;
+};
+
+// Resolves the definition in force among hosts' definitions: the one reported by the most
+// hosts; ties go to the lowest limit, then to deny over shadow (the stricter reading).
+// Only definitions of `scope` are considered when there are any. Empty input: nullopt.
+std::optional<wire::Definition> resolve(const std::vector<wire::DefinitionCount>& defs,
+                                        std::optional<Scope> scope);
+
+// The scope a bucket is aggregated at: the scope reported by the most hosts; ties go to the
+// wider scope (global, then region, then zone).
+std::optional<Scope> resolve_scope(const std::vector<wire::DefinitionCount>& defs);
+
+// Adds `add` into `into` (same definitions merged), sorted by hosts desc then definition.
+void merge_definitions(std::vector<wire::DefinitionCount>& into,
+                       const std::vector<wire::DefinitionCount>& add);
+
+}  // namespace grl::control

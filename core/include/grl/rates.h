@@ -1,0 +1,126 @@
+// Rate derivation from the cumulative counters of nginx reports (the collector's core).
+//
+// Each host reports cumulative counters per (host, epoch). The rate of a bucket on a host is
+// the difference between two accepted reports divided by the time between them, so a lost
+// report only widens one interval, a duplicate or an older report is ignored (seq), and a new
+// epoch (nginx restarted, counters from zero) starts a new baseline. Time is passed in by the
+// caller (a monotonic clock in milliseconds), so tests drive it directly.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "grl/report_reader.h"
+#include "grl/wire.h"
+#include "grl/wire_control.h"
+
+namespace grl::rates {
+
+struct Options {
+    // A host silent for this many of its report intervals leaves the sums ("stale")...
+    std::uint32_t stale_intervals = 3;
+    // ...and is forgotten after this many.
+    std::uint32_t forget_intervals = 30;
+};
+
+// What add() did with a report.
+enum class Verdict : std::uint8_t {
+    First,      // first report of a host: baseline only
+    Accepted,   // rates updated
+    Restarted,  // new epoch: counters restarted, new baseline
+    Duplicate,  // seq not newer than the last accepted one of this epoch
+    OldEpoch,   // from an epoch this host already left (a late report of a previous run)
+    NoTime,     // no usable time difference (clock stepped back); baseline kept
+};
+std::string_view to_string(Verdict v);
+
+struct HostSummary {
+    std::string name;
+    std::uint64_t epoch = 0;
+    std::uint64_t last_seq = 0;
+    std::uint64_t age_ms = 0;  // since the last accepted report
+    std::uint64_t interval_ms = 0;
+    std::size_t buckets = 0;
+    bool stale = false;
+};
+
+// Transitions found by sweep(), for one log line each.
+struct SweepResult {
+    std::vector<std::string> went_stale;
+    std::vector<std::string> forgotten;
+};
+
+class Table {
+  public:
+    explicit Table(Options o = {});
+
+    // Accepts one report received at `now_ms`.
+    Verdict add(const wire::ReportView& r, std::uint64_t now_ms);
+    Verdict add(const wire::Report& r, std::uint64_t now_ms);
+
+    // Marks hosts silent for stale_intervals as stale and forgets those silent for
+    // forget_intervals.
+    SweepResult sweep(std::uint64_t now_ms);
+
+    // The usage of the fresh hosts: hosts, stale_hosts, host_names, buckets (sorted by name).
+    // Leaves the other fields of `out` alone.
+    void usage(wire::ZoneUsage& out) const;
+
+    std::size_t hosts() const { return hosts_.size(); }
+    std::size_t fresh_hosts() const;
+    std::vector<HostSummary> summaries(std::uint64_t now_ms) const;
+    // Host-bucket entries held (for memory accounting).
+    std::size_t entries() const;
+
+  private:
+    struct BucketState {
+        std::uint32_t name_id = 0;
+        Scope scope = Scope::Global;  // the host's definition of the bucket
+        Mode mode = Mode::Deny;
+        bool has_rate = false;
+        std::uint64_t limit_mrps = 0;
+        std::uint64_t c[4] = {0, 0, 0, 0};  // offered, admitted, dropped, shadow_dropped
+        float rate[4] = {0, 0, 0, 0};       // mrps, same order
+    };
+    struct Host {
+        std::string name;
+        std::uint64_t epoch = 0;
+        std::uint64_t seq = 0;
+        std::uint64_t ts_ms = 0;    // sender clock of the baseline
+        std::uint64_t recv_ms = 0;  // our clock of the baseline
+        std::uint64_t last_ms = 0;  // our clock of the last report accepted (liveness)
+        std::uint64_t interval_ms = 1000;
+        std::array<std::uint64_t, 4> old_epochs{};
+        std::size_t old_next = 0;
+        bool stale = false;
+        std::vector<BucketState> buckets;
+    };
+
+    std::uint32_t intern_name(std::string_view name);
+    void release_name(std::uint32_t id);
+    void baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, bool keep_rates);
+    std::uint64_t interval_of(const Host& h) const;
+
+    Options opt_;
+    std::unordered_map<std::string, Host> hosts_;
+    std::unordered_map<std::string, std::uint32_t> name_ids_;
+    std::vector<std::string> names_;
+    std::vector<std::uint32_t> name_refs_;
+    std::vector<std::uint32_t> free_names_;
+    // Scratch space reused by add(): no allocation per report in the steady state.
+    std::string key_;
+    std::vector<BucketState> next_;
+    std::vector<char> used_;
+    wire::ReportView view_;
+};
+
+// Rate in milli-requests per second of `delta` events over `dt_ms` milliseconds.
+inline double rate_mrps(std::uint64_t delta, std::uint64_t dt_ms) {
+    return dt_ms == 0 ? 0.0 : static_cast<double>(delta) * 1e6 / static_cast<double>(dt_ms);
+}
+
+}  // namespace grl::rates

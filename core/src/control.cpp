@@ -1,0 +1,921 @@
+#include "grl/control.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <tuple>
+#include <utility>
+
+#include "grl/bucket.h"
+#include "grl/ratio.h"
+#include "grl/zone_layout.h"
+
+namespace grl::control {
+
+namespace {
+
+std::string rps(double mrps) {
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "%.1f r/s", mrps / 1000.0);
+    return buf;
+}
+
+std::string rps(std::uint64_t mrps) {
+    return rps(static_cast<double>(mrps));
+}
+
+std::string ratio_text(std::uint32_t ppm) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%u.%04u", ppm / kPpmOne, (ppm % kPpmOne) / 100);
+    return buf;
+}
+
+std::uint64_t round_mrps(double v) {
+    if (!(v > 0)) return 0;
+    if (v >= 1.8e19) return UINT64_MAX;
+    return static_cast<std::uint64_t>(std::llround(v));
+}
+
+std::string instance_key(const std::string& bucket, Scope scope, const std::string& zone) {
+    std::string k = bucket;
+    k += '|';
+    k += to_string(scope);
+    k += '|';
+    k += zone;
+    return k;
+}
+
+std::string where(Scope scope, const std::string& region, const std::string& zone) {
+    switch (scope) {
+        case Scope::Global: return "global";
+        case Scope::Region: return "region " + region;
+        case Scope::Zone: return "zone " + zone;
+    }
+    return "?";
+}
+
+std::string kind_text(MatchKind k) {
+    switch (k) {
+        case MatchKind::Exact: return "";
+        case MatchKind::Prefix: return "_prefix";
+        case MatchKind::Regex: return "_regex";
+        case MatchKind::Any: return "";
+    }
+    return "";
+}
+
+std::string match_text(const wire::RuntimeMatch& m) {
+    std::string s;
+    if (!m.caller.empty()) s += "caller" + kind_text(m.caller_kind) + "=" + m.caller;
+    if (!m.procedure.empty()) {
+        if (!s.empty()) s += ' ';
+        s += "procedure" + kind_text(m.procedure_kind) + "=" + m.procedure;
+    }
+    s += " scope=";
+    s += to_string(m.scope);
+    return s;
+}
+
+void add_rates(Rates& r, const wire::UsageBucket& b) {
+    r.offered += static_cast<double>(b.offered_mrps);
+    r.admitted += static_cast<double>(b.admitted_mrps);
+    r.dropped += static_cast<double>(b.dropped_mrps);
+    r.shadow_dropped += static_cast<double>(b.shadow_dropped_mrps);
+}
+
+void fnv(std::uint64_t& h, std::string_view s) {
+    for (char c : s) {
+        h ^= static_cast<unsigned char>(c);
+        h *= 1099511628211ULL;
+    }
+    h ^= 0xff;  // field separator
+    h *= 1099511628211ULL;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Free functions
+
+std::string digest(const Limits& l) {
+    std::uint64_t h = 14695981039346656037ULL;
+    for (const auto& [name, f] : l.buckets) {  // std::map: sorted, so layout-independent
+        fnv(h, name);
+        fnv(h, f.limit_mrps ? std::to_string(*f.limit_mrps) : "-");
+        fnv(h, f.mode ? to_string(*f.mode) : "-");
+        if (f.has_match)
+            fnv(h, match_text(f.match) + kind_text(f.match.caller_kind) + "/" +
+                       kind_text(f.match.procedure_kind));
+    }
+    char buf[17];
+    std::snprintf(buf, sizeof(buf), "%016" PRIx64, h);
+    return buf;
+}
+
+std::optional<wire::Definition> resolve(const std::vector<wire::DefinitionCount>& defs,
+                                        std::optional<Scope> scope) {
+    bool any_of_scope = false;
+    if (scope) {
+        for (const auto& d : defs)
+            any_of_scope = any_of_scope || (d.def.scope == *scope && d.hosts);
+    }
+    const wire::DefinitionCount* best = nullptr;
+    for (const auto& d : defs) {
+        if (d.hosts == 0) continue;
+        if (any_of_scope && d.def.scope != *scope) continue;
+        if (best == nullptr || d.hosts > best->hosts) {
+            best = &d;
+            continue;
+        }
+        if (d.hosts < best->hosts) continue;
+        if (d.def.limit_mrps != best->def.limit_mrps) {
+            if (d.def.limit_mrps < best->def.limit_mrps) best = &d;
+            continue;
+        }
+        if (d.def.mode != best->def.mode) {
+            if (d.def.mode == Mode::Deny) best = &d;
+            continue;
+        }
+        if (d.def.scope < best->def.scope) best = &d;  // full determinism
+    }
+    if (best == nullptr) return std::nullopt;
+    wire::Definition out = best->def;
+    if (scope) out.scope = *scope;
+    return out;
+}
+
+std::optional<Scope> resolve_scope(const std::vector<wire::DefinitionCount>& defs) {
+    std::uint64_t n[3] = {0, 0, 0};
+    for (const auto& d : defs) n[static_cast<int>(d.def.scope)] += d.hosts;
+    std::optional<Scope> best;
+    std::uint64_t best_n = 0;
+    for (Scope s : {Scope::Global, Scope::Region, Scope::Zone}) {  // wider first: wins ties
+        std::uint64_t k = n[static_cast<int>(s)];
+        if (k > best_n) {
+            best = s;
+            best_n = k;
+        }
+    }
+    return best;
+}
+
+void merge_definitions(std::vector<wire::DefinitionCount>& into,
+                       const std::vector<wire::DefinitionCount>& add) {
+    for (const auto& a : add) {
+        bool found = false;
+        for (auto& d : into) {
+            if (d.def == a.def) {
+                d.hosts += a.hosts;
+                found = true;
+                break;
+            }
+        }
+        if (!found) into.push_back(a);
+    }
+    std::sort(into.begin(), into.end(),
+              [](const wire::DefinitionCount& x, const wire::DefinitionCount& y) {
+                  if (x.hosts != y.hosts) return x.hosts > y.hosts;
+                  return x.def < y.def;
+              });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Controller: inputs
+
+Controller::Controller(Options o) : opt_(std::move(o)) {
+    if (opt_.window == 0) opt_.window = 1;
+    if (opt_.stale_intervals == 0) opt_.stale_intervals = 1;
+    if (opt_.forget_intervals < opt_.stale_intervals) opt_.forget_intervals = opt_.stale_intervals;
+    if (opt_.interval_ms == 0) opt_.interval_ms = 1000;
+}
+
+bool Controller::zone_fresh(const ZoneEntry& z, const Clock& now) const {
+    std::uint64_t iv = std::max(z.usage.interval_ms, opt_.interval_ms);
+    return now.mono_ms < z.recv_mono + opt_.stale_intervals * iv;
+}
+
+bool Controller::peer_fresh(const PeerEntry& p, const Clock& now) const {
+    std::uint64_t iv = std::max(p.usage.interval_ms, opt_.interval_ms);
+    return now.mono_ms < p.recv_mono + opt_.stale_intervals * iv;
+}
+
+Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
+    if (u.region != opt_.region) return Accepted::WrongRegion;
+    auto it = zones_.find(u.zone);
+    if (it != zones_.end()) {
+        const wire::ZoneUsage& held = it->second.usage;
+        // Newer by the sender's clock, then by seq: a duplicate or a late message loses, a
+        // restarted collector (seq from 1, later ts_ms) wins. A held entry that has gone stale
+        // never blocks a newcomer (a collector whose clock stepped back).
+        bool newer = u.ts_ms > held.ts_ms || (u.ts_ms == held.ts_ms && u.seq > held.seq);
+        if (!newer && zone_fresh(it->second, now)) return Accepted::Older;
+    }
+    ZoneEntry& e = zones_[u.zone];
+    e.usage = u;
+    e.recv_mono = now.mono_ms;
+    // A bucket whose hosts all lack a rate (a restarted collector, new hosts) has sums of zero
+    // that mean "unknown": its last rated entry stands in for a while, else it is unrated.
+    const std::uint64_t keep = opt_.hold_intervals * std::max(u.interval_ms, opt_.interval_ms);
+    for (wire::UsageBucket& b : e.usage.buckets) {
+        if (b.hosts == 0) continue;
+        if (b.rated_hosts > 0) {
+            e.last_rated[b.name] = {b, now.mono_ms};
+            continue;
+        }
+        auto it = e.last_rated.find(b.name);
+        if (it == e.last_rated.end() || now.mono_ms > it->second.second + keep) continue;
+        const wire::UsageBucket& last = it->second.first;
+        b.offered_mrps = last.offered_mrps;
+        b.admitted_mrps = last.admitted_mrps;
+        b.dropped_mrps = last.dropped_mrps;
+        b.shadow_dropped_mrps = last.shadow_dropped_mrps;
+        b.rated_hosts = std::min(last.rated_hosts, b.hosts);
+    }
+    for (auto it = e.last_rated.begin(); it != e.last_rated.end();) {
+        if (now.mono_ms > it->second.second + keep) {
+            it = e.last_rated.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    return Accepted::Yes;
+}
+
+Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& now) {
+    if (u.source == opt_.name) return Accepted::Self;
+    // The override table is a last-writer-wins map: merging is idempotent and
+    // order-independent, so even an older message's entries are merged.
+    for (const wire::Override& o : u.overrides) merge_override(o);
+    auto it = peers_.find(u.source);
+    if (it != peers_.end()) {
+        const wire::RegionUsage& held = it->second.usage;
+        bool newer = u.ts_ms > held.ts_ms || (u.ts_ms == held.ts_ms && u.seq > held.seq);
+        if (!newer && peer_fresh(it->second, now)) return Accepted::Older;
+    }
+    PeerEntry& e = peers_[u.source];
+    e.usage = u;
+    e.recv_mono = now.mono_ms;
+    bool differs = u.limits_digest != limits_digest_;
+    if (differs && digest_mismatch_.insert(u.source).second) {
+        pending_.push_back({Event::Level::Warn, "",
+                            "peer " + u.source + " (region " + u.region +
+                                ") has different limits (digest " +
+                                (u.limits_digest.empty() ? "none" : u.limits_digest) + ", ours " +
+                                (limits_digest_.empty() ? "none" : limits_digest_) +
+                                "): global buckets may get different answers"});
+    } else if (!differs && digest_mismatch_.erase(u.source)) {
+        pending_.push_back(
+            {Event::Level::Info, "", "peer " + u.source + " has the same limits again"});
+    }
+    return Accepted::Yes;
+}
+
+void Controller::set_limits(Limits l, const Clock&) {
+    limits_ = std::move(l);
+    limits_digest_ = digest(limits_);
+    digest_mismatch_.clear();  // re-evaluated on the next message of each peer
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overrides
+
+bool Controller::override_active(const wire::Override& o, const Clock& now) const {
+    return !o.tombstone() && (o.expires_ms == 0 || now.wall_ms < o.expires_ms);
+}
+
+void Controller::merge_override(const wire::Override& o) {
+    auto it = overrides_.find(o.name);
+    if (it == overrides_.end()) {
+        if (overrides_.size() >= opt_.max_overrides) return;
+        overrides_.emplace(o.name, o);
+        return;
+    }
+    const wire::Override& held = it->second;
+    if (std::tie(o.set_ms, o.origin) > std::tie(held.set_ms, held.origin)) it->second = o;
+}
+
+std::uint64_t Controller::stamp(const std::string& bucket, const Clock& now) const {
+    auto it = overrides_.find(bucket);
+    std::uint64_t s = now.wall_ms;
+    if (it != overrides_.end() && it->second.set_ms >= s) s = it->second.set_ms + 1;
+    return s;
+}
+
+std::uint64_t Controller::hosts_reporting(const std::string& bucket) const {
+    std::uint64_t n = 0;
+    for (const auto& [key, inst] : instances_) {
+        if (inst.bucket == bucket) n += inst.hosts;
+    }
+    return n;
+}
+
+namespace {
+std::string describe(const wire::Override& o) {
+    std::string s;
+    if (o.has_match) s += match_text(o.match) + ", ";
+    s += "limit ";
+    s += o.limit_mrps ? rps(*o.limit_mrps) : std::string("unchanged");
+    s += ", mode ";
+    s += o.mode ? std::string(to_string(*o.mode)) : std::string("unchanged");
+    if (o.expires_ms) s += ", expires at " + std::to_string(o.expires_ms) + " ms";
+    return s;
+}
+}  // namespace
+
+std::string Controller::set_override(const std::string& bucket,
+                                     std::optional<std::uint64_t> limit_mrps,
+                                     std::optional<Mode> mode, std::uint64_t for_ms,
+                                     const Clock& now) {
+    if (!valid_name(bucket)) return "invalid bucket name \"" + bucket + "\"";
+    if (!limit_mrps && !mode) return "nothing to set: give a limit and/or a mode";
+    auto it = overrides_.find(bucket);
+    if (it == overrides_.end() && overrides_.size() >= opt_.max_overrides) {
+        return "too many overrides (" + std::to_string(opt_.max_overrides) + ")";
+    }
+    wire::Override o;
+    if (it != overrides_.end() && override_active(it->second, now)) o = it->second;
+    o.name = bucket;
+    if (limit_mrps) o.limit_mrps = limit_mrps;
+    if (mode) o.mode = mode;
+    o.expires_ms = for_ms ? now.wall_ms + for_ms : 0;
+    o.set_ms = stamp(bucket, now);
+    o.origin = opt_.name;
+    overrides_[bucket] = o;
+    announced_expired_.erase(bucket);
+    pending_.push_back({Event::Level::Info, bucket, "override set: " + describe(o)});
+    return {};
+}
+
+std::string Controller::clear_override(const std::string& bucket, bool clear_limit, bool clear_mode,
+                                       const Clock& now) {
+    if (!clear_limit && !clear_mode) clear_limit = clear_mode = true;
+    auto it = overrides_.find(bucket);
+    if (it == overrides_.end() || !override_active(it->second, now)) {
+        return "no override for bucket \"" + bucket + "\"";
+    }
+    if (it->second.has_match) {
+        return "bucket \"" + bucket + "\" is a run-time bucket: use remove";
+    }
+    wire::Override o = it->second;
+    if (clear_limit) o.limit_mrps.reset();
+    if (clear_mode) o.mode.reset();
+    if (o.tombstone()) o.expires_ms = 0;
+    o.set_ms = stamp(bucket, now);
+    o.origin = opt_.name;
+    it->second = o;
+    pending_.push_back({Event::Level::Info, bucket,
+                        o.tombstone() ? std::string("override cleared")
+                                      : "override partly cleared: " + describe(o)});
+    return {};
+}
+
+std::string Controller::add_runtime(const std::string& bucket, const wire::RuntimeMatch& match,
+                                    std::uint64_t limit_mrps, std::optional<Mode> mode,
+                                    std::uint64_t for_ms, const Clock& now) {
+    if (!valid_name(bucket)) return "invalid bucket name \"" + bucket + "\"";
+    std::string bad = wire::check_match(match);
+    if (!bad.empty()) return "bucket \"" + bucket + "\": " + bad;
+    auto it = overrides_.find(bucket);
+    if (it != overrides_.end() && override_active(it->second, now)) {
+        return it->second.has_match
+                   ? "run-time bucket \"" + bucket + "\" already exists (remove it first)"
+                   : "bucket \"" + bucket + "\" has an override (a configured bucket)";
+    }
+    auto f = limits_.buckets.find(bucket);
+    if (f != limits_.buckets.end() && f->second.has_match) {
+        return "bucket \"" + bucket + "\" is a run-time bucket of the limits file";
+    }
+    if (std::uint64_t n = hosts_reporting(bucket)) {
+        return "bucket \"" + bucket + "\" is reported by " + std::to_string(n) +
+               " host(s): it is defined in nginx.conf, or a removed run-time bucket has not "
+               "expired yet";
+    }
+    if (it == overrides_.end() && overrides_.size() >= opt_.max_overrides) {
+        return "too many overrides (" + std::to_string(opt_.max_overrides) + ")";
+    }
+    std::size_t runtime = 0;
+    for (const auto& [name, o] : overrides_) runtime += o.has_match && override_active(o, now);
+    for (const auto& [name, f] : limits_.buckets) runtime += f.has_match;
+    if (runtime >= zone::kRuntimeSlots) {
+        return "too many run-time buckets (nginx has room for " +
+               std::to_string(zone::kRuntimeSlots) + ")";
+    }
+    wire::Override o;
+    o.name = bucket;
+    o.limit_mrps = limit_mrps;
+    o.mode = mode.value_or(Mode::Deny);
+    o.has_match = true;
+    o.match = match;
+    o.expires_ms = for_ms ? now.wall_ms + for_ms : 0;
+    o.set_ms = stamp(bucket, now);
+    o.origin = opt_.name;
+    overrides_[bucket] = o;
+    announced_expired_.erase(bucket);
+    pending_.push_back({Event::Level::Info, bucket, "run-time bucket added: " + describe(o)});
+    return {};
+}
+
+std::string Controller::remove_runtime(const std::string& bucket, const Clock& now) {
+    auto it = overrides_.find(bucket);
+    if (it == overrides_.end() || !override_active(it->second, now) || !it->second.has_match) {
+        auto f = limits_.buckets.find(bucket);
+        if (f != limits_.buckets.end() && f->second.has_match) {
+            return "bucket \"" + bucket + "\" is defined in the limits file: edit the file";
+        }
+        return "no run-time bucket \"" + bucket + "\"";
+    }
+    wire::Override o;
+    o.name = bucket;
+    o.set_ms = stamp(bucket, now);
+    o.origin = opt_.name;
+    it->second = o;
+    pending_.push_back({Event::Level::Info, bucket, "run-time bucket removed"});
+    return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tick
+
+TickOutput Controller::tick(const Clock& now) {
+    TickOutput out;
+    ++tick_;
+    out.events.swap(pending_);
+
+    // Inputs in force: this region's fresh zones, and the freshest fresh peer of every other
+    // region. Long-silent zones and peers are forgotten.
+    std::vector<const ZoneEntry*> zones;
+    fresh_hosts_ = stale_hosts_ = 0;
+    for (auto it = zones_.begin(); it != zones_.end();) {
+        const ZoneEntry& z = it->second;
+        std::uint64_t iv = std::max(z.usage.interval_ms, opt_.interval_ms);
+        if (now.mono_ms >= z.recv_mono + opt_.forget_intervals * iv) {
+            out.events.push_back({Event::Level::Warn, "", "zone " + it->first + " forgotten"});
+            it = zones_.erase(it);
+            continue;
+        }
+        if (zone_fresh(z, now)) {
+            zones.push_back(&z);
+            fresh_hosts_ += z.usage.hosts;
+            stale_hosts_ += z.usage.stale_hosts;
+        } else {
+            stale_hosts_ += z.usage.hosts + z.usage.stale_hosts;
+        }
+        ++it;
+    }
+    fresh_zones_ = zones.size();
+    std::map<std::string, const PeerEntry*> remote;  // by region
+    for (auto it = peers_.begin(); it != peers_.end();) {
+        const PeerEntry& p = it->second;
+        std::uint64_t iv = std::max(p.usage.interval_ms, opt_.interval_ms);
+        if (now.mono_ms >= p.recv_mono + opt_.forget_intervals * iv) {
+            digest_mismatch_.erase(it->first);
+            it = peers_.erase(it);
+            continue;
+        }
+        if (p.usage.region != opt_.region && peer_fresh(p, now)) {
+            const PeerEntry*& r = remote[p.usage.region];
+            if (r == nullptr || p.usage.ts_ms > r->usage.ts_ms) r = &p;
+        }
+        ++it;
+    }
+
+    // Overrides: announce expiries, drop long-dead entries.
+    for (auto it = overrides_.begin(); it != overrides_.end();) {
+        const wire::Override& o = it->second;
+        bool expired = !o.tombstone() && o.expires_ms && now.wall_ms >= o.expires_ms;
+        if (expired && announced_expired_.insert(it->first).second) {
+            out.events.push_back({Event::Level::Info, it->first,
+                                  o.has_match ? "run-time bucket expired" : "override expired"});
+        }
+        std::uint64_t dead_since = o.tombstone() ? o.set_ms : (expired ? o.expires_ms : 0);
+        if (dead_since && now.wall_ms > dead_since + opt_.tombstone_ms) {
+            announced_expired_.erase(it->first);
+            it = overrides_.erase(it);
+            continue;
+        }
+        ++it;
+    }
+
+    // Gather every bucket's usage.
+    struct Agg {
+        std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
+        std::vector<const wire::UsageBucket*> remote;
+        std::vector<wire::DefinitionCount> fleet_defs;
+    };
+    std::map<std::string, Agg> buckets;
+    for (const ZoneEntry* z : zones) {
+        for (const wire::UsageBucket& b : z->usage.buckets) {
+            Agg& a = buckets[b.name];
+            a.own.emplace_back(z, &b);
+            merge_definitions(a.fleet_defs, b.definitions);
+        }
+    }
+    for (const auto& [region, p] : remote) {
+        for (const wire::UsageBucket& b : p->usage.buckets) {
+            Agg& a = buckets[b.name];
+            a.remote.push_back(&b);
+            merge_definitions(a.fleet_defs, b.definitions);
+        }
+    }
+    for (const auto& [name, o] : overrides_) {
+        if (o.has_match && override_active(o, now)) buckets[name];
+    }
+    for (const auto& [name, f] : limits_.buckets) {
+        if (f.has_match) buckets[name];
+    }
+
+    auto make_instance = [&](const std::string& name, Scope scope, const std::string& zone,
+                             const Rates& sum, bool has_usage, std::uint64_t hosts,
+                             std::uint64_t own_hosts, std::vector<wire::DefinitionCount> domain,
+                             std::vector<std::string> own_zones, const wire::Override* ovr,
+                             const FileLimit* file, bool runtime, const wire::RuntimeMatch& match,
+                             bool hold, bool provisional) {
+        Instance& inst = instances_[instance_key(name, scope, zone)];
+        const bool is_new = inst.tick == 0;
+        const std::uint32_t prev_ratio = inst.ratio_ppm;
+        const std::uint64_t prev_disagree = inst.disagreeing_hosts;
+        inst.bucket = name;
+        inst.scope = scope;
+        inst.zone = zone;
+        inst.tick = tick_;
+        inst.hosts = hosts;
+        inst.own_hosts = own_hosts;
+        inst.own_zones = std::move(own_zones);
+        inst.runtime = runtime;
+        inst.match = match;
+        inst.has_usage = has_usage;
+
+        // Definition in force: nginx.conf (resolved among the hosts of the instance), then the
+        // limits file, then an override.
+        std::optional<wire::Definition> conf = resolve(domain, scope);
+        inst.limit_mrps = conf ? conf->limit_mrps : 0;
+        inst.mode = conf ? conf->mode : Mode::Deny;
+        inst.limit_source = inst.mode_source = "conf";
+        inst.expires_ms = 0;
+        inst.disagreeing_hosts = 0;
+        if (conf) {
+            for (const auto& d : domain) {
+                if (d.def != *conf) inst.disagreeing_hosts += d.hosts;
+            }
+        }
+        if (file) {
+            if (file->limit_mrps) {
+                inst.limit_mrps = *file->limit_mrps;
+                inst.limit_source = "file";
+            }
+            if (file->mode) {
+                inst.mode = *file->mode;
+                inst.mode_source = "file";
+            }
+        }
+        if (ovr) {
+            if (ovr->limit_mrps) {
+                inst.limit_mrps = *ovr->limit_mrps;
+                inst.limit_source = "override";
+            }
+            if (ovr->mode) {
+                inst.mode = *ovr->mode;
+                inst.mode_source = "override";
+            }
+            inst.expires_ms = ovr->expires_ms;
+        }
+        if (runtime) inst.disagreeing_hosts = 0;  // hosts echo the definition we publish
+        if (domain.size() > wire::kMaxDefinitions) domain.resize(wire::kMaxDefinitions);
+        inst.definitions = std::move(domain);
+
+        // Smoothing: the mean of the last `window` samples. `hold`: part of the usage is
+        // unknown this tick, so no sample is taken and the last ones stand. A provisional
+        // sample (some hosts have no rate yet) is replaced by the next sample rather than
+        // averaged with it, so that it costs nothing once the rates are complete.
+        if (!hold || inst.samples.empty()) {
+            if (inst.last_provisional && !inst.samples.empty()) inst.samples.pop_back();
+            inst.samples.push_back(sum);
+            inst.last_provisional = provisional;
+        }
+        while (inst.samples.size() > opt_.window) inst.samples.pop_front();
+        Rates mean;
+        for (const Rates& r : inst.samples) {
+            mean.offered += r.offered;
+            mean.admitted += r.admitted;
+            mean.dropped += r.dropped;
+            mean.shadow_dropped += r.shadow_dropped;
+        }
+        double n = static_cast<double>(inst.samples.size());
+        inst.offered_mrps = mean.offered / n;
+        inst.admitted_mrps = mean.admitted / n;
+        inst.dropped_mrps = mean.dropped / n;
+        inst.shadow_dropped_mrps = mean.shadow_dropped / n;
+        inst.ratio_ppm = inst.limit_mrps == 0
+                             ? kPpmOne
+                             : drop_ratio_ppm(round_mrps(inst.offered_mrps), inst.limit_mrps);
+
+        const std::string at = where(scope, opt_.region, zone);
+        if (inst.ratio_ppm > 0 && (is_new || prev_ratio == 0)) {
+            out.events.push_back(
+                {Event::Level::Info, name,
+                 std::string(inst.mode == Mode::Shadow ? "would drop (shadow)" : "dropping") +
+                     " in " + at + ": ratio " + ratio_text(inst.ratio_ppm) + ", offered " +
+                     rps(inst.offered_mrps) + ", limit " + rps(inst.limit_mrps)});
+        } else if (inst.ratio_ppm == 0 && !is_new && prev_ratio > 0) {
+            out.events.push_back({Event::Level::Info, name,
+                                  "under the limit again in " + at + ": offered " +
+                                      rps(inst.offered_mrps) + ", limit " + rps(inst.limit_mrps)});
+        }
+        if (inst.disagreeing_hosts > 0 && (is_new || prev_disagree == 0)) {
+            out.events.push_back(
+                {Event::Level::Warn, name,
+                 "hosts disagree on the definition in " + at + ": " +
+                     std::to_string(inst.disagreeing_hosts) + " of " + std::to_string(inst.hosts) +
+                     " host(s) differ from the one in force (" + std::string(to_string(scope)) +
+                     ", " + std::string(to_string(conf ? conf->mode : Mode::Deny)) + ", " +
+                     rps(conf ? conf->limit_mrps : 0) + ")"});
+        } else if (inst.disagreeing_hosts == 0 && !is_new && prev_disagree > 0) {
+            out.events.push_back(
+                {Event::Level::Info, name, "hosts agree on the definition again in " + at});
+        }
+        return &inst;
+    };
+
+    for (auto& [name, a] : buckets) {
+        const wire::Override* ovr = nullptr;
+        if (auto it = overrides_.find(name);
+            it != overrides_.end() && override_active(it->second, now)) {
+            ovr = &it->second;
+        }
+        const FileLimit* file = nullptr;
+        if (auto it = limits_.buckets.find(name); it != limits_.buckets.end()) file = &it->second;
+        bool runtime = (ovr && ovr->has_match) || (file && file->has_match);
+        wire::RuntimeMatch match;
+        if (ovr && ovr->has_match) {
+            match = ovr->match;
+        } else if (file && file->has_match) {
+            match = file->match;
+        }
+        Scope scope;
+        if (runtime) {
+            scope = match.scope;
+        } else {
+            std::optional<Scope> s = resolve_scope(a.fleet_defs);
+            if (!s) continue;
+            scope = *s;
+        }
+        std::vector<std::string> own_zone_names;
+        for (const auto& [z, b] : a.own) own_zone_names.push_back(z->usage.zone);
+        auto unrated = [](const wire::UsageBucket* b) {
+            return b->hosts > 0 && b->rated_hosts == 0;
+        };
+        auto partial = [](const wire::UsageBucket* b) { return b->rated_hosts < b->hosts; };
+        auto exists = [&](const std::string& zone) {
+            return instances_.count(instance_key(name, scope, zone)) > 0;
+        };
+
+        if (scope == Scope::Zone) {
+            std::set<std::string> done;
+            for (const auto& [z, b] : a.own) {
+                const std::string& zone = z->usage.zone;
+                bool hold = unrated(b);
+                if (hold && !exists(zone) && !runtime) continue;  // nothing known yet
+                Rates sum;
+                if (!hold) add_rates(sum, *b);
+                make_instance(name, scope, zone, sum, true, b->hosts, b->hosts, b->definitions,
+                              {zone}, ovr, file, runtime, match, hold, partial(b));
+                done.insert(zone);
+            }
+            if (runtime) {  // also where nobody has created it yet
+                for (const ZoneEntry* z : zones) {
+                    if (done.count(z->usage.zone)) continue;
+                    make_instance(name, scope, z->usage.zone, Rates{}, false, 0, 0, {},
+                                  {z->usage.zone}, ovr, file, runtime, match, false, false);
+                }
+            }
+            continue;
+        }
+        Rates sum;
+        std::uint64_t own_hosts = 0, hosts = 0;
+        std::size_t rated = 0, missing = 0, incomplete = 0;
+        std::vector<wire::DefinitionCount> domain;
+        for (const auto& [z, b] : a.own) {
+            if (unrated(b)) {
+                ++missing;
+            } else {
+                add_rates(sum, *b);
+                ++rated;
+            }
+            incomplete += partial(b);
+            own_hosts += b->hosts;
+            merge_definitions(domain, b->definitions);
+        }
+        hosts = own_hosts;
+        if (scope == Scope::Global) {
+            for (const wire::UsageBucket* b : a.remote) {
+                if (unrated(b)) {
+                    ++missing;
+                } else {
+                    add_rates(sum, *b);
+                    ++rated;
+                }
+                incomplete += partial(b);
+                hosts += b->hosts;
+            }
+            domain = a.fleet_defs;
+        }
+        bool has_usage = !a.own.empty() || (scope == Scope::Global && !a.remote.empty());
+        if (!has_usage && !runtime) continue;
+        // Part of the usage unknown: an existing instance holds its last samples; a new one
+        // starts from what is known, unless nothing is.
+        bool hold = missing > 0 && exists("");
+        if (has_usage && rated == 0 && !hold && !runtime) continue;
+        make_instance(name, scope, "", sum, has_usage, hosts, own_hosts, std::move(domain),
+                      std::move(own_zone_names), ovr, file, runtime, match, hold, incomplete > 0);
+    }
+    for (auto it = instances_.begin(); it != instances_.end();) {
+        if (it->second.tick != tick_) {
+            it = instances_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+
+    // Instructions: one message per scope instance of this region, heartbeats included.
+    auto new_message = [&](Scope scope, const std::string& zone) {
+        wire::Instructions m;
+        m.source = opt_.name;
+        m.ts_ms = now.wall_ms;
+        m.ttl_ms = opt_.ttl_ms;
+        m.scope = scope;
+        m.region = scope == Scope::Global ? "" : opt_.region;
+        m.zone = zone;
+        return m;
+    };
+    std::vector<wire::Instructions> msgs;
+    msgs.push_back(new_message(Scope::Global, ""));
+    msgs.push_back(new_message(Scope::Region, ""));
+    std::map<std::string, std::size_t> zone_msg;
+    for (const ZoneEntry* z : zones) {
+        zone_msg[z->usage.zone] = msgs.size();
+        msgs.push_back(new_message(Scope::Zone, z->usage.zone));
+    }
+    for (auto& [key, inst] : instances_) {
+        std::size_t idx = 0;
+        switch (inst.scope) {
+            case Scope::Global: idx = 0; break;
+            case Scope::Region: idx = 1; break;
+            case Scope::Zone: {
+                auto it = zone_msg.find(inst.zone);
+                if (it == zone_msg.end()) continue;
+                idx = it->second;
+                break;
+            }
+        }
+        inst.published = inst.own_hosts > 0 || inst.runtime;
+        if (!inst.published) continue;
+        wire::Instruction e;
+        e.name = inst.bucket;
+        e.ratio_ppm = inst.ratio_ppm;
+        e.limit_mrps = inst.limit_mrps;
+        e.mode = inst.mode;
+        e.has_match = inst.runtime;
+        e.match = inst.match;
+        msgs[idx].buckets.push_back(std::move(e));
+    }
+    for (wire::Instructions& m : msgs) {
+        // At most kMaxBucketsPerMessage entries per message; the rest go in further messages.
+        while (m.buckets.size() > wire::kMaxBucketsPerMessage) {
+            wire::Instructions extra = m;
+            extra.buckets.assign(m.buckets.begin() + wire::kMaxBucketsPerMessage, m.buckets.end());
+            m.buckets.resize(wire::kMaxBucketsPerMessage);
+            m.seq = ++seq_;
+            out.instructions.push_back(std::move(m));
+            m = std::move(extra);
+        }
+        m.seq = ++seq_;
+        out.instructions.push_back(std::move(m));
+    }
+
+    // Region usage for the peers: raw sums over this region's fresh zones.
+    wire::RegionUsage& ru = out.region_usage;
+    ru.source = opt_.name;
+    ru.region = opt_.region;
+    ru.seq = ++seq_;
+    ru.ts_ms = now.wall_ms;
+    ru.interval_ms = opt_.interval_ms;
+    ru.zones = zones.size();
+    ru.hosts = fresh_hosts_;
+    ru.limits_digest = limits_digest_;
+    for (const auto& [name, a] : buckets) {
+        if (a.own.empty()) continue;
+        wire::UsageBucket u;
+        u.name = name;
+        for (const auto& [z, b] : a.own) {
+            u.offered_mrps += b->offered_mrps;
+            u.admitted_mrps += b->admitted_mrps;
+            u.dropped_mrps += b->dropped_mrps;
+            u.shadow_dropped_mrps += b->shadow_dropped_mrps;
+            u.hosts += b->hosts;
+            u.rated_hosts += b->rated_hosts;
+            merge_definitions(u.definitions, b->definitions);
+        }
+        if (u.definitions.size() > wire::kMaxDefinitions)
+            u.definitions.resize(wire::kMaxDefinitions);
+        ru.buckets.push_back(std::move(u));
+        if (ru.buckets.size() == wire::kMaxBucketsPerMessage) break;
+    }
+    for (const auto& [name, o] : overrides_) {
+        if (ru.overrides.size() == wire::kMaxOverrides) break;
+        ru.overrides.push_back(o);
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries
+
+bool Controller::brings_new_rates(const wire::ZoneUsage& u) const {
+    for (const wire::UsageBucket& b : u.buckets) {
+        if (b.rated_hosts == 0) continue;
+        auto it = instances_.lower_bound(b.name + "|");
+        if (it == instances_.end() || it->second.bucket != b.name) return true;
+        // Rates now complete where the newest sample was provisional.
+        for (; it != instances_.end() && it->second.bucket == b.name; ++it) {
+            const Instance& i = it->second;
+            bool same_zone = i.scope != Scope::Zone || i.zone == u.zone;
+            if (same_zone && i.last_provisional && b.rated_hosts == b.hosts) return true;
+        }
+    }
+    return false;
+}
+
+std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
+                                                   bool with_hosts) const {
+    std::vector<wire::BucketStatus> out;
+    for (const auto& [key, inst] : instances_) {
+        if (!filter.empty() && inst.bucket != filter) continue;
+        wire::BucketStatus s;
+        s.name = inst.bucket;
+        s.scope = inst.scope;
+        s.region = inst.scope == Scope::Global ? "" : opt_.region;
+        s.zone = inst.zone;
+        s.offered_mrps = round_mrps(inst.offered_mrps);
+        s.admitted_mrps = round_mrps(inst.admitted_mrps);
+        s.shadow_dropped_mrps = round_mrps(inst.shadow_dropped_mrps);
+        s.limit_mrps = inst.limit_mrps;
+        s.ratio_ppm = inst.ratio_ppm;
+        s.mode = inst.mode;
+        s.limit_source = inst.limit_source;
+        s.mode_source = inst.mode_source;
+        s.expires_ms = inst.expires_ms;
+        s.hosts = inst.hosts;
+        s.definitions = inst.definitions;
+        s.has_match = inst.runtime;
+        s.match = inst.match;
+        if (with_hosts) {
+            for (const std::string& zname : inst.own_zones) {
+                auto z = zones_.find(zname);
+                if (z == zones_.end()) continue;
+                const wire::ZoneUsage& u = z->second.usage;
+                const std::vector<std::string>* names = &u.host_names;
+                for (const wire::UsageBucket& b : u.buckets) {
+                    if (b.name == inst.bucket && !b.host_names.empty()) names = &b.host_names;
+                }
+                for (const std::string& h : *names) {
+                    if (s.host_names.size() < wire::kMaxHostNames) s.host_names.push_back(h);
+                }
+            }
+            std::sort(s.host_names.begin(), s.host_names.end());
+        }
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+std::vector<wire::ZoneStatus> Controller::zones(const Clock& now) const {
+    std::vector<wire::ZoneStatus> out;
+    for (const auto& [name, z] : zones_) {
+        wire::ZoneStatus s;
+        s.zone = name;
+        s.source = z.usage.source;
+        s.hosts = z.usage.hosts;
+        s.stale_hosts = z.usage.stale_hosts;
+        s.age_ms = now.mono_ms > z.recv_mono ? now.mono_ms - z.recv_mono : 0;
+        s.fresh = zone_fresh(z, now);
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+std::vector<wire::PeerStatus> Controller::peers(const Clock& now) const {
+    std::vector<wire::PeerStatus> out;
+    for (const auto& [name, p] : peers_) {
+        wire::PeerStatus s;
+        s.source = name;
+        s.region = p.usage.region;
+        s.age_ms = now.mono_ms > p.recv_mono ? now.mono_ms - p.recv_mono : 0;
+        s.limits_digest = p.usage.limits_digest;
+        s.fresh = peer_fresh(p, now);
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+}  // namespace grl::control

@@ -1,0 +1,352 @@
+#include "grl/rates.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace grl::rates {
+
+namespace {
+
+constexpr std::uint64_t kMinIntervalMs = 100;
+constexpr std::uint64_t kMaxIntervalMs = 60000;
+constexpr std::uint64_t kDefaultIntervalMs = 1000;
+
+void counters_of(const wire::ReportBucketView& b, std::uint64_t (&c)[4]) {
+    c[0] = b.offered;
+    c[1] = b.admitted;
+    c[2] = b.dropped;
+    c[3] = b.shadow_dropped;
+}
+
+std::uint64_t round_mrps(double v) {
+    if (!(v > 0)) return 0;
+    if (v >= 1.8e19) return UINT64_MAX;
+    return static_cast<std::uint64_t>(std::llround(v));
+}
+
+}  // namespace
+
+std::string_view to_string(Verdict v) {
+    switch (v) {
+        case Verdict::First: return "first";
+        case Verdict::Accepted: return "accepted";
+        case Verdict::Restarted: return "restarted";
+        case Verdict::Duplicate: return "duplicate";
+        case Verdict::OldEpoch: return "old_epoch";
+        case Verdict::NoTime: return "no_time";
+    }
+    return "?";
+}
+
+Table::Table(Options o) : opt_(o) {
+    if (opt_.stale_intervals == 0) opt_.stale_intervals = 1;
+    if (opt_.forget_intervals < opt_.stale_intervals) opt_.forget_intervals = opt_.stale_intervals;
+}
+
+std::uint32_t Table::intern_name(std::string_view name) {
+    key_.assign(name.data(), name.size());
+    auto it = name_ids_.find(key_);
+    if (it != name_ids_.end()) {
+        ++name_refs_[it->second];
+        return it->second;
+    }
+    std::uint32_t id;
+    if (!free_names_.empty()) {
+        id = free_names_.back();
+        free_names_.pop_back();
+        names_[id] = key_;
+        name_refs_[id] = 1;
+    } else {
+        id = static_cast<std::uint32_t>(names_.size());
+        names_.push_back(key_);
+        name_refs_.push_back(1);
+    }
+    name_ids_.emplace(key_, id);
+    return id;
+}
+
+void Table::release_name(std::uint32_t id) {
+    if (--name_refs_[id] > 0) return;
+    name_ids_.erase(names_[id]);
+    names_[id].clear();
+    free_names_.push_back(id);
+}
+
+std::uint64_t Table::interval_of(const Host& h) const {
+    return std::clamp(h.interval_ms, kMinIntervalMs, kMaxIntervalMs);
+}
+
+void Table::baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, bool keep_rates) {
+    std::vector<BucketState> next;
+    next.reserve(r.buckets.size());
+    for (const wire::ReportBucketView& rb : r.buckets) {
+        BucketState b;
+        b.name_id = intern_name(rb.name);
+        b.scope = rb.scope;
+        b.mode = rb.mode;
+        b.limit_mrps = rb.limit_mrps;
+        counters_of(rb, b.c);
+        if (keep_rates) {
+            // Hold the previous run's rate until the new epoch yields one: a restarted host
+            // most likely carries the same load, and dropping it from the sums for an interval
+            // would make every other host's ratio dip.
+            for (const BucketState& old : h.buckets) {
+                if (old.name_id != b.name_id) continue;
+                std::copy(std::begin(old.rate), std::end(old.rate), std::begin(b.rate));
+                b.has_rate = old.has_rate;
+                break;
+            }
+        }
+        next.push_back(b);
+    }
+    for (const BucketState& old : h.buckets) release_name(old.name_id);
+    h.buckets.swap(next);
+    h.epoch = r.epoch;
+    h.seq = r.seq;
+    h.ts_ms = r.ts_ms;
+    h.recv_ms = now_ms;
+    h.last_ms = now_ms;
+    h.interval_ms = r.interval_ms ? r.interval_ms : kDefaultIntervalMs;
+    h.stale = false;
+}
+
+Verdict Table::add(const wire::Report& r, std::uint64_t now_ms) {
+    wire::view_of(r, view_);
+    return add(view_, now_ms);
+}
+
+Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
+    key_.assign(r.host.data(), r.host.size());
+    auto it = hosts_.find(key_);
+    if (it == hosts_.end()) {
+        Host& h = hosts_[key_];
+        h.name = key_;
+        baseline(h, r, now_ms, false);
+        return Verdict::First;
+    }
+    Host& h = it->second;
+    if (r.epoch != h.epoch) {
+        if (std::find(h.old_epochs.begin(), h.old_epochs.end(), r.epoch) != h.old_epochs.end()) {
+            return Verdict::OldEpoch;
+        }
+        h.old_epochs[h.old_next++ % h.old_epochs.size()] = h.epoch;
+        baseline(h, r, now_ms, true);
+        return Verdict::Restarted;
+    }
+    if (r.seq <= h.seq) return Verdict::Duplicate;
+
+    // The sender's clock measures the interval without our queueing delay; it is trusted
+    // unless it disagrees wildly with ours (a clock step), in which case ours is used.
+    const std::uint64_t dt_recv = now_ms > h.recv_ms ? now_ms - h.recv_ms : 0;
+    std::uint64_t dt = 0;
+    if (r.ts_ms > h.ts_ms) {
+        std::uint64_t dt_send = r.ts_ms - h.ts_ms;
+        if (dt_send * 4 >= dt_recv && dt_send <= 4 * dt_recv + interval_of(h)) dt = dt_send;
+    }
+    if (dt == 0) dt = dt_recv;
+    if (dt == 0) {
+        h.seq = r.seq;
+        h.last_ms = now_ms;
+        return Verdict::NoTime;
+    }
+
+    std::vector<BucketState>& next = next_;
+    next.clear();
+    next.reserve(r.buckets.size());
+    std::vector<char>& used = used_;
+    used.assign(h.buckets.size(), 0);
+    for (std::size_t i = 0; i < r.buckets.size(); ++i) {
+        const wire::ReportBucketView& rb = r.buckets[i];
+        // Reports list buckets in configuration order, so position i is almost always it.
+        std::size_t j = i;
+        if (j >= h.buckets.size() || used[j] || names_[h.buckets[j].name_id] != rb.name) {
+            j = h.buckets.size();
+            for (std::size_t k = 0; k < h.buckets.size(); ++k) {
+                if (!used[k] && names_[h.buckets[k].name_id] == rb.name) {
+                    j = k;
+                    break;
+                }
+            }
+        }
+        BucketState b;
+        b.scope = rb.scope;
+        b.mode = rb.mode;
+        b.limit_mrps = rb.limit_mrps;
+        counters_of(rb, b.c);
+        if (j == h.buckets.size()) {
+            // New bucket on this host (reload, or a run-time bucket): baseline only.
+            b.name_id = intern_name(rb.name);
+        } else {
+            used[j] = 1;
+            const BucketState& old = h.buckets[j];
+            b.name_id = old.name_id;  // the reference moves over
+            bool went_back = false;
+            for (int k = 0; k < 4; ++k) went_back = went_back || b.c[k] < old.c[k];
+            if (went_back) {
+                // A counter went backwards within an epoch: treat as a restart of this
+                // bucket (new baseline, previous rate held).
+                std::copy(std::begin(old.rate), std::end(old.rate), std::begin(b.rate));
+                b.has_rate = old.has_rate;
+            } else {
+                for (int k = 0; k < 4; ++k) {
+                    b.rate[k] = static_cast<float>(rate_mrps(b.c[k] - old.c[k], dt));
+                }
+                b.has_rate = true;
+            }
+        }
+        next.push_back(b);
+    }
+    for (std::size_t k = 0; k < h.buckets.size(); ++k) {
+        if (!used[k]) release_name(h.buckets[k].name_id);
+    }
+    h.buckets.swap(next);  // the old vector becomes the next report's scratch
+    h.seq = r.seq;
+    h.ts_ms = r.ts_ms;
+    h.recv_ms = now_ms;
+    h.last_ms = now_ms;
+    if (r.interval_ms) h.interval_ms = r.interval_ms;
+    h.stale = false;
+    return Verdict::Accepted;
+}
+
+SweepResult Table::sweep(std::uint64_t now_ms) {
+    SweepResult out;
+    for (auto it = hosts_.begin(); it != hosts_.end();) {
+        Host& h = it->second;
+        std::uint64_t age = now_ms > h.last_ms ? now_ms - h.last_ms : 0;
+        std::uint64_t iv = interval_of(h);
+        if (age > opt_.forget_intervals * iv) {
+            out.forgotten.push_back(h.name);
+            for (const BucketState& b : h.buckets) release_name(b.name_id);
+            it = hosts_.erase(it);
+            continue;
+        }
+        if (!h.stale && age > opt_.stale_intervals * iv) {
+            h.stale = true;
+            out.went_stale.push_back(h.name);
+        }
+        ++it;
+    }
+    std::sort(out.went_stale.begin(), out.went_stale.end());
+    std::sort(out.forgotten.begin(), out.forgotten.end());
+    return out;
+}
+
+std::size_t Table::fresh_hosts() const {
+    std::size_t n = 0;
+    for (const auto& kv : hosts_) n += kv.second.stale ? 0 : 1;
+    return n;
+}
+
+std::size_t Table::entries() const {
+    std::size_t n = 0;
+    for (const auto& kv : hosts_) n += kv.second.buckets.size();
+    return n;
+}
+
+std::vector<HostSummary> Table::summaries(std::uint64_t now_ms) const {
+    std::vector<HostSummary> out;
+    out.reserve(hosts_.size());
+    for (const auto& kv : hosts_) {
+        const Host& h = kv.second;
+        HostSummary s;
+        s.name = h.name;
+        s.epoch = h.epoch;
+        s.last_seq = h.seq;
+        s.age_ms = now_ms > h.last_ms ? now_ms - h.last_ms : 0;
+        s.interval_ms = h.interval_ms;
+        s.buckets = h.buckets.size();
+        s.stale = h.stale;
+        out.push_back(std::move(s));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const HostSummary& a, const HostSummary& b) { return a.name < b.name; });
+    return out;
+}
+
+void Table::usage(wire::ZoneUsage& out) const {
+    struct Acc {
+        double r[4] = {0, 0, 0, 0};
+        std::uint64_t hosts = 0;
+        std::uint64_t rated = 0;
+        std::vector<wire::DefinitionCount> defs;
+    };
+    std::vector<Acc> acc(names_.size());
+    std::size_t fresh = 0;
+    out.host_names.clear();
+    for (const auto& kv : hosts_) {
+        const Host& h = kv.second;
+        if (h.stale) continue;
+        ++fresh;
+        if (out.host_names.size() < wire::kMaxHostNames) out.host_names.push_back(h.name);
+        for (const BucketState& b : h.buckets) {
+            Acc& a = acc[b.name_id];
+            if (b.has_rate) {
+                for (int k = 0; k < 4; ++k) a.r[k] += b.rate[k];
+                ++a.rated;
+            }
+            ++a.hosts;
+            wire::Definition d{b.scope, b.mode, b.limit_mrps};
+            bool found = false;
+            for (wire::DefinitionCount& dc : a.defs) {
+                if (dc.def == d) {
+                    ++dc.hosts;
+                    found = true;
+                    break;
+                }
+            }
+            if (!found) a.defs.push_back({d, 1});
+        }
+    }
+    std::sort(out.host_names.begin(), out.host_names.end());
+    out.hosts = fresh;
+    out.stale_hosts = hosts_.size() - fresh;
+
+    out.buckets.clear();
+    std::vector<std::size_t> partial;  // indices into out.buckets
+    std::vector<std::int64_t> slot_of(names_.size(), -1);
+    for (std::size_t id = 0; id < acc.size(); ++id) {
+        Acc& a = acc[id];
+        if (a.hosts == 0) continue;
+        wire::UsageBucket u;
+        u.name = names_[id];
+        u.offered_mrps = round_mrps(a.r[0]);
+        u.admitted_mrps = round_mrps(a.r[1]);
+        u.dropped_mrps = round_mrps(a.r[2]);
+        u.shadow_dropped_mrps = round_mrps(a.r[3]);
+        u.hosts = a.hosts;
+        u.rated_hosts = a.rated;
+        std::sort(a.defs.begin(), a.defs.end(),
+                  [](const wire::DefinitionCount& x, const wire::DefinitionCount& y) {
+                      if (x.hosts != y.hosts) return x.hosts > y.hosts;
+                      return x.def < y.def;
+                  });
+        if (a.defs.size() > wire::kMaxDefinitions) a.defs.resize(wire::kMaxDefinitions);
+        u.definitions = std::move(a.defs);
+        if (a.hosts < fresh) {
+            slot_of[id] = static_cast<std::int64_t>(out.buckets.size());
+            partial.push_back(out.buckets.size());
+        }
+        out.buckets.push_back(std::move(u));
+    }
+    if (!partial.empty()) {
+        for (const auto& kv : hosts_) {
+            const Host& h = kv.second;
+            if (h.stale) continue;
+            for (const BucketState& b : h.buckets) {
+                std::int64_t s = slot_of[b.name_id];
+                if (s < 0) continue;
+                auto& names = out.buckets[static_cast<std::size_t>(s)].host_names;
+                if (names.size() < wire::kMaxBucketHostNames) names.push_back(h.name);
+            }
+        }
+        for (std::size_t i : partial) {
+            std::sort(out.buckets[i].host_names.begin(), out.buckets[i].host_names.end());
+        }
+    }
+    std::sort(
+        out.buckets.begin(), out.buckets.end(),
+        [](const wire::UsageBucket& x, const wire::UsageBucket& y) { return x.name < y.name; });
+}
+
+}  // namespace grl::rates

@@ -1,0 +1,584 @@
+// Control-plane messages (docs/protocol.md: zone_usage, region_usage, admin_request,
+// admin_reply), encoded and strictly decoded with the helpers of codec.h.
+#include "grl/wire_control.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "codec.h"
+#include "grl/bucket.h"
+
+namespace grl::wire {
+
+using codec::MapReader;
+using codec::Packer;
+using codec::Path;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces
+
+std::string_view kind_name(MatchKind k) {
+    switch (k) {
+        case MatchKind::Exact: return "exact";
+        case MatchKind::Prefix: return "prefix";
+        case MatchKind::Regex: return "regex";
+        case MatchKind::Any: break;
+    }
+    return "exact";
+}
+
+void pack_match(Packer& p, const RuntimeMatch& m) {
+    p.map(5);
+    p.kv("caller", m.caller);
+    p.kv("caller_kind", kind_name(m.caller_kind));
+    p.kv("procedure", m.procedure);
+    p.kv("procedure_kind", kind_name(m.procedure_kind));
+    p.kv("scope", to_string(m.scope));
+}
+
+bool read_match(const msgpack_object& o, const Path& path, RuntimeMatch& m, std::string& error) {
+    MapReader r(o, path, error);
+    if (!r.ok()) return false;
+    std::string ck, pk;
+    if (!r.str("caller", m.caller, kMaxMatchValueLen) || !r.str("caller_kind", ck, 16) ||
+        !r.str("procedure", m.procedure, kMaxMatchValueLen) || !r.str("procedure_kind", pk, 16) ||
+        !r.scope("scope", m.scope)) {
+        return false;
+    }
+    if (ck == "exact") {
+        m.caller_kind = MatchKind::Exact;
+    } else if (ck == "prefix") {
+        m.caller_kind = MatchKind::Prefix;
+    } else {
+        return r.fail("bad \"caller_kind\" " + codec::quote(ck));
+    }
+    if (pk == "exact") {
+        m.procedure_kind = MatchKind::Exact;
+    } else if (pk == "prefix") {
+        m.procedure_kind = MatchKind::Prefix;
+    } else if (pk == "regex") {
+        m.procedure_kind = MatchKind::Regex;
+    } else {
+        return r.fail("bad \"procedure_kind\" " + codec::quote(pk));
+    }
+    std::string bad = check_match(m);
+    if (!bad.empty()) return r.fail(bad);
+    return true;
+}
+
+// An optional "match" key of `r`.
+bool opt_match(const MapReader& r, bool& has, RuntimeMatch& m, std::string& error) {
+    has = false;
+    const msgpack_object* o = nullptr;
+    if (!r.find("match", o)) return false;
+    if (o == nullptr) return true;
+    Path p{&r.path(), "match", -1};
+    if (!read_match(*o, p, m, error)) return false;
+    has = true;
+    return true;
+}
+
+void pack_definitions(Packer& p, const std::vector<DefinitionCount>& defs) {
+    p.str("definitions");
+    p.array(defs.size());
+    for (const DefinitionCount& d : defs) {
+        p.map(4);
+        p.kv("scope", to_string(d.def.scope));
+        p.kv("mode", to_string(d.def.mode));
+        p.kv("limit_mrps", d.def.limit_mrps);
+        p.kv("hosts", d.hosts);
+    }
+}
+
+bool read_definitions(const MapReader& r, std::vector<DefinitionCount>& out, std::string& error) {
+    const msgpack_object* arr = nullptr;
+    if (!r.array("definitions", arr, kMaxDefinitions)) return false;
+    out.clear();
+    out.reserve(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&r.path(), "definitions", static_cast<long>(i)};
+        MapReader d(arr->via.array.ptr[i], p, error);
+        if (!d.ok()) return false;
+        DefinitionCount dc;
+        if (!d.scope("scope", dc.def.scope) || !d.mode("mode", dc.def.mode) ||
+            !d.u64("limit_mrps", dc.def.limit_mrps) || !d.u64("hosts", dc.hosts)) {
+            return false;
+        }
+        for (const DefinitionCount& prev : out) {
+            if (prev.def == dc.def) return d.fail("duplicate definition");
+        }
+        out.push_back(dc);
+    }
+    return true;
+}
+
+void pack_names(Packer& p, std::string_view key, const std::vector<std::string>& names) {
+    p.str(key);
+    p.array(names.size());
+    for (const std::string& n : names) p.str(n);
+}
+
+bool read_names(const MapReader& r, std::string_view key, std::size_t max,
+                std::vector<std::string>& out, std::string& error) {
+    const msgpack_object* arr = nullptr;
+    if (!r.array(key, arr, max)) return false;
+    out.clear();
+    out.reserve(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        const msgpack_object& o = arr->via.array.ptr[i];
+        std::string_view v;
+        if (o.type == MSGPACK_OBJECT_STR && o.via.str.size > 0) {
+            v = std::string_view(o.via.str.ptr, o.via.str.size);
+        }
+        if (o.type != MSGPACK_OBJECT_STR || !valid_name(v)) {
+            Path p{&r.path(), key, static_cast<long>(i)};
+            error = "invalid name " +
+                    (o.type == MSGPACK_OBJECT_STR ? codec::quote(v)
+                                                  : std::string(codec::type_name(o))) +
+                    " in " + p.render();
+            return false;
+        }
+        out.emplace_back(v);
+    }
+    return true;
+}
+
+template <typename T>
+bool unique_by_name(const std::vector<T>& v, const char* what, std::string& error) {
+    std::vector<std::string_view> names;
+    names.reserve(v.size());
+    for (const T& x : v) names.emplace_back(x.name);
+    std::sort(names.begin(), names.end());
+    auto dup = std::adjacent_find(names.begin(), names.end());
+    if (dup == names.end()) return true;
+    error = std::string("duplicate ") + what + " " + codec::quote(*dup);
+    return false;
+}
+
+// Usage bucket entries: `with_hosts` for zone_usage (host_names key present).
+void pack_usage_buckets(Packer& p, const std::vector<UsageBucket>& buckets, bool with_hosts) {
+    p.str("buckets");
+    p.array(buckets.size());
+    for (const UsageBucket& b : buckets) {
+        p.map(with_hosts ? 9 : 8);
+        p.kv("name", b.name);
+        p.kv("offered_mrps", b.offered_mrps);
+        p.kv("admitted_mrps", b.admitted_mrps);
+        p.kv("dropped_mrps", b.dropped_mrps);
+        p.kv("shadow_dropped_mrps", b.shadow_dropped_mrps);
+        p.kv("hosts", b.hosts);
+        p.kv("rated_hosts", b.rated_hosts);
+        pack_definitions(p, b.definitions);
+        if (with_hosts) pack_names(p, "host_names", b.host_names);
+    }
+}
+
+bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool with_hosts,
+                        std::string& error) {
+    const msgpack_object* arr = nullptr;
+    if (!r.array("buckets", arr, kMaxBucketsPerMessage)) return false;
+    out.clear();
+    out.reserve(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&r.path(), "buckets", static_cast<long>(i)};
+        MapReader b(arr->via.array.ptr[i], p, error);
+        if (!b.ok()) return false;
+        UsageBucket u;
+        if (!b.name("name", u.name) || !b.u64("offered_mrps", u.offered_mrps) ||
+            !b.u64("admitted_mrps", u.admitted_mrps) || !b.u64("dropped_mrps", u.dropped_mrps) ||
+            !b.u64("shadow_dropped_mrps", u.shadow_dropped_mrps) || !b.u64("hosts", u.hosts) ||
+            !b.u64("rated_hosts", u.rated_hosts) || !read_definitions(b, u.definitions, error)) {
+            return false;
+        }
+        if (u.rated_hosts > u.hosts) return b.fail("\"rated_hosts\" greater than \"hosts\"");
+        if (with_hosts && !read_names(b, "host_names", kMaxBucketHostNames, u.host_names, error)) {
+            return false;
+        }
+        out.push_back(std::move(u));
+    }
+    return unique_by_name(out, "bucket name", error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// zone_usage
+
+bool decode_zone_usage(std::string_view bytes, ZoneUsage& out, std::string& error) {
+    codec::Body body;
+    if (!body.parse(bytes, error)) return false;
+    Path root;
+    MapReader r(body.root(), root, error);
+    if (!r.ok() || !codec::check_header(r, "zone_usage")) return false;
+    ZoneUsage m;
+    if (!r.u64("ts_ms", m.ts_ms) || !r.u64("seq", m.seq) || !r.name("source", m.source) ||
+        !r.name("region", m.region) || !r.name("zone", m.zone) ||
+        !r.u64("interval_ms", m.interval_ms) || !r.u64("hosts", m.hosts) ||
+        !r.u64("stale_hosts", m.stale_hosts) ||
+        !read_names(r, "host_names", kMaxHostNames, m.host_names, error) ||
+        !read_usage_buckets(r, m.buckets, true, error)) {
+        return false;
+    }
+    out = std::move(m);
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// region_usage
+
+void pack_override(Packer& p, const Override& o) {
+    std::size_t n = 4 + (o.limit_mrps ? 1 : 0) + (o.mode ? 1 : 0) + (o.has_match ? 1 : 0);
+    p.map(n);
+    p.kv("name", o.name);
+    if (o.limit_mrps) p.kv("limit_mrps", *o.limit_mrps);
+    if (o.mode) p.kv("mode", to_string(*o.mode));
+    if (o.has_match) {
+        p.str("match");
+        pack_match(p, o.match);
+    }
+    p.kv("expires_ms", o.expires_ms);
+    p.kv("set_ms", o.set_ms);
+    p.kv("origin", o.origin);
+}
+
+bool read_overrides(const MapReader& r, std::vector<Override>& out, std::string& error) {
+    const msgpack_object* arr = nullptr;
+    if (!r.array("overrides", arr, kMaxOverrides)) return false;
+    out.clear();
+    out.reserve(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&r.path(), "overrides", static_cast<long>(i)};
+        MapReader e(arr->via.array.ptr[i], p, error);
+        if (!e.ok()) return false;
+        Override o;
+        if (!e.name("name", o.name) || !e.opt_u64("limit_mrps", o.limit_mrps) ||
+            !e.opt_mode("mode", o.mode) || !opt_match(e, o.has_match, o.match, error) ||
+            !e.u64("expires_ms", o.expires_ms) || !e.u64("set_ms", o.set_ms) ||
+            !e.name("origin", o.origin)) {
+            return false;
+        }
+        out.push_back(std::move(o));
+    }
+    return unique_by_name(out, "override", error);
+}
+
+bool decode_region_usage(std::string_view bytes, RegionUsage& out, std::string& error) {
+    codec::Body body;
+    if (!body.parse(bytes, error)) return false;
+    Path root;
+    MapReader r(body.root(), root, error);
+    if (!r.ok() || !codec::check_header(r, "region_usage")) return false;
+    RegionUsage m;
+    if (!r.u64("ts_ms", m.ts_ms) || !r.u64("seq", m.seq) || !r.name("source", m.source) ||
+        !r.name("region", m.region) || !r.u64("interval_ms", m.interval_ms) ||
+        !r.u64("zones", m.zones) || !r.u64("hosts", m.hosts) ||
+        !r.str("limits_digest", m.limits_digest, kMaxDigestLen) ||
+        !read_usage_buckets(r, m.buckets, false, error) || !read_overrides(r, m.overrides, error)) {
+        return false;
+    }
+    out = std::move(m);
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// admin_request
+
+bool decode_admin_request(std::string_view bytes, AdminRequest& out, std::string& error) {
+    codec::Body body;
+    if (!body.parse(bytes, error)) return false;
+    Path root;
+    MapReader r(body.root(), root, error);
+    if (!r.ok() || !codec::check_header(r, "admin_request")) return false;
+    AdminRequest m;
+    std::string op;
+    if (!r.u64("ts_ms", m.ts_ms) || !r.u64("seq", m.seq) || !r.str("op", op, 16)) return false;
+    std::optional<AdminOp> parsed = parse_admin_op(op);
+    if (!parsed) return r.fail("bad \"op\" " + codec::quote(op));
+    m.op = *parsed;
+    std::optional<std::uint64_t> for_ms;
+    const msgpack_object* bucket = nullptr;
+    if (!r.find("bucket", bucket) || (bucket && !r.name_or_empty("bucket", m.bucket)) ||
+        !r.opt_bool("hosts", m.hosts) || !r.opt_u64("limit_mrps", m.limit_mrps) ||
+        !r.opt_mode("mode", m.mode) || !r.opt_u64("for_ms", for_ms) ||
+        !r.opt_bool("clear_limit", m.clear_limit) || !r.opt_bool("clear_mode", m.clear_mode) ||
+        !opt_match(r, m.has_match, m.match, error)) {
+        return false;
+    }
+    m.for_ms = for_ms.value_or(0);
+    bool needs_bucket = m.op != AdminOp::Status && m.op != AdminOp::Buckets;
+    if (needs_bucket && m.bucket.empty()) return r.fail("missing \"bucket\" for op " + op);
+    if (m.op == AdminOp::Add && !m.has_match) return r.fail("missing \"match\" for op add");
+    out = std::move(m);
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// admin_reply
+
+void pack_bucket_status(Packer& p, const BucketStatus& b) {
+    p.map(b.has_match ? 17 : 16);
+    p.kv("name", b.name);
+    p.kv("scope", to_string(b.scope));
+    p.kv("region", b.region);
+    p.kv("zone", b.zone);
+    p.kv("offered_mrps", b.offered_mrps);
+    p.kv("admitted_mrps", b.admitted_mrps);
+    p.kv("shadow_dropped_mrps", b.shadow_dropped_mrps);
+    p.kv("limit_mrps", b.limit_mrps);
+    p.kv("ratio_ppm", b.ratio_ppm);
+    p.kv("mode", to_string(b.mode));
+    p.kv("limit_source", b.limit_source);
+    p.kv("mode_source", b.mode_source);
+    p.kv("expires_ms", b.expires_ms);
+    p.kv("hosts", b.hosts);
+    pack_names(p, "host_names", b.host_names);
+    pack_definitions(p, b.definitions);
+    if (b.has_match) {
+        p.str("match");
+        pack_match(p, b.match);
+    }
+}
+
+bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus& b,
+                        std::string& error) {
+    MapReader r(o, path, error);
+    if (!r.ok()) return false;
+    std::uint64_t ratio = 0;
+    if (!r.name("name", b.name) || !r.scope("scope", b.scope) ||
+        !r.name_or_empty("region", b.region) || !r.name_or_empty("zone", b.zone) ||
+        !r.u64("offered_mrps", b.offered_mrps) || !r.u64("admitted_mrps", b.admitted_mrps) ||
+        !r.u64("shadow_dropped_mrps", b.shadow_dropped_mrps) ||
+        !r.u64("limit_mrps", b.limit_mrps) || !r.u64("ratio_ppm", ratio) ||
+        !r.mode("mode", b.mode) || !r.str("limit_source", b.limit_source, 16) ||
+        !r.str("mode_source", b.mode_source, 16) || !r.u64("expires_ms", b.expires_ms) ||
+        !r.u64("hosts", b.hosts) ||
+        !read_names(r, "host_names", kMaxHostNames, b.host_names, error) ||
+        !read_definitions(r, b.definitions, error) || !opt_match(r, b.has_match, b.match, error)) {
+        return false;
+    }
+    if (ratio > 1000000) return r.fail("\"ratio_ppm\" " + std::to_string(ratio) + " out of range");
+    b.ratio_ppm = static_cast<std::uint32_t>(ratio);
+    return true;
+}
+
+bool decode_admin_reply(std::string_view bytes, AdminReply& out, std::string& error) {
+    codec::Body body;
+    if (!body.parse(bytes, error)) return false;
+    Path root;
+    MapReader r(body.root(), root, error);
+    if (!r.ok() || !codec::check_header(r, "admin_reply")) return false;
+    AdminReply m;
+    const msgpack_object* arr = nullptr;
+    const msgpack_object* limits = nullptr;
+    if (!r.u64("ts_ms", m.ts_ms) || !r.u64("seq", m.seq) || !r.name("source", m.source) ||
+        !r.name("region", m.region) || !r.boolean("ok", m.ok) ||
+        !r.str("error", m.error, kMaxErrorLen) || !r.u64("interval_ms", m.interval_ms) ||
+        !r.u64("ttl_ms", m.ttl_ms) || !r.array("buckets", arr, kMaxStatusEntries)) {
+        return false;
+    }
+    m.buckets.resize(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&root, "buckets", static_cast<long>(i)};
+        if (!read_bucket_status(arr->via.array.ptr[i], p, m.buckets[i], error)) return false;
+    }
+    if (!r.array("zones", arr, kMaxStatusEntries)) return false;
+    m.zones.resize(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&root, "zones", static_cast<long>(i)};
+        MapReader z(arr->via.array.ptr[i], p, error);
+        ZoneStatus& s = m.zones[i];
+        if (!z.ok() || !z.name("zone", s.zone) || !z.name("source", s.source) ||
+            !z.u64("hosts", s.hosts) || !z.u64("stale_hosts", s.stale_hosts) ||
+            !z.u64("age_ms", s.age_ms) || !z.boolean("fresh", s.fresh)) {
+            return false;
+        }
+    }
+    if (!r.array("peers", arr, kMaxStatusEntries)) return false;
+    m.peers.resize(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&root, "peers", static_cast<long>(i)};
+        MapReader z(arr->via.array.ptr[i], p, error);
+        PeerStatus& s = m.peers[i];
+        if (!z.ok() || !z.name("source", s.source) || !z.name("region", s.region) ||
+            !z.u64("age_ms", s.age_ms) || !z.str("limits_digest", s.limits_digest, kMaxDigestLen) ||
+            !z.boolean("fresh", s.fresh)) {
+            return false;
+        }
+    }
+    if (!r.map("limits", limits)) return false;
+    Path lp{&root, "limits", -1};
+    MapReader l(*limits, lp, error);
+    if (!l.ok() || !l.str("file", m.limits.file, 4096) || !l.boolean("ok", m.limits.ok) ||
+        !l.str("error", m.limits.error, kMaxErrorLen) ||
+        !l.str("digest", m.limits.digest, kMaxDigestLen) ||
+        !l.u64("loaded_ms", m.limits.loaded_ms) || !l.u64("buckets", m.limits.buckets)) {
+        return false;
+    }
+    out = std::move(m);
+    return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Public API
+
+std::string_view to_string(AdminOp op) {
+    switch (op) {
+        case AdminOp::Status: return "status";
+        case AdminOp::Buckets: return "buckets";
+        case AdminOp::Set: return "set";
+        case AdminOp::Clear: return "clear";
+        case AdminOp::Add: return "add";
+        case AdminOp::Remove: return "remove";
+    }
+    return "?";
+}
+
+std::optional<AdminOp> parse_admin_op(std::string_view s) {
+    for (AdminOp op : {AdminOp::Status, AdminOp::Buckets, AdminOp::Set, AdminOp::Clear,
+                       AdminOp::Add, AdminOp::Remove}) {
+        if (to_string(op) == s) return op;
+    }
+    return std::nullopt;
+}
+
+std::string check_match(const RuntimeMatch& m) {
+    if (m.caller_kind != MatchKind::Exact && m.caller_kind != MatchKind::Prefix) {
+        return "caller match must be exact or prefix";
+    }
+    if (m.procedure_kind == MatchKind::Any) return "procedure match kind missing";
+    if (m.caller.size() > kMaxMatchValueLen || m.procedure.size() > kMaxMatchValueLen) {
+        return "match value longer than " + std::to_string(kMaxMatchValueLen) + " bytes";
+    }
+    if (m.caller.empty() && m.procedure.empty()) {
+        return "match needs a caller or a procedure";
+    }
+    if (m.procedure_kind == MatchKind::Regex) return check_regex(m.procedure);
+    return {};
+}
+
+void encode(const ZoneUsage& m, std::string& out) {
+    Packer p;
+    p.map(12);
+    p.kv("v", kVersion);
+    p.kv("type", "zone_usage");
+    p.kv("ts_ms", m.ts_ms);
+    p.kv("seq", m.seq);
+    p.kv("source", m.source);
+    p.kv("region", m.region);
+    p.kv("zone", m.zone);
+    p.kv("interval_ms", m.interval_ms);
+    p.kv("hosts", m.hosts);
+    p.kv("stale_hosts", m.stale_hosts);
+    pack_names(p, "host_names", m.host_names);
+    pack_usage_buckets(p, m.buckets, true);
+    p.append_to(out);
+}
+
+void encode(const RegionUsage& m, std::string& out) {
+    Packer p;
+    p.map(12);
+    p.kv("v", kVersion);
+    p.kv("type", "region_usage");
+    p.kv("ts_ms", m.ts_ms);
+    p.kv("seq", m.seq);
+    p.kv("source", m.source);
+    p.kv("region", m.region);
+    p.kv("interval_ms", m.interval_ms);
+    p.kv("zones", m.zones);
+    p.kv("hosts", m.hosts);
+    p.kv("limits_digest", m.limits_digest);
+    pack_usage_buckets(p, m.buckets, false);
+    p.str("overrides");
+    p.array(m.overrides.size());
+    for (const Override& o : m.overrides) pack_override(p, o);
+    p.append_to(out);
+}
+
+void encode(const AdminRequest& m, std::string& out) {
+    std::size_t n = 7 + (m.limit_mrps ? 1 : 0) + (m.mode ? 1 : 0) + (m.for_ms ? 1 : 0) +
+                    (m.clear_limit ? 1 : 0) + (m.clear_mode ? 1 : 0) + (m.has_match ? 1 : 0);
+    Packer p;
+    p.map(n);
+    p.kv("v", kVersion);
+    p.kv("type", "admin_request");
+    p.kv("ts_ms", m.ts_ms);
+    p.kv("seq", m.seq);
+    p.kv("op", to_string(m.op));
+    p.kv("bucket", m.bucket);
+    p.kv_bool("hosts", m.hosts);
+    if (m.limit_mrps) p.kv("limit_mrps", *m.limit_mrps);
+    if (m.mode) p.kv("mode", to_string(*m.mode));
+    if (m.for_ms) p.kv("for_ms", m.for_ms);
+    if (m.clear_limit) p.kv_bool("clear_limit", true);
+    if (m.clear_mode) p.kv_bool("clear_mode", true);
+    if (m.has_match) {
+        p.str("match");
+        pack_match(p, m.match);
+    }
+    p.append_to(out);
+}
+
+void encode(const AdminReply& m, std::string& out) {
+    Packer p;
+    p.map(14);
+    p.kv("v", kVersion);
+    p.kv("type", "admin_reply");
+    p.kv("ts_ms", m.ts_ms);
+    p.kv("seq", m.seq);
+    p.kv("source", m.source);
+    p.kv("region", m.region);
+    p.kv_bool("ok", m.ok);
+    p.kv("error", m.error);
+    p.kv("interval_ms", m.interval_ms);
+    p.kv("ttl_ms", m.ttl_ms);
+    p.str("buckets");
+    p.array(m.buckets.size());
+    for (const BucketStatus& b : m.buckets) pack_bucket_status(p, b);
+    p.str("zones");
+    p.array(m.zones.size());
+    for (const ZoneStatus& z : m.zones) {
+        p.map(6);
+        p.kv("zone", z.zone);
+        p.kv("source", z.source);
+        p.kv("hosts", z.hosts);
+        p.kv("stale_hosts", z.stale_hosts);
+        p.kv("age_ms", z.age_ms);
+        p.kv_bool("fresh", z.fresh);
+    }
+    p.str("peers");
+    p.array(m.peers.size());
+    for (const PeerStatus& s : m.peers) {
+        p.map(5);
+        p.kv("source", s.source);
+        p.kv("region", s.region);
+        p.kv("age_ms", s.age_ms);
+        p.kv("limits_digest", s.limits_digest);
+        p.kv_bool("fresh", s.fresh);
+    }
+    p.str("limits");
+    p.map(6);
+    p.kv("file", m.limits.file);
+    p.kv_bool("ok", m.limits.ok);
+    p.kv("error", m.limits.error);
+    p.kv("digest", m.limits.digest);
+    p.kv("loaded_ms", m.limits.loaded_ms);
+    p.kv("buckets", m.limits.buckets);
+    p.append_to(out);
+}
+
+bool decode(std::string_view bytes, ZoneUsage& m, std::string& error) {
+    return codec::guarded([&] { return decode_zone_usage(bytes, m, error); }, error);
+}
+bool decode(std::string_view bytes, RegionUsage& m, std::string& error) {
+    return codec::guarded([&] { return decode_region_usage(bytes, m, error); }, error);
+}
+bool decode(std::string_view bytes, AdminRequest& m, std::string& error) {
+    return codec::guarded([&] { return decode_admin_request(bytes, m, error); }, error);
+}
+bool decode(std::string_view bytes, AdminReply& m, std::string& error) {
+    return codec::guarded([&] { return decode_admin_reply(bytes, m, error); }, error);
+}
+
+}  // namespace grl::wire

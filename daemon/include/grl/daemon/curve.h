@@ -1,0 +1,63 @@
+// ZeroMQ CURVE for the daemons' sockets: key files, server/client setup, and a ZAP handler
+// that admits only listed client keys.
+//
+// Key files use the ZeroMQ certificate layout (as zcert/`grlctl keygen` write it):
+//     curve
+//         public-key = "<40 Z85 characters>"
+//         secret-key = "<40 Z85 characters>"     (key-pair files only)
+// A list of authorised clients has one public key per line, either bare Z85 or as a
+// `public-key = "..."` line; a line starting with `#` is a comment (`#` is also a Z85
+// character, so there are no comments at the end of a line).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "grl/daemon/log.h"
+#include "grl/daemon/zmq.h"
+
+namespace grl::daemon {
+
+struct KeyPair {
+    std::string public_key;  // Z85, 40 characters
+    std::string secret_key;
+};
+
+// Each throws std::runtime_error naming the file and the line on any problem.
+KeyPair load_keypair(const std::string& path);
+std::string load_public_key(const std::string& path);
+std::set<std::string> load_authorized(const std::string& path);
+KeyPair generate_keypair();
+// Writes `<base>` (both keys, mode 0600) and `<base>.pub` (public key only).
+void write_keypair(const std::string& base, const KeyPair& k);
+
+// A CURVE server socket: clients must know `server`'s public key, and the ZAP handler decides
+// which client keys are admitted (by `domain`).
+void make_curve_server(Socket& s, const KeyPair& server, const std::string& domain);
+// A CURVE client socket that talks only to the server holding `server_public`'s secret.
+void make_curve_client(Socket& s, const KeyPair& client, const std::string& server_public);
+
+// The ZAP handler (RFC 27) of one context: a REP socket on inproc://zeromq.zap.01, served by
+// the daemon's loop. A CURVE handshake is admitted when the client's key is listed for the
+// socket's domain; everything else is refused (and counted).
+class ZapHandler {
+  public:
+    explicit ZapHandler(Context& ctx);
+    void allow(const std::string& domain, std::set<std::string> keys);
+    Socket& socket() { return sock_; }
+    void handle();  // when the socket is readable
+    const std::map<std::string, std::uint64_t>& accepted() const { return accepted_; }
+    const std::map<std::string, std::uint64_t>& denied() const { return denied_; }
+
+  private:
+    Socket sock_;
+    std::map<std::string, std::set<std::string>> keys_;
+    std::map<std::string, std::uint64_t> accepted_;
+    std::map<std::string, std::uint64_t> denied_;
+    std::vector<Frame> frames_;
+    LogLimiter refused_log_;
+};
+
+}  // namespace grl::daemon

@@ -1,0 +1,71 @@
+// The daemons' single-threaded event loop: ZeroMQ sockets, plain file descriptors (the
+// metrics HTTP server), periodic timers and signals (signalfd), all in one zmq_poll.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <vector>
+
+namespace grl::daemon {
+
+std::uint64_t mono_ms();
+std::uint64_t wall_ms();
+
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread. Call first thing in main(), before
+// any thread exists (ZeroMQ's I/O threads inherit the mask), so that only the loop's signalfd
+// sees them.
+void block_signals();
+
+class Loop {
+  public:
+    Loop();
+    ~Loop();
+    Loop(const Loop&) = delete;
+    Loop& operator=(const Loop&) = delete;
+
+    // `fn` runs while the socket has a message pending (level-triggered: it need not drain).
+    void on_socket(void* zmq_socket, std::function<void()> fn);
+    // `fn(revents)` runs when `fd` is ready for `events` (POLLIN / POLLOUT).
+    void on_fd(int fd, short events, std::function<void(short)> fn);
+    void set_fd_events(int fd, short events);
+    void remove_fd(int fd);
+    // `fn` runs every `period_ms`, first after one period.
+    void every(std::uint64_t period_ms, std::function<void()> fn);
+    // SIGINT, SIGTERM or SIGHUP (blocked by block_signals()).
+    void on_signal(int sig, std::function<void()> fn);
+
+    void run();   // until stop()
+    void stop();  // from a handler
+
+  private:
+    struct SocketItem {
+        void* socket;
+        std::function<void()> fn;
+    };
+    struct FdItem {
+        int fd;
+        short events;
+        std::function<void(short)> fn;
+        bool removed = false;
+    };
+    struct Timer {
+        std::uint64_t period_ms;
+        std::uint64_t next_ms;
+        std::function<void()> fn;
+    };
+    struct SignalItem {
+        int sig;
+        std::function<void()> fn;
+    };
+    void handle_signals();
+
+    std::vector<SocketItem> sockets_;
+    std::deque<FdItem> fds_;  // a handler may add fds: references must stay valid
+    std::vector<Timer> timers_;
+    std::vector<SignalItem> signals_;
+    int signal_fd_ = -1;
+    bool stop_ = false;
+};
+
+}  // namespace grl::daemon

@@ -1,0 +1,81 @@
+// A thin RAII layer over the ZeroMQ C API (cppzmq is not a dependency).
+#pragma once
+
+#include <zmq.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace grl::daemon {
+
+// ZeroMQ drops the connection of a peer that sends a bigger message (ZMQ_MAXMSGSIZE), so such
+// a message can only be noticed, not counted. Receivers therefore accept up to 4 MiB at the
+// transport and let the decoders refuse (and count) anything over the protocol's 1 MiB.
+inline constexpr std::int64_t kTransportMaxBytes = 4 << 20;
+
+class Context {
+  public:
+    Context();
+    ~Context();  // zmq_ctx_term: every socket must be closed first
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+    void* get() const { return ctx_; }
+
+  private:
+    void* ctx_;
+};
+
+// One received frame, without a copy.
+class Frame {
+  public:
+    Frame() { zmq_msg_init(&msg_); }
+    ~Frame() { zmq_msg_close(&msg_); }
+    Frame(const Frame&) = delete;
+    Frame& operator=(const Frame&) = delete;
+    zmq_msg_t* get() { return &msg_; }
+    std::string_view view() {
+        return {static_cast<const char*>(zmq_msg_data(&msg_)), zmq_msg_size(&msg_)};
+    }
+    bool more() { return zmq_msg_more(&msg_) != 0; }
+
+  private:
+    zmq_msg_t msg_;
+};
+
+class Socket {
+  public:
+    Socket(Context& ctx, int type);  // LINGER 0
+    ~Socket();
+    Socket(Socket&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+    Socket& operator=(Socket&&) = delete;
+    Socket(const Socket&) = delete;
+    void* get() const { return s_; }
+
+    void set(int option, int value);
+    void set(int option, std::int64_t value);
+    void set(int option, std::string_view value);
+    // Binds and returns the resolved endpoint (tcp://127.0.0.1:* becomes the real port).
+    // Throws std::runtime_error naming the endpoint.
+    std::string bind(const std::string& endpoint);
+    void connect(const std::string& endpoint);
+
+    // Sends without blocking; false when the message could not be queued (HWM, no peer).
+    bool send(std::string_view body, bool more = false);
+    bool send_frames(const std::vector<std::string_view>& frames);
+
+    // Receives all frames of one pending message without blocking into `frames` (resized;
+    // at most `max_frames` kept, the rest received and discarded). Returns the number of
+    // frames received (> max_frames when there were more), or 0 when nothing was pending.
+    std::size_t recv_frames(std::vector<Frame>& frames, std::size_t max_frames);
+
+  private:
+    void* s_;
+};
+
+// The current ZeroMQ error as text.
+std::string zmq_error();
+
+}  // namespace grl::daemon

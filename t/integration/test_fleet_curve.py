@@ -1,0 +1,154 @@
+"""CURVE on the control plane (keys from files, `grlctl keygen`): a peer
+without an authorised key can neither report counts nor publish instructions
+nor use the admin endpoint. Each attack is repeated with a key that *is*
+accepted, to show that the same message would have changed the ratio."""
+
+import os
+import subprocess
+import time
+
+import msgpack
+import zmq
+
+import fleet as f
+from fleet import fleet  # noqa: F401  (pytest fixture)
+
+BUCKETS = ["g procedure_prefix=/g rate=100r/s"]
+
+
+def keygen(dirpath, name):
+    path = os.path.join(str(dirpath), name)
+    subprocess.run([f.GRLCTL_BIN, "keygen", path], check=True, stdout=subprocess.DEVNULL)
+    keys = {}
+    with open(path) as fh:
+        for line in fh:
+            k, _, v = line.strip().partition("=")
+            if k.strip() in ("public-key", "secret-key"):
+                keys[k.strip()] = v.strip().strip('"').encode()
+    return path, keys
+
+
+def ratio(ctl):
+    return f.metric(ctl.metrics(), "grl_bucket_ratio", bucket="g", scope="global")
+
+
+def zone_usage(zone, offered_rps):
+    return msgpack.packb({
+        "v": 1, "type": "zone_usage", "ts_ms": int(time.time() * 1000), "seq": 1, "source": "intruder",
+        "region": "r1", "zone": zone, "interval_ms": 250, "hosts": 1, "stale_hosts": 0, "host_names": ["x"],
+        "buckets": [{"name": "g", "offered_mrps": offered_rps * 1000, "admitted_mrps": 0, "dropped_mrps": 0,
+                     "shadow_dropped_mrps": 0, "hosts": 1, "rated_hosts": 1, "host_names": [],
+                     "definitions": [{"scope": "global", "mode": "deny", "limit_mrps": 100000, "hosts": 1}]}]},
+        use_bin_type=True)
+
+
+def drop_all():
+    return msgpack.packb({
+        "v": 1, "type": "instructions", "ts_ms": int(time.time() * 1000) + 60000, "seq": 1, "source": "intruder",
+        "ttl_ms": 60000, "scope": "global", "region": "", "zone": "",
+        "buckets": [{"name": "g", "ratio_ppm": 1000000, "limit_mrps": 1, "mode": "deny"}]}, use_bin_type=True)
+
+
+def curve_server(ctx, keys):
+    s = ctx.socket(zmq.PUB)
+    s.curve_server = True
+    s.curve_secretkey = keys["secret-key"]
+    s.bind("tcp://127.0.0.1:*")
+    return s, s.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def test_curve_unauthorised_peers_change_nothing(fleet, tmp_path):
+    ctl_key, ctl_keys = keygen(tmp_path, "controller")
+    col_key, col_keys = keygen(tmp_path, "collector")
+    adm_key, _ = keygen(tmp_path, "admin")
+    _, rogue_keys = keygen(tmp_path, "intruder")
+    clients = tmp_path / "clients"
+    clients.write_text("# collectors and peer controllers\n%s\n%s\n" % (
+        col_keys["public-key"].decode(), ctl_keys["public-key"].decode()))
+
+    ctx = zmq.Context()
+    # Two publishers the collector is told to subscribe to: one with its own key pair (not
+    # the controller's), one that stole the controller's key pair (the positive control).
+    rogue_pub, rogue_ep = curve_server(ctx, rogue_keys)
+    stolen_pub, stolen_ep = curve_server(ctx, ctl_keys)
+    try:
+        ctl = fleet.controller(extra=["--curve-keypair", ctl_key, "--curve-clients", str(clients),
+                                      "--curve-admin-clients", adm_key + ".pub"])
+        col = fleet.collector("z1", [ctl], extra=["--curve-keypair", col_key,
+                                                   "--curve-server-key", ctl_key + ".pub",
+                                                   "--controller-publish", rogue_ep,
+                                                   "--controller-publish", stolen_ep])
+        ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
+        fleet.wait_hosts(ctl, 2)
+        load = f.Load([(ns[0], 2), (ns[1], 1)], "150:30", "/g/x")
+        f.wait_nginx_bucket(ns, "g", lambda b: abs(b["ratio"] - 1 / 3) < 0.05, 10)
+        assert abs(ratio(ctl) - 1 / 3) < 0.05
+
+        # 1. Reporting counts: zone usage claiming 10000 r/s from a zone "z7".
+        def flood(sock, seconds):
+            end = time.monotonic() + seconds
+            seen = []
+            while time.monotonic() < end:
+                try:  # a PUSH without a completed handshake would block: never wait
+                    sock.send(zone_usage("z7", 10000), zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+                seen.append(ratio(ctl))
+                time.sleep(0.1)
+            return seen
+
+        plain = ctx.socket(zmq.PUSH)  # no CURVE at all
+        plain.connect(ctl.usage)
+        intruder = ctx.socket(zmq.PUSH)  # CURVE with a key nobody listed
+        intruder.curve_serverkey = ctl_keys["public-key"]
+        intruder.curve_publickey = rogue_keys["public-key"]
+        intruder.curve_secretkey = rogue_keys["secret-key"]
+        intruder.connect(ctl.usage)
+        for sock in (plain, intruder):
+            seen = flood(sock, 1.5)
+            assert all(abs(r - 1 / 3) < 0.05 for r in seen), seen
+        m = ctl.metrics()
+        assert f.metric(m, "grl_curve_handshakes_total", domain="collector", result="denied") >= 1
+        assert f.metric(m, "grl_controller_messages_total", kind="zone_usage") > 0
+        # Positive control: the collector's key is accepted, and the same lie moves the ratio.
+        liar = ctx.socket(zmq.PUSH)
+        liar.curve_serverkey = ctl_keys["public-key"]
+        liar.curve_publickey = col_keys["public-key"]
+        liar.curve_secretkey = col_keys["secret-key"]
+        liar.connect(ctl.usage)
+        seen = flood(liar, 1.5)
+        assert max(seen) > 0.9, seen
+        liar.close(0)
+        f.h.wait_until(lambda: abs(ratio(ctl) - 1 / 3) < 0.05, 5, what="the ratio to recover")
+
+        # 2. Publishing instructions: "drop everything" from the wrong server key, for 2 s.
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            rogue_pub.send_multipart([b"grl/g/", drop_all()])
+            for n in ns:
+                b = n.bucket("g")
+                assert abs(b["ratio"] - 1 / 3) < 0.1, ("the intruder's instruction got through", b)
+            time.sleep(0.1)
+        assert f.metric(col.metrics(), "grl_collector_instructions_malformed_total") == 0
+        # Positive control: with the controller's stolen key pair the same message is relayed.
+        def took_over():
+            stolen_pub.send_multipart([b"grl/g/", drop_all()])
+            return all(n.bucket("g")["ratio"] == 1.0 for n in ns)
+        f.h.wait_until(took_over, 5, interval=0.1, what="the stolen-key publisher to be relayed")
+        load.stop()
+
+        # 3. The admin endpoint: only the admin key gets an answer.
+        rc, out, err = f.grlctl(ctl, "status", check=False, json_out=False, extra=["--timeout", "1s"])
+        assert rc == 3 and "no answer" in err, (rc, out, err)
+        rc, out, err = f.grlctl(ctl, "status", check=False, json_out=False,
+                                extra=["--timeout", "1s", "--curve-keypair", col_key,
+                                       "--curve-server-key", ctl_key + ".pub"])
+        assert rc == 3, "a collector key is not an admin key"
+        st = f.grlctl(ctl, "status", extra=["--curve-keypair", adm_key, "--curve-server-key", ctl_key + ".pub"])
+        assert st["zones"][0]["zone"] == "z1"
+        m = ctl.metrics()
+        assert f.metric(m, "grl_curve_handshakes_total", domain="admin", result="denied") >= 1
+        assert f.metric(m, "grl_curve_handshakes_total", domain="admin", result="accepted") >= 1
+        assert "CURVE: refused" in ctl.log()
+    finally:
+        ctx.destroy(0)

@@ -1,0 +1,187 @@
+"""Limits without reloads: the controller's limits file (changed, broken,
+SIGHUP), grlctl overrides with expiry, and run-time (emergency) buckets that
+reach every nginx at once. Nothing is reloaded or restarted: the nginx workers
+and the controller keep their pids throughout."""
+
+import os
+import signal
+import time
+
+import fleet as f
+from fleet import fleet  # noqa: F401  (pytest fixture)
+
+BUCKETS = ["g procedure_prefix=/g rate=200r/s"]
+CALLER = "grl_caller $http_x_caller;"
+
+
+def write(path, text):
+    tmp = str(path) + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, str(path))  # how config management replaces a file
+
+
+def near(a, b, tol=0.05):
+    return abs(a - b) <= tol
+
+
+def pids(nginxes, ctl):
+    return [sorted(n.worker_pids()) for n in nginxes] + [ctl.proc.pid]
+
+
+def two_hosts(fleet, tmp_path, text, ctl_extra=(), buckets=BUCKETS, extra=""):
+    limits = tmp_path / "limits.yaml"
+    write(limits, text)
+    ctl = fleet.controller(limits=str(limits), extra=ctl_extra)
+    col = fleet.collector("z1", [ctl])
+    ns = [fleet.nginx("h1", "z1", col, buckets, extra=extra),
+          fleet.nginx("h2", "z1", col, buckets, extra=extra)]
+    fleet.wait_hosts(ctl, 2)
+    return limits, ctl, ns
+
+
+def test_limits_file_changes_apply_and_a_broken_file_is_rejected(fleet, tmp_path):
+    limits, ctl, ns = two_hosts(fleet, tmp_path, "buckets:\n  g:\n    limit: 100r/s\n")
+    load = f.Load([(ns[0], 2), (ns[1], 1)], "150:30", "/g/x")
+    try:
+        before = pids(ns, ctl)
+        # The file's 100 r/s overrides nginx.conf's 200: ratio 1/3 at 150 r/s offered.
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 100 and near(b["ratio"], 1 / 3), 10)
+        write(limits, "buckets:\n  g:\n    limit: 75r/s\n")
+        t0 = time.monotonic()
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 75, 5)
+        assert time.monotonic() - t0 < 3, "the change took effect without a reload, within 3 s"
+        f.wait_nginx_bucket(ns, "g", lambda b: near(b["ratio"], 0.5), 5)
+
+        # A broken file: rejected with the line and the field, the last good limits stay.
+        write(limits, "buckets:\n  g:\n    limit: 75/s\n")
+        f.h.wait_until(lambda: "limits file rejected" in ctl.log(), 5, what="the rejection log line")
+        line = [l for l in ctl.log().splitlines() if "limits file rejected" in l][-1]
+        assert 'limits.yaml:3: bucket "g": field "limit": invalid rate "75/s"' in line, line
+        assert f.metric(ctl.metrics(), "grl_controller_limits_file_ok") == 0
+        st = f.grlctl(ctl, "status")
+        assert st["limits"]["ok"] is False and "limits.yaml:3" in st["limits"]["error"], st["limits"]
+        time.sleep(1.5)
+        for n in ns:
+            b = n.bucket("g")
+            assert b["limit_rps"] == 75 and b["ratio_state"] == "active", b
+
+        write(limits, "buckets:\n  g:\n    limit: 120r/s\n")
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 120, 5)
+        assert f.metric(ctl.metrics(), "grl_controller_limits_file_ok") == 1
+        m = ctl.metrics()
+        assert f.metric(m, "grl_controller_limits_reloads_total", result="ok") == 2
+        assert f.metric(m, "grl_controller_limits_reloads_total", result="rejected") == 1
+        assert pids(ns, ctl) == before, "nothing was reloaded or restarted"
+    finally:
+        load.stop()
+
+
+def test_limits_file_reloads_on_sighup(fleet, tmp_path):
+    limits, ctl, ns = two_hosts(fleet, tmp_path, "buckets:\n  g:\n    limit: 100r/s\n",
+                                ctl_extra=["--limits-poll", "0"])
+    load = f.Load([(ns[0], 1), (ns[1], 1)], "50:20", "/g/x")
+    try:
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 100, 10)
+        write(limits, "buckets:\n  g:\n    limit: 40r/s\n    mode: shadow\n")
+        time.sleep(1.5)  # polling is off: nothing happens until SIGHUP
+        assert all(n.bucket("g")["limit_rps"] == 100 for n in ns)
+        ctl.signal(signal.SIGHUP)
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 40 and b["mode"] == "shadow", 3)
+        assert "limits file loaded (SIGHUP): 1 buckets" in ctl.log()
+    finally:
+        load.stop()
+
+
+def test_grlctl_overrides_limit_and_mode_with_expiry(fleet, tmp_path):
+    limits, ctl, ns = two_hosts(fleet, tmp_path, "buckets:\n  g:\n    limit: 100r/s\n")
+    load = f.Load([(ns[0], 2), (ns[1], 1)], "150:30", "/g/x")
+    try:
+        before = pids(ns, ctl)
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 100 and near(b["ratio"], 1 / 3), 10)
+
+        r = f.grlctl(ctl, "set", "g", "--limit", "50r/s")
+        assert r["ok"] and r["buckets"][0]["limit_rps"] == 50 and r["buckets"][0]["limit_source"] == "override"
+        t0 = time.monotonic()
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 50, 2)
+        assert time.monotonic() - t0 < 0.5, "an override is published at once"
+        f.wait_nginx_bucket(ns, "g", lambda b: near(b["ratio"], 2 / 3), 5)
+
+        # Shadow mode: nothing dropped any more, would-be drops counted.
+        f.grlctl(ctl, "set", "g", "--mode", "shadow")
+        f.wait_nginx_bucket(ns, "g", lambda b: b["mode"] == "shadow" and b["limit_rps"] == 50, 2)
+        time.sleep(0.3)
+        d0 = f.bucket_totals(ns, "g")
+        time.sleep(2)
+        d1 = f.bucket_totals(ns, "g")
+        assert d1["dropped"] == d0["dropped"], (d0, d1)
+        assert d1["shadow_dropped"] - d0["shadow_dropped"] > 100, (d0, d1)  # ~200 expected
+
+        # Human-readable listing shows where each part comes from.
+        rc, out, _ = f.grlctl(ctl, "buckets", json_out=False)
+        assert rc == 0 and "override" in out and "shadow" in out, out
+
+        # Clear: back to the file's limit and nginx.conf's mode.
+        f.grlctl(ctl, "clear", "g")
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 100 and b["mode"] == "deny", 2)
+
+        # An override with an expiry: in force for 2 s, then the file's limit again.
+        f.grlctl(ctl, "set", "g", "--limit", "60r/s", "--for", "2s")
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 60, 2)
+        t0 = time.monotonic()
+        f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 100, 5)
+        assert time.monotonic() - t0 > 1.0
+        assert "bucket=g: override expired" in ctl.log()
+
+        # Refusals are explained and change nothing.
+        rc, out, err = f.grlctl(ctl, "clear", "g", check=False, json_out=False)
+        assert rc == 1 and 'no override for bucket "g"' in err, (rc, out, err)
+        assert pids(ns, ctl) == before
+    finally:
+        load.stop()
+
+
+def test_emergency_bucket_reaches_every_nginx_without_reload(fleet, tmp_path):
+    buckets = ["g procedure_prefix=/g rate=1000r/s"]
+    limits, ctl, ns = two_hosts(fleet, tmp_path, "buckets: {}\n", buckets=buckets, extra=CALLER)
+    before = pids(ns, ctl)
+    bots = f.Load([(ns[0], 1), (ns[1], 1)], "100:14", "/g/x", headers=["X-Caller: bot-7"])
+    humans = f.Load([(ns[0], 1), (ns[1], 1)], "50:14", "/g/x", headers=["X-Caller: alice"])
+    crawl = None
+    try:
+        time.sleep(3 - (time.monotonic() - bots.started))
+        t_add = time.monotonic() - bots.started
+        t0 = time.monotonic()
+        r = f.grlctl(ctl, "add", "bots", "--caller-prefix", "bot-", "--limit", "0", "--scope", "zone")
+        assert r["ok"] and r["buckets"][0]["runtime"], r
+        f.wait_nginx_bucket(ns, "bots", lambda b: b["runtime"] and b["ratio"] == 1.0
+                            and b["ratio_state"] == "active", 2)
+        took = time.monotonic() - t0
+        print("run-time bucket on every nginx %.3f s after grlctl add returned" % took)
+        assert took < 0.5, "reached every nginx in %.3f s, more than two report intervals" % took
+
+        # A second one with a limit: its usage comes back in reports and it converges.
+        crawl = f.Load([(ns[0], 3), (ns[1], 1)], "240:14", "/crawl/x", headers=["X-Caller: crawler"])
+        f.grlctl(ctl, "add", "crawl", "--procedure-prefix", "/crawl", "--limit", "120r/s")
+        f.wait_nginx_bucket(ns, "crawl", lambda b: b["runtime"], 2)
+
+        time.sleep(8 - (time.monotonic() - bots.started))
+        t_remove = time.monotonic() - bots.started
+        f.grlctl(ctl, "remove", "bots")
+        # nginx drops it when its ratio expires (ttl 2 s): the bots pass again.
+        f.h.wait_until(lambda: all("bots" not in [b["name"] for b in n.status()["buckets"]] for n in ns),
+                       5, what="the removed run-time bucket to expire on every nginx")
+        rb, rh, rc = bots.result(), humans.result(), crawl.result()
+        assert f.window(rb, 1, t_add)["ok"] > 95, "before: the bots pass"
+        during = f.window(rb, t_add + 0.5, t_remove)
+        assert during["ok"] == 0 and during["r429"] > 95, during
+        assert f.window(rh, t_add + 0.5, t_remove)["r429"] == 0, "other callers are not touched"
+        assert f.window(rb, t_remove + 3, 14)["ok"] > 95, "after expiry the bots pass again"
+        cw = f.window(rc, 5, 14)
+        print("run-time bucket crawl, limit 120 r/s, steady window:", cw)
+        assert abs(cw["ok"] - 120) < 12, cw
+        assert pids(ns, ctl) == before, "no reload, no restart"
+    finally:
+        for load in (bots, humans, crawl):
+            if load:
+                load.stop()

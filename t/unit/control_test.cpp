@@ -1,0 +1,643 @@
+// Unit tests of grl::control: scope aggregation, definition resolution, smoothing and ratio
+// computation, staleness, limits and overrides, run-time buckets, replication between
+// controllers. Time is injected (Clock), nothing sleeps.
+#include "grl/control.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "grl/ratio.h"
+
+namespace grl::control {
+namespace {
+
+constexpr std::uint64_t kWall0 = 1'700'000'000'000;
+
+struct Fleet {
+    Clock now{100000, kWall0};
+    void advance(std::uint64_t ms) {
+        now.mono_ms += ms;
+        now.wall_ms += ms;
+    }
+};
+
+wire::UsageBucket ub(const std::string& name, double offered_rps, std::uint64_t hosts = 1,
+                     Scope scope = Scope::Global, std::uint64_t limit_rps = 100,
+                     Mode mode = Mode::Deny) {
+    wire::UsageBucket b;
+    b.name = name;
+    b.offered_mrps = static_cast<std::uint64_t>(offered_rps * 1000);
+    b.admitted_mrps = b.offered_mrps;
+    b.hosts = hosts;
+    b.rated_hosts = hosts;
+    b.definitions.push_back({{scope, mode, limit_rps * 1000}, hosts});
+    return b;
+}
+
+std::uint64_t g_seq = 0;
+
+wire::ZoneUsage zu(const std::string& zone, std::vector<wire::UsageBucket> buckets,
+                   const Clock& now, const std::string& region = "r1") {
+    wire::ZoneUsage u;
+    u.source = "col-" + zone;
+    u.region = region;
+    u.zone = zone;
+    u.seq = ++g_seq;
+    u.ts_ms = now.wall_ms;
+    u.interval_ms = 1000;
+    u.hosts = 0;
+    for (const auto& b : buckets) u.hosts = std::max(u.hosts, b.hosts);
+    u.buckets = std::move(buckets);
+    return u;
+}
+
+Options opts(const std::string& name = "ctl-a", const std::string& region = "r1") {
+    Options o;
+    o.name = name;
+    o.region = region;
+    o.interval_ms = 1000;
+    o.ttl_ms = 3000;
+    o.window = 2;
+    return o;
+}
+
+const Instance* inst(const Controller& c, const std::string& bucket, const std::string& zone = "") {
+    for (const auto& [k, i] : c.instances()) {
+        if (i.bucket == bucket && i.zone == zone) return &i;
+    }
+    return nullptr;
+}
+
+std::uint32_t ratio(const Controller& c, const std::string& bucket, const std::string& zone = "") {
+    const Instance* i = inst(c, bucket, zone);
+    return i ? i->ratio_ppm : UINT32_MAX;
+}
+
+const wire::Instructions* msg(const TickOutput& out, Scope scope, const std::string& zone = "") {
+    for (const auto& m : out.instructions) {
+        if (m.scope == scope && m.zone == zone) return &m;
+    }
+    return nullptr;
+}
+
+const wire::Instruction* entry(const TickOutput& out, Scope scope, const std::string& bucket,
+                               const std::string& zone = "") {
+    const wire::Instructions* m = msg(out, scope, zone);
+    if (m == nullptr) return nullptr;
+    for (const auto& e : m->buckets) {
+        if (e.name == bucket) return &e;
+    }
+    return nullptr;
+}
+
+bool has_event(const TickOutput& out, const std::string& needle) {
+    for (const auto& e : out.events) {
+        if ((e.bucket + ": " + e.text).find(needle) != std::string::npos) return true;
+    }
+    return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resolution
+
+TEST(Resolve, MajorityThenLowestLimitThenDeny) {
+    using D = wire::DefinitionCount;
+    std::vector<D> defs = {{{Scope::Global, Mode::Deny, 100}, 3},
+                           {{Scope::Global, Mode::Deny, 50}, 2}};
+    EXPECT_EQ(resolve(defs, Scope::Global)->limit_mrps, 100u);
+    defs[1].hosts = 3;  // tie: the lower limit
+    EXPECT_EQ(resolve(defs, Scope::Global)->limit_mrps, 50u);
+    defs = {{{Scope::Global, Mode::Shadow, 100}, 2}, {{Scope::Global, Mode::Deny, 100}, 2}};
+    EXPECT_EQ(resolve(defs, Scope::Global)->mode, Mode::Deny);  // tie: deny
+    // Only definitions of the winning scope count when there are any.
+    defs = {{{Scope::Zone, Mode::Deny, 10}, 5}, {{Scope::Global, Mode::Deny, 100}, 1}};
+    EXPECT_EQ(resolve(defs, Scope::Global)->limit_mrps, 100u);
+    EXPECT_FALSE(resolve({}, Scope::Global).has_value());
+}
+
+TEST(Resolve, ScopeByHostsWiderWinsTies) {
+    EXPECT_EQ(
+        *resolve_scope({{{Scope::Zone, Mode::Deny, 1}, 3}, {{Scope::Global, Mode::Deny, 1}, 2}}),
+        Scope::Zone);
+    EXPECT_EQ(
+        *resolve_scope({{{Scope::Zone, Mode::Deny, 1}, 2}, {{Scope::Region, Mode::Deny, 1}, 2}}),
+        Scope::Region);
+    EXPECT_EQ(
+        *resolve_scope({{{Scope::Zone, Mode::Deny, 1}, 2}, {{Scope::Global, Mode::Deny, 1}, 2}}),
+        Scope::Global);
+    EXPECT_FALSE(resolve_scope({}).has_value());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scopes and ratios
+
+TEST(Controller, GlobalBucketSumsZonesAndComputesTheRatio) {
+    Fleet f;
+    Controller c(opts());
+    // 90 + 60 = 150 r/s offered against 100 r/s: drop a third.
+    c.on_zone_usage(zu("z1", {ub("api", 90, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 60, 2)}, f.now), f.now);
+    TickOutput out = c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api"), 333333u);
+    const wire::Instruction* e = entry(out, Scope::Global, "api");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->ratio_ppm, 333333u);
+    EXPECT_EQ(e->limit_mrps, 100000u);
+    EXPECT_EQ(e->mode, Mode::Deny);
+    EXPECT_FALSE(e->has_match);
+    EXPECT_EQ(inst(c, "api")->hosts, 4u);
+    // Under the limit: ratio 0, still published (effective limit/mode stay visible in nginx).
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 30, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 20, 2)}, f.now), f.now);
+    c.tick(f.now);
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 30, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 20, 2)}, f.now), f.now);
+    out = c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api"), 0u);
+    ASSERT_NE(entry(out, Scope::Global, "api"), nullptr);
+    EXPECT_EQ(entry(out, Scope::Global, "api")->ratio_ppm, 0u);
+}
+
+TEST(Controller, ZoneBucketIsLimitedPerZone) {
+    Fleet f;
+    Controller c(opts());
+    c.on_zone_usage(zu("z1", {ub("api", 150, 2, Scope::Zone)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 50, 2, Scope::Zone)}, f.now), f.now);
+    TickOutput out = c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api", "z1"), 333333u);
+    EXPECT_EQ(ratio(c, "api", "z2"), 0u);
+    ASSERT_NE(entry(out, Scope::Zone, "api", "z1"), nullptr);
+    EXPECT_EQ(entry(out, Scope::Zone, "api", "z1")->ratio_ppm, 333333u);
+    EXPECT_EQ(entry(out, Scope::Zone, "api", "z2")->ratio_ppm, 0u);
+    EXPECT_EQ(entry(out, Scope::Global, "api"), nullptr);  // one scope per bucket name
+    const wire::Instructions* m = msg(out, Scope::Zone, "z1");
+    EXPECT_EQ(m->region, "r1");
+    EXPECT_EQ(wire::topic(m->scope, m->region, m->zone), "grl/z/r1/z1/");
+}
+
+TEST(Controller, RegionBucketSumsThisRegionOnly) {
+    Fleet f;
+    Controller c(opts());
+    c.on_zone_usage(zu("z1", {ub("api", 80, 1, Scope::Region)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 80, 1, Scope::Region)}, f.now), f.now);
+    // Another region's usage of the bucket does not count for a region bucket.
+    wire::RegionUsage other;
+    other.source = "ctl-b";
+    other.region = "r2";
+    other.ts_ms = f.now.wall_ms;
+    other.interval_ms = 1000;
+    other.buckets.push_back(ub("api", 1000, 5, Scope::Region));
+    c.on_region_usage(other, f.now);
+    TickOutput out = c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api"), drop_ratio_ppm(160000, 100000));
+    EXPECT_EQ(inst(c, "api")->hosts, 2u);
+    ASSERT_NE(entry(out, Scope::Region, "api"), nullptr);
+    EXPECT_EQ(msg(out, Scope::Region)->region, "r1");
+}
+
+TEST(Controller, TwoRegionsComputeTheSameGlobalAnswer) {
+    Fleet f;
+    Controller a(opts("ctl-a", "r1")), b(opts("ctl-b", "r2"));
+    // r1 carries 200 r/s of the global bucket, r2 100 r/s; limit 100: ratio 2/3 everywhere.
+    for (int round = 0; round < 3; ++round) {
+        a.on_zone_usage(zu("z1", {ub("api", 200, 3)}, f.now, "r1"), f.now);
+        b.on_zone_usage(zu("z9", {ub("api", 100, 1)}, f.now, "r2"), f.now);
+        TickOutput oa = a.tick(f.now), ob = b.tick(f.now);
+        b.on_region_usage(oa.region_usage, f.now);
+        a.on_region_usage(ob.region_usage, f.now);
+        f.advance(1000);
+    }
+    EXPECT_EQ(ratio(a, "api"), 666666u);
+    EXPECT_EQ(ratio(b, "api"), 666666u);
+    EXPECT_EQ(inst(a, "api")->hosts, 4u);
+    EXPECT_EQ(inst(b, "api")->hosts, 4u);
+    // A region whose controllers go silent drops out after 3 intervals: r1 alone, 200 vs 100.
+    for (int round = 0; round < 6; ++round) {
+        a.on_zone_usage(zu("z1", {ub("api", 200, 3)}, f.now, "r1"), f.now);
+        a.tick(f.now);
+        f.advance(1000);
+    }
+    EXPECT_EQ(ratio(a, "api"), 500000u);
+}
+
+TEST(Controller, StepResponseOfTheSmoothingWindow) {
+    Fleet f;
+    Options o = opts();
+    o.window = 2;
+    Controller c(o);
+    auto feed = [&](double rps) {
+        c.on_zone_usage(zu("z1", {ub("api", rps, 1, Scope::Global, 150)}, f.now), f.now);
+        c.tick(f.now);
+        f.advance(1000);
+        return ratio(c, "api");
+    };
+    feed(100);
+    EXPECT_EQ(feed(100), 0u);
+    // Step to 300 r/s with limit 150: half a step after one tick (mean 200: 0.25), the full
+    // answer (0.5) after two, and no overshoot beyond it.
+    EXPECT_EQ(feed(300), 250000u);
+    EXPECT_EQ(feed(300), 500000u);
+    EXPECT_EQ(feed(300), 500000u);
+    // Step back down: over-dropping for one tick only.
+    EXPECT_EQ(feed(100), 250000u);
+    EXPECT_EQ(feed(100), 0u);
+}
+
+TEST(Controller, ZeroLimitDropsEverythingAndShadowKeepsItsMode) {
+    Fleet f;
+    Controller c(opts());
+    c.on_zone_usage(zu("z1",
+                       {ub("blocked", 10, 1, Scope::Global, 0),
+                        ub("trial", 200, 1, Scope::Global, 100, Mode::Shadow)},
+                       f.now),
+                    f.now);
+    TickOutput out = c.tick(f.now);
+    EXPECT_EQ(entry(out, Scope::Global, "blocked")->ratio_ppm, kPpmOne);
+    const wire::Instruction* t = entry(out, Scope::Global, "trial");
+    EXPECT_EQ(t->ratio_ppm, 500000u);  // the same would-be ratio as deny
+    EXPECT_EQ(t->mode, Mode::Shadow);
+    EXPECT_TRUE(has_event(out, "trial: would drop (shadow)"));
+    EXPECT_TRUE(has_event(out, "blocked: dropping"));
+}
+
+TEST(Controller, StaleZonesLeaveTheSumsAndHeartbeatsContinue) {
+    Fleet f;
+    Controller c(opts());
+    c.on_zone_usage(zu("z1", {ub("api", 150)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 150)}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_EQ(c.fresh_zones(), 2u);
+    // z2's collector goes silent; z1 keeps reporting.
+    for (int i = 0; i < 4; ++i) {
+        f.advance(1000);
+        c.on_zone_usage(zu("z1", {ub("api", 150)}, f.now), f.now);
+        c.tick(f.now);
+    }
+    EXPECT_EQ(c.fresh_zones(), 1u);
+    EXPECT_EQ(ratio(c, "api"), drop_ratio_ppm(150000, 100000));
+    // Everyone silent: no instance, so no ratio is published (nginx fails open after the TTL),
+    // but heartbeats keep saying that the control plane is alive.
+    f.advance(4000);
+    TickOutput out = c.tick(f.now);
+    EXPECT_TRUE(c.instances().empty());
+    ASSERT_NE(msg(out, Scope::Global), nullptr);
+    EXPECT_TRUE(msg(out, Scope::Global)->buckets.empty());
+    ASSERT_NE(msg(out, Scope::Region), nullptr);
+    EXPECT_EQ(msg(out, Scope::Global)->ttl_ms, 3000u);
+    EXPECT_EQ(msg(out, Scope::Global)->source, "ctl-a");
+}
+
+TEST(Controller, HeartbeatPerZoneEvenWithoutZoneBuckets) {
+    Fleet f;
+    Controller c(opts());
+    c.on_zone_usage(zu("z1", {}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 1)}, f.now), f.now);
+    TickOutput out = c.tick(f.now);
+    ASSERT_EQ(out.instructions.size(), 4u);  // global, region, z1, z2
+    EXPECT_NE(msg(out, Scope::Zone, "z1"), nullptr);
+    EXPECT_NE(msg(out, Scope::Zone, "z2"), nullptr);
+    // Every message has its own, increasing seq and the tick's wall clock.
+    for (std::size_t i = 1; i < out.instructions.size(); ++i) {
+        EXPECT_GT(out.instructions[i].seq, out.instructions[i - 1].seq);
+        EXPECT_EQ(out.instructions[i].ts_ms, f.now.wall_ms);
+    }
+}
+
+TEST(Controller, ZoneUsageOrderingAndRegion) {
+    Fleet f;
+    Controller c(opts());
+    wire::ZoneUsage newer = zu("z1", {ub("api", 300)}, f.now);
+    wire::ZoneUsage older = newer;
+    older.ts_ms -= 1000;
+    older.seq -= 1;
+    older.buckets[0].offered_mrps = 1000;
+    EXPECT_EQ(c.on_zone_usage(newer, f.now), Accepted::Yes);
+    EXPECT_EQ(c.on_zone_usage(older, f.now), Accepted::Older);
+    EXPECT_EQ(c.on_zone_usage(newer, f.now), Accepted::Older);  // duplicate
+    wire::ZoneUsage foreign = zu("z7", {ub("api", 1000)}, f.now, "r2");
+    EXPECT_EQ(c.on_zone_usage(foreign, f.now), Accepted::WrongRegion);
+    c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api"), drop_ratio_ppm(300000, 100000));
+    // A restarted collector starts again at seq 1 with a later clock: accepted.
+    f.advance(1000);
+    wire::ZoneUsage restarted = zu("z1", {ub("api", 100)}, f.now);
+    restarted.seq = 1;
+    EXPECT_EQ(c.on_zone_usage(restarted, f.now), Accepted::Yes);
+}
+
+TEST(Controller, UnratedUsageNeverPublishesAFalseZero) {
+    Fleet f;
+    Controller c(opts());
+    auto unrated = [](wire::UsageBucket b) {
+        b.offered_mrps = b.admitted_mrps = 0;
+        b.rated_hosts = 0;
+        return b;
+    };
+    // z1's collector restarts: its first usage has hosts but no rates yet. The last rated
+    // entry stands in, so the ratio does not fall to zero.
+    c.on_zone_usage(zu("z1", {ub("api", 300, 2)}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api"), 666666u);
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {unrated(ub("api", 300, 2))}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api"), 666666u);
+    // A second zone restarting after a long silence (nothing to stand in): a global instance
+    // that exists holds its last samples rather than counting that zone as zero.
+    c.on_zone_usage(zu("z2", {unrated(ub("api", 300, 1))}, f.now), f.now);
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 300, 2)}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api"), 666666u);
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 300, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 200, 1)}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_EQ(ratio(c, "api"), drop_ratio_ppm(400000, 100000));  // mean of 300 and 500
+    // A brand-new controller that only hears unrated usage publishes nothing for the bucket
+    // (nginx keeps what it holds until the TTL), then the exact ratio from the first rates.
+    Controller fresh(opts("ctl-b"));
+    fresh.on_zone_usage(zu("z1", {unrated(ub("api", 300, 2))}, f.now), f.now);
+    TickOutput out = fresh.tick(f.now);
+    EXPECT_EQ(entry(out, Scope::Global, "api"), nullptr);
+    f.advance(1000);
+    fresh.on_zone_usage(zu("z1", {ub("api", 300, 2)}, f.now), f.now);
+    out = fresh.tick(f.now);
+    ASSERT_NE(entry(out, Scope::Global, "api"), nullptr);
+    EXPECT_EQ(entry(out, Scope::Global, "api")->ratio_ppm, 666666u);
+    // Stand-ins expire: after hold_intervals the zone's unrated usage is unknown again.
+    f.advance(11000);
+    fresh.on_zone_usage(zu("z1", {unrated(ub("api", 300, 2))}, f.now), f.now);
+    fresh.tick(f.now);
+    EXPECT_EQ(ratio(fresh, "api"), 666666u);            // held, not zero
+    EXPECT_EQ(inst(fresh, "api")->samples.size(), 1u);  // no sample taken while unknown
+}
+
+TEST(Controller, DisagreeingHostsAreResolvedCountedAndLogged) {
+    Fleet f;
+    Controller c(opts());
+    wire::UsageBucket b = ub("api", 150, 3, Scope::Global, 100);
+    b.hosts = 4;
+    b.definitions.push_back({{Scope::Global, Mode::Deny, 50000}, 1});  // one host says 50 r/s
+    c.on_zone_usage(zu("z1", {b}, f.now), f.now);
+    TickOutput out = c.tick(f.now);
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 100000u);  // the majority's
+    EXPECT_EQ(inst(c, "api")->disagreeing_hosts, 1u);
+    EXPECT_TRUE(has_event(out, "api: hosts disagree on the definition in global: 1 of 4"));
+    // Now a tie (2 vs 2): the lower limit is in force.
+    f.advance(1000);
+    b.definitions = {{{Scope::Global, Mode::Deny, 100000}, 2},
+                     {{Scope::Global, Mode::Deny, 50000}, 2}};
+    c.on_zone_usage(zu("z1", {b}, f.now), f.now);
+    out = c.tick(f.now);
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 50000u);
+    EXPECT_FALSE(has_event(out, "disagree"));  // still disagreeing: no new line
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 150, 4)}, f.now), f.now);
+    out = c.tick(f.now);
+    EXPECT_EQ(inst(c, "api")->disagreeing_hosts, 0u);
+    EXPECT_TRUE(has_event(out, "api: hosts agree on the definition again"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Limits file and overrides
+
+TEST(Controller, LimitsFileThenOverrideThenExpiry) {
+    Fleet f;
+    Controller c(opts());
+    auto feed = [&] {
+        c.on_zone_usage(zu("z1", {ub("api", 200)}, f.now), f.now);
+        TickOutput out = c.tick(f.now);
+        f.advance(1000);
+        return out;
+    };
+    feed();
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 100000u);
+    EXPECT_STREQ(inst(c, "api")->limit_source, "conf");
+    Limits l;
+    l.buckets["api"].limit_mrps = 50000;
+    c.set_limits(l, f.now);
+    feed();
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 50000u);
+    EXPECT_STREQ(inst(c, "api")->limit_source, "file");
+    EXPECT_EQ(ratio(c, "api"), 750000u);
+    // An override for 10 s wins over the file, for the limit only.
+    EXPECT_EQ(c.set_override("api", 150000, std::nullopt, 10000, f.now), "");
+    TickOutput out = feed();
+    EXPECT_TRUE(has_event(out, "api: override set: limit 150.0 r/s"));
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 150000u);
+    EXPECT_STREQ(inst(c, "api")->limit_source, "override");
+    EXPECT_STREQ(inst(c, "api")->mode_source, "conf");
+    EXPECT_EQ(entry(out, Scope::Global, "api")->limit_mrps, 150000u);
+    EXPECT_EQ(c.set_override("api", std::nullopt, Mode::Shadow, 10000, f.now), "");
+    feed();
+    EXPECT_EQ(inst(c, "api")->mode, Mode::Shadow);
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 150000u);  // kept
+    // The override expires (wall clock) and the file's limit is back.
+    f.advance(10000);
+    out = feed();
+    EXPECT_TRUE(has_event(out, "api: override expired"));
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 50000u);
+    EXPECT_EQ(inst(c, "api")->mode, Mode::Deny);
+}
+
+TEST(Controller, ClearOverride) {
+    Fleet f;
+    Controller c(opts());
+    EXPECT_NE(c.clear_override("api", false, false, f.now), "");  // nothing to clear
+    EXPECT_NE(c.set_override("api", std::nullopt, std::nullopt, 0, f.now), "");
+    EXPECT_NE(c.set_override("bad name", 1, std::nullopt, 0, f.now), "");
+    EXPECT_EQ(c.set_override("api", 1000, Mode::Shadow, 0, f.now), "");
+    EXPECT_EQ(c.clear_override("api", true, false, f.now), "");
+    EXPECT_FALSE(c.overrides().at("api").limit_mrps.has_value());
+    EXPECT_EQ(c.overrides().at("api").mode, Mode::Shadow);
+    EXPECT_EQ(c.clear_override("api", false, false, f.now), "");
+    EXPECT_TRUE(c.overrides().at("api").tombstone());
+    EXPECT_NE(c.clear_override("api", false, false, f.now), "");
+}
+
+TEST(Controller, OverridesReplicateLastWriterWins) {
+    Fleet f;
+    Controller a(opts("ctl-a", "r1")), b(opts("ctl-b", "r1")), c(opts("ctl-c", "r2"));
+    auto exchange = [&] {
+        TickOutput oa = a.tick(f.now), ob = b.tick(f.now), oc = c.tick(f.now);
+        for (Controller* x : {&b, &c}) x->on_region_usage(oa.region_usage, f.now);
+        for (Controller* x : {&a, &c}) x->on_region_usage(ob.region_usage, f.now);
+        for (Controller* x : {&a, &b}) x->on_region_usage(oc.region_usage, f.now);
+        f.advance(1000);
+    };
+    ASSERT_EQ(a.set_override("api", 5000, std::nullopt, 0, f.now), "");
+    exchange();
+    EXPECT_EQ(b.overrides().at("api").limit_mrps, 5000u);
+    EXPECT_EQ(c.overrides().at("api").limit_mrps, 5000u);
+    // Cleared on b later: the clear wins everywhere.
+    ASSERT_EQ(b.clear_override("api", false, false, f.now), "");
+    exchange();
+    EXPECT_TRUE(a.overrides().at("api").tombstone());
+    EXPECT_TRUE(c.overrides().at("api").tombstone());
+    // Concurrent writes at the same millisecond: the origin breaks the tie, same everywhere.
+    ASSERT_EQ(a.set_override("web", 1000, std::nullopt, 0, f.now), "");
+    ASSERT_EQ(c.set_override("web", 2000, std::nullopt, 0, f.now), "");
+    exchange();
+    exchange();
+    for (Controller* x : {&a, &b, &c}) {
+        EXPECT_EQ(x->overrides().at("web").limit_mrps, 2000u) << x->options().name;
+        EXPECT_EQ(x->overrides().at("web").origin, "ctl-c");
+    }
+    // A stale copy of an old message merges to nothing new.
+    wire::RegionUsage old;
+    old.source = "ctl-x";
+    old.region = "r3";
+    wire::Override o;
+    o.name = "web";
+    o.limit_mrps = 9;
+    o.set_ms = 1;
+    o.origin = "zzz";
+    old.overrides.push_back(o);
+    a.on_region_usage(old, f.now);
+    EXPECT_EQ(a.overrides().at("web").limit_mrps, 2000u);
+}
+
+TEST(Controller, RunTimeBucketIsPublishedWithItsMatchAndRemoved) {
+    Fleet f;
+    Controller c(opts());
+    c.on_zone_usage(zu("z1", {ub("api", 10)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 10)}, f.now), f.now);
+    c.tick(f.now);
+    wire::RuntimeMatch m;
+    m.caller = "bot-";
+    m.caller_kind = MatchKind::Prefix;
+    m.procedure = "^/search";
+    m.procedure_kind = MatchKind::Regex;
+    m.scope = Scope::Zone;
+    EXPECT_NE(c.add_runtime("api", m, 0, std::nullopt, 0, f.now), "");  // configured on hosts
+    wire::RuntimeMatch bad = m;
+    bad.procedure = "(unclosed";
+    EXPECT_NE(c.add_runtime("bots", bad, 0, std::nullopt, 0, f.now), "");
+    ASSERT_EQ(c.add_runtime("bots", m, 20000, std::nullopt, 60000, f.now), "");
+    EXPECT_NE(c.add_runtime("bots", m, 20000, std::nullopt, 0, f.now), "");  // exists
+    // Before any host has it: published to every zone of the region, with its match.
+    TickOutput out = c.tick(f.now);
+    EXPECT_TRUE(has_event(
+        out,
+        "bots: run-time bucket added: caller_prefix=bot- procedure_regex=^/search scope=zone"));
+    for (const char* z : {"z1", "z2"}) {
+        const wire::Instruction* e = entry(out, Scope::Zone, "bots", z);
+        ASSERT_NE(e, nullptr) << z;
+        EXPECT_TRUE(e->has_match);
+        EXPECT_TRUE(e->match == m);
+        EXPECT_EQ(e->limit_mrps, 20000u);
+        EXPECT_EQ(e->ratio_ppm, 0u);  // no usage yet
+    }
+    // Its usage comes back like any bucket's: z1 offers 40 r/s against 20: ratio 0.5 there.
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 10), ub("bots", 40, 1, Scope::Zone, 20)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 10)}, f.now), f.now);
+    out = c.tick(f.now);
+    EXPECT_EQ(ratio(c, "bots", "z1"), drop_ratio_ppm(20000, 20000));  // mean of 0 and 40
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 10), ub("bots", 40, 1, Scope::Zone, 20)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 10)}, f.now), f.now);
+    out = c.tick(f.now);
+    EXPECT_EQ(entry(out, Scope::Zone, "bots", "z1")->ratio_ppm, 500000u);
+    EXPECT_EQ(entry(out, Scope::Zone, "bots", "z2")->ratio_ppm, 0u);
+    EXPECT_EQ(inst(c, "bots", "z1")->disagreeing_hosts, 0u);
+    // Removed: no longer published.
+    EXPECT_NE(c.remove_runtime("api", f.now), "");
+    ASSERT_EQ(c.remove_runtime("bots", f.now), "");
+    out = c.tick(f.now);
+    for (const auto& msg : out.instructions) {
+        for (const auto& e : msg.buckets) EXPECT_FALSE(e.has_match) << e.name;
+    }
+}
+
+TEST(Controller, RunTimeBucketExpires) {
+    Fleet f;
+    Controller c(opts());
+    wire::RuntimeMatch m;
+    m.caller = "evil";
+    m.scope = Scope::Global;
+    ASSERT_EQ(c.add_runtime("block-evil", m, 0, std::nullopt, 5000, f.now), "");
+    TickOutput out = c.tick(f.now);
+    ASSERT_NE(entry(out, Scope::Global, "block-evil"), nullptr);
+    EXPECT_EQ(entry(out, Scope::Global, "block-evil")->ratio_ppm, kPpmOne);
+    f.advance(5000);
+    out = c.tick(f.now);
+    EXPECT_EQ(entry(out, Scope::Global, "block-evil"), nullptr);
+    EXPECT_TRUE(has_event(out, "block-evil: run-time bucket expired"));
+}
+
+TEST(Controller, RunTimeBucketFromTheLimitsFile) {
+    Fleet f;
+    Controller c(opts());
+    Limits l;
+    FileLimit& e = l.buckets["scrapers"];
+    e.limit_mrps = 5000;
+    e.has_match = true;
+    e.match.caller = "scraper";
+    e.match.caller_kind = MatchKind::Prefix;
+    e.match.scope = Scope::Region;
+    c.set_limits(l, f.now);
+    TickOutput out = c.tick(f.now);
+    const wire::Instruction* i = entry(out, Scope::Region, "scrapers");
+    ASSERT_NE(i, nullptr);
+    EXPECT_TRUE(i->has_match);
+    EXPECT_EQ(i->limit_mrps, 5000u);
+    EXPECT_NE(c.remove_runtime("scrapers", f.now), "");  // the file owns it
+}
+
+TEST(Controller, LimitsDigestIsCanonicalAndMismatchIsReported) {
+    Limits a, b;
+    a.buckets["x"].limit_mrps = 1000;
+    a.buckets["y"].mode = Mode::Shadow;
+    b.buckets["y"].mode = Mode::Shadow;
+    b.buckets["x"].limit_mrps = 1000;
+    EXPECT_EQ(digest(a), digest(b));
+    EXPECT_EQ(digest(a).size(), 16u);
+    b.buckets["x"].limit_mrps = 1001;
+    EXPECT_NE(digest(a), digest(b));
+
+    Fleet f;
+    Controller c1(opts("ctl-a")), c2(opts("ctl-b"));
+    c1.set_limits(a, f.now);
+    c2.set_limits(b, f.now);
+    c1.on_region_usage(c2.tick(f.now).region_usage, f.now);
+    TickOutput out = c1.tick(f.now);
+    EXPECT_TRUE(has_event(out, "peer ctl-b (region r1) has different limits"));
+    EXPECT_EQ(c1.peers(f.now).size(), 1u);
+    EXPECT_EQ(c1.peers(f.now)[0].limits_digest, digest(b));
+}
+
+TEST(Controller, StatusListsInstancesWithHosts) {
+    Fleet f;
+    Controller c(opts());
+    wire::ZoneUsage z1 = zu("z1", {ub("api", 150, 2, Scope::Zone)}, f.now);
+    z1.host_names = {"h1", "h2"};
+    wire::ZoneUsage z2 = zu("z2", {ub("api", 50, 1, Scope::Zone)}, f.now);
+    z2.host_names = {"h3", "h4"};
+    z2.buckets[0].host_names = {"h4"};  // only h4 of z2 has the bucket
+    c.on_zone_usage(z1, f.now);
+    c.on_zone_usage(z2, f.now);
+    c.tick(f.now);
+    std::vector<wire::BucketStatus> s = c.status("", true);
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[0].zone, "z1");
+    EXPECT_EQ(s[0].host_names, (std::vector<std::string>{"h1", "h2"}));
+    EXPECT_EQ(s[0].ratio_ppm, 333333u);
+    EXPECT_EQ(s[0].offered_mrps, 150000u);
+    EXPECT_EQ(s[0].region, "r1");
+    EXPECT_EQ(s[1].host_names, (std::vector<std::string>{"h4"}));
+    EXPECT_TRUE(c.status("nope", false).empty());
+    EXPECT_TRUE(c.status("api", false)[0].host_names.empty());
+    std::vector<wire::ZoneStatus> zs = c.zones(f.now);
+    ASSERT_EQ(zs.size(), 2u);
+    EXPECT_TRUE(zs[0].fresh);
+    EXPECT_EQ(zs[0].source, "col-z1");
+}
+
+}  // namespace
+}  // namespace grl::control

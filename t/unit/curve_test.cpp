@@ -1,0 +1,82 @@
+// Unit tests of the CURVE key files (daemon/curve.h): layout, Z85 keys containing '#',
+// errors naming the file and the line.
+#include "grl/daemon/curve.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace grl::daemon {
+namespace {
+
+struct TempDir {
+    std::string path;
+    TempDir() {
+        char tmpl[] = "/tmp/grl-curve-test-XXXXXX";
+        path = mkdtemp(tmpl);
+    }
+    ~TempDir() { std::system(("rm -rf " + path).c_str()); }
+    std::string write(const std::string& name, const std::string& text) const {
+        std::string p = path + "/" + name;
+        std::ofstream(p) << text;
+        return p;
+    }
+};
+
+std::string error_of(void (*fn)(const std::string&), const std::string& path) {
+    try {
+        fn(path);
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Curve, GeneratedKeyPairsRoundTrip) {
+    TempDir d;
+    for (int i = 0; i < 20; ++i) {  // enough pairs that some keys contain '#'
+        KeyPair k = generate_keypair();
+        ASSERT_EQ(k.public_key.size(), 40u);
+        std::string base = d.path + "/k" + std::to_string(i);
+        write_keypair(base, k);
+        KeyPair back = load_keypair(base);
+        EXPECT_EQ(back.public_key, k.public_key);
+        EXPECT_EQ(back.secret_key, k.secret_key);
+        EXPECT_EQ(load_public_key(base + ".pub"), k.public_key);
+        std::set<std::string> list = load_authorized(base + ".pub");
+        EXPECT_EQ(list, std::set<std::string>{k.public_key});
+    }
+}
+
+TEST(Curve, AuthorisedListsAcceptBareKeysAndKeepHashes) {
+    TempDir d;
+    std::string a = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID";
+    std::string b = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+    std::string with_hash = "#" + a.substr(1);
+    std::string p = d.write(
+        "list", "# comment line\n\n" + a + "\n    public-key = \"" + b + "\"\n" + with_hash + "\n");
+    // A line starting with '#' is a comment, even when it would be a valid key.
+    EXPECT_EQ(load_authorized(p), (std::set<std::string>{a, b}));
+    std::string q = d.write("bad", a + "\nnot-a-key\n");
+    EXPECT_EQ(error_of([](const std::string& x) { load_authorized(x); }, q),
+              q + ":2: invalid public key, expected 40 Z85 characters");
+}
+
+TEST(Curve, KeyPairErrors) {
+    TempDir d;
+    std::string p = d.write(
+        "pub-only", "curve\n    public-key = \"Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID\"\n");
+    EXPECT_EQ(error_of([](const std::string& x) { load_keypair(x); }, p),
+              p + ": a key pair file needs public-key and secret-key lines");
+    std::string bad = d.write("bad", "curve\n    public-key = \"short\"\n");
+    EXPECT_EQ(error_of([](const std::string& x) { load_public_key(x); }, bad),
+              bad + ":2: invalid public-key, expected 40 Z85 characters");
+    EXPECT_EQ(error_of([](const std::string& x) { load_public_key(x); }, d.path + "/missing"),
+              d.path + "/missing: cannot read");
+}
+
+}  // namespace
+}  // namespace grl::daemon

@@ -1,0 +1,273 @@
+// Unit tests of grl::rates: rates from cumulative counters, driven by an explicit clock.
+#include "grl/rates.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace grl::rates {
+namespace {
+
+struct B {
+    const char* name;
+    std::uint64_t offered;
+    std::uint64_t dropped = 0;
+    std::uint64_t shadow = 0;
+    Scope scope = Scope::Global;
+    Mode mode = Mode::Deny;
+    std::uint64_t limit = 100000;
+};
+
+wire::Report report(const std::string& host, std::uint64_t epoch, std::uint64_t seq,
+                    std::uint64_t ts_ms, const std::vector<B>& buckets,
+                    std::uint64_t interval_ms = 1000) {
+    wire::Report r;
+    r.host = host;
+    r.zone = "z1";
+    r.region = "r1";
+    r.epoch = epoch;
+    r.seq = seq;
+    r.ts_ms = ts_ms;
+    r.interval_ms = interval_ms;
+    for (const B& b : buckets) {
+        wire::ReportBucket e;
+        e.name = b.name;
+        e.scope = b.scope;
+        e.mode = b.mode;
+        e.limit_mrps = b.limit;
+        e.offered = b.offered;
+        e.dropped = b.dropped;
+        e.admitted = b.offered - b.dropped;
+        e.shadow_dropped = b.shadow;
+        r.buckets.push_back(e);
+    }
+    return r;
+}
+
+wire::ZoneUsage usage(const Table& t) {
+    wire::ZoneUsage u;
+    t.usage(u);
+    return u;
+}
+
+const wire::UsageBucket* find(const wire::ZoneUsage& u, const std::string& name) {
+    for (const auto& b : u.buckets) {
+        if (b.name == name) return &b;
+    }
+    return nullptr;
+}
+
+std::uint64_t offered(const Table& t, const std::string& name) {
+    wire::ZoneUsage u = usage(t);
+    const wire::UsageBucket* b = find(u, name);
+    return b ? b->offered_mrps : UINT64_MAX;
+}
+
+constexpr std::uint64_t T0 = 1'700'000'000'000;  // sender wall clock
+constexpr std::uint64_t M0 = 50'000;             // receiver monotonic clock
+
+TEST(Rates, FirstReportIsABaselineOnly) {
+    Table t;
+    EXPECT_EQ(t.add(report("h1", 7, 1, T0, {{"api", 5000}}), M0), Verdict::First);
+    wire::ZoneUsage u = usage(t);
+    ASSERT_EQ(u.buckets.size(), 1u);
+    EXPECT_EQ(u.hosts, 1u);
+    EXPECT_EQ(u.buckets[0].hosts, 1u);
+    EXPECT_EQ(u.buckets[0].offered_mrps, 0u);  // no rate from a single sample
+    EXPECT_EQ(u.buckets[0].rated_hosts, 0u);   // ...and the usage says so
+    t.add(report("h1", 7, 2, T0 + 1000, {{"api", 5100}}), M0 + 1000);
+    EXPECT_EQ(usage(t).buckets[0].rated_hosts, 1u);
+    EXPECT_EQ(usage(t).buckets[0].offered_mrps, 100000u);
+}
+
+TEST(Rates, RateIsCounterDeltaOverSenderTime) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 1000, 100, 7}}), M0);
+    // 150 more offered, 50 more dropped, 30 more shadow drops in 1.5 s (sender clock), received
+    // 1.6 s later (queueing at the receiver must not distort the rate).
+    EXPECT_EQ(t.add(report("h1", 7, 2, T0 + 1500, {{"api", 1150, 150, 37}}), M0 + 1600),
+              Verdict::Accepted);
+    wire::ZoneUsage u = usage(t);
+    const wire::UsageBucket* b = find(u, "api");
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->offered_mrps, 100000u);  // 150 / 1.5 s = 100 r/s
+    EXPECT_EQ(b->dropped_mrps, 33333u);   // 50 / 1.5 s
+    EXPECT_EQ(b->admitted_mrps, 100000u - 33333u);
+    EXPECT_EQ(b->shadow_dropped_mrps, 20000u);  // 30 / 1.5 s
+}
+
+TEST(Rates, DuplicatesAndReorderedReportsChangeNothing) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 0}}), M0);
+    t.add(report("h1", 7, 2, T0 + 1000, {{"api", 100}}), M0 + 1000);
+    t.add(report("h1", 7, 3, T0 + 2000, {{"api", 300}}), M0 + 2000);
+    EXPECT_EQ(offered(t, "api"), 200000u);
+    // The same report again, and an older one arriving late.
+    EXPECT_EQ(t.add(report("h1", 7, 3, T0 + 2000, {{"api", 300}}), M0 + 2100), Verdict::Duplicate);
+    EXPECT_EQ(t.add(report("h1", 7, 2, T0 + 1000, {{"api", 100}}), M0 + 2200), Verdict::Duplicate);
+    EXPECT_EQ(offered(t, "api"), 200000u);
+    // The next report still measures from seq 3.
+    t.add(report("h1", 7, 4, T0 + 3000, {{"api", 350}}), M0 + 3000);
+    EXPECT_EQ(offered(t, "api"), 50000u);
+}
+
+TEST(Rates, LostReportsOnlyWidenTheInterval) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 1000}}), M0);
+    // seq 2..4 lost; 4 s later 800 more requests: 200 r/s, not 800.
+    t.add(report("h1", 7, 5, T0 + 4000, {{"api", 1800}}), M0 + 4000);
+    EXPECT_EQ(offered(t, "api"), 200000u);
+}
+
+TEST(Rates, NewEpochIsACounterResetAndHoldsTheLastRate) {
+    Table t;
+    t.add(report("h1", 7, 10, T0, {{"api", 5000}}), M0);
+    t.add(report("h1", 7, 11, T0 + 1000, {{"api", 5100}}), M0 + 1000);
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    // nginx restarted: new epoch, counters from zero, seq from 1. No negative rate, no spike:
+    // the last rate is held until the new epoch has two samples.
+    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2000, {{"api", 30}}), M0 + 2000), Verdict::Restarted);
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    EXPECT_EQ(t.add(report("h1", 8, 2, T0 + 3000, {{"api", 90}}), M0 + 3000), Verdict::Accepted);
+    EXPECT_EQ(offered(t, "api"), 60000u);
+    // A late report of the previous run is recognised and ignored.
+    EXPECT_EQ(t.add(report("h1", 7, 12, T0 + 1900, {{"api", 5190}}), M0 + 3100), Verdict::OldEpoch);
+    EXPECT_EQ(offered(t, "api"), 60000u);
+}
+
+TEST(Rates, CounterGoingBackwardsWithinAnEpochIsAResetOfThatBucket) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 1000}, {"web", 1000}}), M0);
+    t.add(report("h1", 7, 2, T0 + 1000, {{"api", 1100}, {"web", 1200}}), M0 + 1000);
+    t.add(report("h1", 7, 3, T0 + 2000, {{"api", 1200}, {"web", 5}}), M0 + 2000);
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    EXPECT_EQ(offered(t, "web"), 200000u);  // held, not an underflow
+    t.add(report("h1", 7, 4, T0 + 3000, {{"api", 1300}, {"web", 55}}), M0 + 3000);
+    EXPECT_EQ(offered(t, "web"), 50000u);
+}
+
+TEST(Rates, SenderClockStepsFallBackToReceiverTime) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 0}}), M0);
+    // Sender's clock stepped back by a minute: our 1 s is used.
+    t.add(report("h1", 7, 2, T0 - 60000, {{"api", 100}}), M0 + 1000);
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    // ...and forward by an hour: again ours.
+    t.add(report("h1", 7, 3, T0 + 3600000, {{"api", 300}}), M0 + 2000);
+    EXPECT_EQ(offered(t, "api"), 200000u);
+}
+
+TEST(Rates, NoTimeElapsedKeepsTheBaseline) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 0}}), M0);
+    EXPECT_EQ(t.add(report("h1", 7, 2, T0, {{"api", 50}}), M0), Verdict::NoTime);
+    t.add(report("h1", 7, 3, T0 + 1000, {{"api", 100}}), M0 + 1000);
+    EXPECT_EQ(offered(t, "api"), 100000u);  // 100 over 1 s from seq 1's baseline
+}
+
+TEST(Rates, HostsAreSummedWithDefinitionsAndHostNames) {
+    Table t;
+    for (std::uint64_t s = 1; s <= 2; ++s) {
+        std::uint64_t k = s - 1;
+        t.add(report("h1", 1, s, T0 + 1000 * k, {{"api", 100 * k}, {"web", 10 * k}}),
+              M0 + 1000 * k);
+        t.add(report("h2", 2, s, T0 + 1000 * k, {{"api", 300 * k}}), M0 + 1000 * k);
+        B odd{"api", 0};
+        odd.limit = 50000;  // h3 disagrees on the limit
+        odd.offered = 600 * k;
+        t.add(report("h3", 3, s, T0 + 1000 * k, {odd}), M0 + 1000 * k);
+    }
+    wire::ZoneUsage u = usage(t);
+    EXPECT_EQ(u.hosts, 3u);
+    EXPECT_EQ(u.host_names, (std::vector<std::string>{"h1", "h2", "h3"}));
+    const wire::UsageBucket* api = find(u, "api");
+    ASSERT_NE(api, nullptr);
+    EXPECT_EQ(api->offered_mrps, 1000000u);
+    EXPECT_EQ(api->hosts, 3u);
+    EXPECT_TRUE(api->host_names.empty());  // every host reports it
+    ASSERT_EQ(api->definitions.size(), 2u);
+    EXPECT_EQ(api->definitions[0].hosts, 2u);  // most common first
+    EXPECT_EQ(api->definitions[0].def.limit_mrps, 100000u);
+    EXPECT_EQ(api->definitions[1].hosts, 1u);
+    EXPECT_EQ(api->definitions[1].def.limit_mrps, 50000u);
+    const wire::UsageBucket* web = find(u, "web");
+    ASSERT_NE(web, nullptr);
+    EXPECT_EQ(web->offered_mrps, 10000u);
+    EXPECT_EQ(web->host_names, (std::vector<std::string>{"h1"}));  // a subset: named
+}
+
+TEST(Rates, SilentHostsLeaveTheSumsThenAreForgotten) {
+    Options o;
+    o.stale_intervals = 3;
+    o.forget_intervals = 10;
+    Table t(o);
+    for (std::uint64_t k = 0; k < 2; ++k) {
+        t.add(report("h1", 1, k + 1, T0 + 1000 * k, {{"api", 100 * k}}), M0 + 1000 * k);
+        t.add(report("h2", 2, k + 1, T0 + 1000 * k, {{"api", 100 * k}}, 250), M0 + 1000 * k);
+    }
+    EXPECT_EQ(offered(t, "api"), 200000u);
+    // h2 reports every 250 ms: silent for 800 ms it is stale, h1 (1 s) is not.
+    SweepResult s = t.sweep(M0 + 1000 + 800);
+    EXPECT_EQ(s.went_stale, std::vector<std::string>{"h2"});
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    wire::ZoneUsage u = usage(t);
+    EXPECT_EQ(u.hosts, 1u);
+    EXPECT_EQ(u.stale_hosts, 1u);
+    EXPECT_TRUE(t.sweep(M0 + 1000 + 900).went_stale.empty());  // reported once
+    // h2 comes back: fresh again at once, its next delta measured from its last baseline.
+    t.add(report("h2", 2, 3, T0 + 2000, {{"api", 200}}, 250), M0 + 2000);
+    EXPECT_EQ(offered(t, "api"), 200000u);
+    // Both silent: stale, then forgotten (h2 after 10 x 250 ms, h1 after 10 s).
+    s = t.sweep(M0 + 2000 + 2600);
+    EXPECT_EQ(s.forgotten, std::vector<std::string>{"h2"});
+    EXPECT_EQ(t.hosts(), 1u);
+    s = t.sweep(M0 + 1000 + 10001);
+    EXPECT_EQ(s.forgotten, std::vector<std::string>{"h1"});
+    EXPECT_EQ(t.hosts(), 0u);
+    EXPECT_TRUE(usage(t).buckets.empty());
+}
+
+TEST(Rates, ReloadAddingRemovingAndReorderingBuckets) {
+    Table t;
+    t.add(report("h1", 1, 1, T0, {{"a", 0}, {"b", 0}, {"c", 0}}), M0);
+    t.add(report("h1", 1, 2, T0 + 1000, {{"a", 10}, {"b", 20}, {"c", 30}}), M0 + 1000);
+    EXPECT_EQ(t.entries(), 3u);
+    // Reload: c removed, d added, order changed; same epoch.
+    t.add(report("h1", 1, 3, T0 + 2000, {{"d", 5}, {"b", 40}, {"a", 11}}), M0 + 2000);
+    wire::ZoneUsage u = usage(t);
+    ASSERT_EQ(u.buckets.size(), 3u);
+    EXPECT_EQ(find(u, "a")->offered_mrps, 1000u);
+    EXPECT_EQ(find(u, "b")->offered_mrps, 20000u);
+    EXPECT_EQ(find(u, "d")->offered_mrps, 0u);  // new: baseline only
+    EXPECT_EQ(find(u, "c"), nullptr);
+    t.add(report("h1", 1, 4, T0 + 3000, {{"d", 25}, {"b", 40}, {"a", 11}}), M0 + 3000);
+    EXPECT_EQ(offered(t, "d"), 20000u);
+}
+
+TEST(Rates, ManyHostsJoiningAndLeaving) {
+    Options o;
+    o.forget_intervals = 5;
+    Table t(o);
+    // 200 hosts at 10 r/s each; every 10th host restarts once in the middle; half leave.
+    for (std::uint64_t k = 0; k < 6; ++k) {
+        for (int h = 0; h < 200; ++h) {
+            if (k >= 4 && h % 2 == 1) continue;  // odd hosts stop reporting after k = 3
+            std::uint64_t epoch = (h % 10 == 0 && k >= 3) ? 2000 + h : 1000 + h;
+            std::uint64_t base = (h % 10 == 0 && k >= 3) ? (k - 3) * 10 : k * 10;
+            std::uint64_t seq = (h % 10 == 0 && k >= 3) ? k - 2 : k + 1;
+            t.add(report("h" + std::to_string(h), epoch, seq, T0 + 1000 * k, {{"api", base}}),
+                  M0 + 1000 * k);
+        }
+        t.sweep(M0 + 1000 * k);
+    }
+    EXPECT_EQ(offered(t, "api"), 200u * 10000u);  // odd hosts still within 3 intervals
+    t.sweep(M0 + 5000 + 1500);                    // odd hosts silent for 3.5 s: out of the sums
+    EXPECT_EQ(t.fresh_hosts(), 100u);
+    EXPECT_EQ(offered(t, "api"), 100u * 10000u);
+    t.sweep(M0 + 3000 + 5001);  // ...and forgotten after 5 s
+    EXPECT_EQ(t.hosts(), 100u);
+}
+
+}  // namespace
+}  // namespace grl::rates
