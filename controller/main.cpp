@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
             {"interval", "DURATION", "how often ratios are computed and published", "1s", false},
             {"ttl", "DURATION", "validity of published ratios", "3 x interval", false},
             {"window", "N", "intervals averaged for the ratio", "2", false},
+            {"fast-attack", "PERCENT",
+             "a sample this much above the window's mean is a surge, used alone (0: off)", "20",
+             false},
             {"stale-intervals", "N", "a zone or peer silent for N intervals leaves the sums", "3",
              false},
             {"limits", "FILE", "YAML limits file (reloaded on SIGHUP and when it changes)", "",
@@ -82,6 +85,10 @@ int main(int argc, char** argv) {
         if (!args.uint("window", n, err) || n == 0 || n > 100)
             throw std::runtime_error(err.empty() ? "--window: 1..100" : err);
         c.opts.window = static_cast<std::uint32_t>(n);
+        if (!args.uint("fast-attack", n, err) || n > 1000) {
+            throw std::runtime_error(err.empty() ? "--fast-attack: 0..1000 (percent)" : err);
+        }
+        c.opts.fast_attack = static_cast<double>(n) / 100.0;
         if (!args.uint("stale-intervals", n, err) || n == 0)
             throw std::runtime_error(err.empty() ? "--stale-intervals: must be at least 1" : err);
         c.opts.stale_intervals = static_cast<std::uint32_t>(n);

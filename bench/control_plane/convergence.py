@@ -223,29 +223,35 @@ def main():
     a = ap.parse_args()
     results = []
     for iv in a.intervals.split(","):
-        fleet = Fleet(a.build_dir, iv, a.limit, a.window)
-        try:
-            time.sleep(2)
-            for mult in (float(x) for x in a.steps.split(",")):
-                runs = [run_once(fleet, a.build_dir, a.limit, mult) for _ in range(a.rounds)]
-                for r in runs:
-                    print(json.dumps({"interval": iv, "step": mult, **r}), flush=True)
-                med = lambda k: statistics.median([r[k] for r in runs if r[k] is not None]) \
-                    if any(r[k] is not None for r in runs) else None  # noqa: E731
-                summary = {"interval": iv, "window": a.window or "default", "step_x_limit": mult,
-                           "rounds": a.rounds,
-                           "settle_s_median": med("settle_s"), "settle_s_max": max(
-                               (r["settle_s"] for r in runs if r["settle_s"] is not None), default=None),
-                           "unsettled_runs": sum(r["settle_s"] is None for r in runs),
-                           "first_ratio_s_median": med("first_ratio_s"),
-                           "ratio_within_0.05_s_median": med("ratio_within_0.05_s"),
-                           "overshoot_requests_median": med("overshoot_requests"),
-                           "peak_admitted_x_limit_median": med("peak_admitted_x_limit"),
-                           "steady_error_median": med("steady_error")}
-                results.append(summary)
-                print("SUMMARY " + json.dumps(summary), flush=True)
-        finally:
-            fleet.stop()
+        for mult in (float(x) for x in a.steps.split(",")):
+            runs = []
+            for _ in range(a.rounds):
+                # A fresh fleet per round: the phases between nginx's report timers and the
+                # daemons' ticks are set when they start, and they decide much of the delay.
+                fleet = Fleet(a.build_dir, iv, a.limit, a.window)
+                try:
+                    time.sleep(2)
+                    runs.append(run_once(fleet, a.build_dir, a.limit, mult))
+                finally:
+                    fleet.stop()
+                print(json.dumps({"interval": iv, "step": mult, **runs[-1]}), flush=True)
+
+            def med(k):
+                vals = [r[k] for r in runs if r[k] is not None]
+                return statistics.median(vals) if vals else None
+
+            summary = {"interval": iv, "window": a.window or "default", "step_x_limit": mult,
+                       "rounds": a.rounds, "settle_s_median": med("settle_s"),
+                       "settle_s_max": max((r["settle_s"] for r in runs if r["settle_s"] is not None),
+                                           default=None),
+                       "unsettled_runs": sum(r["settle_s"] is None for r in runs),
+                       "first_ratio_s_median": med("first_ratio_s"),
+                       "ratio_within_0.05_s_median": med("ratio_within_0.05_s"),
+                       "overshoot_requests_median": med("overshoot_requests"),
+                       "peak_admitted_x_limit_median": med("peak_admitted_x_limit"),
+                       "steady_error_median": med("steady_error")}
+            results.append(summary)
+            print("SUMMARY " + json.dumps(summary), flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=2)

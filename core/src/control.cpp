@@ -602,10 +602,21 @@ TickOutput Controller::tick(const Clock& now) {
             mean.shadow_dropped += r.shadow_dropped;
         }
         double n = static_cast<double>(inst.samples.size());
-        inst.offered_mrps = mean.offered / n;
-        inst.admitted_mrps = mean.admitted / n;
-        inst.dropped_mrps = mean.dropped / n;
-        inst.shadow_dropped_mrps = mean.shadow_dropped / n;
+        mean.offered /= n;
+        mean.admitted /= n;
+        mean.dropped /= n;
+        mean.shadow_dropped /= n;
+        // Fast attack: a newest sample well above the mean is a surge, not noise; use it
+        // alone so that the ratio answers within one tick. Decreases stay averaged (a drop
+        // in demand over-drops for at most one window, the safe direction).
+        const Rates& newest = inst.samples.back();
+        if (opt_.fast_attack > 0 && newest.offered > mean.offered * (1.0 + opt_.fast_attack)) {
+            mean = newest;
+        }
+        inst.offered_mrps = mean.offered;
+        inst.admitted_mrps = mean.admitted;
+        inst.dropped_mrps = mean.dropped;
+        inst.shadow_dropped_mrps = mean.shadow_dropped;
         inst.ratio_ppm = inst.limit_mrps == 0
                              ? kPpmOne
                              : drop_ratio_ppm(round_mrps(inst.offered_mrps), inst.limit_mrps);

@@ -10,6 +10,7 @@ controller/grl-controller, controller/grlctl, bench/grl_loadgen.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -231,6 +232,8 @@ class Load:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)
+        if os.path.exists(self.out):
+            os.unlink(self.out)
 
 
 def window(result, t0, t1):
@@ -313,6 +316,7 @@ class Fleet:
                 d.stop()
             except AssertionError as e:
                 print(e)
+            shutil.rmtree(d.dir, ignore_errors=True)
 
 
 try:

@@ -185,3 +185,28 @@ def test_emergency_bucket_reaches_every_nginx_without_reload(fleet, tmp_path):
         for load in (bots, humans, crawl):
             if load:
                 load.stop()
+
+
+def test_hosts_disagreeing_on_a_definition(fleet):
+    """Two hosts with different nginx.conf limits for one bucket (a rollout in progress): the
+    policy picks the majority, on a tie the lowest limit; it is a metric, a log line and in
+    grlctl show."""
+    ctl = fleet.controller()
+    col = fleet.collector("z1", [ctl])
+    ns = [fleet.nginx("h1", "z1", col, ["g procedure_prefix=/g rate=100r/s"]),
+          fleet.nginx("h2", "z1", col, ["g procedure_prefix=/g rate=50r/s"])]
+    fleet.wait_hosts(ctl, 2)
+    # A tie (1 host each): the lower limit is in force, on both hosts.
+    f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 50 and b["ratio_state"] == "active", 5)
+    m = ctl.metrics()
+    assert f.metric(m, "grl_bucket_definitions", bucket="g", scope="global") == 2
+    assert f.metric(m, "grl_bucket_disagreeing_hosts", bucket="g", scope="global") == 1
+    assert "bucket=g: hosts disagree on the definition in global: 1 of 2 host(s)" in ctl.log()
+    shown = f.grlctl(ctl, "show", "g")["buckets"][0]
+    assert sorted((d["limit_rps"], d["hosts"]) for d in shown["definitions"]) == [(50, 1), (100, 1)]
+    assert shown["host_names"] == ["h1", "h2"]
+    # A third host with 100 r/s makes it a majority.
+    fleet.nginx("h3", "z1", col, ["g procedure_prefix=/g rate=100r/s"])
+    fleet.wait_hosts(ctl, 3)
+    f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 100, 5)
+    assert f.metric(ctl.metrics(), "grl_bucket_disagreeing_hosts", bucket="g", scope="global") == 1

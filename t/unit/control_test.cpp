@@ -225,26 +225,35 @@ TEST(Controller, TwoRegionsComputeTheSameGlobalAnswer) {
 }
 
 TEST(Controller, StepResponseOfTheSmoothingWindow) {
-    Fleet f;
-    Options o = opts();
-    o.window = 2;
-    Controller c(o);
-    auto feed = [&](double rps) {
-        c.on_zone_usage(zu("z1", {ub("api", rps, 1, Scope::Global, 150)}, f.now), f.now);
-        c.tick(f.now);
-        f.advance(1000);
-        return ratio(c, "api");
-    };
-    feed(100);
-    EXPECT_EQ(feed(100), 0u);
-    // Step to 300 r/s with limit 150: half a step after one tick (mean 200: 0.25), the full
-    // answer (0.5) after two, and no overshoot beyond it.
-    EXPECT_EQ(feed(300), 250000u);
-    EXPECT_EQ(feed(300), 500000u);
-    EXPECT_EQ(feed(300), 500000u);
-    // Step back down: over-dropping for one tick only.
-    EXPECT_EQ(feed(100), 250000u);
-    EXPECT_EQ(feed(100), 0u);
+    for (double attack : {0.0, 0.2}) {
+        SCOPED_TRACE(attack);
+        Fleet f;
+        Options o = opts();
+        o.window = 2;
+        o.fast_attack = attack;
+        Controller c(o);
+        auto feed = [&](double rps) {
+            c.on_zone_usage(zu("z1", {ub("api", rps, 1, Scope::Global, 150)}, f.now), f.now);
+            c.tick(f.now);
+            f.advance(1000);
+            return ratio(c, "api");
+        };
+        feed(100);
+        EXPECT_EQ(feed(100), 0u);
+        // Step to 300 r/s with limit 150 (exact answer 0.5). Window only: half-way after one
+        // tick (mean 200: 0.25), exact after two. Fast attack: exact at once. Never beyond.
+        EXPECT_EQ(feed(300), attack > 0 ? 500000u : 250000u);
+        EXPECT_EQ(feed(300), 500000u);
+        EXPECT_EQ(feed(300), 500000u);
+        // Step back down: averaged either way, over-dropping for one tick only.
+        EXPECT_EQ(feed(100), 250000u);
+        EXPECT_EQ(feed(100), 0u);
+        // Noise (+10%, +15%) is averaged, not taken for a surge.
+        feed(200);
+        feed(200);
+        EXPECT_EQ(feed(220), drop_ratio_ppm(210000, 150000));
+        EXPECT_EQ(feed(230), drop_ratio_ppm(225000, 150000));
+    }
 }
 
 TEST(Controller, ZeroLimitDropsEverythingAndShadowKeepsItsMode) {
@@ -355,9 +364,9 @@ TEST(Controller, UnratedUsageNeverPublishesAFalseZero) {
     EXPECT_EQ(ratio(c, "api"), 666666u);
     f.advance(1000);
     c.on_zone_usage(zu("z1", {ub("api", 300, 2)}, f.now), f.now);
-    c.on_zone_usage(zu("z2", {ub("api", 200, 1)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 40, 1)}, f.now), f.now);
     c.tick(f.now);
-    EXPECT_EQ(ratio(c, "api"), drop_ratio_ppm(400000, 100000));  // mean of 300 and 500
+    EXPECT_EQ(ratio(c, "api"), drop_ratio_ppm(320000, 100000));  // mean of 300 and 340
     // A brand-new controller that only hears unrated usage publishes nothing for the bucket
     // (nginx keeps what it holds until the TTL), then the exact ratio from the first rates.
     Controller fresh(opts("ctl-b"));
@@ -538,7 +547,8 @@ TEST(Controller, RunTimeBucketIsPublishedWithItsMatchAndRemoved) {
     c.on_zone_usage(zu("z1", {ub("api", 10), ub("bots", 40, 1, Scope::Zone, 20)}, f.now), f.now);
     c.on_zone_usage(zu("z2", {ub("api", 10)}, f.now), f.now);
     out = c.tick(f.now);
-    EXPECT_EQ(ratio(c, "bots", "z1"), drop_ratio_ppm(20000, 20000));  // mean of 0 and 40
+    // From 0 to 40 r/s is a surge: used at once (fast attack), not averaged with the 0.
+    EXPECT_EQ(ratio(c, "bots", "z1"), 500000u);
     f.advance(1000);
     c.on_zone_usage(zu("z1", {ub("api", 10), ub("bots", 40, 1, Scope::Zone, 20)}, f.now), f.now);
     c.on_zone_usage(zu("z2", {ub("api", 10)}, f.now), f.now);

@@ -38,9 +38,10 @@ struct Options {
     std::string name;    // this controller ("source" of its messages)
     std::string region;  // the region it controls
     std::uint64_t interval_ms = 1000;
-    std::uint64_t ttl_ms = 3000;          // of the instructions it publishes
-    std::uint32_t window = 2;             // ticks averaged for the ratio
-    std::uint32_t stale_intervals = 3;    // a zone or peer silent this long leaves the sums...
+    std::uint64_t ttl_ms = 3000;        // of the instructions it publishes
+    std::uint32_t window = 2;           // ticks averaged for the ratio
+    double fast_attack = 0.2;           // newest sample > mean x (1 + this): use it alone (0: off)
+    std::uint32_t stale_intervals = 3;  // a zone or peer silent this long leaves the sums...
     std::uint32_t forget_intervals = 60;  // ...and is forgotten this long after
     std::uint32_t hold_intervals = 10;    // how long a bucket's last rates stand in for none
     std::size_t max_overrides = 1024;     // entries in the override table, tombstones included
