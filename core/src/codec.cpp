@@ -1,4 +1,4 @@
-// See codec.h. The raw scan mirrors the one in wire.cpp: it proves that the body is exactly one
+// See codec.h. The raw scan proves that the body is exactly one
 // well-formed msgpack object whose declared element counts fit in the bytes present, so
 // msgpack_unpack_next() never sizes an allocation from an unchecked count.
 #include "codec.h"

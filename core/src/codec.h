@@ -1,6 +1,6 @@
-// Internal helpers for the msgpack codecs of the control-plane messages (wire_control.cpp):
+// Internal helpers for every msgpack codec (wire.cpp, wire_control.cpp):
 // a packer, a bounds-checked body parser and a strict map reader. Not installed: the public
-// API is grl/wire_control.h. The same rules as wire.cpp apply (docs/protocol.md): the body is
+// API is grl/wire.h and grl/wire_control.h. The rules of docs/protocol.md apply: the body is
 // exactly one map, at most kMaxMessageBytes, nesting at most kMaxDepth; keys are strings;
 // known keys appear once; unknown keys are ignored.
 #pragma once

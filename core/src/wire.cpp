@@ -6,6 +6,8 @@
 // nesting depth it cannot handle. The object tree is then validated field by field.
 #include "grl/wire.h"
 
+#include "codec.h"
+
 #include <msgpack.h>
 
 #include <algorithm>
@@ -18,296 +20,16 @@ namespace grl::wire {
 
 namespace {
 
+// The packer, quoting, raw scan and body parsing are shared with the
+// control-plane codecs (codec.h).
+using codec::Packer;
+using codec::quote;
+using codec::type_name;
+
 constexpr std::uint32_t kMaxRatioPpm = 1'000'000;
-
-// Deepest container nesting accepted (v1 messages need 3). Kept below msgpack-c's
-// MSGPACK_EMBED_STACK_SIZE (32) so the unpacker's own limit is never what rejects a body.
-constexpr std::size_t kMaxDepth = 16;
-
-// Longest value quoted verbatim in an error string.
-constexpr std::size_t kMaxQuoted = 64;
-
-// ---------------------------------------------------------------------------------------------
-// Encoding
-
-class Packer {
-  public:
-    Packer() {
-        msgpack_sbuffer_init(&buf_);
-        msgpack_packer_init(&pk_, &buf_, msgpack_sbuffer_write);
-    }
-    ~Packer() { msgpack_sbuffer_destroy(&buf_); }
-    Packer(const Packer&) = delete;
-    Packer& operator=(const Packer&) = delete;
-
-    void map(std::size_t n) { check(msgpack_pack_map(&pk_, n)); }
-    void array(std::size_t n) { check(msgpack_pack_array(&pk_, n)); }
-    void u64(std::uint64_t v) { check(msgpack_pack_uint64(&pk_, v)); }
-    void str(std::string_view s) {
-        check(msgpack_pack_str(&pk_, s.size()));
-        check(msgpack_pack_str_body(&pk_, s.data(), s.size()));
-    }
-    void kv(std::string_view key, std::uint64_t v) {
-        str(key);
-        u64(v);
-    }
-    void kv(std::string_view key, std::string_view v) {
-        str(key);
-        str(v);
-    }
-
-    void append_to(std::string& out) const { out.append(buf_.data, buf_.size); }
-
-  private:
-    // msgpack_sbuffer_write only fails when realloc() does.
-    static void check(int rc) {
-        if (rc != 0) throw std::bad_alloc();
-    }
-
-    msgpack_sbuffer buf_;
-    msgpack_packer pk_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// Error strings
-
-// `s` in double quotes, with quotes, backslashes and non-printable bytes escaped, and cut at
-// kMaxQuoted bytes: error strings end up in logs, and the bytes come from the network.
-std::string quote(std::string_view s) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string q;
-    q.reserve(std::min(s.size(), kMaxQuoted) + 8);
-    q += '"';
-    for (std::size_t i = 0; i < s.size() && i < kMaxQuoted; ++i) {
-        auto c = static_cast<unsigned char>(s[i]);
-        if (c == '"' || c == '\\') {
-            q += '\\';
-            q += static_cast<char>(c);
-        } else if (c < 0x20 || c >= 0x7f) {
-            q += "\\x";
-            q += kHex[c >> 4];
-            q += kHex[c & 0xf];
-        } else {
-            q += static_cast<char>(c);
-        }
-    }
-    if (s.size() > kMaxQuoted) q += "...";
-    q += '"';
-    return q;
-}
 
 std::string quote_key(std::string_view key) {
     return '"' + std::string(key) + '"';
-}
-
-const char* type_name(const msgpack_object& o) {
-    switch (o.type) {
-        case MSGPACK_OBJECT_NIL: return "nil";
-        case MSGPACK_OBJECT_BOOLEAN: return "bool";
-        case MSGPACK_OBJECT_POSITIVE_INTEGER: return "uint";
-        case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "int";
-        case MSGPACK_OBJECT_FLOAT32:
-        case MSGPACK_OBJECT_FLOAT64: return "float";
-        case MSGPACK_OBJECT_STR: return "str";
-        case MSGPACK_OBJECT_ARRAY: return "array";
-        case MSGPACK_OBJECT_MAP: return "map";
-        case MSGPACK_OBJECT_BIN: return "bin";
-        case MSGPACK_OBJECT_EXT: return "ext";
-    }
-    return "unknown";
-}
-
-// ---------------------------------------------------------------------------------------------
-// Raw scan
-
-enum class Scan { Ok, Truncated, Malformed, TooDeep };
-
-std::uint64_t load_be(const unsigned char* p, std::size_t n) {
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i) v = (v << 8) | p[i];
-    return v;
-}
-
-// Walks the first msgpack object of `b` without building it. On Ok, `end` is the offset just past
-// it. Every declared element needs at least one byte, so a container count larger than the bytes
-// left is reported as Truncated before anything would be allocated for it.
-Scan scan_object(std::string_view b, std::size_t& end) {
-    const auto* p = reinterpret_cast<const unsigned char*>(b.data());
-    const std::size_t len = b.size();
-    std::size_t pos = 0;
-    // Objects still to read per open container; level 0 is the body itself.
-    std::array<std::uint64_t, kMaxDepth + 1> left{};
-    std::size_t depth = 1;
-    left[0] = 1;
-    std::uint64_t pending = 1;  // sum of left[]
-
-    while (depth > 0) {
-        if (left[depth - 1] == 0) {
-            --depth;
-            continue;
-        }
-        if (pos >= len) return Scan::Truncated;
-        --left[depth - 1];
-        --pending;
-        const unsigned char tag = p[pos++];
-        const std::size_t avail = len - pos;
-        std::uint64_t skip = 0;      // payload bytes following the header
-        std::uint64_t children = 0;  // objects contained (2 per map entry)
-        bool container = false;
-        auto need = [&](std::size_t n, std::uint64_t& v) {
-            if (avail < n) return false;
-            v = load_be(p + pos, n);
-            pos += n;
-            return true;
-        };
-
-        if (tag <= 0x7f || tag >= 0xe0) {
-            // positive / negative fixint
-        } else if (tag <= 0x8f) {
-            container = true;
-            children = std::uint64_t{2} * (tag & 0x0fu);
-        } else if (tag <= 0x9f) {
-            container = true;
-            children = tag & 0x0fu;
-        } else if (tag <= 0xbf) {
-            skip = tag & 0x1fu;
-        } else {
-            std::uint64_t n = 0;
-            switch (tag) {
-                case 0xc0:  // nil
-                case 0xc2:  // false
-                case 0xc3:  // true
-                    break;
-                case 0xc1: return Scan::Malformed;  // never used
-                case 0xc4:                          // bin 8
-                case 0xd9:                          // str 8
-                    if (!need(1, n)) return Scan::Truncated;
-                    skip = n;
-                    break;
-                case 0xc5:  // bin 16
-                case 0xda:  // str 16
-                    if (!need(2, n)) return Scan::Truncated;
-                    skip = n;
-                    break;
-                case 0xc6:  // bin 32
-                case 0xdb:  // str 32
-                    if (!need(4, n)) return Scan::Truncated;
-                    skip = n;
-                    break;
-                case 0xc7:  // ext 8: length, type, data
-                    if (!need(1, n)) return Scan::Truncated;
-                    skip = n + 1;
-                    break;
-                case 0xc8:  // ext 16
-                    if (!need(2, n)) return Scan::Truncated;
-                    skip = n + 1;
-                    break;
-                case 0xc9:  // ext 32
-                    if (!need(4, n)) return Scan::Truncated;
-                    skip = n + 1;
-                    break;
-                case 0xca: skip = 4; break;   // float 32
-                case 0xcb: skip = 8; break;   // float 64
-                case 0xcc: skip = 1; break;   // uint 8
-                case 0xcd: skip = 2; break;   // uint 16
-                case 0xce: skip = 4; break;   // uint 32
-                case 0xcf: skip = 8; break;   // uint 64
-                case 0xd0: skip = 1; break;   // int 8
-                case 0xd1: skip = 2; break;   // int 16
-                case 0xd2: skip = 4; break;   // int 32
-                case 0xd3: skip = 8; break;   // int 64
-                case 0xd4: skip = 2; break;   // fixext 1
-                case 0xd5: skip = 3; break;   // fixext 2
-                case 0xd6: skip = 5; break;   // fixext 4
-                case 0xd7: skip = 9; break;   // fixext 8
-                case 0xd8: skip = 17; break;  // fixext 16
-                case 0xdc:                    // array 16
-                    if (!need(2, n)) return Scan::Truncated;
-                    container = true;
-                    children = n;
-                    break;
-                case 0xdd:  // array 32
-                    if (!need(4, n)) return Scan::Truncated;
-                    container = true;
-                    children = n;
-                    break;
-                case 0xde:  // map 16
-                    if (!need(2, n)) return Scan::Truncated;
-                    container = true;
-                    children = 2 * n;
-                    break;
-                case 0xdf:  // map 32
-                    if (!need(4, n)) return Scan::Truncated;
-                    container = true;
-                    children = 2 * n;
-                    break;
-                default: return Scan::Malformed;  // unreachable: all tags are covered
-            }
-        }
-
-        if (skip > len - pos) return Scan::Truncated;
-        pos += static_cast<std::size_t>(skip);
-        if (container && children > 0) {
-            if (depth > kMaxDepth) return Scan::TooDeep;
-            pending += children;  // children <= 2^33: no overflow
-            if (pending > len - pos) return Scan::Truncated;
-            left[depth++] = children;
-        }
-    }
-    end = pos;
-    return Scan::Ok;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Body
-
-class Unpacked {
-  public:
-    Unpacked() { msgpack_unpacked_init(&u_); }
-    ~Unpacked() { msgpack_unpacked_destroy(&u_); }
-    Unpacked(const Unpacked&) = delete;
-    Unpacked& operator=(const Unpacked&) = delete;
-    msgpack_unpacked* get() { return &u_; }
-
-  private:
-    msgpack_unpacked u_;
-};
-
-// Unpacks `bytes` into `u` and returns its top-level map, or nullptr with `error` set.
-const msgpack_object* unpack_body(std::string_view bytes, Unpacked& u, std::string& error) {
-    if (bytes.size() > kMaxMessageBytes) {
-        error = "message too large (" + std::to_string(bytes.size()) + " bytes, max " +
-                std::to_string(kMaxMessageBytes) + ")";
-        return nullptr;
-    }
-    if (bytes.empty()) {
-        error = "empty message";
-        return nullptr;
-    }
-    std::size_t end = 0;
-    switch (scan_object(bytes, end)) {
-        case Scan::Ok: break;
-        case Scan::Truncated: error = "truncated message"; return nullptr;
-        case Scan::Malformed: error = "malformed msgpack"; return nullptr;
-        case Scan::TooDeep: error = "message nested too deeply"; return nullptr;
-    }
-    if (end != bytes.size()) {
-        error = "trailing bytes after message";
-        return nullptr;
-    }
-    std::size_t off = 0;
-    const msgpack_unpack_return rc = msgpack_unpack_next(u.get(), bytes.data(), bytes.size(), &off);
-    if (rc != MSGPACK_UNPACK_SUCCESS || off != bytes.size()) {
-        // Not expected after a successful scan; kept as a guard.
-        error = rc == MSGPACK_UNPACK_CONTINUE ? "truncated message" : "malformed msgpack";
-        return nullptr;
-    }
-    const msgpack_object* root = &u.get()->data;
-    if (root->type != MSGPACK_OBJECT_MAP) {
-        error = std::string("message is ") + type_name(*root) + ", not a map";
-        return nullptr;
-    }
-    return root;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -536,9 +258,9 @@ const std::array<std::string_view, kReportBucketKeys> kReportBucketKeyNames = {
 };
 
 bool decode_report(std::string_view bytes, Report& out, std::string& error) {
-    Unpacked u;
-    const msgpack_object* root = unpack_body(bytes, u, error);
-    if (root == nullptr) return false;
+    codec::Body body;
+    if (!body.parse(bytes, error)) return false;
+    const msgpack_object* root = &body.root();
     Fields<kReportKeys> f(kReportKeyNames);
     if (!f.collect(*root, error)) return false;
     if (!check_header(f, "report", error)) return false;
@@ -682,9 +404,9 @@ bool locality(std::string_view key, std::string_view v, bool required, Scope sco
 }
 
 bool decode_instructions(std::string_view bytes, Instructions& out, std::string& error) {
-    Unpacked u;
-    const msgpack_object* root = unpack_body(bytes, u, error);
-    if (root == nullptr) return false;
+    codec::Body body;
+    if (!body.parse(bytes, error)) return false;
+    const msgpack_object* root = &body.root();
     Fields<kInstructionsKeys> f(kInstructionsKeyNames);
     if (!f.collect(*root, error)) return false;
     if (!check_header(f, "instructions", error)) return false;
@@ -816,10 +538,10 @@ bool decode(std::string_view bytes, Instructions& m, std::string& error) {
 
 std::string peek_type(std::string_view bytes) {
     try {
-        Unpacked u;
+        codec::Body body;
         std::string error;
-        const msgpack_object* root = unpack_body(bytes, u, error);
-        if (root == nullptr) return {};
+        if (!body.parse(bytes, error)) return {};
+        const msgpack_object* root = &body.root();
         static const std::array<std::string_view, 2> kKeys = {"v", "type"};
         Fields<2> f(kKeys);
         std::uint64_t v = 0;
