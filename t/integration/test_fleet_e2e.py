@@ -3,6 +3,7 @@ load (open loop, bench/loadgen). A global bucket holds its limit with most of
 the load on one host, a zone bucket holds per zone, a shadow bucket admits
 everything while reporting the would-be drops."""
 
+import statistics
 import time
 
 import pytest
@@ -90,7 +91,14 @@ def test_shadow_bucket_admits_everything_and_reports_would_be_drops(fl):
     load = f.Load([(n[0], 6), (n[1], 2), (n[2], 1), (n[3], 1)], "%d:16" % (2 * L_SHADOW), "/s/x")
     time.sleep(6)
     t0, before = time.monotonic(), f.bucket_totals(n, "sh")
-    time.sleep(9)
+    # The controller's shadow-drop rate is a per-interval figure (about 25
+    # would-be drops per 250 ms here, so +-15% is one binomial sigma): take
+    # the median of samples over the window rather than one instant.
+    shadow_rps = []
+    while time.monotonic() - t0 < 9:
+        time.sleep(0.5)
+        shadow_rps.append(f.metric(fl["ctl"].metrics(), "grl_bucket_shadow_dropped_rps",
+                                   bucket="sh", scope="global"))
     t1, after = time.monotonic(), f.bucket_totals(n, "sh")
     m = fl["ctl"].metrics()
     r = load.result()
@@ -105,5 +113,4 @@ def test_shadow_bucket_admits_everything_and_reports_would_be_drops(fl):
     assert within(shadow_rate, offered_rate - L_SHADOW, 0.10), (shadow_rate, offered_rate)
     assert within(f.metric(m, "grl_bucket_ratio", bucket="sh", scope="global"), 0.5, 0.10)
     assert f.metric(m, "grl_bucket_shadow", bucket="sh", scope="global") == 1
-    assert within(f.metric(m, "grl_bucket_shadow_dropped_rps", bucket="sh", scope="global"),
-                  L_SHADOW, 0.15)
+    assert within(statistics.median(shadow_rps), L_SHADOW, 0.15), shadow_rps
