@@ -60,11 +60,13 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     // controllers -> collector (one SUB connected to all of them, served by the relay).
     sub.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
     sub.set(ZMQ_RCVHWM, 10000);
-    if (cfg_.keypair) {
-        if (cfg_.server_key.empty())
-            throw std::runtime_error("--curve-keypair needs --curve-server-key");
-        daemon::make_curve_client(sub, *cfg_.keypair, cfg_.server_key);
-    }
+    // CURVE towards the controllers is on when their public key is given.
+    bool curve_up = !cfg_.server_key.empty();
+    if (curve_up && !cfg_.keypair)
+        throw std::runtime_error("--curve-server-key needs --curve-keypair");
+    if (cfg_.keypair && !curve_up && !zap_)
+        throw std::runtime_error("--curve-keypair needs --curve-server-key or --curve-clients");
+    if (curve_up) daemon::make_curve_client(sub, *cfg_.keypair, cfg_.server_key);
     topics_[0] = wire::topic(Scope::Global, "", "");
     topics_[1] = wire::topic(Scope::Region, cfg_.region, "");
     topics_[2] = wire::topic(Scope::Zone, cfg_.region, cfg_.zone);
@@ -76,7 +78,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         // superseded by the next one, so an old one is worth nothing.
         c->push.set(ZMQ_IMMEDIATE, 1);
         c->push.set(ZMQ_SNDHWM, 4);
-        if (cfg_.keypair) daemon::make_curve_client(c->push, *cfg_.keypair, cfg_.server_key);
+        if (curve_up) daemon::make_curve_client(c->push, *cfg_.keypair, cfg_.server_key);
         c->push.connect(ep);
         controllers_.push_back(std::move(c));
     }
@@ -101,7 +103,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         ": reports on " + report_ep_ + ", instructions on " + publish_ep_ +
         (http_ ? ", metrics on http://" + http_->address() + "/metrics" : "") + ", controllers: " +
         (ctl.empty() ? "none" : ctl) + ", interval " + std::to_string(cfg_.interval_ms) + " ms" +
-        (cfg_.keypair ? ", CURVE to controllers" : "") + (zap_ ? ", CURVE for nginx" : ""));
+        (curve_up ? ", CURVE to controllers" : "") + (zap_ ? ", CURVE for nginx" : ""));
 }
 
 std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {

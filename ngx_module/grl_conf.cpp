@@ -5,7 +5,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <zmq.h>
+
+#include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "grl/parse.h"
@@ -311,6 +316,44 @@ char* set_endpoints(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     });
 }
 
+// ---- grl_curve_keypair FILE / grl_curve_server_key FILE ------------------------
+
+char* set_curve_file(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    return guarded(cf, [&]() -> char* {
+        auto* m = static_cast<MainConf*>(conf);
+        ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+        bool keypair = sv(cmd->name) == "grl_curve_keypair";
+        std::string& file = keypair ? m->cpp->curve_keypair_file : m->cpp->curve_server_key_file;
+        if (!file.empty()) return const_cast<char*>("is duplicate");
+        ngx_str_t name = value[1];
+        if (name.len == 0) {
+            return conf_error(cf, directive(cmd) + ": empty file name");
+        }
+        // Relative to the configuration prefix, like ssl_certificate.
+        if (ngx_conf_full_name(cf->cycle, &name, 1) != NGX_OK) {
+            return static_cast<char*>(NGX_CONF_ERROR);
+        }
+        file = to_std(name);
+        std::ifstream f(file);
+        if (!f) {
+            return conf_error(
+                cf, directive(cmd) + ": cannot read " + quoted(file) + ": " + std::strerror(errno));
+        }
+        std::ostringstream text;
+        text << f.rdbuf();
+        try {
+            if (keypair) {
+                m->cpp->curve_keypair = curve::parse_keypair(text.str(), file);
+            } else {
+                m->cpp->curve_server_key = curve::parse_public_key(text.str(), file);
+            }
+        } catch (const std::runtime_error& e) {
+            return conf_error(cf, directive(cmd) + ": " + e.what());
+        }
+        return NGX_CONF_OK;
+    });
+}
+
 // ---- durations -------------------------------------------------------------
 
 char* set_duration(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
@@ -491,6 +534,10 @@ ngx_command_t commands[] = {
      NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
     {ngx_string("grl_instructions"), NGX_HTTP_MAIN_CONF | NGX_CONF_1MORE, set_endpoints,
      NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_curve_keypair"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_curve_file,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_curve_server_key"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_curve_file,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
     {ngx_string("grl_report_interval"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_duration,
      NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, report_interval), nullptr},
     {ngx_string("grl_instruction_ttl"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_duration,
@@ -556,6 +603,23 @@ char* init_main_conf(ngx_conf_t* cf, void* conf) noexcept {
         }
         if (plane && m->shm_zone == nullptr) {
             return conf_error(cf, "\"grl_collector\" and \"grl_instructions\" need \"grl_zone\"");
+        }
+        bool has_pair = !c.curve_keypair_file.empty(),
+             has_server = !c.curve_server_key_file.empty();
+        if (has_pair != has_server) {
+            return conf_error(
+                cf, std::string("\"") + (has_pair ? "grl_curve_keypair" : "grl_curve_server_key") +
+                        "\" needs \"" + (has_pair ? "grl_curve_server_key" : "grl_curve_keypair") +
+                        "\" (CURVE needs this host's key pair and the collector's "
+                        "public key)");
+        }
+        if (has_pair && !plane) {
+            return conf_error(cf,
+                              "\"grl_curve_keypair\" needs \"grl_collector\" or "
+                              "\"grl_instructions\" (CURVE secures their connections)");
+        }
+        if (has_pair && !zmq_has("curve")) {
+            return conf_error(cf, "\"grl_curve_keypair\": this libzmq was built without CURVE");
         }
         if (m->instruction_ttl <= m->report_interval) {
             return conf_error(cf, "\"grl_instruction_ttl\" " + std::to_string(m->instruction_ttl) +

@@ -10,6 +10,7 @@ extern "C" {
 }
 
 #include "grl/bucket.h"
+#include "grl/curve_keys.h"
 #include "grl/decision.h"
 #include "grl/plane.h"
 #include "grl/prng.h"
@@ -38,6 +39,12 @@ struct Config {
     Identity id;
     std::vector<std::string> instruction_endpoints;
     std::string collector_endpoint;
+    // CURVE towards the collector (grl_curve_keypair, grl_curve_server_key);
+    // empty strings: plain ZeroMQ.
+    curve::KeyPair curve_keypair;
+    std::string curve_keypair_file;
+    std::string curve_server_key;
+    std::string curve_server_key_file;
 };
 
 struct MainConf {

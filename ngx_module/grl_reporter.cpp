@@ -3,7 +3,8 @@
 // (ZMQ_PUSH, never blocking) and logs control-plane state changes; whenever
 // the SUB socket is readable it applies instructions to the zone.
 // ZeroMQ is created here, after fork, and torn down in exit_process with
-// linger 0 (see docs/design.md).
+// linger 0 (see docs/design.md). With grl_curve_keypair both sockets are CURVE
+// clients of the collector, and a socket monitor reports refused handshakes.
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -11,9 +12,13 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "grl/wire.h"
 #include "grl_module.h"
@@ -34,6 +39,22 @@ struct Reporter {
     std::string topics[3];  // the three topics this host subscribes to
     ngx_msec_t last_malformed_log = 0;
     std::uint64_t malformed_since_log = 0;
+    // CURVE handshake monitors (PAIR sockets fed by zmq_socket_monitor), one per
+    // socket, with what was last logged for each: 0 nothing, 1 ok, 2 failed.
+    // libzmq gives up on an endpoint whose handshake failed for good (a refused
+    // key): such endpoints are connected again after a backoff, so that fixing
+    // the collector's key list needs nothing on the nginx side.
+    struct Monitor {
+        void* pair = nullptr;
+        void* socket = nullptr;
+        const char* role = "";
+        int logged = 0;
+        std::vector<std::string> endpoints;  // as configured
+        std::vector<std::string> failed;     // to connect again
+        ngx_msec_t retry_at = 0;
+        ngx_msec_t backoff = kRetryMin;
+    } monitors[2];
+    static constexpr ngx_msec_t kRetryMin = 1000, kRetryMax = 30000;
 };
 
 Reporter* g_reporter = nullptr;
@@ -163,6 +184,116 @@ void log_state_changes(Reporter& rep) {
     }
 }
 
+std::string handshake_failure(std::uint16_t event, std::uint32_t value) {
+    char code[16];
+    snprintf(code, sizeof(code), "0x%x", value);
+    switch (event) {
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+            return "refused by the collector (ZAP status " + std::to_string(value) +
+                   "): is this host's public key in its --curve-clients?";
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+                return "failed: the collector does not speak CURVE on this endpoint (start it "
+                       "with --curve-keypair and --curve-clients)";
+            }
+            return std::string("failed (protocol error ") + code +
+                   "): does the collector run with --curve-clients, and with the key pair "
+                   "whose public key grl_curve_server_key names?";
+        default:
+            return std::string("failed (") + strerror(static_cast<int>(value)) +
+                   "): does the collector hold the key pair whose public key "
+                   "grl_curve_server_key names?";
+    }
+}
+
+void note_failure(Reporter::Monitor& mon, const std::string& endpoint) {
+    bool known = false;
+    for (const std::string& e : mon.endpoints) known = known || e == endpoint;
+    // An address that matches no configured endpoint (resolved differently):
+    // connect every endpoint of the socket again.
+    for (const std::string& e : mon.endpoints) {
+        if (known && e != endpoint) continue;
+        bool listed = false;
+        for (const std::string& f : mon.failed) listed = listed || f == e;
+        if (!listed) mon.failed.push_back(e);
+    }
+    if (mon.retry_at == 0) mon.retry_at = ngx_current_msec + mon.backoff;
+}
+
+void retry_failed(Reporter& rep, Reporter::Monitor& mon) {
+    if (mon.failed.empty() || ngx_current_msec < mon.retry_at) return;
+    for (const std::string& e : mon.failed) {
+        zmq_disconnect(mon.socket, e.c_str());  // ENOENT when libzmq already dropped it
+        if (zmq_connect(mon.socket, e.c_str()) != 0) {
+            ngx_log_error(NGX_LOG_ERR, rep.log, 0, "grl: connect \"%s\": %s", e.c_str(),
+                          zmq_strerror(errno));
+        }
+    }
+    mon.failed.clear();
+    mon.retry_at = 0;
+    mon.backoff = std::min(mon.backoff * 2, Reporter::kRetryMax);
+}
+
+// Reads the handshake events queued since the last tick: counts them, logs one
+// line when a socket's handshakes go from working to failing or back, and
+// connects failed endpoints again.
+void check_handshakes(Reporter& rep) {
+    zone::Header& h = zone::View(rep.conf->zone_base).header();
+    for (Reporter::Monitor& mon : rep.monitors) {
+        if (mon.pair == nullptr) continue;
+        for (int guard = 0; guard < 1000; ++guard) {
+            zmq_msg_t ev, addr;
+            zmq_msg_init(&ev);
+            if (zmq_msg_recv(&ev, mon.pair, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&ev);
+                break;
+            }
+            std::uint16_t event = 0;
+            std::uint32_t value = 0;
+            if (zmq_msg_size(&ev) >= 6) {
+                memcpy(&event, zmq_msg_data(&ev), 2);
+                memcpy(&value, static_cast<const char*>(zmq_msg_data(&ev)) + 2, 4);
+            }
+            bool more = zmq_msg_more(&ev);
+            zmq_msg_close(&ev);
+            std::string endpoint;
+            if (more) {
+                zmq_msg_init(&addr);
+                if (zmq_msg_recv(&addr, mon.pair, ZMQ_DONTWAIT) >= 0) {
+                    endpoint.assign(static_cast<const char*>(zmq_msg_data(&addr)),
+                                    zmq_msg_size(&addr));
+                }
+                zmq_msg_close(&addr);
+            }
+            bool ok = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+            (ok ? h.curve_handshakes_ok : h.curve_handshakes_failed)
+                .fetch_add(1, std::memory_order_relaxed);
+            if (ok) {
+                if (mon.failed.empty()) mon.backoff = Reporter::kRetryMin;
+            } else {
+                note_failure(mon, endpoint);
+            }
+            int state = ok ? 1 : 2;
+            if (state == mon.logged || (ok && mon.logged == 0)) {
+                mon.logged = state;
+                continue;
+            }
+            mon.logged = state;
+            if (ok) {
+                ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
+                              "grl: CURVE handshake of the %s socket with \"%s\" succeeded",
+                              mon.role, endpoint.c_str());
+            } else {
+                ngx_log_error(NGX_LOG_ERR, rep.log, 0,
+                              "grl: CURVE handshake of the %s socket with \"%s\" %s; "
+                              "retrying with backoff",
+                              mon.role, endpoint.c_str(), handshake_failure(event, value).c_str());
+            }
+        }
+        retry_failed(rep, mon);
+    }
+}
+
 void send_report(Reporter& rep) {
     if (rep.push == nullptr) return;
     zone::View z(rep.conf->zone_base);
@@ -183,6 +314,7 @@ void on_tick(ngx_event_t* ev) noexcept {
     Reporter& rep = *g_reporter;
     try {
         drain(rep);
+        check_handshakes(rep);
         send_report(rep);
         log_state_changes(rep);
     } catch (const std::exception& e) {
@@ -206,11 +338,41 @@ void grow_fd_table(ngx_cycle_t* cycle) {
     if (fd >= 0) close(fd);
 }
 
-void* make_socket(Reporter& rep, int type) {
+void set_option(void* s, int option, const std::string& value, const char* what) {
+    if (zmq_setsockopt(s, option, value.data(), value.size()) != 0) {
+        throw std::runtime_error(std::string(what) + ": " + zmq_strerror(errno));
+    }
+}
+
+// A socket with linger 0; with CURVE configured, a CURVE client of the
+// collector whose handshakes are watched by monitor `index`.
+void* make_socket(Reporter& rep, int type, int index, const char* role,
+                  const std::vector<std::string>& endpoints) {
     void* s = zmq_socket(rep.ctx, type);
-    if (s == nullptr) return nullptr;
+    if (s == nullptr) throw std::runtime_error(std::string("zmq_socket: ") + zmq_strerror(errno));
     int zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    const Config& c = *rep.conf->cpp;
+    if (c.curve_keypair_file.empty()) return s;
+    set_option(s, ZMQ_CURVE_SERVERKEY, c.curve_server_key, "ZMQ_CURVE_SERVERKEY");
+    set_option(s, ZMQ_CURVE_PUBLICKEY, c.curve_keypair.public_key, "ZMQ_CURVE_PUBLICKEY");
+    set_option(s, ZMQ_CURVE_SECRETKEY, c.curve_keypair.secret_key, "ZMQ_CURVE_SECRETKEY");
+    std::string endpoint = "inproc://grl-curve-monitor-" + std::to_string(index);
+    if (zmq_socket_monitor(s, endpoint.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+        throw std::runtime_error(std::string("zmq_socket_monitor: ") + zmq_strerror(errno));
+    }
+    Reporter::Monitor& mon = rep.monitors[index];
+    mon.role = role;
+    mon.socket = s;
+    mon.endpoints = endpoints;
+    mon.pair = zmq_socket(rep.ctx, ZMQ_PAIR);
+    if (mon.pair == nullptr || zmq_setsockopt(mon.pair, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
+        zmq_connect(mon.pair, endpoint.c_str()) != 0) {
+        throw std::runtime_error(std::string("CURVE monitor: ") + zmq_strerror(errno));
+    }
     return s;
 }
 
@@ -233,7 +395,7 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
         rep->ctx = zmq_ctx_new();
         if (rep->ctx == nullptr) throw std::runtime_error(zmq_strerror(errno));
         if (!c.collector_endpoint.empty()) {
-            rep->push = make_socket(*rep, ZMQ_PUSH);
+            rep->push = make_socket(*rep, ZMQ_PUSH, 0, "report", {c.collector_endpoint});
             int one = 1, hwm = 4;
             zmq_setsockopt(rep->push, ZMQ_IMMEDIATE, &one, sizeof(one));
             zmq_setsockopt(rep->push, ZMQ_SNDHWM, &hwm, sizeof(hwm));
@@ -243,7 +405,7 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
             }
         }
         if (!c.instruction_endpoints.empty()) {
-            rep->sub = make_socket(*rep, ZMQ_SUB);
+            rep->sub = make_socket(*rep, ZMQ_SUB, 1, "instruction", c.instruction_endpoints);
             std::int64_t max = static_cast<std::int64_t>(wire::kMaxMessageBytes);
             zmq_setsockopt(rep->sub, ZMQ_MAXMSGSIZE, &max, sizeof(max));
             rep->topics[0] = wire::topic(Scope::Global, "", "");
@@ -278,10 +440,11 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
         ngx_add_timer(&rep->tick, m->report_interval);
         ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
                       "grl: reporter started as host \"%s\" (zone \"%s\", region \"%s\"), "
-                      "collector \"%s\", %uz instruction endpoint(s)",
+                      "collector \"%s\", %uz instruction endpoint(s)%s",
                       c.id.host.c_str(), c.id.zone.c_str(), c.id.region.c_str(),
                       c.collector_endpoint.empty() ? "none" : c.collector_endpoint.c_str(),
-                      c.instruction_endpoints.size());
+                      c.instruction_endpoints.size(),
+                      c.curve_keypair_file.empty() ? "" : ", CURVE on");
     } catch (const std::exception& e) {
         // Fail open: the worker serves traffic without a control plane.
         ngx_log_error(NGX_LOG_ERR, cycle->log, 0, "grl: reporter not started: %s", e.what());
@@ -302,6 +465,9 @@ void reporter_stop(ngx_cycle_t*) noexcept {
     }
     if (rep->push) zmq_close(rep->push);
     if (rep->sub) zmq_close(rep->sub);
+    for (Reporter::Monitor& mon : rep->monitors) {
+        if (mon.pair) zmq_close(mon.pair);
+    }
     if (rep->ctx) zmq_ctx_term(rep->ctx);
     delete rep;
 }

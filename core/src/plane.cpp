@@ -305,7 +305,8 @@ std::string render_status_json(const StatusInput& in) {
     append(out,
            "\"control_plane\":{\"state\":\"%s\",\"reporting\":%s,\"last_instruction_age_ms\":%lld,"
            "\"reports_sent\":%llu,\"reports_dropped\":%llu,\"instructions_received\":%llu,"
-           "\"instructions_malformed\":%llu,\"instructions_unknown_bucket\":%llu},",
+           "\"instructions_malformed\":%llu,\"instructions_unknown_bucket\":%llu,"
+           "\"curve\":%s,\"curve_handshakes_ok\":%llu,\"curve_handshakes_failed\":%llu},",
            std::string(to_string(plane_state(*in.zone, in.now_ms, in.ttl_ms))).c_str(),
            in.reporting ? "true" : "false",
            last ? static_cast<long long>(in.now_ms > last ? in.now_ms - last : 0) : -1LL,
@@ -313,7 +314,10 @@ std::string render_status_json(const StatusInput& in) {
            static_cast<unsigned long long>(h.reports_dropped.load()),
            static_cast<unsigned long long>(h.instructions_received.load()),
            static_cast<unsigned long long>(h.instructions_malformed.load()),
-           static_cast<unsigned long long>(h.instructions_unknown_bucket.load()));
+           static_cast<unsigned long long>(h.instructions_unknown_bucket.load()),
+           in.curve ? "true" : "false",
+           static_cast<unsigned long long>(h.curve_handshakes_ok.load()),
+           static_cast<unsigned long long>(h.curve_handshakes_failed.load()));
     append(out,
            "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,\"buckets\":[",
            static_cast<unsigned long long>(missing_caller(*in.zone)),
@@ -425,6 +429,12 @@ std::string render_status_prometheus(const StatusInput& in) {
          h.instructions_malformed.load()},
         {"grl_instructions_unknown_bucket_total", "Instruction entries for unknown buckets.",
          h.instructions_unknown_bucket.load()},
+        {"grl_curve_handshakes_ok_total",
+         "CURVE handshakes with the collector that succeeded (grl_curve_keypair).",
+         h.curve_handshakes_ok.load()},
+        {"grl_curve_handshakes_failed_total",
+         "CURVE handshakes with the collector that were refused or failed.",
+         h.curve_handshakes_failed.load()},
         {"grl_missing_caller_total", "Requests without a caller (grl_missing_caller).",
          missing_caller(*in.zone)},
     };

@@ -15,104 +15,26 @@ namespace grl::daemon {
 
 namespace {
 
-bool z85_key(const std::string& s) {
-    if (s.size() != 40) return false;
-    static const std::string kAlphabet =
-        "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
-    for (char c : s) {
-        if (kAlphabet.find(c) == std::string::npos) return false;
-    }
-    std::uint8_t bin[32];
-    return zmq_z85_decode(bin, s.c_str()) != nullptr;
-}
-
-std::string trim(const std::string& s) {
-    std::size_t b = s.find_first_not_of(" \t\r");
-    if (b == std::string::npos) return "";
-    std::size_t e = s.find_last_not_of(" \t\r");
-    return s.substr(b, e - b + 1);
-}
-
-// Parses `name = "value"` (quotes optional); false when the line is not about `name`.
-bool keyed_value(const std::string& line, const std::string& name, std::string& value) {
-    std::string t = trim(line);
-    if (t.compare(0, name.size(), name) != 0) return false;
-    std::string rest = trim(t.substr(name.size()));
-    if (rest.empty() || rest[0] != '=') return false;
-    value = trim(rest.substr(1));
-    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
-        value = value.substr(1, value.size() - 2);
-    }
-    return true;
-}
-
-std::vector<std::string> read_lines(const std::string& path) {
+std::string read_text(const std::string& path) {
     std::ifstream f(path);
     if (!f) throw std::runtime_error(path + ": cannot read");
-    std::vector<std::string> lines;
-    std::string line;
-    while (std::getline(f, line)) lines.push_back(line);
-    return lines;
-}
-
-struct Keys {
-    std::string pub, sec;
-};
-
-Keys read_key_file(const std::string& path) {
-    Keys k;
-    std::vector<std::string> lines = read_lines(path);
-    for (std::size_t i = 0; i < lines.size(); ++i) {
-        std::string v;
-        std::string where = path + ":" + std::to_string(i + 1);
-        if (keyed_value(lines[i], "public-key", v)) {
-            if (!z85_key(v))
-                throw std::runtime_error(where +
-                                         ": invalid public-key, expected 40 Z85 characters");
-            k.pub = v;
-        } else if (keyed_value(lines[i], "secret-key", v)) {
-            if (!z85_key(v))
-                throw std::runtime_error(where +
-                                         ": invalid secret-key, expected 40 Z85 characters");
-            k.sec = v;
-        }
-    }
-    return k;
+    std::ostringstream text;
+    text << f.rdbuf();
+    return text.str();
 }
 
 }  // namespace
 
 KeyPair load_keypair(const std::string& path) {
-    Keys k = read_key_file(path);
-    if (k.pub.empty() || k.sec.empty()) {
-        throw std::runtime_error(path + ": a key pair file needs public-key and secret-key lines");
-    }
-    return {k.pub, k.sec};
+    return curve::parse_keypair(read_text(path), path);
 }
 
 std::string load_public_key(const std::string& path) {
-    Keys k = read_key_file(path);
-    if (k.pub.empty()) throw std::runtime_error(path + ": no public-key line");
-    return k.pub;
+    return curve::parse_public_key(read_text(path), path);
 }
 
 std::set<std::string> load_authorized(const std::string& path) {
-    std::set<std::string> keys;
-    std::vector<std::string> lines = read_lines(path);
-    for (std::size_t i = 0; i < lines.size(); ++i) {
-        // '#' is a Z85 character: only a line starting with it is a comment.
-        std::string t = trim(lines[i]);
-        if (t.empty() || t[0] == '#' || t == "curve" || t == "metadata") continue;
-        std::string v;
-        if (keyed_value(t, "secret-key", v)) continue;  // a key-pair file used as a list
-        if (!keyed_value(t, "public-key", v)) v = t;
-        if (!z85_key(v)) {
-            throw std::runtime_error(path + ":" + std::to_string(i + 1) +
-                                     ": invalid public key, expected 40 Z85 characters");
-        }
-        keys.insert(v);
-    }
-    return keys;
+    return curve::parse_authorized(read_text(path), path);
 }
 
 KeyPair generate_keypair() {

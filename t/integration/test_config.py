@@ -3,7 +3,11 @@ bad grl directive with one message naming the directive and the value, at
 FILE:LINE; a reload with a broken file leaves the running configuration
 serving."""
 
+import atexit
+import os
 import re
+import shutil
+import tempfile
 
 import pytest
 
@@ -11,6 +15,25 @@ import grl_harness as h
 
 ZONE = "grl_zone grl:1m;"
 HOST = "grl_host id=h1 zone=z1 region=r1;"
+COLLECTOR = "grl_collector tcp://127.0.0.1:5555;"
+
+# CURVE key files for the grl_curve_* cases (the layout `grlctl keygen` writes).
+KEYS = tempfile.mkdtemp(prefix="grl-test-keys-")
+atexit.register(shutil.rmtree, KEYS, True)
+PUB = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"
+SEC = "D:)Q[IlAW!ahhC2ac:9*A}h:p?([4%wOTJ%JR%cs"
+
+
+def key_file(name, text):
+    path = os.path.join(KEYS, name)
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+PAIR = key_file("host.key", 'curve\n    public-key = "%s"\n    secret-key = "%s"\n' % (PUB, SEC))
+SERVER = key_file("collector.key.pub", 'curve\n    public-key = "%s"\n' % PUB)
+SHORT = key_file("short.pub", 'curve\n    public-key = "short"\n')
 
 # (id, http-level lines, expected message, text of the line the message must point at;
 #  None when the error is found at the end of the http block)
@@ -122,6 +145,26 @@ BAD = [
      '"grl_missing_caller" directive is duplicate', "value=anon"),
     ("duplicate-grl_reject_status", ["grl_reject_status 429;", "grl_reject_status 503;"],
      '"grl_reject_status" directive is duplicate', "503"),
+    ("curve-keypair-unreadable", [ZONE, HOST, COLLECTOR, "grl_curve_keypair /nonexistent/host.key;"],
+     '"grl_curve_keypair": cannot read "/nonexistent/host.key": No such file or directory',
+     "grl_curve_keypair"),
+    ("curve-keypair-public-only", [ZONE, HOST, COLLECTOR, "grl_curve_keypair %s;" % SERVER],
+     '"grl_curve_keypair": %s: a key pair file needs public-key and secret-key lines' % SERVER,
+     "grl_curve_keypair"),
+    ("curve-server-key-invalid", [ZONE, HOST, COLLECTOR, "grl_curve_server_key %s;" % SHORT],
+     '"grl_curve_server_key": %s:2: invalid public-key, expected 40 Z85 characters' % SHORT,
+     "grl_curve_server_key"),
+    ("curve-keypair-without-server-key", [ZONE, HOST, COLLECTOR, "grl_curve_keypair %s;" % PAIR],
+     '"grl_curve_keypair" needs "grl_curve_server_key" (CURVE needs this host\'s key pair and the '
+     'collector\'s public key)', None),
+    ("curve-server-key-without-keypair", [ZONE, HOST, COLLECTOR, "grl_curve_server_key %s;" % SERVER],
+     '"grl_curve_server_key" needs "grl_curve_keypair"', None),
+    ("curve-without-control-plane", [ZONE, "grl_curve_keypair %s;" % PAIR,
+                                     "grl_curve_server_key %s;" % SERVER],
+     '"grl_curve_keypair" needs "grl_collector" or "grl_instructions"', None),
+    ("duplicate-grl_curve_keypair", [ZONE, HOST, COLLECTOR, "grl_curve_keypair %s;" % PAIR,
+                                     "grl_curve_keypair %s ;" % PAIR],
+     '"grl_curve_keypair" directive is duplicate', "host.key ;"),
     ("duplicate-grl_retry_after", ["grl_retry_after 1s;", "grl_retry_after 2s;"],
      '"grl_retry_after" directive is duplicate', "grl_retry_after 2s"),
 ]
@@ -157,6 +200,8 @@ grl_zone grl:1m;
 grl_host id=host-1.a zone=eu-west-1a region=eu-west-1;
 grl_collector tcp://127.0.0.1:5555;
 grl_instructions tcp://127.0.0.1:5556 ipc:///tmp/grl-nowhere.sock;
+grl_curve_keypair %s;
+grl_curve_server_key %s;
 grl_report_interval 250ms;
 grl_instruction_ttl 3s;
 grl_caller $http_x_caller;
@@ -172,7 +217,7 @@ grl_bucket teams caller_regex=^team[0-9]+$ rate=5r/s mode=deny;
 grl_bucket users procedure=/api/users rate=1r/s;
 grl_bucket rx procedure_regex=^/rx/[0-9]+$ rate=2r/s;
 grl_bucket odd-name_1.x:y procedure=/odd rate=1r/m;
-"""
+""" % (PAIR, SERVER)
 
 
 def test_nginx_t_accepts_valid_configuration(nginx_factory):
@@ -193,6 +238,7 @@ def test_valid_configuration_starts_and_serves(nginx_factory):
     assert by["alice"]["configured_limit_rps"] == 10.0 and by["alice"]["scope"] == "zone"
     assert by["svc"]["configured_mode"] == "shadow" and by["svc"]["scope"] == "region"
     assert by["odd-name_1.x:y"]["configured_limit_rps"] == pytest.approx(1 / 60, abs=0.001)
+    assert st["control_plane"]["curve"] is True
     assert n.get("/").status == 200
 
 

@@ -3,6 +3,7 @@
 #include "grl/daemon/curve.h"
 
 #include <gtest/gtest.h>
+#include <zmq.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -80,3 +81,47 @@ TEST(Curve, KeyPairErrors) {
 
 }  // namespace
 }  // namespace grl::daemon
+
+namespace grl::curve {
+namespace {
+
+TEST(CurveKeys, ValidKeyAgreesWithZeroMQ) {
+    for (int i = 0; i < 200; ++i) {
+        daemon::KeyPair k = daemon::generate_keypair();
+        EXPECT_TRUE(valid_key(k.public_key)) << k.public_key;
+        EXPECT_TRUE(valid_key(k.secret_key));
+    }
+    // Five Z85 digits above 2^32 - 1 do not decode (zmq_z85_decode refuses them too).
+    std::string overflow(40, '#');
+    std::uint8_t bin[32];
+    EXPECT_EQ(zmq_z85_decode(bin, overflow.c_str()), nullptr);
+    EXPECT_FALSE(valid_key(overflow));
+    EXPECT_FALSE(valid_key(std::string(39, '0')));
+    EXPECT_FALSE(valid_key(std::string(39, '0') + "\""));
+    EXPECT_TRUE(valid_key(std::string(40, '0')));
+}
+
+TEST(CurveKeys, ParsesFromText) {
+    std::string pub = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID";
+    std::string sec = "D:)Q[IlAW!ahhC2ac:9*A}h:p?([4%wOTJ%JR%cs";
+    KeyPair k = parse_keypair(
+        "curve\n  public-key = \"" + pub + "\"\n  secret-key = \"" + sec + "\"\n", "k");
+    EXPECT_EQ(k.public_key, pub);
+    EXPECT_EQ(k.secret_key, sec);
+    EXPECT_EQ(parse_public_key("public-key = " + pub, "p"), pub);  // unquoted, no newline
+    try {
+        parse_keypair("curve\n\n  secret-key = \"x\"\n", "f.key");
+        FAIL();
+    } catch (const std::exception& e) {
+        EXPECT_STREQ(e.what(), "f.key:3: invalid secret-key, expected 40 Z85 characters");
+    }
+    try {
+        parse_public_key("", "empty");
+        FAIL();
+    } catch (const std::exception& e) {
+        EXPECT_STREQ(e.what(), "empty: no public-key line");
+    }
+}
+
+}  // namespace
+}  // namespace grl::curve

@@ -69,6 +69,7 @@ struct StatusInput {
     std::uint64_t now_ms = 0;
     std::uint64_t ttl_ms = 0;
     bool reporting = false;  // a collector endpoint is configured
+    bool curve = false;      // grl_curve_keypair is set
 };
 
 std::string render_status_json(const StatusInput& in);

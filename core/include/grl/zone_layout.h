@@ -22,7 +22,7 @@
 namespace grl::zone {
 
 inline constexpr std::uint64_t kMagic = 0x31656e6f7a6c7267ULL;  // "grlzone1"
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::uint32_t kWorkerSlots = 32;
 inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // ratio 1.0
 // The last kRuntimeSlots bucket slots are reserved for run-time (emergency)
@@ -95,8 +95,10 @@ struct alignas(64) Header {
     std::atomic<std::uint64_t> plane_last_ms;  // monotonic ms of the last valid instruction msg
     std::atomic<std::uint32_t> plane_state;    // PlaneState last logged
     std::atomic<std::uint32_t> reporter_pid;
-    std::atomic<std::uint64_t> runtime_gen;       // bumped on every run-time bucket change
-    std::atomic<std::uint64_t> runtime_rejected;  // definitions that found no free slot
+    std::atomic<std::uint64_t> runtime_gen;              // bumped on every run-time bucket change
+    std::atomic<std::uint64_t> runtime_rejected;         // definitions that found no free slot
+    std::atomic<std::uint64_t> curve_handshakes_ok;      // with the collector (grl_curve_*)
+    std::atomic<std::uint64_t> curve_handshakes_failed;  // refused or failed
     WorkerStats worker[kWorkerSlots];
     RuntimeDef runtime[kRuntimeSlots];  // runtime[i] uses bucket slot capacity - kRuntimeSlots + i
 };

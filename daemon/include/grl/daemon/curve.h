@@ -1,13 +1,5 @@
-// ZeroMQ CURVE for the daemons' sockets: key files, server/client setup, and a ZAP handler
-// that admits only listed client keys.
-//
-// Key files use the ZeroMQ certificate layout (as zcert/`grlctl keygen` write it):
-//     curve
-//         public-key = "<40 Z85 characters>"
-//         secret-key = "<40 Z85 characters>"     (key-pair files only)
-// A list of authorised clients has one public key per line, either bare Z85 or as a
-// `public-key = "..."` line; a line starting with `#` is a comment (`#` is also a Z85
-// character, so there are no comments at the end of a line).
+// ZeroMQ CURVE for the daemons' sockets: key files (layout and parsing in grl/curve_keys.h),
+// server/client setup, and a ZAP handler that admits only listed client keys.
 #pragma once
 
 #include <cstdint>
@@ -15,15 +7,13 @@
 #include <set>
 #include <string>
 
+#include "grl/curve_keys.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/zmq.h"
 
 namespace grl::daemon {
 
-struct KeyPair {
-    std::string public_key;  // Z85, 40 characters
-    std::string secret_key;
-};
+using KeyPair = curve::KeyPair;
 
 // Each throws std::runtime_error naming the file and the line on any problem.
 KeyPair load_keypair(const std::string& path);

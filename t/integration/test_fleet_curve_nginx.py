@@ -1,0 +1,118 @@
+"""CURVE on the nginx-to-collector hop (grl_curve_keypair, grl_curve_server_key):
+hosts whose keys the collector lists report and receive ratios; a host with an
+unlisted key, or without CURVE, is counted nowhere and gets no ratio (it fails
+open), and says why in its error log and on its status page."""
+
+import time
+
+import fleet as f
+from fleet import fleet  # noqa: F401  (pytest fixture)
+from test_fleet_curve import keygen
+
+BUCKETS = ["g procedure_prefix=/g rate=100r/s"]
+
+
+def curve_lines(keypair, server_pub):
+    return "grl_curve_keypair %s;\ngrl_curve_server_key %s;" % (keypair, server_pub)
+
+
+def test_curve_between_nginx_and_collector(fleet, tmp_path):
+    ctl_key, _ = keygen(tmp_path, "controller")
+    col_key, col_keys = keygen(tmp_path, "collector")
+    h1_key, h1_keys = keygen(tmp_path, "h1")
+    h2_key, h2_keys = keygen(tmp_path, "h2")
+    rogue_key, rogue_keys = keygen(tmp_path, "rogue")
+    collectors = tmp_path / "collectors"
+    collectors.write_text(col_keys["public-key"].decode() + "\n")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# nginx hosts of zone z1\n%s\n%s\n" % (
+        h1_keys["public-key"].decode(), h2_keys["public-key"].decode()))
+
+    ctl = fleet.controller(extra=["--curve-keypair", ctl_key, "--curve-clients", str(collectors)])
+    col = fleet.collector("z1", [ctl], extra=["--curve-keypair", col_key,
+                                               "--curve-server-key", ctl_key + ".pub",
+                                               "--curve-clients", str(hosts)])
+    listed = [fleet.nginx(h, "z1", col, BUCKETS, extra=curve_lines(k, col_key + ".pub"))
+              for h, k in (("h1", h1_key), ("h2", h2_key))]
+    rogue = fleet.nginx("h3", "z1", col, BUCKETS, extra=curve_lines(rogue_key, col_key + ".pub"))
+    plain = fleet.nginx("h4", "z1", col, BUCKETS)
+    # The listed hosts offer 150 r/s for a limit of 100; the other two add 100 r/s that the
+    # control plane must not see (else the ratio would be 0.6, not 1/3).
+    load = f.Load([(listed[0], 2), (listed[1], 1), (rogue, 1), (plain, 1)], "250:25", "/g/x")
+    try:
+        f.wait_nginx_bucket(listed, "g", lambda b: b["ratio_state"] == "active" and
+                            abs(b["ratio"] - 1 / 3) < 0.05, 15)
+        samples = []
+        for _ in range(8):
+            samples.append(f.metric(ctl.metrics(), "grl_bucket_offered_rps", bucket="g", scope="global"))
+            for n in (rogue, plain):
+                b = n.bucket("g")
+                assert b["ratio"] == 0 and b["ratio_state"] == "waiting", (n.host, b)
+                assert b["offered"] > 0
+            time.sleep(0.25)
+        samples.sort()
+        assert abs(samples[len(samples) // 2] - 150) < 150 * 0.15, samples
+        assert f.metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 2
+
+        for n in listed:
+            cp = n.status()["control_plane"]
+            assert cp["curve"] is True and cp["curve_handshakes_ok"] >= 2, cp
+            assert cp["curve_handshakes_failed"] == 0, cp
+            assert cp["state"] == "active", cp
+        cp = rogue.status()["control_plane"]
+        assert cp["curve"] is True and cp["curve_handshakes_failed"] >= 2, cp
+        assert cp["state"] == "waiting", cp
+        assert plain.status()["control_plane"]["curve"] is False
+        # The refusal is explained once per socket, not once per attempt.
+        log = rogue.error_log()
+        for role in ("report", "instruction"):
+            lines = [l for l in log.splitlines() if "CURVE handshake of the %s socket" % role in l]
+            assert len(lines) == 1, log
+            assert "refused by the collector (ZAP status 400): is this host's public key in its " \
+                   "--curve-clients?" in lines[0], lines[0]
+        assert "CURVE handshake" not in listed[0].error_log()
+        m = col.metrics()
+        assert f.metric(m, "grl_curve_handshakes_total", domain="nginx", result="denied") >= 2
+        assert f.metric(m, "grl_curve_handshakes_total", domain="nginx", result="accepted") >= 4
+
+        # Listing the key and restarting the collector admits the host: no nginx reload.
+        hosts.write_text(hosts.read_text() + rogue_keys["public-key"].decode() + "\n")
+        col.stop()
+        col.start()
+        f.wait_nginx_bucket([rogue], "g", lambda b: b["ratio_state"] == "active", 15)
+        f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 3, 10,
+                       what="three hosts to report")
+        f.wait_nginx_bucket(listed + [rogue], "g", lambda b: abs(b["ratio"] - 0.5) < 0.07, 10,
+                            what="the ratio to take the third host's load into account")
+        lines = [l for l in rogue.error_log().splitlines() if "CURVE handshake of the report" in l]
+        assert "succeeded" in lines[-1], lines
+    finally:
+        load.stop()
+
+
+def test_nginx_with_wrong_collector_key_fails_open(fleet, tmp_path):
+    col_key, col_keys = keygen(tmp_path, "collector")
+    other_key, _ = keygen(tmp_path, "other")
+    h1_key, h1_keys = keygen(tmp_path, "h1")
+    hosts = tmp_path / "hosts"
+    hosts.write_text(h1_keys["public-key"].decode() + "\n")
+    ctl = fleet.controller()
+    col = fleet.collector("z1", [ctl], extra=["--curve-keypair", col_key, "--curve-clients", str(hosts)])
+    # grl_curve_server_key names a key the collector does not hold: the host cannot
+    # complete a handshake, so it neither reports nor takes instructions.
+    n = fleet.nginx("h1", "z1", col, BUCKETS, extra=curve_lines(h1_key, other_key + ".pub"))
+    load = f.Load([(n, 1)], "150:4", "/g/x")
+    try:
+        w = f.window(load.result(30), 0, 4)
+        assert w["r429"] == 0 and w["errors"] == 0 and w["ok"] > 140, w  # fails open
+        f.h.wait_until(lambda: n.status()["control_plane"]["curve_handshakes_failed"] >= 1, 5,
+                       what="a failed handshake to be counted")
+        st = n.status()
+        assert st["control_plane"]["curve_handshakes_ok"] == 0, st["control_plane"]
+        assert st["control_plane"]["reports_sent"] == 0, st["control_plane"]
+        b = [b for b in st["buckets"] if b["name"] == "g"][0]
+        assert b["admitted"] == b["offered"] and b["offered"] > 0, b
+        assert f.metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 0
+        assert "CURVE handshake of the report socket" in n.error_log()
+    finally:
+        load.stop()
