@@ -66,24 +66,42 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         throw std::runtime_error("--curve-server-key needs --curve-keypair");
     if (cfg_.keypair && !curve_up && !zap_)
         throw std::runtime_error("--curve-keypair needs --curve-server-key or --curve-clients");
-    if (curve_up) daemon::make_curve_client(sub, *cfg_.keypair, cfg_.server_key);
+    std::unique_ptr<daemon::HandshakeWatch> sub_watch;
+    if (curve_up) {
+        daemon::make_curve_client(sub, *cfg_.keypair, cfg_.server_key);
+        sub_watch = std::make_unique<daemon::HandshakeWatch>(ctx, sub.get(), "controller",
+                                                             cfg_.controller_publish);
+    }
     topics_[0] = wire::topic(Scope::Global, "", "");
     topics_[1] = wire::topic(Scope::Region, cfg_.region, "");
     topics_[2] = wire::topic(Scope::Zone, cfg_.region, cfg_.zone);
     for (const std::string& t : topics_) sub.set(ZMQ_SUBSCRIBE, std::string_view(t));
     for (const std::string& ep : cfg_.controller_publish) sub.connect(ep);
     for (const std::string& ep : cfg_.controller_usage) {
-        auto c = std::make_unique<Controller>(Controller{ep, daemon::Socket(ctx, ZMQ_PUSH)});
+        auto c =
+            std::make_unique<Controller>(Controller{ep, daemon::Socket(ctx, ZMQ_PUSH), nullptr});
         // Only queue for a connected controller, and only a little: a usage message is
         // superseded by the next one, so an old one is worth nothing.
         c->push.set(ZMQ_IMMEDIATE, 1);
         c->push.set(ZMQ_SNDHWM, 4);
-        if (curve_up) daemon::make_curve_client(c->push, *cfg_.keypair, cfg_.server_key);
+        if (curve_up) {
+            daemon::make_curve_client(c->push, *cfg_.keypair, cfg_.server_key);
+            c->watch = std::make_unique<daemon::HandshakeWatch>(ctx, c->push.get(), "controller",
+                                                                std::vector<std::string>{ep});
+            daemon::HandshakeWatch* w = c->watch.get();
+            loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
+        }
         c->push.connect(ep);
         controllers_.push_back(std::move(c));
     }
-    relay_ = std::make_unique<Relay>(ctx, std::move(sub), std::move(pub), topics_);
+    relay_ =
+        std::make_unique<Relay>(ctx, std::move(sub), std::move(pub), topics_, std::move(sub_watch));
     relay_->start();
+    if (curve_up) {  // refused controllers are connected again when due
+        loop_.every(250, [this] {
+            for (auto& c : controllers_) c->watch->handle(daemon::mono_ms());
+        });
+    }
 
     if (cfg_.batch_ms > 0) {
         loop_.every(cfg_.batch_ms, [this] { on_reports(); });
@@ -351,6 +369,19 @@ std::string Collector::metrics() {
     m.family("grl_collector_last_instruction_age_seconds", "gauge",
              "Time since the last instruction message relayed (-1: none yet).");
     m.sample("grl_collector_last_instruction_age_seconds", age(relay_->last_mono.load()));
+    if (relay_->watch()) {
+        std::uint64_t ok = relay_->watch()->ok.load(), failed = relay_->watch()->failed.load();
+        for (const auto& c : controllers_) {
+            ok += c->watch->ok.load();
+            failed += c->watch->failed.load();
+        }
+        m.family("grl_curve_client_handshakes_total", "counter",
+                 "CURVE handshakes of this daemon's connections to its peers, by result.");
+        m.sample("grl_curve_client_handshakes_total", {{"peer", "controller"}, {"result", "ok"}},
+                 static_cast<double>(ok));
+        m.sample("grl_curve_client_handshakes_total",
+                 {{"peer", "controller"}, {"result", "failed"}}, static_cast<double>(failed));
+    }
     if (zap_) {
         m.family("grl_curve_handshakes_total", "counter",
                  "CURVE handshakes by ZAP domain and result.");

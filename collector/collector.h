@@ -57,6 +57,7 @@ class Collector {
     struct Controller {
         std::string endpoint;
         daemon::Socket push;
+        std::unique_ptr<daemon::HandshakeWatch> watch;  // with CURVE
         std::uint64_t sent = 0;
         std::uint64_t dropped = 0;
     };

@@ -16,8 +16,13 @@ std::string ctl_endpoint(const void* self) {
 }
 }  // namespace
 
-Relay::Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3])
-    : sub_(std::move(sub)), pub_(std::move(pub)), ctl_(ctx, ZMQ_PAIR), ctl_thread_(ctx, ZMQ_PAIR) {
+Relay::Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3],
+             std::unique_ptr<daemon::HandshakeWatch> watch)
+    : sub_(std::move(sub)),
+      pub_(std::move(pub)),
+      watch_(std::move(watch)),
+      ctl_(ctx, ZMQ_PAIR),
+      ctl_thread_(ctx, ZMQ_PAIR) {
     for (int i = 0; i < 3; ++i) topics_[i] = topics[i];
     ctl_.bind(ctl_endpoint(this));
     ctl_thread_.connect(ctl_endpoint(this));
@@ -54,15 +59,22 @@ void Relay::run() {
     std::vector<daemon::Frame> frames;
     wire::Instructions msg;
     std::string error;
-    zmq_pollitem_t items[2] = {{sub_.get(), 0, ZMQ_POLLIN, 0},
-                               {ctl_thread_.get(), 0, ZMQ_POLLIN, 0}};
+    zmq_pollitem_t items[3] = {{sub_.get(), 0, ZMQ_POLLIN, 0},
+                               {ctl_thread_.get(), 0, ZMQ_POLLIN, 0},
+                               {watch_ ? watch_->monitor() : nullptr, 0, ZMQ_POLLIN, 0}};
     for (;;) {
-        if (zmq_poll(items, 2, -1) < 0) {
+        long timeout = -1;  // until a message, or until a refused controller is due again
+        if (watch_ && watch_->next_ms()) {
+            std::uint64_t now = daemon::mono_ms(), next = watch_->next_ms();
+            timeout = next > now ? static_cast<long>(next - now) : 0;
+        }
+        if (zmq_poll(items, watch_ ? 3 : 2, timeout) < 0) {
             if (zmq_errno() == EINTR) continue;
             daemon::log_error("relay: zmq_poll: " + daemon::zmq_error());
             return;
         }
         if (items[1].revents & ZMQ_POLLIN) return;
+        if (watch_) watch_->handle(daemon::mono_ms());
         for (int guard = 0; guard < 1024; ++guard) {
             std::size_t n = sub_.recv_frames(frames, 2);
             if (n == 0) break;

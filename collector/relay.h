@@ -7,11 +7,13 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "grl/bucket_types.h"
+#include "grl/daemon/curve.h"
 #include "grl/daemon/zmq.h"
 
 namespace grl::collector {
@@ -19,8 +21,9 @@ namespace grl::collector {
 class Relay {
   public:
     // `sub` is connected to the controllers (and subscribed), `pub` bound for nginx; both
-    // move to the relay thread at start().
-    Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3]);
+    // move to the relay thread at start(), with `sub`'s CURVE handshake watch if any.
+    Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3],
+          std::unique_ptr<daemon::HandshakeWatch> watch = nullptr);
     ~Relay();  // stops the thread
     Relay(const Relay&) = delete;
     Relay& operator=(const Relay&) = delete;
@@ -50,6 +53,12 @@ class Relay {
 
     daemon::Socket sub_;
     daemon::Socket pub_;
+    std::unique_ptr<daemon::HandshakeWatch> watch_;
+
+  public:
+    const daemon::HandshakeWatch* watch() const { return watch_.get(); }
+
+  private:
     daemon::Socket ctl_;         // main thread side of the stop signal
     daemon::Socket ctl_thread_;  // relay thread side
     std::string topics_[3];

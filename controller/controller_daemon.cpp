@@ -61,6 +61,11 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
             if (cfg_.server_key.empty())
                 throw std::runtime_error("--peer with CURVE needs --curve-server-key");
             daemon::make_curve_client(peers_, *cfg_.keypair, cfg_.server_key);
+            peers_watch_ = std::make_unique<daemon::HandshakeWatch>(ctx, peers_.get(),
+                                                                    "peer controller", cfg_.peers);
+            daemon::HandshakeWatch* w = peers_watch_.get();
+            loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
+            loop_.every(250, [w] { w->handle(daemon::mono_ms()); });
         }
     }
     usage_ep_ = pull_.bind(cfg_.usage_bind);
@@ -478,6 +483,14 @@ std::string Daemon::metrics() {
              static_cast<double>(admin_requests_));
     m.sample("grl_controller_admin_requests_total", {{"kind", "changes"}},
              static_cast<double>(admin_changes_));
+    if (peers_watch_) {
+        m.family("grl_curve_client_handshakes_total", "counter",
+                 "CURVE handshakes of this daemon's connections to its peers, by result.");
+        m.sample("grl_curve_client_handshakes_total", {{"peer", "peer"}, {"result", "ok"}},
+                 static_cast<double>(peers_watch_->ok.load()));
+        m.sample("grl_curve_client_handshakes_total", {{"peer", "peer"}, {"result", "failed"}},
+                 static_cast<double>(peers_watch_->failed.load()));
+    }
     if (zap_) {
         m.family("grl_curve_handshakes_total", "counter",
                  "CURVE handshakes by ZAP domain and result.");

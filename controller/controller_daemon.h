@@ -70,6 +70,7 @@ class Daemon {
     daemon::Socket pub_;
     daemon::Socket admin_;
     daemon::Socket peers_;
+    std::unique_ptr<daemon::HandshakeWatch> peers_watch_;  // with CURVE to the peers
     std::unique_ptr<daemon::MetricsServer> http_;
     std::string usage_ep_, publish_ep_, admin_ep_;
 

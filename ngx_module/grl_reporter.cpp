@@ -12,7 +12,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "grl/redial.h"
 #include "grl/wire.h"
 #include "grl_module.h"
 
@@ -41,20 +41,15 @@ struct Reporter {
     std::uint64_t malformed_since_log = 0;
     // CURVE handshake monitors (PAIR sockets fed by zmq_socket_monitor), one per
     // socket, with what was last logged for each: 0 nothing, 1 ok, 2 failed.
-    // libzmq gives up on an endpoint whose handshake failed for good (a refused
-    // key): such endpoints are connected again after a backoff, so that fixing
-    // the collector's key list needs nothing on the nginx side.
+    // Endpoints whose handshake failed are connected again (see grl/redial.h),
+    // so fixing the collector's key list needs nothing on the nginx side.
     struct Monitor {
         void* pair = nullptr;
         void* socket = nullptr;
         const char* role = "";
         int logged = 0;
-        std::vector<std::string> endpoints;  // as configured
-        std::vector<std::string> failed;     // to connect again
-        ngx_msec_t retry_at = 0;
-        ngx_msec_t backoff = kRetryMin;
+        Redial redial{{}};
     } monitors[2];
-    static constexpr ngx_msec_t kRetryMin = 1000, kRetryMax = 30000;
 };
 
 Reporter* g_reporter = nullptr;
@@ -206,32 +201,14 @@ std::string handshake_failure(std::uint16_t event, std::uint32_t value) {
     }
 }
 
-void note_failure(Reporter::Monitor& mon, const std::string& endpoint) {
-    bool known = false;
-    for (const std::string& e : mon.endpoints) known = known || e == endpoint;
-    // An address that matches no configured endpoint (resolved differently):
-    // connect every endpoint of the socket again.
-    for (const std::string& e : mon.endpoints) {
-        if (known && e != endpoint) continue;
-        bool listed = false;
-        for (const std::string& f : mon.failed) listed = listed || f == e;
-        if (!listed) mon.failed.push_back(e);
-    }
-    if (mon.retry_at == 0) mon.retry_at = ngx_current_msec + mon.backoff;
-}
-
-void retry_failed(Reporter& rep, Reporter::Monitor& mon) {
-    if (mon.failed.empty() || ngx_current_msec < mon.retry_at) return;
-    for (const std::string& e : mon.failed) {
+void redial(Reporter& rep, Reporter::Monitor& mon) {
+    for (const std::string& e : mon.redial.due(ngx_current_msec)) {
         zmq_disconnect(mon.socket, e.c_str());  // ENOENT when libzmq already dropped it
         if (zmq_connect(mon.socket, e.c_str()) != 0) {
             ngx_log_error(NGX_LOG_ERR, rep.log, 0, "grl: connect \"%s\": %s", e.c_str(),
                           zmq_strerror(errno));
         }
     }
-    mon.failed.clear();
-    mon.retry_at = 0;
-    mon.backoff = std::min(mon.backoff * 2, Reporter::kRetryMax);
 }
 
 // Reads the handshake events queued since the last tick: counts them, logs one
@@ -269,9 +246,9 @@ void check_handshakes(Reporter& rep) {
             (ok ? h.curve_handshakes_ok : h.curve_handshakes_failed)
                 .fetch_add(1, std::memory_order_relaxed);
             if (ok) {
-                if (mon.failed.empty()) mon.backoff = Reporter::kRetryMin;
+                mon.redial.succeeded();
             } else {
-                note_failure(mon, endpoint);
+                mon.redial.failed(endpoint, ngx_current_msec);
             }
             int state = ok ? 1 : 2;
             if (state == mon.logged || (ok && mon.logged == 0)) {
@@ -290,7 +267,7 @@ void check_handshakes(Reporter& rep) {
                               mon.role, endpoint.c_str(), handshake_failure(event, value).c_str());
             }
         }
-        retry_failed(rep, mon);
+        redial(rep, mon);
     }
 }
 
@@ -367,7 +344,7 @@ void* make_socket(Reporter& rep, int type, int index, const char* role,
     Reporter::Monitor& mon = rep.monitors[index];
     mon.role = role;
     mon.socket = s;
-    mon.endpoints = endpoints;
+    mon.redial = Redial(endpoints);
     mon.pair = zmq_socket(rep.ctx, ZMQ_PAIR);
     if (mon.pair == nullptr || zmq_setsockopt(mon.pair, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
         zmq_connect(mon.pair, endpoint.c_str()) != 0) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -122,6 +123,84 @@ void ZapHandler::handle() {
         }
         sock_.send_frames({"1.0", request_id, ok ? "200" : "400",
                            ok ? "OK" : "client key not authorised", ok ? key : "", ""});
+    }
+}
+
+namespace {
+
+std::string handshake_failure(std::uint16_t event, std::uint32_t value, const std::string& peer) {
+    char code[16];
+    std::snprintf(code, sizeof(code), "0x%x", value);
+    switch (event) {
+        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+            return "refused by the " + peer + " (ZAP status " + std::to_string(value) +
+                   "): is this key pair's public key in its --curve-clients?";
+        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+                return "failed: the " + peer + " does not speak CURVE on this endpoint";
+            }
+            return std::string("failed (protocol error ") + code + "): does the " + peer +
+                   " hold the key pair of --curve-server-key?";
+        default:
+            return "failed (" + std::string(std::strerror(static_cast<int>(value))) +
+                   "): does the " + peer + " hold the key pair of --curve-server-key?";
+    }
+}
+
+}  // namespace
+
+HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
+                               std::vector<std::string> endpoints)
+    : socket_(socket),
+      monitor_(ctx, ZMQ_PAIR),
+      peer_(std::move(peer)),
+      redial_(std::move(endpoints)) {
+    static std::atomic<int> next{0};
+    std::string ep = "inproc://grl-handshake-watch-" + std::to_string(next++);
+    if (zmq_socket_monitor(socket_, ep.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+        throw std::runtime_error("zmq_socket_monitor: " + zmq_error());
+    }
+    monitor_.connect(ep);
+}
+
+void HandshakeWatch::handle(std::uint64_t now_ms) {
+    for (int guard = 0; guard < 1000; ++guard) {
+        std::size_t n = monitor_.recv_frames(frames_, 2);
+        if (n == 0) break;
+        std::uint16_t event = 0;
+        std::uint32_t value = 0;
+        std::string_view head = frames_[0].view();
+        if (head.size() >= 6) {
+            std::memcpy(&event, head.data(), 2);
+            std::memcpy(&value, head.data() + 2, 4);
+        }
+        std::string address = n >= 2 ? std::string(frames_[1].view()) : std::string();
+        bool good = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+        (good ? ok : failed).fetch_add(1, std::memory_order_relaxed);
+        if (good) {
+            redial_.succeeded();
+        } else {
+            redial_.failed(address, now_ms);
+        }
+        int state = good ? 1 : 2;
+        bool quiet = state == logged_ || (good && logged_ == 0);
+        logged_ = state;
+        if (quiet) continue;
+        if (good) {
+            log_info("CURVE handshake with the " + peer_ + " at " + address + " succeeded");
+        } else {
+            log_error("CURVE handshake with the " + peer_ + " at " + address + " " +
+                      handshake_failure(event, value, peer_) + "; retrying with backoff");
+        }
+    }
+    for (const std::string& e : redial_.due(now_ms)) {
+        zmq_disconnect(socket_, e.c_str());  // ENOENT when libzmq already dropped it
+        if (zmq_connect(socket_, e.c_str()) != 0) {
+            log_error("connect " + e + ": " + zmq_error());
+        }
     }
 }
 

@@ -116,3 +116,39 @@ def test_nginx_with_wrong_collector_key_fails_open(fleet, tmp_path):
         assert "CURVE handshake of the report socket" in n.error_log()
     finally:
         load.stop()
+
+
+def test_refused_collector_rejoins_once_listed(fleet, tmp_path):
+    """libzmq abandons a connection whose key was refused; the collector connects again with
+    a backoff, so listing its key at the controller is enough (no collector restart)."""
+    ctl_key, _ = keygen(tmp_path, "controller")
+    col_key, col_keys = keygen(tmp_path, "collector")
+    _, other_keys = keygen(tmp_path, "other")
+    clients = tmp_path / "clients"
+    clients.write_text(other_keys["public-key"].decode() + "\n")
+    ctl = fleet.controller(extra=["--curve-keypair", ctl_key, "--curve-clients", str(clients)])
+    col = fleet.collector("z1", [ctl], extra=["--curve-keypair", col_key,
+                                               "--curve-server-key", ctl_key + ".pub"])
+    n = fleet.nginx("h1", "z1", col, BUCKETS)
+    load = f.Load([(n, 1)], "150:30", "/g/x")
+    try:
+        f.h.wait_until(lambda: (f.metric(col.metrics(), "grl_curve_client_handshakes_total",
+                                         peer="controller", result="failed") or 0) >= 2, 10,
+                       what="the collector's refused handshakes to be counted")
+        assert f.metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 0
+        assert n.bucket("g")["ratio_state"] == "waiting"
+        lines = [l for l in col.log().splitlines() if "CURVE handshake with the controller" in l]
+        assert lines and all("refused by the controller (ZAP status 400)" in l for l in lines), lines
+        assert len(lines) <= 2, lines  # one per socket (usage, instructions), not one per attempt
+
+        clients.write_text(col_keys["public-key"].decode() + "\n")
+        ctl.stop()
+        ctl.start()
+        f.wait_nginx_bucket([n], "g", lambda b: b["ratio_state"] == "active" and
+                            abs(b["ratio"] - 1 / 3) < 0.07, 20,
+                            what="the ratio to arrive through the re-admitted collector")
+        assert f.metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 1
+        lines = [l for l in col.log().splitlines() if "CURVE handshake with the controller" in l]
+        assert any(l.endswith("succeeded") for l in lines), lines
+    finally:
+        load.stop()

@@ -2,12 +2,14 @@
 // server/client setup, and a ZAP handler that admits only listed client keys.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string>
 
 #include "grl/curve_keys.h"
+#include "grl/redial.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/zmq.h"
 
@@ -48,6 +50,36 @@ class ZapHandler {
     std::map<std::string, std::uint64_t> denied_;
     std::vector<Frame> frames_;
     LogLimiter refused_log_;
+};
+
+// Watches the CURVE handshakes of one client socket (zmq_socket_monitor): counts them, logs one
+// line per change between working and failing, and connects endpoints whose handshake was
+// refused again with a backoff (grl/redial.h), since libzmq abandons them. Create it before the
+// socket connects; use it on the thread that owns the socket.
+class HandshakeWatch {
+  public:
+    // `peer` names the other side in log lines ("controller", "peer controller").
+    HandshakeWatch(Context& ctx, void* socket, std::string peer,
+                   std::vector<std::string> endpoints);
+    HandshakeWatch(const HandshakeWatch&) = delete;
+    HandshakeWatch& operator=(const HandshakeWatch&) = delete;
+
+    void* monitor() const { return monitor_.get(); }  // readable when events are queued
+    // Takes the queued events, then connects again whatever is due.
+    void handle(std::uint64_t now_ms);
+    // When handle() next has an endpoint to connect again (0: none pending).
+    std::uint64_t next_ms() const { return redial_.next_ms(); }
+
+    std::atomic<std::uint64_t> ok{0};
+    std::atomic<std::uint64_t> failed{0};
+
+  private:
+    void* socket_;
+    Socket monitor_;
+    std::string peer_;
+    Redial redial_;
+    int logged_ = 0;  // 0 nothing yet, 1 working, 2 failing
+    std::vector<Frame> frames_;
 };
 
 }  // namespace grl::daemon
