@@ -37,7 +37,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       send_log_(10000) {
     if (cfg_.name.empty()) cfg_.name = "collector-" + cfg_.zone;
     start_mono_ = mono_ms();
-    daemon::Socket pub(ctx, ZMQ_PUB);
+    daemon::Socket pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
     daemon::Socket sub(ctx, ZMQ_SUB);
 
     // nginx -> collector: reports. A deep queue absorbs the burst of a whole zone reporting
@@ -46,6 +46,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     pull_.set(ZMQ_RCVHWM, 100000);
     // collector -> nginx: relayed instructions.
     pub.set(ZMQ_SNDHWM, 10000);
+    pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
     if (zap_) {
         if (!cfg_.keypair) throw std::runtime_error("--curve-clients needs --curve-keypair");
         zap_->allow("nginx", cfg_.nginx_clients);
@@ -109,6 +110,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         loop_.on_socket(pull_.get(), [this] { on_reports(); });
     }
     loop_.every(cfg_.interval_ms, [this] { tick(); });
+    loop_.every(std::max<std::uint64_t>(cfg_.interval_ms / 8, 1), [this] { maybe_send_early(); });
     if (!cfg_.metrics_bind.empty()) {
         http_ = std::make_unique<daemon::MetricsServer>(loop_, cfg_.metrics_bind,
                                                         [this] { return metrics(); });
@@ -163,23 +165,36 @@ void Collector::on_reports() {
         rates::Verdict v = table_.add(report_, now);
         ++reports_[v];
         last_report_mono_ = now;
-        accepted_in_batch = accepted_in_batch || v == rates::Verdict::Accepted;
+        // A first report with recent counts is rated at once (a collector that just started).
+        accepted_in_batch = accepted_in_batch || v == rates::Verdict::Accepted ||
+                            (v == rates::Verdict::First && report_.recent_ms > 0);
         if (v == rates::Verdict::Restarted) {
             daemon::log_info("host " + std::string(report_.host) +
                              " restarted (new counter epoch)");
         } else if (v == rates::Verdict::First) {
-            daemon::log_debug("host " + std::string(report_.host) + " joined");
+            daemon::log_debug("host " + std::string(report_.host) + " joined" +
+                              (report_.recent_ms ? " (rated from its recent counts)" : ""));
         }
     }
     // Warming up (just started, or hosts new to us): the last usage sent had buckets that
     // lacked some hosts' rates. Send as soon as more rates exist instead of waiting for the
-    // tick (at most eight times per interval), so that enforcement resumes two report
-    // intervals after a restart.
+    // tick, so that enforcement resumes within a report interval after a restart.
+    if (accepted_in_batch && warming_) early_pending_ = true;
+    maybe_send_early();
+}
+
+// An early usage goes out at most eight times per interval, and not in the first half
+// interval after a start: hosts reconnect within nginx's 100 ms and report at once, and a
+// first usage with only some of them would publish a ratio from part of the load.
+void Collector::maybe_send_early() {
     const std::uint64_t now = mono_ms();
-    if (accepted_in_batch && warming_ && now >= last_early_send_ + cfg_.interval_ms / 8) {
-        last_early_send_ = now;
-        send_usage();
+    if (!early_pending_ || now < start_mono_ + cfg_.interval_ms / 2 ||
+        now < last_early_send_ + cfg_.interval_ms / 8) {
+        return;
     }
+    early_pending_ = false;
+    last_early_send_ = now;
+    send_usage();
 }
 
 void Collector::tick() {
@@ -242,11 +257,13 @@ void Collector::send_usage() {
         ++usage_truncated_;
         send_log_.hit(LogLevel::Warn, {}, "zone usage too large: host names left out", mono_ms());
     }
+    early_pending_ = false;
     usage_bytes_ = buf_.size();
     usage_build_us_ = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count());
-    warming_ = false;
+    // Also warming for the first two intervals: hosts not heard from yet are not in `u`.
+    warming_ = mono_ms() < start_mono_ + 2 * cfg_.interval_ms;
     for (const auto& b : u.buckets) warming_ = warming_ || b.rated_hosts < b.hosts;
     for (auto& c : controllers_) {
         if (c->push.send(buf_)) {
@@ -317,7 +334,8 @@ std::string Collector::metrics() {
              "Reports received, by what was done with them.");
     for (rates::Verdict v :
          {rates::Verdict::First, rates::Verdict::Accepted, rates::Verdict::Restarted,
-          rates::Verdict::Duplicate, rates::Verdict::OldEpoch, rates::Verdict::NoTime}) {
+          rates::Verdict::Duplicate, rates::Verdict::OldEpoch, rates::Verdict::NoTime,
+          rates::Verdict::TooSoon}) {
         auto it = reports_.find(v);
         m.sample("grl_collector_reports_total", {{"result", rates::to_string(v)}},
                  static_cast<double>(it == reports_.end() ? 0 : it->second));
@@ -362,6 +380,10 @@ std::string Collector::metrics() {
              "Instruction messages relayed to the zone's nginx.");
     m.sample("grl_collector_instructions_relayed_total",
              static_cast<double>(relay_->relayed.load()));
+    m.family("grl_collector_instructions_replayed_total", "counter",
+             "Last instruction messages sent again to nginx hosts that (re)subscribed.");
+    m.sample("grl_collector_instructions_replayed_total",
+             static_cast<double>(relay_->replayed.load()));
     m.family("grl_collector_instructions_malformed_total", "counter",
              "Instruction messages dropped as malformed or not for this zone.");
     m.sample("grl_collector_instructions_malformed_total",

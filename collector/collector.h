@@ -65,6 +65,7 @@ class Collector {
     void tick();
     std::string metrics();
     void send_usage();
+    void maybe_send_early();
 
     Config cfg_;
     daemon::Loop& loop_;
@@ -96,6 +97,7 @@ class Collector {
     bool instructions_flowing_ = false;
     bool warming_ = true;  // the last usage sent had buckets without any rate
     std::uint64_t last_early_send_ = 0;
+    bool early_pending_ = false;  // rates arrived that an early usage should carry
     std::size_t last_fresh_ = 0;
 
     daemon::LogLimiter malformed_log_;

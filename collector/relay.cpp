@@ -59,8 +59,9 @@ void Relay::run() {
     std::vector<daemon::Frame> frames;
     wire::Instructions msg;
     std::string error;
-    zmq_pollitem_t items[3] = {{sub_.get(), 0, ZMQ_POLLIN, 0},
+    zmq_pollitem_t items[4] = {{sub_.get(), 0, ZMQ_POLLIN, 0},
                                {ctl_thread_.get(), 0, ZMQ_POLLIN, 0},
+                               {pub_.get(), 0, ZMQ_POLLIN, 0},
                                {watch_ ? watch_->monitor() : nullptr, 0, ZMQ_POLLIN, 0}};
     for (;;) {
         long timeout = -1;  // until a message, or until a refused controller is due again
@@ -68,12 +69,13 @@ void Relay::run() {
             std::uint64_t now = daemon::mono_ms(), next = watch_->next_ms();
             timeout = next > now ? static_cast<long>(next - now) : 0;
         }
-        if (zmq_poll(items, watch_ ? 3 : 2, timeout) < 0) {
+        if (zmq_poll(items, watch_ ? 4 : 3, timeout) < 0) {
             if (zmq_errno() == EINTR) continue;
             daemon::log_error("relay: zmq_poll: " + daemon::zmq_error());
             return;
         }
         if (items[1].revents & ZMQ_POLLIN) return;
+        if (items[2].revents & ZMQ_POLLIN) on_subscriptions();
         if (watch_) watch_->handle(daemon::mono_ms());
         for (int guard = 0; guard < 1024; ++guard) {
             std::size_t n = sub_.recv_frames(frames, 2);
@@ -100,6 +102,9 @@ void Relay::run() {
                             "dropped malformed instruction message: " + error, now);
                 continue;
             }
+            Last& last = last_[std::string(topic)];
+            last.body.assign(frames[1].view());
+            last.expires_mono = now + msg.ttl_ms;
             if (pub_.send_frames({topic, frames[1].view()})) {
                 relayed.fetch_add(1, std::memory_order_relaxed);
             } else {
@@ -119,6 +124,23 @@ void Relay::run() {
                 x.recv_mono = now;
                 x.ttl_ms = msg.ttl_ms;
             }
+        }
+    }
+}
+
+// Subscription messages from nginx: byte 1 = subscribe, then the topic. A subscriber to a
+// topic whose last message is still within its TTL gets it again now.
+void Relay::on_subscriptions() {
+    std::vector<daemon::Frame> frames;
+    for (int guard = 0; guard < 1024; ++guard) {
+        std::size_t n = pub_.recv_frames(frames, 1);
+        if (n == 0) return;
+        std::string_view m = frames[0].view();
+        if (n != 1 || m.empty() || m[0] != 1) continue;
+        auto it = last_.find(std::string(m.substr(1)));
+        if (it == last_.end() || daemon::mono_ms() >= it->second.expires_mono) continue;
+        if (pub_.send_frames({it->first, it->second.body})) {
+            replayed.fetch_add(1, std::memory_order_relaxed);
         }
     }
 }

@@ -20,8 +20,11 @@ namespace grl::collector {
 
 class Relay {
   public:
-    // `sub` is connected to the controllers (and subscribed), `pub` bound for nginx; both
-    // move to the relay thread at start(), with `sub`'s CURVE handshake watch if any.
+    // `sub` is connected to the controllers (and subscribed), `pub` (an XPUB) bound for
+    // nginx; both move to the relay thread at start(), with `sub`'s CURVE handshake watch if
+    // any. The last message relayed per topic is sent again whenever an nginx subscribes to
+    // the topic, so that a host that (re)connects gets its ratios at once, not at the
+    // controller's next tick.
     Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3],
           std::unique_ptr<daemon::HandshakeWatch> watch = nullptr);
     ~Relay();  // stops the thread
@@ -66,6 +69,15 @@ class Relay {
     std::mutex mu_;
     std::map<std::string, Entry> entries_;
     std::string last_source_;
+    struct Last {
+        std::string body;
+        std::uint64_t expires_mono = 0;
+    };
+    std::map<std::string, Last> last_;  // by topic (relay thread only)
+    void on_subscriptions();
+
+  public:
+    std::atomic<std::uint64_t> replayed{0};  // last messages sent again to new subscribers
 };
 
 }  // namespace grl::collector

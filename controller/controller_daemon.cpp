@@ -123,7 +123,7 @@ void Daemon::on_usage() {
     for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) return;
-        control::Clock t = now();
+        const control::Clock t = now();
         if (n != 1 || !wire::decode(frames_[0].view(), zone_usage_, error)) {
             ++malformed_["zone_usage"];
             malformed_log_.hit(LogLevel::Warn, {},
@@ -133,7 +133,7 @@ void Daemon::on_usage() {
             continue;
         }
         ++received_["zone_usage"];
-        bool early = ctl_.brings_new_rates(zone_usage_);
+        bool early = ctl_.brings_new_rates(zone_usage_, t);
         control::Accepted a = ctl_.on_zone_usage(zone_usage_, t);
         if (a == control::Accepted::Yes && early &&
             t.mono_ms >= last_early_tick_ + cfg_.opts.interval_ms / 4) {

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "grl/redial.h"
@@ -34,13 +35,17 @@ struct Reporter {
     ngx_event_t tick;
     MainConf* conf = nullptr;
     ngx_log_t* log = nullptr;
-    std::string buf;        // reused encode buffer
-    wire::Report report;    // reused report
+    std::string buf;      // reused encode buffer
+    wire::Report report;  // reused report
+    wire::Report prev;    // the previous one, for its `recent` counts
+    ngx_msec_t prev_ms = 0;
     std::string topics[3];  // the three topics this host subscribes to
     ngx_msec_t last_malformed_log = 0;
     std::uint64_t malformed_since_log = 0;
-    // CURVE handshake monitors (PAIR sockets fed by zmq_socket_monitor), one per
-    // socket, with what was last logged for each: 0 nothing, 1 ok, 2 failed.
+    // Handshake monitors (PAIR sockets fed by zmq_socket_monitor, watched in the
+    // event loop): [0] the report socket, always, so that a report goes out as
+    // soon as a (restarted) collector is connected; [1] the instruction socket,
+    // with CURVE. `logged`: what was last logged, 0 nothing, 1 ok, 2 failed.
     // Endpoints whose handshake failed are connected again (see grl/redial.h),
     // so fixing the collector's key list needs nothing on the nginx side.
     struct Monitor {
@@ -49,7 +54,10 @@ struct Reporter {
         const char* role = "";
         int logged = 0;
         Redial redial{{}};
+        ngx_connection_t* conn = nullptr;
     } monitors[2];
+    wire::Report prev2;  // the report before `prev`
+    ngx_msec_t prev2_ms = 0;
 };
 
 Reporter* g_reporter = nullptr;
@@ -211,11 +219,13 @@ void redial(Reporter& rep, Reporter::Monitor& mon) {
     }
 }
 
-// Reads the handshake events queued since the last tick: counts them, logs one
-// line when a socket's handshakes go from working to failing or back, and
-// connects failed endpoints again.
-void check_handshakes(Reporter& rep) {
+// Reads the queued handshake events: with CURVE, counts them, logs one line
+// when a socket's handshakes go from working to failing or back, and connects
+// failed endpoints again. True when the report socket completed a handshake.
+bool check_handshakes(Reporter& rep) {
     zone::Header& h = zone::View(rep.conf->zone_base).header();
+    const bool curve = !rep.conf->cpp->curve_keypair_file.empty();
+    bool report_connected = false;
     for (Reporter::Monitor& mon : rep.monitors) {
         if (mon.pair == nullptr) continue;
         for (int guard = 0; guard < 1000; ++guard) {
@@ -243,6 +253,8 @@ void check_handshakes(Reporter& rep) {
                 zmq_msg_close(&addr);
             }
             bool ok = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+            report_connected = report_connected || (ok && &mon == &rep.monitors[0]);
+            if (!curve) continue;
             (ok ? h.curve_handshakes_ok : h.curve_handshakes_failed)
                 .fetch_add(1, std::memory_order_relaxed);
             if (ok) {
@@ -269,20 +281,45 @@ void check_handshakes(Reporter& rep) {
         }
         redial(rep, mon);
     }
+    return report_connected;
 }
 
-void send_report(Reporter& rep) {
+// Sends a report. Every tick's report carries its counts since the previous
+// tick's (`recent`); an extra report, sent when the collector (re)connects,
+// carries them since the last tick at least half an interval old, so that a
+// collector that just started rates this host from one report over a
+// representative span.
+void send_report(Reporter& rep, bool extra) {
     if (rep.push == nullptr) return;
     zone::View z(rep.conf->zone_base);
     build_report(z, rep.conf->cpp->table, rep.conf->cpp->id, rep.conf->report_interval, wall_ms(),
                  rep.report);
+    const ngx_msec_t now = ngx_current_msec;
+    bool older = extra && now - rep.prev_ms < rep.conf->report_interval / 2;
+    const wire::Report& base = older ? rep.prev2 : rep.prev;
+    add_recent(rep.report, base, now - (older ? rep.prev2_ms : rep.prev_ms));
     rep.buf.clear();
     wire::encode(rep.report, rep.buf);
+    if (!extra) {  // rotate, keeping all three buffers allocated
+        std::swap(rep.prev2, rep.prev);
+        std::swap(rep.prev, rep.report);
+        rep.prev2_ms = rep.prev_ms;
+        rep.prev_ms = now;
+    }
     if (zmq_send(rep.push, rep.buf.data(), rep.buf.size(), ZMQ_DONTWAIT) < 0) {
         // Collector absent or slow: drop it; the next cumulative report covers it.
         z.header().reports_dropped.fetch_add(1, std::memory_order_relaxed);
     } else {
         z.header().reports_sent.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+void on_monitor_readable(ngx_event_t* ev) noexcept {
+    if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
+    try {
+        if (check_handshakes(*g_reporter)) send_report(*g_reporter, true);
+    } catch (const std::exception& e) {
+        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
     }
 }
 
@@ -292,7 +329,7 @@ void on_tick(ngx_event_t* ev) noexcept {
     try {
         drain(rep);
         check_handshakes(rep);
-        send_report(rep);
+        send_report(rep, false);
         log_state_changes(rep);
     } catch (const std::exception& e) {
         ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
@@ -315,6 +352,34 @@ void grow_fd_table(ngx_cycle_t* cycle) {
     if (fd >= 0) close(fd);
 }
 
+// Watches a ZeroMQ socket's ZMQ_FD in nginx's event loop (edge-triggered:
+// the handler must drain the socket).
+ngx_connection_t* watch_socket(void* zsock, ngx_event_handler_pt handler, ngx_log_t* log) {
+    int fd = -1;
+    size_t len = sizeof(fd);
+    if (zmq_getsockopt(zsock, ZMQ_FD, &fd, &len) != 0) {
+        throw std::runtime_error(std::string("ZMQ_FD: ") + zmq_strerror(errno));
+    }
+    ngx_connection_t* c = ngx_get_connection(fd, log);
+    if (c == nullptr) throw std::runtime_error("no free connection for ZMQ_FD");
+    c->read->handler = handler;
+    c->read->log = log;
+    c->log = log;
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        c->fd = -1;
+        ngx_free_connection(c);
+        throw std::runtime_error("cannot watch ZMQ_FD");
+    }
+    return c;
+}
+
+void unwatch_socket(ngx_connection_t* c) {
+    if (c == nullptr) return;
+    if (c->read->active) ngx_del_event(c->read, NGX_READ_EVENT, 0);
+    c->fd = -1;  // owned by ZeroMQ, which closes it
+    ngx_free_connection(c);
+}
+
 void set_option(void* s, int option, const std::string& value, const char* what) {
     if (zmq_setsockopt(s, option, value.data(), value.size()) != 0) {
         throw std::runtime_error(std::string(what) + ": " + zmq_strerror(errno));
@@ -322,23 +387,34 @@ void set_option(void* s, int option, const std::string& value, const char* what)
 }
 
 // A socket with linger 0; with CURVE configured, a CURVE client of the
-// collector whose handshakes are watched by monitor `index`.
+// collector. Its handshakes are watched by monitor `index` when it is the
+// report socket or CURVE is on.
 void* make_socket(Reporter& rep, int type, int index, const char* role,
                   const std::vector<std::string>& endpoints) {
     void* s = zmq_socket(rep.ctx, type);
     if (s == nullptr) throw std::runtime_error(std::string("zmq_socket: ") + zmq_strerror(errno));
     int zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    // libzmq waits 1-2x this between attempts: a restarted collector has every host back
+    // within 100 ms, before its first usage (sent half an interval after it starts).
+    int reconnect_ms = 50;
+    zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &reconnect_ms, sizeof(reconnect_ms));
     const Config& c = *rep.conf->cpp;
-    if (c.curve_keypair_file.empty()) return s;
-    set_option(s, ZMQ_CURVE_SERVERKEY, c.curve_server_key, "ZMQ_CURVE_SERVERKEY");
-    set_option(s, ZMQ_CURVE_PUBLICKEY, c.curve_keypair.public_key, "ZMQ_CURVE_PUBLICKEY");
-    set_option(s, ZMQ_CURVE_SECRETKEY, c.curve_keypair.secret_key, "ZMQ_CURVE_SECRETKEY");
-    std::string endpoint = "inproc://grl-curve-monitor-" + std::to_string(index);
-    if (zmq_socket_monitor(s, endpoint.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+    const bool curve = !c.curve_keypair_file.empty();
+    if (curve) {
+        set_option(s, ZMQ_CURVE_SERVERKEY, c.curve_server_key, "ZMQ_CURVE_SERVERKEY");
+        set_option(s, ZMQ_CURVE_PUBLICKEY, c.curve_keypair.public_key, "ZMQ_CURVE_PUBLICKEY");
+        set_option(s, ZMQ_CURVE_SECRETKEY, c.curve_keypair.secret_key, "ZMQ_CURVE_SECRETKEY");
+    } else if (index != 0) {
+        return s;
+    }
+    std::string endpoint = "inproc://grl-monitor-" + std::to_string(index);
+    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+    if (curve) {
+        events |= ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    }
+    if (zmq_socket_monitor(s, endpoint.c_str(), events) != 0) {
         throw std::runtime_error(std::string("zmq_socket_monitor: ") + zmq_strerror(errno));
     }
     Reporter::Monitor& mon = rep.monitors[index];
@@ -348,8 +424,9 @@ void* make_socket(Reporter& rep, int type, int index, const char* role,
     mon.pair = zmq_socket(rep.ctx, ZMQ_PAIR);
     if (mon.pair == nullptr || zmq_setsockopt(mon.pair, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
         zmq_connect(mon.pair, endpoint.c_str()) != 0) {
-        throw std::runtime_error(std::string("CURVE monitor: ") + zmq_strerror(errno));
+        throw std::runtime_error(std::string("socket monitor: ") + zmq_strerror(errno));
     }
+    mon.conn = watch_socket(mon.pair, on_monitor_readable, rep.log);
     return s;
 }
 
@@ -396,19 +473,7 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
                     throw std::runtime_error("connect " + e + ": " + zmq_strerror(errno));
                 }
             }
-            int fd = -1;
-            size_t len = sizeof(fd);
-            if (zmq_getsockopt(rep->sub, ZMQ_FD, &fd, &len) != 0) {
-                throw std::runtime_error(std::string("ZMQ_FD: ") + zmq_strerror(errno));
-            }
-            rep->sub_conn = ngx_get_connection(fd, cycle->log);
-            if (rep->sub_conn == nullptr) throw std::runtime_error("no free connection for ZMQ_FD");
-            rep->sub_conn->read->handler = on_sub_readable;
-            rep->sub_conn->read->log = cycle->log;
-            rep->sub_conn->log = cycle->log;
-            if (ngx_handle_read_event(rep->sub_conn->read, 0) != NGX_OK) {
-                throw std::runtime_error("cannot watch ZMQ_FD");
-            }
+            rep->sub_conn = watch_socket(rep->sub, on_sub_readable, cycle->log);
         }
         rep->tick.handler = on_tick;
         rep->tick.log = cycle->log;
@@ -435,11 +500,8 @@ void reporter_stop(ngx_cycle_t*) noexcept {
     if (rep == nullptr) return;
     g_reporter = nullptr;
     if (rep->tick.timer_set) ngx_del_timer(&rep->tick);
-    if (rep->sub_conn) {
-        if (rep->sub_conn->read->active) ngx_del_event(rep->sub_conn->read, NGX_READ_EVENT, 0);
-        rep->sub_conn->fd = -1;  // owned by ZeroMQ, which closes it
-        ngx_free_connection(rep->sub_conn);
-    }
+    unwatch_socket(rep->sub_conn);
+    for (Reporter::Monitor& mon : rep->monitors) unwatch_socket(mon.conn);
     if (rep->push) zmq_close(rep->push);
     if (rep->sub) zmq_close(rep->sub);
     for (Reporter::Monitor& mon : rep->monitors) {

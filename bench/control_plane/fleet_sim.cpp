@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
             r.epoch = h.epoch;
             r.seq = h.seq;
             r.ts_ms = wall_ms();
+            // Like nginx, every report but a host's first carries its last interval's counts.
+            r.recent_ms = h.seq > 1 ? r.interval_ms : 0;
+            const std::uint64_t step = static_cast<std::uint64_t>(o.interval_s * o.rate);
             for (std::size_t b = 0; b < o.buckets; ++b) {
                 auto& e = r.buckets[b];
                 std::uint64_t total = static_cast<std::uint64_t>(elapsed * o.rate);
@@ -190,6 +193,9 @@ int main(int argc, char** argv) {
                 e.dropped = total / 4;
                 e.admitted = total - e.dropped;
                 e.shadow_dropped = e.mode == grl::Mode::Shadow ? total / 3 : 0;
+                e.has_recent = r.recent_ms > 0;
+                e.recent = {step, step - step / 4, step / 4,
+                            e.mode == grl::Mode::Shadow ? step / 3 : 0};
             }
             buf.clear();
             grl::wire::encode(r, buf);

@@ -842,9 +842,12 @@ TickOutput Controller::tick(const Clock& now) {
 // ---------------------------------------------------------------------------------------------
 // Queries
 
-bool Controller::brings_new_rates(const wire::ZoneUsage& u) const {
+bool Controller::brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const {
+    auto zone = zones_.find(u.zone);
+    const bool zone_was_silent = zone == zones_.end() || !zone_fresh(zone->second, now);
     for (const wire::UsageBucket& b : u.buckets) {
         if (b.rated_hosts == 0) continue;
+        if (zone_was_silent) return true;
         auto it = instances_.lower_bound(b.name + "|");
         if (it == instances_.end() || it->second.bucket != b.name) return true;
         // Rates now complete where the newest sample was provisional.

@@ -179,6 +179,29 @@ void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
     }
 }
 
+void add_recent(wire::Report& r, const wire::Report& prev, std::uint64_t span_ms) {
+    r.recent_ms = 0;
+    for (wire::ReportBucket& b : r.buckets) b.has_recent = false;
+    if (span_ms == 0 || prev.epoch != r.epoch || prev.seq == 0 || prev.seq >= r.seq) return;
+    r.recent_ms = span_ms;
+    for (std::size_t i = 0; i < r.buckets.size(); ++i) {
+        wire::ReportBucket& b = r.buckets[i];
+        // Buckets keep their order between reports; search only when it changed (reload).
+        const wire::ReportBucket* p =
+            i < prev.buckets.size() && prev.buckets[i].name == b.name ? &prev.buckets[i] : nullptr;
+        for (std::size_t k = 0; p == nullptr && k < prev.buckets.size(); ++k) {
+            if (prev.buckets[k].name == b.name) p = &prev.buckets[k];
+        }
+        if (p == nullptr || b.offered < p->offered || b.admitted < p->admitted ||
+            b.dropped < p->dropped || b.shadow_dropped < p->shadow_dropped) {
+            continue;
+        }
+        b.has_recent = true;
+        b.recent = {b.offered - p->offered, b.admitted - p->admitted, b.dropped - p->dropped,
+                    b.shadow_dropped - p->shadow_dropped};
+    }
+}
+
 std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
                                const wire::Instructions& m, std::uint64_t now_ms,
                                std::uint64_t ttl_cap_ms) {

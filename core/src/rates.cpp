@@ -34,6 +34,7 @@ std::string_view to_string(Verdict v) {
         case Verdict::Duplicate: return "duplicate";
         case Verdict::OldEpoch: return "old_epoch";
         case Verdict::NoTime: return "no_time";
+        case Verdict::TooSoon: return "too_soon";
     }
     return "?";
 }
@@ -76,6 +77,17 @@ std::uint64_t Table::interval_of(const Host& h) const {
     return std::clamp(h.interval_ms, kMinIntervalMs, kMaxIntervalMs);
 }
 
+// Rates from the counts a report carries for its previous interval ("recent"), for a host or
+// bucket without a baseline. False when the report has none for this bucket.
+bool Table::recent_rates(const wire::ReportView& r, const wire::ReportBucketView& rb,
+                         BucketState& b) {
+    if (r.recent_ms == 0 || !rb.has_recent) return false;
+    for (int k = 0; k < 4; ++k)
+        b.rate[k] = static_cast<float>(rate_mrps(rb.recent[k], r.recent_ms));
+    b.has_rate = true;
+    return true;
+}
+
 void Table::baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, bool keep_rates) {
     std::vector<BucketState> next;
     next.reserve(r.buckets.size());
@@ -86,7 +98,9 @@ void Table::baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, b
         b.mode = rb.mode;
         b.limit_mrps = rb.limit_mrps;
         counters_of(rb, b.c);
-        if (keep_rates) {
+        if (recent_rates(r, rb, b)) {
+            // The report carries the last interval's counts: a rate from one report.
+        } else if (keep_rates) {
             // Hold the previous run's rate until the new epoch yields one: a restarted host
             // most likely carries the same load, and dropping it from the sums for an interval
             // would make every other host's ratio dip.
@@ -149,6 +163,13 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
         h.last_ms = now_ms;
         return Verdict::NoTime;
     }
+    // A rate over a sliver of an interval is mostly noise: keep measuring from the baseline.
+    if (dt * 2 < interval_of(h) && r.buckets.size() == h.buckets.size()) {
+        h.seq = r.seq;
+        h.last_ms = now_ms;
+        h.stale = false;
+        return Verdict::TooSoon;
+    }
 
     std::vector<BucketState>& next = next_;
     next.clear();
@@ -174,8 +195,10 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
         b.limit_mrps = rb.limit_mrps;
         counters_of(rb, b.c);
         if (j == h.buckets.size()) {
-            // New bucket on this host (reload, or a run-time bucket): baseline only.
+            // New bucket on this host (reload, or a run-time bucket): baseline, and a rate
+            // if the report carries the bucket's recent counts.
             b.name_id = intern_name(rb.name);
+            recent_rates(r, rb, b);
         } else {
             used[j] = 1;
             const BucketState& old = h.buckets[j];

@@ -444,11 +444,36 @@ enum ReportKey {
     kInterval,
     kDropped,
     kBuckets,
+    kRecentMs,  // optional, with kRecent
+    kRecent,
     kReportKeys
 };
 constexpr std::string_view kReportKeyNames[kReportKeys] = {
-    "v",     "type",        "ts_ms",           "seq",    "host", "zone", "region",
-    "epoch", "interval_ms", "reports_dropped", "buckets"};
+    "v",     "type",        "ts_ms",           "seq",     "host",      "zone",  "region",
+    "epoch", "interval_ms", "reports_dropped", "buckets", "recent_ms", "recent"};
+constexpr int kRequiredReportKeys = kRecentMs;
+
+// "recent": one [] or [4 uints] per bucket. Read into `recent` (with `known`), matched with the
+// buckets once the whole message is read (the keys may come in any order).
+bool read_recent(Reader& r, std::string_view key, std::vector<std::array<std::uint64_t, 4>>& recent,
+                 std::vector<char>& known) {
+    Head ah;
+    if (!r.head(ah) || !want(r, ah, Kind::Arr, key)) return false;
+    if (ah.u > kMaxBucketsPerMessage) return r.fail("\"recent\" has too many entries");
+    recent.resize(static_cast<std::size_t>(ah.u));
+    known.assign(static_cast<std::size_t>(ah.u), 0);
+    for (std::uint64_t j = 0; j < ah.u; ++j) {
+        Head e;
+        if (!r.head(e)) return false;
+        if (e.kind != Kind::Arr || (e.u != 0 && e.u != 4))
+            return r.fail("bad \"recent[" + std::to_string(j) + "]\"");
+        for (std::uint64_t k = 0; k < e.u; ++k) {
+            if (!read_uint(r, key, recent[j][k])) return false;
+        }
+        known[j] = e.u == 4;
+    }
+    return true;
+}
 
 // Duplicate names by an open-addressing set of indices (cheaper than sorting per report).
 bool has_duplicate(const std::vector<ReportBucketView>& b) {
@@ -494,6 +519,9 @@ bool read(std::string_view bytes, ReportView& out, std::string& error) {
         return r.fail(std::string("message is ") + kind_name(root.kind) + ", not a map");
     std::uint32_t mask = 0;
     out.buckets.clear();
+    out.recent_ms = 0;
+    thread_local std::vector<std::array<std::uint64_t, 4>> recent;
+    thread_local std::vector<char> known;
     for (std::uint64_t i = 0; i < root.u; ++i) {
         std::string_view key;
         if (!read_key(r, key)) return false;
@@ -534,18 +562,29 @@ bool read(std::string_view bytes, ReportView& out, std::string& error) {
                 }
                 break;
             }
+            case kRecentMs: ok = read_uint(r, key, out.recent_ms); break;
+            case kRecent: ok = read_recent(r, key, recent, known); break;
         }
         if (!ok) return false;
     }
     if (!r.at_end()) return r.fail("trailing bytes after message");
-    if (mask != (1u << kReportKeys) - 1) {
-        for (int j = 0; j < kReportKeys; ++j) {
+    constexpr std::uint32_t kRequired = (1u << kRequiredReportKeys) - 1;
+    if ((mask & kRequired) != kRequired) {
+        for (int j = 0; j < kRequiredReportKeys; ++j) {
             if (!(mask & (1u << j)))
                 return r.fail("missing \"" + std::string(kReportKeyNames[j]) + "\"");
         }
     }
     if (out.buckets.size() > 1 && has_duplicate(out.buckets))
         return r.fail("duplicate bucket name");
+    bool has_ms = mask & (1u << kRecentMs), has_recent = mask & (1u << kRecent);
+    if (has_ms != has_recent) return r.fail("\"recent\" and \"recent_ms\" go together");
+    if (!has_ms) return true;
+    if (recent.size() != out.buckets.size()) return r.fail("\"recent\" does not match \"buckets\"");
+    for (std::size_t j = 0; j < recent.size(); ++j) {
+        out.buckets[j].has_recent = known[j] != 0;
+        out.buckets[j].recent = recent[j];
+    }
     return true;
 }
 
@@ -569,6 +608,7 @@ void view_of(const Report& r, ReportView& out) {
     out.ts_ms = r.ts_ms;
     out.interval_ms = r.interval_ms;
     out.reports_dropped = r.reports_dropped;
+    out.recent_ms = r.recent_ms;
     out.buckets.resize(r.buckets.size());
     for (std::size_t i = 0; i < r.buckets.size(); ++i) {
         const ReportBucket& b = r.buckets[i];
@@ -581,6 +621,8 @@ void view_of(const Report& r, ReportView& out) {
         v.admitted = b.admitted;
         v.dropped = b.dropped;
         v.shadow_dropped = b.shadow_dropped;
+        v.has_recent = b.has_recent;
+        v.recent = b.recent;
     }
 }
 

@@ -235,12 +235,50 @@ enum ReportKey : std::size_t {
     kRIntervalMs,
     kRReportsDropped,
     kRBuckets,
+    kRRecentMs,  // optional, with kRRecent
+    kRRecent,
     kReportKeys
 };
 const std::array<std::string_view, kReportKeys> kReportKeyNames = {
-    "v",     "type",        "ts_ms",           "seq",     "host", "zone", "region",
-    "epoch", "interval_ms", "reports_dropped", "buckets",
+    "v",     "type",        "ts_ms",           "seq",     "host",      "zone",   "region",
+    "epoch", "interval_ms", "reports_dropped", "buckets", "recent_ms", "recent",
 };
+constexpr std::size_t kReportRequiredKeys = kRRecentMs;
+
+// The optional "recent_ms" and "recent" of a report: both or neither; "recent" has one entry
+// per bucket, in the same order: [offered, admitted, dropped, shadow_dropped] or [] (unknown).
+template <std::size_t N>
+bool recent_counts(const Fields<N>& f, Report& m, std::string& error) {
+    if (f.present(kRRecentMs) != f.present(kRRecent)) {
+        error = "\"recent\" and \"recent_ms\" go together";
+        return false;
+    }
+    if (!f.present(kRRecent)) return true;
+    const msgpack_object* arr = nullptr;
+    if (!f.u64(kRRecentMs, m.recent_ms, error) || !f.array(kRRecent, arr, error)) return false;
+    if (arr->via.array.size != m.buckets.size()) {
+        error = "\"recent\" has " + std::to_string(arr->via.array.size) + " entries for " +
+                std::to_string(m.buckets.size()) + " buckets";
+        return false;
+    }
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        const msgpack_object& e = arr->via.array.ptr[i];
+        if (e.type != MSGPACK_OBJECT_ARRAY || (e.via.array.size != 0 && e.via.array.size != 4)) {
+            error = "bad \"recent[" + std::to_string(i) + "]\" (want [] or 4 uints)";
+            return false;
+        }
+        ReportBucket& b = m.buckets[i];
+        b.has_recent = e.via.array.size == 4;
+        for (std::uint32_t k = 0; k < e.via.array.size; ++k) {
+            if (e.via.array.ptr[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+                error = "bad \"recent[" + std::to_string(i) + "]\" (want [] or 4 uints)";
+                return false;
+            }
+            b.recent[k] = e.via.array.ptr[k].via.u64;
+        }
+    }
+    return true;
+}
 
 enum ReportBucketKey : std::size_t {
     kRBName,
@@ -290,6 +328,7 @@ bool decode_report(std::string_view bytes, Report& out, std::string& error) {
         m.buckets.push_back(std::move(b));
     }
     if (!unique_names(m.buckets, error)) return false;
+    if (!recent_counts(f, m, error)) return false;
     out = std::move(m);
     return true;
 }
@@ -468,7 +507,7 @@ bool guarded(bool (*fn)(std::string_view, Msg&, std::string&), std::string_view 
 
 void encode(const Report& m, std::string& out) {
     Packer p;
-    p.map(kReportKeys);
+    p.map(m.recent_ms ? kReportKeys : kReportRequiredKeys);
     p.kv("v", kVersion);
     p.kv("type", "report");
     p.kv("ts_ms", m.ts_ms);
@@ -491,6 +530,17 @@ void encode(const Report& m, std::string& out) {
         p.kv("admitted", b.admitted);
         p.kv("dropped", b.dropped);
         p.kv("shadow_dropped", b.shadow_dropped);
+    }
+    if (m.recent_ms) {
+        p.kv("recent_ms", m.recent_ms);
+        p.str("recent");
+        p.array(m.buckets.size());
+        for (const ReportBucket& b : m.buckets) {
+            p.array(b.has_recent ? 4 : 0);
+            if (b.has_recent) {
+                for (std::uint64_t c : b.recent) p.u64(c);
+            }
+        }
     }
     p.append_to(out);
 }

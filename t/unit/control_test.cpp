@@ -651,3 +651,29 @@ TEST(Controller, StatusListsInstancesWithHosts) {
 
 }  // namespace
 }  // namespace grl::control
+
+namespace grl::control {
+namespace {
+
+TEST(Control, NewRatesFromANewOrReturningZoneTickAtOnce) {
+    Fleet f;
+    Controller c(opts());
+    EXPECT_TRUE(c.brings_new_rates(zu("z1", {ub("g", 150)}, f.now), f.now));  // no instance yet
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 150)}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    f.advance(1000);
+    // The same zone again, with its instance known: the regular tick is soon enough...
+    EXPECT_FALSE(c.brings_new_rates(zu("z1", {ub("g", 150)}, f.now), f.now));
+    // ...but a zone not heard from yet, or one that went silent and is back (its collector
+    // restarted), changes the sums now.
+    EXPECT_TRUE(c.brings_new_rates(zu("z2", {ub("g", 50)}, f.now), f.now));
+    f.advance(10000);  // z1 stale (3 intervals)
+    c.tick(f.now);
+    EXPECT_TRUE(c.brings_new_rates(zu("z1", {ub("g", 150)}, f.now), f.now));
+    wire::ZoneUsage unrated = zu("z1", {ub("g", 0)}, f.now);
+    unrated.buckets[0].rated_hosts = 0;
+    EXPECT_FALSE(c.brings_new_rates(unrated, f.now));  // nothing to compute from yet
+}
+
+}  // namespace
+}  // namespace grl::control

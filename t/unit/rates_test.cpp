@@ -81,6 +81,60 @@ TEST(Rates, FirstReportIsABaselineOnly) {
     EXPECT_EQ(usage(t).buckets[0].offered_mrps, 100000u);
 }
 
+TEST(Rates, RecentCountsGiveARateFromTheFirstReport) {
+    // A collector that just (re)started: the host's report carries its last interval's counts.
+    Table t;
+    wire::Report r = report("h1", 7, 41, T0, {{"api", 90000, 3000, 500}, {"new", 10}}, 250);
+    r.recent_ms = 250;
+    r.buckets[0].has_recent = true;
+    r.buckets[0].recent = {50, 40, 10, 5};  // 200 r/s offered over the last 250 ms
+    EXPECT_EQ(t.add(r, M0), Verdict::First);
+    wire::ZoneUsage u = usage(t);
+    const wire::UsageBucket* api = find(u, "api");
+    ASSERT_NE(api, nullptr);
+    EXPECT_EQ(api->offered_mrps, 200000u);
+    EXPECT_EQ(api->admitted_mrps, 160000u);
+    EXPECT_EQ(api->dropped_mrps, 40000u);
+    EXPECT_EQ(api->shadow_dropped_mrps, 20000u);
+    EXPECT_EQ(api->rated_hosts, 1u);
+    EXPECT_EQ(find(u, "new")->rated_hosts, 0u);  // no recent counts: baseline only
+    // The next report is rated from the cumulative counters as usual.
+    wire::Report r2 = report("h1", 7, 42, T0 + 250, {{"api", 90025, 3000, 500}, {"new", 20}}, 250);
+    EXPECT_EQ(t.add(r2, M0 + 250), Verdict::Accepted);
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    EXPECT_EQ(offered(t, "new"), 40000u);
+}
+
+TEST(Rates, AReportSoonAfterTheBaselineKeepsIt) {
+    // nginx reports at once when it reconnects, then again at its next tick, maybe 30 ms
+    // later: a rate over 30 ms would be noise, so the baseline stays.
+    Table t;
+    wire::Report r = report("h1", 7, 10, T0, {{"api", 1000}}, 250);
+    r.recent_ms = 250;
+    r.buckets[0].has_recent = true;
+    r.buckets[0].recent = {25, 25, 0, 0};  // 100 r/s
+    t.add(r, M0);
+    EXPECT_EQ(t.add(report("h1", 7, 11, T0 + 30, {{"api", 1000}}, 250), M0 + 30), Verdict::TooSoon);
+    EXPECT_EQ(offered(t, "api"), 100000u);  // not 0 r/s from 30 ms without a request
+    EXPECT_EQ(t.add(report("h1", 7, 11, T0 + 40, {{"api", 1001}}, 250), M0 + 40),
+              Verdict::Duplicate);  // its seq still counts
+    EXPECT_EQ(t.add(report("h1", 7, 12, T0 + 280, {{"api", 1028}}, 250), M0 + 280),
+              Verdict::Accepted);
+    EXPECT_EQ(offered(t, "api"), 100000u);  // 28 over 280 ms
+}
+
+TEST(Rates, RecentCountsRateABucketNewToTheHost) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 100}}), M0);
+    wire::Report r = report("h1", 7, 2, T0 + 1000, {{"api", 200}, {"emergency", 30}});
+    r.recent_ms = 1000;
+    r.buckets[1].has_recent = true;
+    r.buckets[1].recent = {30, 30, 0, 0};
+    EXPECT_EQ(t.add(r, M0 + 1000), Verdict::Accepted);
+    EXPECT_EQ(offered(t, "emergency"), 30000u);
+    EXPECT_EQ(offered(t, "api"), 100000u);
+}
+
 TEST(Rates, RateIsCounterDeltaOverSenderTime) {
     Table t;
     t.add(report("h1", 7, 1, T0, {{"api", 1000, 100, 7}}), M0);

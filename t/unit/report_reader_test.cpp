@@ -180,12 +180,27 @@ void agree(const std::string& b, const char* what, long idx = -1) {
         EXPECT_EQ(v.buckets[i].admitted, r.buckets[i].admitted);
         EXPECT_EQ(v.buckets[i].dropped, r.buckets[i].dropped);
         EXPECT_EQ(v.buckets[i].shadow_dropped, r.buckets[i].shadow_dropped);
+        EXPECT_EQ(v.buckets[i].has_recent, r.buckets[i].has_recent);
+        EXPECT_EQ(v.buckets[i].recent, r.buckets[i].recent);
     }
+    EXPECT_EQ(v.recent_ms, r.recent_ms);
+}
+
+// A report with "recent_ms" and "recent" (one entry per bucket: [] or 4 counts).
+V with_recent(V r, std::uint64_t ms, std::vector<V> entries) {
+    r.m.push_back({S("recent_ms"), U(ms)});
+    r.m.push_back({S("recent"), A(std::move(entries))});
+    return r;
+}
+V counts(std::uint64_t o) {
+    return A({U(o), U(o / 2), U(o - o / 2), U(1)});
 }
 
 std::vector<V> valid_samples() {
     std::vector<V> out;
     out.push_back(report({}));
+    out.push_back(with_recent(report({bucket("a"), bucket("b", 1000000), bucket("c.d:e-f_g")}), 250,
+                              {counts(40), A({}), counts(1000000)}));
     out.push_back(report({bucket("a"), bucket("b", 1000000), bucket("c.d:e-f_g")}));
     V t = report({bucket("x")});
     t.m[0].second = Raw(std::string("\xd0\x01", 2));                            // v as int 8
@@ -296,6 +311,37 @@ TEST(ReportReader, StructuralEditsAgree) {
         t.m[1].second = S(ty);
         agree(bytes(t), "type", n++);
     }
+    const V rb = with_recent(report({bucket("a"), bucket("b")}), 250, {counts(8), A({})});
+    const std::size_t kMs = 11, kRecent = 12;
+    agree(bytes(rb), "recent", n++);
+    for (std::size_t k : {kMs, kRecent}) {  // one without the other
+        V t = rb;
+        t.m.erase(t.m.begin() + static_cast<long>(k));
+        agree(bytes(t), "recent half", n++);
+        for (const V& x : types) {
+            V w = rb;
+            w.m[k].second = x;
+            agree(bytes(w), "recent wrong type", n++);
+        }
+    }
+    for (const V& x : types) {  // entries of other types
+        V t = rb;
+        t.m[kRecent].second.a[1] = x;
+        agree(bytes(t), "recent entry type", n++);
+        V w = rb;
+        w.m[kRecent].second.a[0].a[2] = x;
+        agree(bytes(w), "recent count type", n++);
+    }
+    for (std::size_t len : {0u, 1u, 3u}) {  // entries for another number of buckets
+        V t = rb;
+        t.m[kRecent].second.a.resize(len, A({}));
+        agree(bytes(t), "recent length", n++);
+    }
+    for (std::size_t len : {1u, 3u, 5u}) {  // entries of another length
+        V t = rb;
+        t.m[kRecent].second.a[0].a.resize(len, U(1));
+        agree(bytes(t), "recent entry length", n++);
+    }
     V dup = report({bucket("same"), bucket("other"), bucket("same")});
     agree(bytes(dup), "duplicate bucket names", n++);
     for (int depth = 12; depth <= 18; ++depth) {  // around the nesting limit
@@ -331,7 +377,7 @@ TEST(ReportReader, RandomMutationsAgree) {
     std::vector<std::string> bases;
     for (const V& v : valid_samples()) bases.push_back(bytes(v));
     for (int round = 0; round < 40000; ++round) {
-        std::string b = bases[rng() % 3];  // the 300-bucket sample is slow to mutate often
+        std::string b = bases[rng() % 4];  // the 300-bucket sample is slow to mutate often
         int edits = 1 + static_cast<int>(rng() % 3);
         for (int e = 0; e < edits; ++e) {
             std::size_t pos = rng() % b.size();

@@ -284,7 +284,10 @@ void expect_same(const Report& a, const Report& b) {
         EXPECT_EQ(a.buckets[i].admitted, b.buckets[i].admitted);
         EXPECT_EQ(a.buckets[i].dropped, b.buckets[i].dropped);
         EXPECT_EQ(a.buckets[i].shadow_dropped, b.buckets[i].shadow_dropped);
+        EXPECT_EQ(a.buckets[i].has_recent, b.buckets[i].has_recent);
+        EXPECT_EQ(a.buckets[i].recent, b.buckets[i].recent);
     }
+    EXPECT_EQ(a.recent_ms, b.recent_ms);
 }
 
 void expect_same(const Instructions& a, const Instructions& b) {
@@ -448,6 +451,32 @@ void check_keys(const std::string& b, const std::vector<std::string>& top,
 
 TEST(Wire, ReportHasExactlyTheDocumentedKeys) {
     check_keys(encoded(sample_report()), kReportKeys, kReportBucketKeys, "report");
+}
+
+TEST(Wire, ReportWithRecentCountsRoundTrip) {
+    Report r = sample_report();
+    ASSERT_GE(r.buckets.size(), 2u);
+    r.recent_ms = 250;
+    r.buckets[0].has_recent = true;
+    r.buckets[0].recent = {40, 30, 10, 2};  // buckets[1] unknown: sent as []
+    const std::string b = encoded(r);
+    check_keys(
+        b,
+        [] {
+            std::vector<std::string> k = kReportKeys;
+            k.push_back("recent_ms");
+            k.push_back("recent");
+            return k;
+        }(),
+        kReportBucketKeys, "report");
+    Report d;
+    std::string err;
+    ASSERT_TRUE(decode(b, d, err)) << err;
+    expect_same(r, d);
+    EXPECT_FALSE(d.buckets[1].has_recent);
+    // Without recent_ms nothing extra is sent (the first report of a reporter).
+    r.recent_ms = 0;
+    check_keys(encoded(r), kReportKeys, kReportBucketKeys, "report");
 }
 
 TEST(Wire, InstructionsHaveExactlyTheDocumentedKeys) {

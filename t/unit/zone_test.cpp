@@ -276,6 +276,38 @@ TEST_F(PlaneFixture, ReportCarriesCumulativeCountersAndIdentity) {
     EXPECT_EQ(r.seq, 2u) << "sequence increases per report and lives in the zone";
 }
 
+TEST_F(PlaneFixture, ReportCarriesTheCountsSinceThePreviousOne) {
+    wire::Report prev, r;
+    build_report(z, table, id, 250, 1700000000000, prev);
+    add_recent(prev, wire::Report{}, 250);  // the reporter's first report: nothing to add
+    EXPECT_EQ(prev.recent_ms, 0u);
+    z.counters(table.slots[0], 0).offered += 10;
+    z.counters(table.slots[0], 1).dropped += 4;
+    z.counters(table.slots[1], 0).shadow_dropped += 2;
+    build_report(z, table, id, 250, 1700000000250, r);
+    add_recent(r, prev, 260);
+    EXPECT_EQ(r.recent_ms, 260u);
+    ASSERT_EQ(r.buckets.size(), 2u);
+    EXPECT_TRUE(r.buckets[0].has_recent);
+    EXPECT_EQ(r.buckets[0].recent, (std::array<std::uint64_t, 4>{10, 6, 4, 0}));
+    EXPECT_EQ(r.buckets[1].recent, (std::array<std::uint64_t, 4>{0, 0, 0, 2}));
+    // Reordered buckets are found by name; a new one or one whose counters went back
+    // gets none; another epoch gives nothing at all.
+    wire::Report old = prev;
+    std::swap(old.buckets[0], old.buckets[1]);
+    old.buckets[0].shadow_dropped = 5;  // now "above" the current value of bucket 1
+    old.buckets.push_back(old.buckets[1]);
+    old.buckets.back().name = "gone";
+    add_recent(r, old, 250);
+    EXPECT_TRUE(r.buckets[0].has_recent);
+    EXPECT_EQ(r.buckets[0].recent[0], 10u);
+    EXPECT_FALSE(r.buckets[1].has_recent);
+    old.epoch = 43;
+    add_recent(r, old, 250);
+    EXPECT_EQ(r.recent_ms, 0u);
+    EXPECT_FALSE(r.buckets[0].has_recent);
+}
+
 TEST_F(PlaneFixture, ApplyFreshestWinsAndTtlIsCapped) {
     const zone::BucketSlot& s = z.slot(table.slots[0]);
     EXPECT_EQ(apply_instructions(z, table, instr(2000, 500000), 100, 10000), 1u);

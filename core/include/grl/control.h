@@ -154,9 +154,10 @@ class Controller {
     TickOutput tick(const Clock& now);
 
     // True when `u` carries rates for a bucket that has no instance yet (a controller or
-    // collector that just started), or completes the rates of an instance whose newest sample
+    // collector that just started), comes from a zone that was silent (a collector restarted
+    // after its zone went stale), or completes the rates of an instance whose newest sample
     // was provisional: ticking at once then saves up to an interval.
-    bool brings_new_rates(const wire::ZoneUsage& u) const;
+    bool brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const;
 
     // State after the last tick.
     const std::map<std::string, Instance>& instances() const { return instances_; }

@@ -46,6 +46,12 @@ std::vector<std::string> expire_runtime(const zone::View& z, std::uint64_t now_m
 void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
                   std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r);
 
+// Adds to `r` each bucket's counts since `prev` (the reporter's previous report, `span_ms`
+// earlier on the monotonic clock) as `recent`, so that a collector without a baseline for
+// this host rates it from one report. Nothing is added when `prev` is of another epoch or
+// the span is 0; a bucket that is new, or whose counters went back, gets none.
+void add_recent(wire::Report& r, const wire::Report& prev, std::uint64_t span_ms);
+
 // Applies one decoded instruction message received at monotonic `now_ms`.
 // `ttl_cap_ms` is grl_instruction_ttl. Entries with a `match` for a name that
 // is not configured define (or update) a run-time bucket. Called by the

@@ -35,6 +35,8 @@ enum class Verdict : std::uint8_t {
     Duplicate,  // seq not newer than the last accepted one of this epoch
     OldEpoch,   // from an epoch this host already left (a late report of a previous run)
     NoTime,     // no usable time difference (clock stepped back); baseline kept
+    TooSoon,    // under half an interval after the baseline (nginx's extra report on
+                // reconnecting): baseline and rates kept, so the next rate spans longer
 };
 std::string_view to_string(Verdict v);
 
@@ -103,6 +105,8 @@ class Table {
     std::uint32_t intern_name(std::string_view name);
     void release_name(std::uint32_t id);
     void baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, bool keep_rates);
+    static bool recent_rates(const wire::ReportView& r, const wire::ReportBucketView& rb,
+                             BucketState& b);
     std::uint64_t interval_of(const Host& h) const;
 
     Options opt_;

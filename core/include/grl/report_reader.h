@@ -7,6 +7,7 @@
 // the equivalence on valid, malformed and randomly mutated messages.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -26,6 +27,8 @@ struct ReportBucketView {
     std::uint64_t admitted = 0;
     std::uint64_t dropped = 0;
     std::uint64_t shadow_dropped = 0;
+    bool has_recent = false;  // see wire::ReportBucket
+    std::array<std::uint64_t, 4> recent{};
 };
 
 // Valid while the bytes it was read from are.
@@ -38,6 +41,7 @@ struct ReportView {
     std::uint64_t ts_ms = 0;
     std::uint64_t interval_ms = 0;
     std::uint64_t reports_dropped = 0;
+    std::uint64_t recent_ms = 0;
     std::vector<ReportBucketView> buckets;
 };
 

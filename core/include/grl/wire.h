@@ -2,6 +2,7 @@
 // The specification is docs/protocol.md; keep the two in step.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,6 +26,11 @@ struct ReportBucket {
     std::uint64_t admitted = 0;
     std::uint64_t dropped = 0;
     std::uint64_t shadow_dropped = 0;
+    // The counters' increase since the previous report, over Report::recent_ms:
+    // offered, admitted, dropped, shadow_dropped. Lets a collector that has no
+    // baseline for the host (it just started) derive rates from one report.
+    bool has_recent = false;
+    std::array<std::uint64_t, 4> recent{};
 };
 
 struct Report {
@@ -36,6 +42,7 @@ struct Report {
     std::uint64_t ts_ms = 0;
     std::uint64_t interval_ms = 0;
     std::uint64_t reports_dropped = 0;
+    std::uint64_t recent_ms = 0;  // span of the buckets' `recent` counts; 0: none sent
     std::vector<ReportBucket> buckets;
 };
 
