@@ -64,6 +64,7 @@ struct Options {
     std::string publish_ep;
     std::string zone = "z1";
     std::string region = "r1";
+    bool recent = true;  // send `recent` counts like nginx (--no-recent: reports without them)
 };
 
 Options parse(int argc, char** argv) {
@@ -96,10 +97,12 @@ Options parse(int argc, char** argv) {
             o.zone = val();
         else if (a == "--region")
             o.region = val();
+        else if (a == "--no-recent")
+            o.recent = false;
         else
             die("unknown option " + a +
                 " (--hosts N --buckets B --interval S --duration S --warmup S --rate R "
-                "--connections C --report EP --publish EP --zone Z --region R)");
+                "--connections C --report EP --publish EP --zone Z --region R --no-recent)");
     }
     if (o.report_ep.empty() || o.publish_ep.empty()) die("--report and --publish are required");
     if (o.hosts == 0 || o.buckets == 0 || o.connections == 0) die("counts must be positive");
@@ -183,8 +186,8 @@ int main(int argc, char** argv) {
             r.epoch = h.epoch;
             r.seq = h.seq;
             r.ts_ms = wall_ms();
-            // Like nginx, every report but a host's first carries its last interval's counts.
-            r.recent_ms = h.seq > 1 ? r.interval_ms : 0;
+            // Like nginx after connecting: reports 2 and 3 carry their last interval's counts.
+            r.recent_ms = o.recent && (h.seq == 2 || h.seq == 3) ? r.interval_ms : 0;
             const std::uint64_t step = static_cast<std::uint64_t>(o.interval_s * o.rate);
             for (std::size_t b = 0; b < o.buckets; ++b) {
                 auto& e = r.buckets[b];

@@ -75,6 +75,8 @@ def main():
     ap.add_argument("--batch", default=None, help="collector --batch (default: the collector's)")
     ap.add_argument("--pin", action="store_true",
                     help="daemons on CPU 0, the simulator on CPU 1 (taskset), as on a quiet 2-core box")
+    ap.add_argument("--no-recent", action="store_true",
+                    help="reports without their last interval's counts (to measure what they cost)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     b = a.build_dir
@@ -122,7 +124,9 @@ def main():
         sim = subprocess.Popen(pinned([bins["sim"], "--hosts", str(a.hosts), "--buckets", str(a.buckets),
                                 "--interval", str(a.interval), "--duration", str(a.duration),
                                 "--warmup", str(a.warmup), "--connections", str(a.connections),
-                                "--report", report, "--publish", relay], 1), stdout=subprocess.PIPE)
+                                "--report", report, "--publish", relay]
+                                       + (["--no-recent"] if a.no_recent else []), 1),
+                               stdout=subprocess.PIPE)
         time.sleep(0.5 + a.warmup)
         t0 = time.monotonic()
         c0 = {n: cpu_seconds(p.pid) for n, p in (("collector", col), ("controller", ctl), ("sim", sim))}
