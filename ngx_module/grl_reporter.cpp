@@ -13,14 +13,13 @@
 #include <zmq.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "grl/redial.h"
+#include "grl/handshake.h"
 #include "grl/wire.h"
 #include "grl_module.h"
 
@@ -37,30 +36,27 @@ struct Reporter {
     ngx_log_t* log = nullptr;
     std::string buf;      // reused encode buffer
     wire::Report report;  // reused report
-    wire::Report prev;    // the previous one, for its `recent` counts
-    ngx_msec_t prev_ms = 0;
+    // The two reports before it (tick reports), for the `recent` counts.
+    wire::Report prev, prev2;
+    ngx_msec_t prev_ms = 0, prev2_ms = 0;
+    // Reports still to carry `recent` counts: set when the collector (re)connects, which is
+    // when it may lack a baseline for this host; steady-state reports go without them.
+    int recent_left = 0;
     std::string topics[3];  // the three topics this host subscribes to
     ngx_msec_t last_malformed_log = 0;
     std::uint64_t malformed_since_log = 0;
     // Handshake monitors (PAIR sockets fed by zmq_socket_monitor, watched in the
     // event loop): [0] the report socket, always, so that a report goes out as
     // soon as a (restarted) collector is connected; [1] the instruction socket,
-    // with CURVE. `logged`: what was last logged, 0 nothing, 1 ok, 2 failed.
-    // Endpoints whose handshake failed are connected again (see grl/redial.h),
-    // so fixing the collector's key list needs nothing on the nginx side.
+    // with CURVE. Endpoints whose handshake failed are connected again (see
+    // grl/handshake.h), so fixing the collector's key list needs nothing here.
     struct Monitor {
         void* pair = nullptr;
         void* socket = nullptr;
         const char* role = "";
-        int logged = 0;
-        Redial redial{{}};
+        Handshakes handshakes{{}};
         ngx_connection_t* conn = nullptr;
     } monitors[2];
-    wire::Report prev2;  // the report before `prev`
-    ngx_msec_t prev2_ms = 0;
-    // Reports still to carry `recent` counts: set when the collector (re)connects, which is
-    // when it may lack a baseline for this host; steady-state reports go without them.
-    int recent_left = 0;
 };
 
 Reporter* g_reporter = nullptr;
@@ -190,30 +186,15 @@ void log_state_changes(Reporter& rep) {
     }
 }
 
-std::string handshake_failure(std::uint16_t event, std::uint32_t value) {
-    char code[16];
-    snprintf(code, sizeof(code), "0x%x", value);
-    switch (event) {
-        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
-            return "refused by the collector (ZAP status " + std::to_string(value) +
-                   "): is this host's public key in its --curve-clients?";
-        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
-                return "failed: the collector does not speak CURVE on this endpoint (start it "
-                       "with --curve-keypair and --curve-clients)";
-            }
-            return std::string("failed (protocol error ") + code +
-                   "): does the collector run with --curve-clients, and with the key pair "
-                   "whose public key grl_curve_server_key names?";
-        default:
-            return std::string("failed (") + strerror(static_cast<int>(value)) +
-                   "): does the collector hold the key pair whose public key "
-                   "grl_curve_server_key names?";
-    }
+HandshakeFailure failure_of(std::uint16_t event, std::uint32_t value) {
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return HandshakeFailure::Refused;
+    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return HandshakeFailure::Other;
+    return value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? HandshakeFailure::NoCurve
+                                                               : HandshakeFailure::Protocol;
 }
 
 void redial(Reporter& rep, Reporter::Monitor& mon) {
-    for (const std::string& e : mon.redial.due(ngx_current_msec)) {
+    for (const std::string& e : mon.handshakes.due(ngx_current_msec)) {
         zmq_disconnect(mon.socket, e.c_str());  // ENOENT when libzmq already dropped it
         if (zmq_connect(mon.socket, e.c_str()) != 0) {
             ngx_log_error(NGX_LOG_ERR, rep.log, 0, "grl: connect \"%s\": %s", e.c_str(),
@@ -260,26 +241,18 @@ bool check_handshakes(Reporter& rep) {
             if (!curve) continue;
             (ok ? h.curve_handshakes_ok : h.curve_handshakes_failed)
                 .fetch_add(1, std::memory_order_relaxed);
-            if (ok) {
-                mon.redial.succeeded();
-            } else {
-                mon.redial.failed(endpoint, ngx_current_msec);
-            }
-            int state = ok ? 1 : 2;
-            if (state == mon.logged || (ok && mon.logged == 0)) {
-                mon.logged = state;
-                continue;
-            }
-            mon.logged = state;
+            if (!mon.handshakes.record(ok, endpoint, ngx_current_msec)) continue;
             if (ok) {
                 ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
                               "grl: CURVE handshake of the %s socket with \"%s\" succeeded",
                               mon.role, endpoint.c_str());
             } else {
+                std::string why = describe(failure_of(event, value), value,
+                                           {"collector", "this host", "grl_curve_server_key"});
                 ngx_log_error(NGX_LOG_ERR, rep.log, 0,
                               "grl: CURVE handshake of the %s socket with \"%s\" %s; "
                               "retrying with backoff",
-                              mon.role, endpoint.c_str(), handshake_failure(event, value).c_str());
+                              mon.role, endpoint.c_str(), why.c_str());
             }
         }
         redial(rep, mon);
@@ -320,15 +293,19 @@ void send_report(Reporter& rep, bool extra) {
     }
 }
 
+// Handles the queued handshake events; when the report socket (re)connected,
+// the next three reports carry `recent` (one may come too soon after the
+// collector's baseline, one may be lost). True in that case.
+bool on_handshakes(Reporter& rep) {
+    if (!check_handshakes(rep)) return false;
+    rep.recent_left = 3;
+    return true;
+}
+
 void on_monitor_readable(ngx_event_t* ev) noexcept {
     if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
     try {
-        if (check_handshakes(*g_reporter)) {
-            // This report and the next two ticks' carry `recent` (one may come too soon
-            // after the collector's baseline, one may be lost).
-            g_reporter->recent_left = 3;
-            send_report(*g_reporter, true);
-        }
+        if (on_handshakes(*g_reporter)) send_report(*g_reporter, true);
     } catch (const std::exception& e) {
         ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
     }
@@ -339,7 +316,7 @@ void on_tick(ngx_event_t* ev) noexcept {
     Reporter& rep = *g_reporter;
     try {
         drain(rep);
-        check_handshakes(rep);
+        on_handshakes(rep);  // events the event loop has not delivered yet
         send_report(rep, false);
         log_state_changes(rep);
     } catch (const std::exception& e) {
@@ -431,7 +408,7 @@ void* make_socket(Reporter& rep, int type, int index, const char* role,
     Reporter::Monitor& mon = rep.monitors[index];
     mon.role = role;
     mon.socket = s;
-    mon.redial = Redial(endpoints);
+    mon.handshakes = Handshakes(endpoints);
     mon.pair = zmq_socket(rep.ctx, ZMQ_PAIR);
     if (mon.pair == nullptr || zmq_setsockopt(mon.pair, ZMQ_LINGER, &zero, sizeof(zero)) != 0 ||
         zmq_connect(mon.pair, endpoint.c_str()) != 0) {

@@ -128,23 +128,11 @@ void ZapHandler::handle() {
 
 namespace {
 
-std::string handshake_failure(std::uint16_t event, std::uint32_t value, const std::string& peer) {
-    char code[16];
-    std::snprintf(code, sizeof(code), "0x%x", value);
-    switch (event) {
-        case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
-            return "refused by the " + peer + " (ZAP status " + std::to_string(value) +
-                   "): is this key pair's public key in its --curve-clients?";
-        case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
-                return "failed: the " + peer + " does not speak CURVE on this endpoint";
-            }
-            return std::string("failed (protocol error ") + code + "): does the " + peer +
-                   " hold the key pair of --curve-server-key?";
-        default:
-            return "failed (" + std::string(std::strerror(static_cast<int>(value))) +
-                   "): does the " + peer + " hold the key pair of --curve-server-key?";
-    }
+HandshakeFailure failure_of(std::uint16_t event, std::uint32_t value) {
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return HandshakeFailure::Refused;
+    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return HandshakeFailure::Other;
+    return value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? HandshakeFailure::NoCurve
+                                                               : HandshakeFailure::Protocol;
 }
 
 }  // namespace
@@ -154,7 +142,7 @@ HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
     : socket_(socket),
       monitor_(ctx, ZMQ_PAIR),
       peer_(std::move(peer)),
-      redial_(std::move(endpoints)) {
+      handshakes_(std::move(endpoints)) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-handshake-watch-" + std::to_string(next++);
     if (zmq_socket_monitor(socket_, ep.c_str(),
@@ -180,23 +168,17 @@ void HandshakeWatch::handle(std::uint64_t now_ms) {
         std::string address = n >= 2 ? std::string(frames_[1].view()) : std::string();
         bool good = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
         (good ? ok : failed).fetch_add(1, std::memory_order_relaxed);
-        if (good) {
-            redial_.succeeded();
-        } else {
-            redial_.failed(address, now_ms);
-        }
-        int state = good ? 1 : 2;
-        bool quiet = state == logged_ || (good && logged_ == 0);
-        logged_ = state;
-        if (quiet) continue;
+        if (!handshakes_.record(good, address, now_ms)) continue;
         if (good) {
             log_info("CURVE handshake with the " + peer_ + " at " + address + " succeeded");
         } else {
             log_error("CURVE handshake with the " + peer_ + " at " + address + " " +
-                      handshake_failure(event, value, peer_) + "; retrying with backoff");
+                      describe(failure_of(event, value), value,
+                               {peer_, "this daemon", "--curve-server-key"}) +
+                      "; retrying with backoff");
         }
     }
-    for (const std::string& e : redial_.due(now_ms)) {
+    for (const std::string& e : handshakes_.due(now_ms)) {
         zmq_disconnect(socket_, e.c_str());  // ENOENT when libzmq already dropped it
         if (zmq_connect(socket_, e.c_str()) != 0) {
             log_error("connect " + e + ": " + zmq_error());

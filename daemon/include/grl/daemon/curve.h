@@ -9,7 +9,7 @@
 #include <string>
 
 #include "grl/curve_keys.h"
-#include "grl/redial.h"
+#include "grl/handshake.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/zmq.h"
 
@@ -54,7 +54,7 @@ class ZapHandler {
 
 // Watches the CURVE handshakes of one client socket (zmq_socket_monitor): counts them, logs one
 // line per change between working and failing, and connects endpoints whose handshake was
-// refused again with a backoff (grl/redial.h), since libzmq abandons them. Create it before the
+// refused again with a backoff (grl/handshake.h), since libzmq abandons them. Create it before the
 // socket connects; use it on the thread that owns the socket.
 class HandshakeWatch {
   public:
@@ -68,7 +68,7 @@ class HandshakeWatch {
     // Takes the queued events, then connects again whatever is due.
     void handle(std::uint64_t now_ms);
     // When handle() next has an endpoint to connect again (0: none pending).
-    std::uint64_t next_ms() const { return redial_.next_ms(); }
+    std::uint64_t next_ms() const { return handshakes_.next_ms(); }
 
     std::atomic<std::uint64_t> ok{0};
     std::atomic<std::uint64_t> failed{0};
@@ -77,8 +77,7 @@ class HandshakeWatch {
     void* socket_;
     Socket monitor_;
     std::string peer_;
-    Redial redial_;
-    int logged_ = 0;  // 0 nothing yet, 1 working, 2 failing
+    Handshakes handshakes_;
     std::vector<Frame> frames_;
 };
 
