@@ -392,28 +392,11 @@ std::string Collector::metrics() {
              "Time since the last instruction message relayed (-1: none yet).");
     m.sample("grl_collector_last_instruction_age_seconds", age(relay_->last_mono.load()));
     if (relay_->watch()) {
-        std::uint64_t ok = relay_->watch()->ok.load(), failed = relay_->watch()->failed.load();
-        for (const auto& c : controllers_) {
-            ok += c->watch->ok.load();
-            failed += c->watch->failed.load();
-        }
-        m.family("grl_curve_client_handshakes_total", "counter",
-                 "CURVE handshakes of this daemon's connections to its peers, by result.");
-        m.sample("grl_curve_client_handshakes_total", {{"peer", "controller"}, {"result", "ok"}},
-                 static_cast<double>(ok));
-        m.sample("grl_curve_client_handshakes_total",
-                 {{"peer", "controller"}, {"result", "failed"}}, static_cast<double>(failed));
+        std::vector<const daemon::HandshakeWatch*> watches{relay_->watch()};
+        for (const auto& c : controllers_) watches.push_back(c->watch.get());
+        daemon::write_client_metrics(m, "controller", watches);
     }
-    if (zap_) {
-        m.family("grl_curve_handshakes_total", "counter",
-                 "CURVE handshakes by ZAP domain and result.");
-        for (const auto& [d, n] : zap_->accepted())
-            m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "accepted"}},
-                     static_cast<double>(n));
-        for (const auto& [d, n] : zap_->denied())
-            m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "denied"}},
-                     static_cast<double>(n));
-    }
+    if (zap_) zap_->write_metrics(m);
     return m.text();
 }
 

@@ -483,24 +483,8 @@ std::string Daemon::metrics() {
              static_cast<double>(admin_requests_));
     m.sample("grl_controller_admin_requests_total", {{"kind", "changes"}},
              static_cast<double>(admin_changes_));
-    if (peers_watch_) {
-        m.family("grl_curve_client_handshakes_total", "counter",
-                 "CURVE handshakes of this daemon's connections to its peers, by result.");
-        m.sample("grl_curve_client_handshakes_total", {{"peer", "peer"}, {"result", "ok"}},
-                 static_cast<double>(peers_watch_->ok.load()));
-        m.sample("grl_curve_client_handshakes_total", {{"peer", "peer"}, {"result", "failed"}},
-                 static_cast<double>(peers_watch_->failed.load()));
-    }
-    if (zap_) {
-        m.family("grl_curve_handshakes_total", "counter",
-                 "CURVE handshakes by ZAP domain and result.");
-        for (const auto& [d, n] : zap_->accepted())
-            m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "accepted"}},
-                     static_cast<double>(n));
-        for (const auto& [d, n] : zap_->denied())
-            m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "denied"}},
-                     static_cast<double>(n));
-    }
+    if (peers_watch_) daemon::write_client_metrics(m, "peer", {peers_watch_.get()});
+    if (zap_) zap_->write_metrics(m);
     return m.text();
 }
 

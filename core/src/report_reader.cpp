@@ -579,7 +579,10 @@ bool read(std::string_view bytes, ReportView& out, std::string& error) {
         return r.fail("duplicate bucket name");
     bool has_ms = mask & (1u << kRecentMs), has_recent = mask & (1u << kRecent);
     if (has_ms != has_recent) return r.fail("\"recent\" and \"recent_ms\" go together");
-    if (!has_ms) return true;
+    if (!has_ms) {
+        for (ReportBucketView& b : out.buckets) b.has_recent = false;  // views are reused
+        return true;
+    }
     if (recent.size() != out.buckets.size()) return r.fail("\"recent\" does not match \"buckets\"");
     for (std::size_t j = 0; j < recent.size(); ++j) {
         out.buckets[j].has_recent = known[j] != 0;
@@ -600,29 +603,14 @@ bool read_report(std::string_view bytes, ReportView& out, std::string& error) {
 }
 
 void view_of(const Report& r, ReportView& out) {
+    static_cast<ReportFields&>(out) = r;
     out.host = r.host;
     out.zone = r.zone;
     out.region = r.region;
-    out.epoch = r.epoch;
-    out.seq = r.seq;
-    out.ts_ms = r.ts_ms;
-    out.interval_ms = r.interval_ms;
-    out.reports_dropped = r.reports_dropped;
-    out.recent_ms = r.recent_ms;
     out.buckets.resize(r.buckets.size());
     for (std::size_t i = 0; i < r.buckets.size(); ++i) {
-        const ReportBucket& b = r.buckets[i];
-        ReportBucketView& v = out.buckets[i];
-        v.name = b.name;
-        v.scope = b.scope;
-        v.mode = b.mode;
-        v.limit_mrps = b.limit_mrps;
-        v.offered = b.offered;
-        v.admitted = b.admitted;
-        v.dropped = b.dropped;
-        v.shadow_dropped = b.shadow_dropped;
-        v.has_recent = b.has_recent;
-        v.recent = b.recent;
+        static_cast<ReportCounts&>(out.buckets[i]) = r.buckets[i];
+        out.buckets[i].name = r.buckets[i].name;
     }
 }
 

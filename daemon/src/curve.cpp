@@ -186,4 +186,30 @@ void HandshakeWatch::handle(std::uint64_t now_ms) {
     }
 }
 
+void ZapHandler::write_metrics(MetricsText& m) const {
+    m.family("grl_curve_handshakes_total", "counter", "CURVE handshakes by ZAP domain and result.");
+    for (const auto& [d, n] : accepted_)
+        m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "accepted"}},
+                 static_cast<double>(n));
+    for (const auto& [d, n] : denied_)
+        m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "denied"}},
+                 static_cast<double>(n));
+}
+
+void write_client_metrics(MetricsText& m, std::string_view peer,
+                          const std::vector<const HandshakeWatch*>& watches) {
+    std::uint64_t ok = 0, failed = 0;
+    for (const HandshakeWatch* w : watches) {
+        if (w == nullptr) continue;
+        ok += w->ok.load(std::memory_order_relaxed);
+        failed += w->failed.load(std::memory_order_relaxed);
+    }
+    m.family("grl_curve_client_handshakes_total", "counter",
+             "CURVE handshakes of this daemon's connections to its peers, by result.");
+    m.sample("grl_curve_client_handshakes_total", {{"peer", peer}, {"result", "ok"}},
+             static_cast<double>(ok));
+    m.sample("grl_curve_client_handshakes_total", {{"peer", peer}, {"result", "failed"}},
+             static_cast<double>(failed));
+}
+
 }  // namespace grl::daemon

@@ -394,6 +394,18 @@ TEST(ReportReader, RandomMutationsAgree) {
     }
 }
 
+TEST(ReportReader, AReusedViewForgetsThePreviousRecentCounts) {
+    ReportView v;
+    std::string err;
+    ASSERT_TRUE(read_report(bytes(with_recent(report({bucket("a")}), 250, {counts(8)})), v, err))
+        << err;
+    EXPECT_TRUE(v.buckets[0].has_recent);
+    EXPECT_EQ(v.recent_ms, 250u);
+    ASSERT_TRUE(read_report(bytes(report({bucket("a")})), v, err)) << err;
+    EXPECT_FALSE(v.buckets[0].has_recent);
+    EXPECT_EQ(v.recent_ms, 0u);
+}
+
 TEST(ReportReader, ViewOfReport) {
     Report r;
     std::string err;

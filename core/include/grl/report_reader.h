@@ -7,7 +7,6 @@
 // the equivalence on valid, malformed and randomly mutated messages.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -18,30 +17,15 @@
 
 namespace grl::wire {
 
-struct ReportBucketView {
+struct ReportBucketView : ReportCounts {
     std::string_view name;
-    Scope scope = Scope::Global;
-    Mode mode = Mode::Deny;
-    std::uint64_t limit_mrps = 0;
-    std::uint64_t offered = 0;
-    std::uint64_t admitted = 0;
-    std::uint64_t dropped = 0;
-    std::uint64_t shadow_dropped = 0;
-    bool has_recent = false;  // see wire::ReportBucket
-    std::array<std::uint64_t, 4> recent{};
 };
 
 // Valid while the bytes it was read from are.
-struct ReportView {
+struct ReportView : ReportFields {
     std::string_view host;
     std::string_view zone;
     std::string_view region;
-    std::uint64_t epoch = 0;
-    std::uint64_t seq = 0;
-    std::uint64_t ts_ms = 0;
-    std::uint64_t interval_ms = 0;
-    std::uint64_t reports_dropped = 0;
-    std::uint64_t recent_ms = 0;
     std::vector<ReportBucketView> buckets;
 };
 

@@ -17,8 +17,9 @@ inline constexpr std::uint64_t kVersion = 1;
 inline constexpr std::size_t kMaxMessageBytes = 1 << 20;
 inline constexpr std::size_t kMaxBucketsPerMessage = 4096;
 
-struct ReportBucket {
-    std::string name;
+// A report's bucket entry but its name, and a report's fields but its names and buckets:
+// shared by Report and the collector's zero-copy ReportView (report_reader.h).
+struct ReportCounts {
     Scope scope = Scope::Global;
     Mode mode = Mode::Deny;
     std::uint64_t limit_mrps = 0;
@@ -26,23 +27,30 @@ struct ReportBucket {
     std::uint64_t admitted = 0;
     std::uint64_t dropped = 0;
     std::uint64_t shadow_dropped = 0;
-    // The counters' increase since the previous report, over Report::recent_ms:
+    // The counters' increase since an earlier report, over ReportFields::recent_ms:
     // offered, admitted, dropped, shadow_dropped. Lets a collector that has no
     // baseline for the host (it just started) derive rates from one report.
     bool has_recent = false;
     std::array<std::uint64_t, 4> recent{};
 };
 
-struct Report {
-    std::string host;
-    std::string zone;
-    std::string region;
+struct ReportFields {
     std::uint64_t epoch = 0;
     std::uint64_t seq = 0;
     std::uint64_t ts_ms = 0;
     std::uint64_t interval_ms = 0;
     std::uint64_t reports_dropped = 0;
     std::uint64_t recent_ms = 0;  // span of the buckets' `recent` counts; 0: none sent
+};
+
+struct ReportBucket : ReportCounts {
+    std::string name;
+};
+
+struct Report : ReportFields {
+    std::string host;
+    std::string zone;
+    std::string region;
     std::vector<ReportBucket> buckets;
 };
 

@@ -11,6 +11,7 @@
 #include "grl/curve_keys.h"
 #include "grl/handshake.h"
 #include "grl/daemon/log.h"
+#include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"
 
 namespace grl::daemon {
@@ -42,6 +43,8 @@ class ZapHandler {
     void handle();  // when the socket is readable
     const std::map<std::string, std::uint64_t>& accepted() const { return accepted_; }
     const std::map<std::string, std::uint64_t>& denied() const { return denied_; }
+    // grl_curve_handshakes_total{domain,result}.
+    void write_metrics(MetricsText& m) const;
 
   private:
     Socket sock_;
@@ -80,5 +83,9 @@ class HandshakeWatch {
     Handshakes handshakes_;
     std::vector<Frame> frames_;
 };
+
+// grl_curve_client_handshakes_total{peer,result}: the sums over `watches` (those not null).
+void write_client_metrics(MetricsText& m, std::string_view peer,
+                          const std::vector<const HandshakeWatch*>& watches);
 
 }  // namespace grl::daemon
