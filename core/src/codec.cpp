@@ -470,4 +470,30 @@ bool check_header(const MapReader& r, std::string_view want_type) {
     return true;
 }
 
+void pack_match(Packer& p, const RuntimeMatch& m) {
+    p.map(5);
+    p.kv("caller", m.caller);
+    p.kv("caller_kind", match_kind_name(m.caller_kind));
+    p.kv("procedure", m.procedure);
+    p.kv("procedure_kind", match_kind_name(m.procedure_kind));
+    p.kv("scope", to_string(m.scope));
+}
+
+std::string_view match_kind_name(MatchKind k) {
+    switch (k) {
+        case MatchKind::Exact: return "exact";
+        case MatchKind::Prefix: return "prefix";
+        case MatchKind::Regex: return "regex";
+        case MatchKind::Any: break;
+    }
+    return "exact";
+}
+
+std::optional<MatchKind> parse_match_kind(std::string_view s, bool regex_ok) {
+    if (s == "exact") return MatchKind::Exact;
+    if (s == "prefix") return MatchKind::Prefix;
+    if (s == "regex" && regex_ok) return MatchKind::Regex;
+    return std::nullopt;
+}
+
 }  // namespace grl::wire::codec

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "grl/bucket_types.h"
+#include "grl/wire.h"
 
 namespace grl::wire::codec {
 
@@ -138,5 +139,13 @@ bool guarded(Fn&& fn, std::string& error) noexcept {
     }
     return false;
 }
+
+// The "match" map of a run-time bucket (docs/protocol.md): its value, as written by every
+// message that carries one, and its kinds' names ("exact", "prefix", "regex").
+class Packer;
+void pack_match(Packer& p, const RuntimeMatch& m);
+std::string_view match_kind_name(MatchKind k);
+// Parses a kind name; "regex" only where `regex_ok` (procedures, not callers).
+std::optional<MatchKind> parse_match_kind(std::string_view s, bool regex_ok);
 
 }  // namespace grl::wire::codec

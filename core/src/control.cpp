@@ -200,6 +200,14 @@ bool Controller::peer_fresh(const PeerEntry& p, const Clock& now) const {
     return now.mono_ms < p.recv_mono + opt_.stale_intervals * iv;
 }
 
+namespace {
+// Of two messages of one sender: newer by the sender's clock, then by seq.
+template <typename Message>
+bool newer_than(const Message& u, const Message& held) {
+    return u.ts_ms > held.ts_ms || (u.ts_ms == held.ts_ms && u.seq > held.seq);
+}
+}  // namespace
+
 Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
     if (u.region != opt_.region) return Accepted::WrongRegion;
     auto it = zones_.find(u.zone);
@@ -208,8 +216,7 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
         // Newer by the sender's clock, then by seq: a duplicate or a late message loses, a
         // restarted collector (seq from 1, later ts_ms) wins. A held entry that has gone stale
         // never blocks a newcomer (a collector whose clock stepped back).
-        bool newer = u.ts_ms > held.ts_ms || (u.ts_ms == held.ts_ms && u.seq > held.seq);
-        if (!newer && zone_fresh(it->second, now)) return Accepted::Older;
+        if (!newer_than(u, held) && zone_fresh(it->second, now)) return Accepted::Older;
     }
     ZoneEntry& e = zones_[u.zone];
     e.usage = u;
@@ -250,8 +257,7 @@ Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& no
     auto it = peers_.find(u.source);
     if (it != peers_.end()) {
         const wire::RegionUsage& held = it->second.usage;
-        bool newer = u.ts_ms > held.ts_ms || (u.ts_ms == held.ts_ms && u.seq > held.seq);
-        if (!newer && peer_fresh(it->second, now)) return Accepted::Older;
+        if (!newer_than(u, held) && peer_fresh(it->second, now)) return Accepted::Older;
     }
     PeerEntry& e = peers_[u.source];
     e.usage = u;

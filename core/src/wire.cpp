@@ -377,16 +377,6 @@ const std::array<std::string_view, kMatchKeys> kMatchKeyNames = {
     "caller", "caller_kind", "procedure", "procedure_kind", "scope",
 };
 
-std::string_view kind_name(MatchKind k) {
-    switch (k) {
-        case MatchKind::Exact: return "exact";
-        case MatchKind::Prefix: return "prefix";
-        case MatchKind::Regex: return "regex";
-        case MatchKind::Any: break;
-    }
-    return "exact";
-}
-
 // The optional "match" map of an instruction entry (a run-time bucket).
 template <std::size_t N>
 bool runtime_match(const Fields<N>& bf, Instruction& b, std::string& error) {
@@ -402,20 +392,18 @@ bool runtime_match(const Fields<N>& bf, Instruction& b, std::string& error) {
         !mf.scope(kMScope, b.match.scope, error)) {
         return false;
     }
-    if (ck == "exact" || ck == "prefix") {
-        b.match.caller_kind = ck == "exact" ? MatchKind::Exact : MatchKind::Prefix;
-    } else {
+    std::optional<MatchKind> c = codec::parse_match_kind(ck, false);
+    if (!c) {
         error = "bad \"caller_kind\" " + quote(ck) + mf.where();
         return false;
     }
-    if (pk == "exact" || pk == "prefix" || pk == "regex") {
-        b.match.procedure_kind = pk == "exact"    ? MatchKind::Exact
-                                 : pk == "prefix" ? MatchKind::Prefix
-                                                  : MatchKind::Regex;
-    } else {
+    std::optional<MatchKind> q = codec::parse_match_kind(pk, true);
+    if (!q) {
         error = "bad \"procedure_kind\" " + quote(pk) + mf.where();
         return false;
     }
+    b.match.caller_kind = *c;
+    b.match.procedure_kind = *q;
     if (b.match.caller.size() > kMaxMatchValueLen || b.match.procedure.size() > kMaxMatchValueLen) {
         error =
             "match value longer than " + std::to_string(kMaxMatchValueLen) + " bytes" + mf.where();
@@ -567,12 +555,7 @@ void encode(const Instructions& m, std::string& out) {
         p.kv("mode", to_string(b.mode));
         if (b.has_match) {
             p.str("match");
-            p.map(kMatchKeys);
-            p.kv("caller", b.match.caller);
-            p.kv("caller_kind", kind_name(b.match.caller_kind));
-            p.kv("procedure", b.match.procedure);
-            p.kv("procedure_kind", kind_name(b.match.procedure_kind));
-            p.kv("scope", to_string(b.match.scope));
+            codec::pack_match(p, b.match);
         }
     }
     p.append_to(out);

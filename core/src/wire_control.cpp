@@ -19,25 +19,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Shared pieces
 
-std::string_view kind_name(MatchKind k) {
-    switch (k) {
-        case MatchKind::Exact: return "exact";
-        case MatchKind::Prefix: return "prefix";
-        case MatchKind::Regex: return "regex";
-        case MatchKind::Any: break;
-    }
-    return "exact";
-}
-
-void pack_match(Packer& p, const RuntimeMatch& m) {
-    p.map(5);
-    p.kv("caller", m.caller);
-    p.kv("caller_kind", kind_name(m.caller_kind));
-    p.kv("procedure", m.procedure);
-    p.kv("procedure_kind", kind_name(m.procedure_kind));
-    p.kv("scope", to_string(m.scope));
-}
-
 bool read_match(const msgpack_object& o, const Path& path, RuntimeMatch& m, std::string& error) {
     MapReader r(o, path, error);
     if (!r.ok()) return false;
@@ -47,22 +28,12 @@ bool read_match(const msgpack_object& o, const Path& path, RuntimeMatch& m, std:
         !r.scope("scope", m.scope)) {
         return false;
     }
-    if (ck == "exact") {
-        m.caller_kind = MatchKind::Exact;
-    } else if (ck == "prefix") {
-        m.caller_kind = MatchKind::Prefix;
-    } else {
-        return r.fail("bad \"caller_kind\" " + codec::quote(ck));
-    }
-    if (pk == "exact") {
-        m.procedure_kind = MatchKind::Exact;
-    } else if (pk == "prefix") {
-        m.procedure_kind = MatchKind::Prefix;
-    } else if (pk == "regex") {
-        m.procedure_kind = MatchKind::Regex;
-    } else {
-        return r.fail("bad \"procedure_kind\" " + codec::quote(pk));
-    }
+    std::optional<MatchKind> c = codec::parse_match_kind(ck, false);
+    if (!c) return r.fail("bad \"caller_kind\" " + codec::quote(ck));
+    std::optional<MatchKind> q = codec::parse_match_kind(pk, true);
+    if (!q) return r.fail("bad \"procedure_kind\" " + codec::quote(pk));
+    m.caller_kind = *c;
+    m.procedure_kind = *q;
     std::string bad = check_match(m);
     if (!bad.empty()) return r.fail(bad);
     return true;
@@ -234,7 +205,7 @@ void pack_override(Packer& p, const Override& o) {
     if (o.mode) p.kv("mode", to_string(*o.mode));
     if (o.has_match) {
         p.str("match");
-        pack_match(p, o.match);
+        codec::pack_match(p, o.match);
     }
     p.kv("expires_ms", o.expires_ms);
     p.kv("set_ms", o.set_ms);
@@ -335,7 +306,7 @@ void pack_bucket_status(Packer& p, const BucketStatus& b) {
     pack_definitions(p, b.definitions);
     if (b.has_match) {
         p.str("match");
-        pack_match(p, b.match);
+        codec::pack_match(p, b.match);
     }
 }
 
@@ -515,7 +486,7 @@ void encode(const AdminRequest& m, std::string& out) {
     if (m.clear_mode) p.kv_bool("clear_mode", true);
     if (m.has_match) {
         p.str("match");
-        pack_match(p, m.match);
+        codec::pack_match(p, m.match);
     }
     p.append_to(out);
 }
