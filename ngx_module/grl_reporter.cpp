@@ -264,8 +264,8 @@ bool check_handshakes(Reporter& rep) {
 // at once, carrying the counts since the last tick at least half an interval
 // old (`recent`), and the next two ticks' reports carry theirs since the
 // previous tick: a collector that just started rates this host from one
-// report over a representative span. Other reports go without them (they cost
-// the collector a fifth more parsing at 100 buckets).
+// report over a representative span. Other reports go without them (in every
+// report they cost the collector a sixth more CPU: docs/protocol.md).
 void send_report(Reporter& rep, bool extra) {
     if (rep.push == nullptr) return;
     zone::View z(rep.conf->zone_base);

@@ -64,7 +64,9 @@ struct Options {
     std::string publish_ep;
     std::string zone = "z1";
     std::string region = "r1";
-    bool recent = true;  // send `recent` counts like nginx (--no-recent: reports without them)
+    // `recent` counts: "connect" like nginx (reports 2 and 3 of a host, after it connects),
+    // "never", or "always" (every report but the first): to measure what they cost.
+    std::string recent = "connect";
 };
 
 Options parse(int argc, char** argv) {
@@ -97,14 +99,17 @@ Options parse(int argc, char** argv) {
             o.zone = val();
         else if (a == "--region")
             o.region = val();
-        else if (a == "--no-recent")
-            o.recent = false;
+        else if (a == "--recent")
+            o.recent = val();
         else
             die("unknown option " + a +
                 " (--hosts N --buckets B --interval S --duration S --warmup S --rate R "
-                "--connections C --report EP --publish EP --zone Z --region R --no-recent)");
+                "--connections C --report EP --publish EP --zone Z --region R "
+                "--recent connect|never|always)");
     }
     if (o.report_ep.empty() || o.publish_ep.empty()) die("--report and --publish are required");
+    if (o.recent != "connect" && o.recent != "never" && o.recent != "always")
+        die("--recent: expected connect, never or always, not " + o.recent);
     if (o.hosts == 0 || o.buckets == 0 || o.connections == 0) die("counts must be positive");
     return o;
 }
@@ -186,8 +191,10 @@ int main(int argc, char** argv) {
             r.epoch = h.epoch;
             r.seq = h.seq;
             r.ts_ms = wall_ms();
-            // Like nginx after connecting: reports 2 and 3 carry their last interval's counts.
-            r.recent_ms = o.recent && (h.seq == 2 || h.seq == 3) ? r.interval_ms : 0;
+            const bool recent = o.recent == "always"    ? h.seq > 1
+                                : o.recent == "connect" ? h.seq == 2 || h.seq == 3
+                                                        : false;
+            r.recent_ms = recent ? r.interval_ms : 0;
             const std::uint64_t step = static_cast<std::uint64_t>(o.interval_s * o.rate);
             for (std::size_t b = 0; b < o.buckets; ++b) {
                 auto& e = r.buckets[b];

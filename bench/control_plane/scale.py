@@ -12,7 +12,8 @@ Targets: one collector ingests 10,000 hosts x 100 buckets at 1 Hz within a quart
 core; instruction propagation p99 under 50 ms.
 
 Usage: python3 bench/control_plane/scale.py [--build-dir build] [--hosts 10000] [--buckets 100]
-       [--interval 1] [--duration 30] [--warmup 10] [--out results.json]
+       [--interval 1] [--duration 30] [--warmup 10] [--recent connect|never|always]
+       [--out results.json]
 Only the standard library is needed.
 """
 
@@ -75,8 +76,9 @@ def main():
     ap.add_argument("--batch", default=None, help="collector --batch (default: the collector's)")
     ap.add_argument("--pin", action="store_true",
                     help="daemons on CPU 0, the simulator on CPU 1 (taskset), as on a quiet 2-core box")
-    ap.add_argument("--no-recent", action="store_true",
-                    help="reports without their last interval's counts (to measure what they cost)")
+    ap.add_argument("--recent", choices=["connect", "never", "always"], default="connect",
+                    help="which reports carry their last interval's counts: like nginx (after "
+                         "connecting), never, or every one (to measure what they cost)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     b = a.build_dir
@@ -125,7 +127,7 @@ def main():
                                 "--interval", str(a.interval), "--duration", str(a.duration),
                                 "--warmup", str(a.warmup), "--connections", str(a.connections),
                                 "--report", report, "--publish", relay]
-                                       + (["--no-recent"] if a.no_recent else []), 1),
+                                       + ["--recent", a.recent], 1),
                                stdout=subprocess.PIPE)
         time.sleep(0.5 + a.warmup)
         t0 = time.monotonic()
