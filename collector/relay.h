@@ -46,22 +46,26 @@ class Relay {
     std::map<std::string, Entry> entries(std::uint64_t now_mono);
 
     std::atomic<std::uint64_t> relayed{0};
+    std::atomic<std::uint64_t> replayed{0};  // last messages sent again to new subscribers
     std::atomic<std::uint64_t> malformed{0};
     std::atomic<std::uint64_t> dropped{0};  // the PUB refused (should not happen)
     std::atomic<std::uint64_t> last_mono{0};
     std::atomic<std::uint64_t> sources_seen{0};  // bumped when a message came from a new source
 
+    const daemon::HandshakeWatch* watch() const { return watch_.get(); }
+
   private:
+    struct Last {
+        std::string body;
+        std::uint64_t expires_mono = 0;
+    };
+
     void run();
+    void on_subscriptions();
 
     daemon::Socket sub_;
     daemon::Socket pub_;
     std::unique_ptr<daemon::HandshakeWatch> watch_;
-
-  public:
-    const daemon::HandshakeWatch* watch() const { return watch_.get(); }
-
-  private:
     daemon::Socket ctl_;         // main thread side of the stop signal
     daemon::Socket ctl_thread_;  // relay thread side
     std::string topics_[3];
@@ -69,15 +73,7 @@ class Relay {
     std::mutex mu_;
     std::map<std::string, Entry> entries_;
     std::string last_source_;
-    struct Last {
-        std::string body;
-        std::uint64_t expires_mono = 0;
-    };
     std::map<std::string, Last> last_;  // by topic (relay thread only)
-    void on_subscriptions();
-
-  public:
-    std::atomic<std::uint64_t> replayed{0};  // last messages sent again to new subscribers
 };
 
 }  // namespace grl::collector
