@@ -192,9 +192,8 @@ void Collector::maybe_send_early() {
         now < last_early_send_ + cfg_.interval_ms / 8) {
         return;
     }
-    early_pending_ = false;
     last_early_send_ = now;
-    send_usage();
+    send_usage();  // clears early_pending_
 }
 
 void Collector::tick() {

@@ -164,7 +164,9 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
         return Verdict::NoTime;
     }
     // A rate over a sliver of an interval is mostly noise: keep measuring from the baseline.
-    if (dt * 2 < interval_of(h) && r.buckets.size() == h.buckets.size()) {
+    // (The host's interval as it reports it now: a reload may have shortened it.)
+    if (r.interval_ms) h.interval_ms = r.interval_ms;
+    if (dt * 2 < interval_of(h)) {
         h.seq = r.seq;
         h.last_ms = now_ms;
         h.stale = false;

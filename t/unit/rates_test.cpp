@@ -123,6 +123,18 @@ TEST(Rates, AReportSoonAfterTheBaselineKeepsIt) {
     EXPECT_EQ(offered(t, "api"), 100000u);  // 28 over 280 ms
 }
 
+TEST(Rates, AShorterIntervalAfterAReloadIsNotTooSoon) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 0}}, 1000), M0);
+    t.add(report("h1", 7, 2, T0 + 1000, {{"api", 100}}, 1000), M0 + 1000);
+    // grl_report_interval 1s -> 250ms: reports now come every 250 ms.
+    EXPECT_EQ(t.add(report("h1", 7, 3, T0 + 1250, {{"api", 150}}, 250), M0 + 1250),
+              Verdict::Accepted);
+    EXPECT_EQ(offered(t, "api"), 200000u);
+    EXPECT_EQ(t.add(report("h1", 7, 4, T0 + 1500, {{"api", 200}}, 250), M0 + 1500),
+              Verdict::Accepted);
+}
+
 TEST(Rates, RecentCountsRateABucketNewToTheHost) {
     Table t;
     t.add(report("h1", 7, 1, T0, {{"api", 100}}), M0);
