@@ -45,6 +45,7 @@ struct Config {
     std::string curve_keypair_file;
     std::string curve_server_key;
     std::string curve_server_key_file;
+    bool curve() const { return !curve_keypair_file.empty(); }  // validated: both or neither
 };
 
 struct MainConf {

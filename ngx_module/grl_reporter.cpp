@@ -208,7 +208,7 @@ void redial(Reporter& rep, Reporter::Monitor& mon) {
 // failed endpoints again. True when the report socket completed a handshake.
 bool check_handshakes(Reporter& rep) {
     zone::Header& h = zone::View(rep.conf->zone_base).header();
-    const bool curve = !rep.conf->cpp->curve_keypair_file.empty();
+    const bool curve = rep.conf->cpp->curve();
     bool report_connected = false;
     for (Reporter::Monitor& mon : rep.monitors) {
         if (mon.pair == nullptr) continue;
@@ -388,7 +388,7 @@ void* make_socket(Reporter& rep, int type, int index, const char* role,
     int reconnect_ms = 50;
     zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &reconnect_ms, sizeof(reconnect_ms));
     const Config& c = *rep.conf->cpp;
-    const bool curve = !c.curve_keypair_file.empty();
+    const bool curve = c.curve();
     if (curve) {
         set_option(s, ZMQ_CURVE_SERVERKEY, c.curve_server_key, "ZMQ_CURVE_SERVERKEY");
         set_option(s, ZMQ_CURVE_PUBLICKEY, c.curve_keypair.public_key, "ZMQ_CURVE_PUBLICKEY");
@@ -473,8 +473,7 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
                       "collector \"%s\", %uz instruction endpoint(s)%s",
                       c.id.host.c_str(), c.id.zone.c_str(), c.id.region.c_str(),
                       c.collector_endpoint.empty() ? "none" : c.collector_endpoint.c_str(),
-                      c.instruction_endpoints.size(),
-                      c.curve_keypair_file.empty() ? "" : ", CURVE on");
+                      c.instruction_endpoints.size(), c.curve() ? ", CURVE on" : "");
     } catch (const std::exception& e) {
         // Fail open: the worker serves traffic without a control plane.
         ngx_log_error(NGX_LOG_ERR, cycle->log, 0, "grl: reporter not started: %s", e.what());

@@ -29,7 +29,7 @@ ngx_int_t status_handler(ngx_http_request_t* r) noexcept {
         in.now_ms = ngx_current_msec;
         in.ttl_ms = m->instruction_ttl;
         in.reporting = !m->cpp->collector_endpoint.empty();
-        in.curve = !m->cpp->curve_keypair_file.empty();
+        in.curve = m->cpp->curve();
         body = prom ? render_status_prometheus(in) : render_status_json(in);
     } catch (const std::exception& e) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "grl_status: %s", e.what());

@@ -148,6 +148,8 @@ BAD = [
     ("curve-keypair-unreadable", [ZONE, HOST, COLLECTOR, "grl_curve_keypair /nonexistent/host.key;"],
      '"grl_curve_keypair": cannot read "/nonexistent/host.key": No such file or directory',
      "grl_curve_keypair"),
+    ("curve-keypair-empty-name", [ZONE, HOST, COLLECTOR, 'grl_curve_keypair "";'],
+     '"grl_curve_keypair": empty file name', "grl_curve_keypair"),
     ("curve-keypair-public-only", [ZONE, HOST, COLLECTOR, "grl_curve_keypair %s;" % SERVER],
      '"grl_curve_keypair": %s: a key pair file needs public-key and secret-key lines' % SERVER,
      "grl_curve_keypair"),
