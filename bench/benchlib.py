@@ -6,8 +6,12 @@ Everything runs on this machine, on 127.0.0.1, with ports chosen at run time:
     and so is this harness, which stays idle while a measurement runs;
   - each limiter variant starts exactly the processes it needs (start_fleet()).
 
-Run with Debian's interpreter (/usr/bin/python3: zmq, msgpack, matplotlib).
+Run with Debian's interpreter (/usr/bin/python3: zmq, msgpack, matplotlib); another
+`python3` re-executes the script under it (debian_python.py).
 """
+import debian_python
+
+debian_python.require("zmq", "msgpack", "matplotlib")
 import glob
 import json
 import os

@@ -26,8 +26,11 @@ import tempfile
 import threading
 import time
 
-import msgpack
-import zmq
+import debian_python
+
+debian_python.require("msgpack", "zmq")
+import msgpack  # noqa: E402
+import zmq  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Convergence benchmark of the control loop (issue #3): a step in offered load from 0.5x to
 1.5x the global limit, and a surge from 0.5x to 15x, at report intervals of 1 s and 250 ms.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Scale benchmark of the control plane (issue #3): one real grl-collector and one real
 grl-controller fed by grl_fleet_sim, which plays N hosts x B buckets reporting every
 interval, and times the instructions relayed back to it.

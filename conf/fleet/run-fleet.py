@@ -12,6 +12,12 @@ Ctrl-C stops everything cleanly.
 
 Only the Python standard library is needed. Usage:
     python3 conf/fleet/run-fleet.py [--build-dir build] [--limit 300] [--duration 0] [--surge]
+
+With --duration N it runs N seconds, then judges the run: it exits 0 only when
+the fleet started and the admitted rate over the last seconds of load above
+the limit is within --tolerance (10%) of the limit. CI runs it that way.
+When a process fails to start, the last lines of its log are printed and the
+run directory is kept.
 """
 
 import argparse
@@ -116,13 +122,27 @@ http {{
 """
 
 
+class StartError(Exception):
+    """A process of the fleet did not start; the message names it and quotes its log."""
+
+    def __init__(self, what, log):
+        tail = ""
+        try:
+            with open(log, errors="replace") as f:
+                tail = "".join(f.readlines()[-15:])
+        except OSError as e:
+            tail = "(cannot read %s: %s)\n" % (log, e.strerror)
+        super().__init__("run-fleet: %s did not start; last lines of %s:\n%s" % (what, log, tail.rstrip()))
+
+
 class Fleet:
     def __init__(self, args):
         self.args = args
         self.dir = tempfile.mkdtemp(prefix="grl-fleet-")
         os.chmod(self.dir, 0o777)  # nginx workers run as nobody when we are root
         self.procs = []  # (name, Popen), stopped in reverse order
-        b = args.build_dir
+        self.failed = False  # keeps the run directory for reading
+        b = os.path.abspath(args.build_dir)  # nginx resolves load_module against its own prefix
         self.bin = {
             "controller": os.path.join(b, "controller", "grl-controller"),
             "collector": os.path.join(b, "collector", "grl-collector"),
@@ -135,6 +155,10 @@ class Fleet:
                          % (name, path, b, b))
         self.nginx = shutil.which("nginx") or "/usr/sbin/nginx"
 
+    def log_of(self, proc):
+        name = next(n for n, p in self.procs if p is proc)
+        return os.path.join(self.dir, name + ".log")
+
     def spawn(self, name, cmd):
         log = open(os.path.join(self.dir, name + ".log"), "ab")
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -146,7 +170,7 @@ class Fleet:
         deadline = time.monotonic() + timeout
         while not os.path.exists(path):
             if proc.poll() is not None or time.monotonic() > deadline:
-                sys.exit("run-fleet: %s did not start; see %s" % (what, self.dir))
+                raise StartError(what, self.log_of(proc))
             time.sleep(0.05)
 
     def start_nginx(self, name, conf, port):
@@ -164,7 +188,11 @@ class Fleet:
                     return p
             except OSError:
                 if p.poll() is not None or time.monotonic() > deadline:
-                    sys.exit("run-fleet: nginx %s did not start; see %s/error.log" % (name, d))
+                    # nginx writes what stops it before its error_log is open to stderr
+                    log = os.path.join(d, "error.log")
+                    if not os.path.exists(log) or os.path.getsize(log) == 0:
+                        log = self.log_of(p)
+                    raise StartError("nginx " + name, log)
                 time.sleep(0.05)
 
     def start(self):
@@ -244,6 +272,7 @@ class Fleet:
                                               "zone shadow drops"))
         t0 = time.monotonic()
         prev = None
+        self.samples = []  # (t, offered total, admitted total, offered r/s) each second
         end = t0 + a.duration if a.duration > 0 else None
         while end is None or time.monotonic() < end:
             time.sleep(1 - ((time.monotonic() - t0) % 1))
@@ -262,6 +291,7 @@ class Fleet:
                 dt = now - prev[0]
                 off = (cur[0] - prev[1][0]) / dt
                 adm = (cur[1] - prev[1][1]) / dt
+                self.samples.append((now, cur[0], cur[1], off))
                 shd = (cur[2] - prev[1][2]) / dt
                 applied = [r for r in cur[3] if r is not None]
                 ap = "%.3f" % (sum(applied) / len(applied)) if applied else "none"
@@ -270,6 +300,30 @@ class Fleet:
                     now - t0, off, adm, limit or 0, "%.3f" % ratio if ratio is not None else "-", ap, shd, bar),
                     flush=True)
             prev = (now, cur)
+
+    def verdict(self):
+        """Whether the fleet held the limit: the admitted rate over the last seconds in which
+        the offered load stayed above the limit (the last phase, after it settled)."""
+        a = self.args
+        above = []
+        for smp in reversed(self.samples):
+            if smp[3] < 1.1 * a.limit:
+                break
+            above.append(smp)
+        above.reverse()
+        window = above[-a.judge_seconds - 1:]  # n+1 samples span n seconds
+        if len(window) < 3:
+            return False, ("run-fleet: FAILED: only %d seconds of load above the limit to judge "
+                           "(run longer: --duration)" % max(0, len(window) - 1))
+        (t_a, off_a, adm_a, _), (t_b, off_b, adm_b, _) = window[0], window[-1]
+        offered = (off_b - off_a) / (t_b - t_a)
+        admitted = (adm_b - adm_a) / (t_b - t_a)
+        err = admitted / a.limit - 1
+        ok = abs(err) <= a.tolerance
+        return ok, ("run-fleet: %s: admitted %.1f r/s over the last %.0f s at %.1f r/s offered; "
+                    "limit %d r/s (%+.1f%%, tolerance %.0f%%)"
+                    % ("held" if ok else "FAILED", admitted, t_b - t_a, offered, a.limit,
+                       100 * err, 100 * a.tolerance))
 
     def stop(self):
         for name, p in reversed(self.procs):
@@ -281,9 +335,9 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
-        if not self.args.keep:
+        if not self.args.keep and not self.failed:
             shutil.rmtree(self.dir, ignore_errors=True)
-        else:
+        elif self.args.keep:
             print("kept %s" % self.dir)
 
 
@@ -296,6 +350,10 @@ def main():
     ap.add_argument("--interval", default="250ms", help="report and control interval")
     ap.add_argument("--duration", type=float, default=0, help="seconds; 0: until Ctrl-C")
     ap.add_argument("--keep", action="store_true", help="keep the logs and configs")
+    ap.add_argument("--judge-seconds", type=int, default=8,
+                    help="with --duration: judge the admitted rate over this many last seconds")
+    ap.add_argument("--tolerance", type=float, default=0.10,
+                    help="with --duration: largest accepted |admitted/limit - 1|")
     args = ap.parse_args()
     fleet = Fleet(args)
     stopping = []
@@ -307,16 +365,26 @@ def main():
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    rc = 0
     try:
         fleet.start()
         fleet.watch()
+        if args.duration > 0:
+            ok, line = fleet.verdict()
+            print(line)
+            if not ok:
+                fleet.failed, rc = True, 1
     except KeyboardInterrupt:
         print("\nstopping...")
+    except StartError as e:
+        print(e, file=sys.stderr)
+        fleet.failed, rc = True, 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         fleet.stop()
-        print("stopped")
+        print("stopped" + ("; logs and configs kept in %s" % fleet.dir if fleet.failed else ""))
+    return rc
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
