@@ -171,6 +171,18 @@ void Collector::on_reports() {
         if (v == rates::Verdict::Restarted) {
             daemon::log_info("host " + std::string(report_.host) +
                              " restarted (new counter epoch)");
+        } else if (v == rates::Verdict::Reclaimed) {
+            daemon::log_warn("host " + std::string(report_.host) + ": its counter epoch " +
+                             std::to_string(report_.epoch) +
+                             " kept reporting after another epoch claimed the host; taken "
+                             "back (a forged or misrouted report used its name)");
+        } else if (v == rates::Verdict::Conflict) {
+            epoch_conflict_log_.hit(daemon::LogLevel::Warn, {},
+                                    "host " + std::string(report_.host) +
+                                        ": reports of two counter epochs keep arriving (two "
+                                        "senders use this host name); epoch " +
+                                        std::to_string(report_.epoch) + " is ignored",
+                                    now);
         } else if (v == rates::Verdict::First) {
             daemon::log_debug("host " + std::string(report_.host) + " joined" +
                               (report_.recent_ms ? " (rated from its recent counts)" : ""));
@@ -334,7 +346,7 @@ std::string Collector::metrics() {
     for (rates::Verdict v :
          {rates::Verdict::First, rates::Verdict::Accepted, rates::Verdict::Restarted,
           rates::Verdict::Duplicate, rates::Verdict::OldEpoch, rates::Verdict::NoTime,
-          rates::Verdict::TooSoon}) {
+          rates::Verdict::TooSoon, rates::Verdict::Reclaimed, rates::Verdict::Conflict}) {
         auto it = reports_.find(v);
         m.sample("grl_collector_reports_total", {{"result", rates::to_string(v)}},
                  static_cast<double>(it == reports_.end() ? 0 : it->second));

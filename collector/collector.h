@@ -102,6 +102,7 @@ class Collector {
 
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter send_log_;
+    daemon::LogLimiter epoch_conflict_log_;
     std::uint64_t sources_seen_ = 0;
     std::set<std::string> wrong_zone_hosts_;  // logged once each (bounded)
 };

@@ -35,6 +35,8 @@ std::string_view to_string(Verdict v) {
         case Verdict::OldEpoch: return "old_epoch";
         case Verdict::NoTime: return "no_time";
         case Verdict::TooSoon: return "too_soon";
+        case Verdict::Reclaimed: return "epoch_reclaimed";
+        case Verdict::Conflict: return "epoch_conflict";
     }
     return "?";
 }
@@ -121,7 +123,49 @@ void Table::baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, b
     h.recv_ms = now_ms;
     h.last_ms = now_ms;
     h.interval_ms = r.interval_ms ? r.interval_ms : kDefaultIntervalMs;
+    h.epoch_since_ms = now_ms;
+    h.displaced = {};
     h.stale = false;
+}
+
+// A report of another epoch than the host's current one: a restart (new epoch), a late
+// report of a previous run, or a second sender using the host's name. A new epoch is taken
+// at once (a restarted nginx must count again within an interval), but the epoch it
+// displaced is remembered: if that one keeps reporting while the new epoch is younger than
+// the stale window, the switch was a stray or forged report and the old epoch takes the
+// host back; once the new epoch is established, the old one's reports are ignored as a
+// conflict. So one forged report with a real host's name silences it for two intervals at
+// most, not until the forged epoch is forgotten.
+Verdict Table::other_epoch(Host& h, const wire::ReportView& r, std::uint64_t now_ms) {
+    Host::Displaced& d = h.displaced;
+    if (d.set && r.epoch == d.epoch) {
+        if (r.seq <= d.seq) return Verdict::OldEpoch;
+        // The shorter of the two epochs' claimed intervals: either claim may be the lie.
+        const std::uint64_t iv =
+            std::clamp(std::min(d.interval_ms, h.interval_ms), kMinIntervalMs, kMaxIntervalMs);
+        const bool alive = d.seen_ms != 0 && now_ms >= d.seen_ms + iv / 2;
+        d.seq = r.seq;
+        if (d.seen_ms == 0) d.seen_ms = now_ms;
+        if (!alive) return Verdict::OldEpoch;
+        d.seen_ms = now_ms;
+        const std::uint64_t young = opt_.stale_intervals * iv;
+        if (!d.reclaimable || now_ms >= h.epoch_since_ms + young) return Verdict::Conflict;
+        // The old epoch takes the host back, once: the epoch it displaces now is remembered
+        // as not reclaimable, so two senders that keep reporting settle instead of flapping.
+        h.old_epochs[h.old_next++ % h.old_epochs.size()] = h.epoch;
+        Host::Displaced lost{true, false, h.epoch, h.seq, h.interval_ms, 0};
+        baseline(h, r, now_ms, true);
+        h.displaced = lost;
+        return Verdict::Reclaimed;
+    }
+    if (std::find(h.old_epochs.begin(), h.old_epochs.end(), r.epoch) != h.old_epochs.end()) {
+        return Verdict::OldEpoch;
+    }
+    h.old_epochs[h.old_next++ % h.old_epochs.size()] = h.epoch;
+    Host::Displaced prev{true, true, h.epoch, h.seq, h.interval_ms, 0};
+    baseline(h, r, now_ms, true);
+    h.displaced = prev;
+    return Verdict::Restarted;
 }
 
 Verdict Table::add(const wire::Report& r, std::uint64_t now_ms) {
@@ -139,14 +183,7 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
         return Verdict::First;
     }
     Host& h = it->second;
-    if (r.epoch != h.epoch) {
-        if (std::find(h.old_epochs.begin(), h.old_epochs.end(), r.epoch) != h.old_epochs.end()) {
-            return Verdict::OldEpoch;
-        }
-        h.old_epochs[h.old_next++ % h.old_epochs.size()] = h.epoch;
-        baseline(h, r, now_ms, true);
-        return Verdict::Restarted;
-    }
+    if (r.epoch != h.epoch) return other_epoch(h, r, now_ms);
     if (r.seq <= h.seq) return Verdict::Duplicate;
 
     // The sender's clock measures the interval without our queueing delay; it is trusted

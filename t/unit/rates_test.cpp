@@ -202,6 +202,62 @@ TEST(Rates, NewEpochIsACounterResetAndHoldsTheLastRate) {
     EXPECT_EQ(offered(t, "api"), 60000u);
 }
 
+// One forged report with a real host's name, a new epoch and a long interval must not
+// silence the host: its genuine reports (still of its own epoch) take it back within two
+// intervals and its rate follows its real load again.
+TEST(Rates, OneForgedEpochDoesNotSilenceAHostThatKeepsReporting) {
+    Table t;
+    std::uint64_t c = 5000;
+    std::uint64_t seq = 10;
+    for (int i = 0; i < 3; ++i, c += 100) {
+        t.add(report("h1", 7, seq++, T0 + i * 1000, {{"api", c}}), M0 + i * 1000);
+    }
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    EXPECT_EQ(t.add(report("h1", 99, 1, T0 + 2500, {{"api", 0}}, 60000), M0 + 2500),
+              Verdict::Restarted);
+    // The genuine host goes on (and its load rises to 300 r/s).
+    c += 200;
+    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 3000, {{"api", c}}), M0 + 3000),
+              Verdict::OldEpoch);  // could be a late report: not yet evidence
+    c += 300;
+    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 4000, {{"api", c}}), M0 + 4000),
+              Verdict::Reclaimed);
+    c += 300;
+    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 5000, {{"api", c}}), M0 + 5000), Verdict::Accepted);
+    EXPECT_EQ(offered(t, "api"), 300000u);
+    // The forged interval is gone with the forged epoch: silent, the host goes stale after
+    // three of its real intervals, not three minutes.
+    auto sums = t.summaries(M0 + 5000);
+    ASSERT_EQ(sums.size(), 1u);
+    EXPECT_EQ(sums[0].epoch, 7u);
+    EXPECT_EQ(sums[0].interval_ms, 1000u);
+    // The forger keeps sending: counted as a conflict, no more switching.
+    EXPECT_EQ(t.add(report("h1", 99, 2, T0 + 5200, {{"api", 0}}, 60000), M0 + 5200),
+              Verdict::OldEpoch);
+    EXPECT_EQ(t.add(report("h1", 99, 3, T0 + 6200, {{"api", 0}}, 60000), M0 + 6200),
+              Verdict::Conflict);
+    c += 300;
+    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 6000, {{"api", c}}), M0 + 6300), Verdict::Accepted);
+    EXPECT_EQ(offered(t, "api"), 300000u);
+}
+
+// A genuine restart whose old epoch is really gone keeps the new epoch, and an old epoch
+// that keeps reporting once the new one is established is a conflict, not a switch back.
+TEST(Rates, EstablishedEpochIsNotReclaimed) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 1000}}), M0);
+    t.add(report("h1", 7, 2, T0 + 1000, {{"api", 1100}}), M0 + 1000);
+    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2000, {{"api", 10}}), M0 + 2000), Verdict::Restarted);
+    for (int i = 1; i <= 4; ++i) {
+        t.add(report("h1", 8, 1 + i, T0 + 2000 + i * 1000, {{"api", 10 + 50u * i}}),
+              M0 + 2000 + i * 1000);
+    }
+    EXPECT_EQ(offered(t, "api"), 50000u);
+    EXPECT_EQ(t.add(report("h1", 7, 3, T0 + 6100, {{"api", 1200}}), M0 + 6100), Verdict::OldEpoch);
+    EXPECT_EQ(t.add(report("h1", 7, 4, T0 + 7100, {{"api", 1300}}), M0 + 7100), Verdict::Conflict);
+    EXPECT_EQ(t.summaries(M0 + 7100)[0].epoch, 8u);
+}
+
 TEST(Rates, CounterGoingBackwardsWithinAnEpochIsAResetOfThatBucket) {
     Table t;
     t.add(report("h1", 7, 1, T0, {{"api", 1000}, {"web", 1000}}), M0);

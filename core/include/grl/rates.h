@@ -37,6 +37,10 @@ enum class Verdict : std::uint8_t {
     NoTime,     // no usable time difference (clock stepped back); baseline kept
     TooSoon,    // under half an interval after the baseline (nginx's extra report on
                 // reconnecting): baseline and rates kept, so the next rate spans longer
+    Reclaimed,  // the epoch a new one displaced kept reporting while the new one was young:
+                // the switch was a single stray or forged report, so the old epoch is back
+    Conflict,   // a displaced epoch keeps reporting beside the current one (two senders
+                // use one host name): ignored, the established current epoch stays
 };
 std::string_view to_string(Verdict v);
 
@@ -98,6 +102,19 @@ class Table {
         std::uint64_t interval_ms = 1000;
         std::array<std::uint64_t, 4> old_epochs{};
         std::size_t old_next = 0;
+        std::uint64_t epoch_since_ms = 0;  // our clock when the current epoch began
+        // The epoch the current one displaced, while it may still prove alive: a report of
+        // it with a newer seq arriving at least half its interval after the previous such
+        // report (a late report of a restarted host is a one-off; a sender that keeps
+        // reporting is not).
+        struct Displaced {
+            bool set = false;
+            bool reclaimable = true;  // false once it lost a reclaim
+            std::uint64_t epoch = 0;
+            std::uint64_t seq = 0;
+            std::uint64_t interval_ms = 0;
+            std::uint64_t seen_ms = 0;  // our clock of its last newer report, 0: none yet
+        } displaced;
         bool stale = false;
         std::vector<BucketState> buckets;
     };
@@ -108,6 +125,7 @@ class Table {
     static bool recent_rates(const wire::ReportView& r, const wire::ReportBucketView& rb,
                              BucketState& b);
     std::uint64_t interval_of(const Host& h) const;
+    Verdict other_epoch(Host& h, const wire::ReportView& r, std::uint64_t now_ms);
 
     Options opt_;
     std::unordered_map<std::string, Host> hosts_;
