@@ -6,7 +6,10 @@
 #include <zmq.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -50,6 +53,36 @@ TEST(Curve, GeneratedKeyPairsRoundTrip) {
         std::set<std::string> list = load_authorized(base + ".pub");
         EXPECT_EQ(list, std::set<std::string>{k.public_key});
     }
+}
+
+// The secret key file is 0600 whatever the umask, an existing pair is never replaced, and
+// no temporary file is left behind (its name is mkstemp's, not "<file>.tmp").
+TEST(Curve, KeygenWritesPrivateFilesAndNeverOverwrites) {
+    TempDir d;
+    const mode_t old_mask = umask(0);
+    const std::string base = d.path + "/host.key";
+    KeyPair k = generate_keypair();
+    write_keypair(base, k);
+    umask(old_mask);
+    struct stat st;
+    ASSERT_EQ(stat(base.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    ASSERT_EQ(stat((base + ".pub").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0644u);
+    std::string err;
+    try {
+        write_keypair(base, generate_keypair());
+    } catch (const std::exception& e) {
+        err = e.what();
+    }
+    EXPECT_EQ(err, base + ": exists; remove it first to replace the key pair");
+    EXPECT_EQ(load_keypair(base).secret_key, k.secret_key);  // untouched
+    int files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d.path)) {
+        (void)e;
+        ++files;
+    }
+    EXPECT_EQ(files, 2);
 }
 
 TEST(Curve, AuthorisedListsAcceptBareKeysAndKeepHashes) {
