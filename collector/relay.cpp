@@ -103,7 +103,6 @@ void Relay::run() {
                 continue;
             }
             Last& last = last_[std::string(topic)];
-            last.body.assign(frames[1].view());
             last.expires_mono = now + msg.ttl_ms;
             if (pub_.send_frames({topic, frames[1].view()})) {
                 relayed.fetch_add(1, std::memory_order_relaxed);
@@ -115,15 +114,18 @@ void Relay::run() {
                 last_source_ = msg.source;
                 sources_seen.fetch_add(1, std::memory_order_relaxed);
             }
-            std::lock_guard<std::mutex> lock(mu_);
-            for (const wire::Instruction& e : msg.buckets) {
-                Entry& x = entries_[e.name];
-                x.ratio_ppm = e.ratio_ppm;
-                x.limit_mrps = e.limit_mrps;
-                x.mode = e.mode;
-                x.recv_mono = now;
-                x.ttl_ms = msg.ttl_ms;
+            {
+                std::lock_guard<std::mutex> lock(mu_);
+                for (const wire::Instruction& e : msg.buckets) {
+                    Entry& x = entries_[e.name];
+                    x.ratio_ppm = e.ratio_ppm;
+                    x.limit_mrps = e.limit_mrps;
+                    x.mode = e.mode;
+                    x.recv_mono = now;
+                    x.ttl_ms = msg.ttl_ms;
+                }
             }
+            std::swap(last.msg, msg);  // kept for replay; msg's buffers are reused next time
         }
     }
 }
@@ -132,14 +134,19 @@ void Relay::run() {
 // topic whose last message is still within its TTL gets it again now.
 void Relay::on_subscriptions() {
     std::vector<daemon::Frame> frames;
+    std::string body;
     for (int guard = 0; guard < 1024; ++guard) {
         std::size_t n = pub_.recv_frames(frames, 1);
         if (n == 0) return;
         std::string_view m = frames[0].view();
         if (n != 1 || m.empty() || m[0] != 1) continue;
         auto it = last_.find(std::string(m.substr(1)));
-        if (it == last_.end() || daemon::mono_ms() >= it->second.expires_mono) continue;
-        if (pub_.send_frames({it->first, it->second.body})) {
+        const std::uint64_t now = daemon::mono_ms();
+        if (it == last_.end() || now >= it->second.expires_mono) continue;
+        wire::Instructions& msg = it->second.msg;
+        msg.ttl_ms = it->second.expires_mono - now;
+        wire::encode(msg, body);
+        if (pub_.send_frames({it->first, body})) {
             replayed.fetch_add(1, std::memory_order_relaxed);
         }
     }

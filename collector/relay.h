@@ -15,6 +15,7 @@
 #include "grl/bucket_types.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/zmq.h"
+#include "grl/wire.h"
 
 namespace grl::collector {
 
@@ -55,8 +56,10 @@ class Relay {
     const daemon::HandshakeWatch* watch() const { return watch_.get(); }
 
   private:
+    // The last message per topic, replayed to new subscribers with the TTL it has left
+    // (re-encoded: the original ttl_ms would extend the controller's answer by its age).
     struct Last {
-        std::string body;
+        wire::Instructions msg;
         std::uint64_t expires_mono = 0;
     };
 

@@ -232,3 +232,39 @@ def test_active_active_controllers_killing_one_changes_nothing(fleet):
         assert after["errors"] == 0 and after["other"] == 0
     finally:
         load.stop()
+
+
+def test_replay_to_a_new_subscriber_carries_the_remaining_ttl(fleet):
+    """A subscriber that arrives while the controller is silent gets the last message again,
+    with the TTL it has left: the original ttl_ms would keep a stale ratio in force for up
+    to twice as long as the controller said."""
+    ctl = fleet.controller(ttl="3s")
+    col = fleet.collector("z1", [ctl])
+    ctx = zmq.Context()
+    try:
+        def subscribe():
+            s = ctx.socket(zmq.SUB)
+            s.setsockopt(zmq.RCVTIMEO, 2000)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SUBSCRIBE, b"grl/g/")
+            s.connect(col.publish)
+            return s
+
+        first = subscribe()
+        topic, body = first.recv_multipart()  # a heartbeat relayed live
+        assert msgpack.unpackb(body, raw=False)["ttl_ms"] == 3000
+        first.close()
+        ctl.signal(19)  # SIGSTOP: silent, connections kept
+        try:
+            time.sleep(1.5)
+            late = subscribe()
+            topic, body = late.recv_multipart()
+            m = msgpack.unpackb(body, raw=False)
+            late.close()
+        finally:
+            ctl.signal(18)  # SIGCONT
+        assert topic == b"grl/g/"
+        # 3 s TTL, last message 1.5-1.75 s old: ~1.25-1.5 s left.
+        assert 1000 <= m["ttl_ms"] <= 1600, m["ttl_ms"]
+    finally:
+        ctx.term()
