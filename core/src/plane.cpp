@@ -18,9 +18,45 @@ int BucketTable::find(std::string_view name) const {
 
 namespace {
 
-void write_runtime_def(zone::RuntimeDef& d, const std::string& name, const wire::RuntimeMatch& m) {
-    std::uint32_t seq = d.seq.load(std::memory_order_relaxed);
-    d.seq.store(seq + 1, std::memory_order_relaxed);  // odd: being written
+// Run-time definitions are written under a sequence lock (odd = being written) by the
+// reporter. A writer can vanish between its two stores (its worker killed), and during a
+// reload the old and the new worker 0 both run a reporter. So a writer claims the lock with
+// a compare-and-swap (even s -> s + 1) after stamping `claimed_ms`; a second writer that
+// finds it odd does not wait: it skips this write (the control plane sends the same
+// definition again next interval) unless the claim is older than kStuckClaimMs, which only
+// a dead writer leaves behind: then it takes the lock over (odd o -> o + 2, a value no one
+// else holds). Release is a compare-and-swap too, so a writer whose claim was taken over
+// never makes the sequence even under the new writer's feet. No definition stays locked
+// for ever, and readers never copy a definition while a live writer writes it (a writer
+// stopped for more than kStuckClaimMs mid-write, e.g. by SIGSTOP, is the one exception).
+constexpr std::uint64_t kStuckClaimMs = 1000;
+
+// The sequence value claimed, or 0 when another live writer holds the lock.
+std::uint32_t claim_runtime_def(zone::RuntimeDef& d, std::uint64_t now_ms) {
+    std::uint32_t s = d.seq.load(std::memory_order_acquire);
+    for (;;) {
+        if ((s & 1) == 0) {
+            d.claimed_ms.store(now_ms, std::memory_order_relaxed);
+            if (d.seq.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) return s + 1;
+            continue;
+        }
+        const std::uint64_t since = d.claimed_ms.load(std::memory_order_relaxed);
+        if (now_ms < since + kStuckClaimMs) return 0;
+        if (d.seq.compare_exchange_weak(s, s + 2, std::memory_order_acq_rel)) {
+            d.claimed_ms.store(now_ms, std::memory_order_relaxed);
+            d.takeovers.fetch_add(1, std::memory_order_relaxed);
+            return s + 2;
+        }
+    }
+}
+
+void release_runtime_def(zone::RuntimeDef& d, std::uint32_t mine) {
+    d.seq.compare_exchange_strong(mine, mine + 1, std::memory_order_release,
+                                  std::memory_order_relaxed);
+}
+
+// Writes a claimed definition.
+void fill_runtime_def(zone::RuntimeDef& d, const std::string& name, const wire::RuntimeMatch& m) {
     std::atomic_thread_fence(std::memory_order_release);
     std::memset(d.name, 0, sizeof(d.name));
     std::memcpy(d.name, name.data(), std::min(name.size(), kMaxNameLen));
@@ -33,15 +69,6 @@ void write_runtime_def(zone::RuntimeDef& d, const std::string& name, const wire:
     d.procedure_kind = static_cast<std::uint8_t>(m.procedure_kind);
     d.scope = static_cast<std::uint8_t>(m.scope);
     d.in_use = 1;
-    d.seq.store(seq + 2, std::memory_order_release);
-}
-
-void clear_runtime_def(zone::RuntimeDef& d) {
-    std::uint32_t seq = d.seq.load(std::memory_order_relaxed);
-    d.seq.store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    d.in_use = 0;
-    d.seq.store(seq + 2, std::memory_order_release);
 }
 
 wire::RuntimeMatch match_of(const zone::RuntimeDef& d) {
@@ -54,19 +81,41 @@ wire::RuntimeMatch match_of(const zone::RuntimeDef& d) {
     return m;
 }
 
-// Finds or creates the run-time definition for `in`; returns its bucket slot or -1.
-int runtime_slot_for(const zone::View& z, const wire::Instruction& in) {
+// Finds or creates the run-time definition for `in`; returns its bucket slot, or -1 when
+// there is no free definition or another reporter is writing the definitions right now
+// (the control plane sends the same entry again next interval).
+int runtime_slot_for(const zone::View& z, const wire::Instruction& in, std::uint64_t now_ms) {
     zone::Header& h = z.header();
     int free_def = -1;
     for (std::uint32_t i = 0; i < zone::kRuntimeSlots; ++i) {
         zone::RuntimeDef& d = h.runtime[i];
-        if (!d.in_use) {
+        std::uint32_t before = d.seq.load(std::memory_order_acquire);
+        if ((before & 1) != 0) {
+            // Locked: another reporter writes it now, or a dead one left it mid-write, its
+            // contents possibly torn: wipe it (a live definition comes back next interval).
+            const std::uint32_t mine = claim_runtime_def(d, now_ms);
+            if (mine == 0) return -1;
+            d.in_use = 0;
+            release_runtime_def(d, mine);
+            h.runtime_gen.fetch_add(1, std::memory_order_release);
+            before = d.seq.load(std::memory_order_acquire);
+        }
+        // Read like a worker does (another reporter may start writing meanwhile).
+        const bool in_use = d.in_use != 0;
+        const bool same_name = in_use && in.name == d.name;
+        const bool same_match = same_name && match_of(d) == in.match;
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (d.seq.load(std::memory_order_relaxed) != before) return -1;
+        if (!in_use) {
             if (free_def < 0) free_def = static_cast<int>(i);
             continue;
         }
-        if (in.name != d.name) continue;
-        if (!(match_of(d) == in.match)) {
-            write_runtime_def(d, in.name, in.match);
+        if (!same_name) continue;
+        if (!same_match) {
+            const std::uint32_t mine = claim_runtime_def(d, now_ms);
+            if (mine == 0) return -1;
+            fill_runtime_def(d, in.name, in.match);
+            release_runtime_def(d, mine);
             h.runtime_gen.fetch_add(1, std::memory_order_release);
         }
         return static_cast<int>(z.runtime_slot(i));
@@ -76,11 +125,18 @@ int runtime_slot_for(const zone::View& z, const wire::Instruction& in) {
         return -1;
     }
     auto i = static_cast<std::uint32_t>(free_def);
+    zone::RuntimeDef& d = h.runtime[i];
+    const std::uint32_t mine = claim_runtime_def(d, now_ms);
+    if (mine == 0 || d.in_use) {  // another reporter took this definition first
+        if (mine) release_runtime_def(d, mine);
+        return -1;
+    }
     z.reset_slot(z.runtime_slot(i));
     zone::BucketSlot& s = z.slot(z.runtime_slot(i));
     std::memcpy(s.name, in.name.data(), std::min(in.name.size(), kMaxNameLen));
     s.in_use = 1;
-    write_runtime_def(h.runtime[i], in.name, in.match);
+    fill_runtime_def(d, in.name, in.match);
+    release_runtime_def(d, mine);
     h.runtime_gen.fetch_add(1, std::memory_order_release);
     return static_cast<int>(z.runtime_slot(i));
 }
@@ -128,11 +184,20 @@ std::vector<std::string> expire_runtime(const zone::View& z, std::uint64_t now_m
         if (!d.in_use) continue;
         const zone::BucketSlot& s = z.slot(z.runtime_slot(i));
         if (now_ms < s.expires_ms.load(std::memory_order_relaxed)) continue;
+        const std::uint32_t mine = claim_runtime_def(d, now_ms);
+        if (mine == 0) continue;  // another reporter is writing it: next time
         removed.emplace_back(d.name, strnlen(d.name, sizeof(d.name)));
-        clear_runtime_def(d);
+        d.in_use = 0;
+        release_runtime_def(d, mine);
         h.runtime_gen.fetch_add(1, std::memory_order_release);
     }
     return removed;
+}
+
+std::uint64_t runtime_takeovers(const zone::Header& h) {
+    std::uint64_t n = 0;
+    for (const zone::RuntimeDef& d : h.runtime) n += d.takeovers.load(std::memory_order_relaxed);
+    return n;
 }
 
 void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
@@ -213,7 +278,7 @@ std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
     for (const wire::Instruction& in : m.buckets) {
         int i = t.find(in.name);
         int slot = i >= 0 ? t.slots[static_cast<std::size_t>(i)] : -1;
-        if (slot < 0 && in.has_match) slot = runtime_slot_for(z, in);
+        if (slot < 0 && in.has_match) slot = runtime_slot_for(z, in, now_ms);
         if (slot < 0) {
             h.instructions_unknown_bucket.fetch_add(1, std::memory_order_relaxed);
             continue;
@@ -342,10 +407,12 @@ std::string render_status_json(const StatusInput& in) {
            static_cast<unsigned long long>(h.curve_handshakes_ok.load()),
            static_cast<unsigned long long>(h.curve_handshakes_failed.load()));
     append(out,
-           "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,\"buckets\":[",
+           "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,"
+           "\"runtime_takeovers\":%llu,\"buckets\":[",
            static_cast<unsigned long long>(missing_caller(*in.zone)),
            h.capacity > zone::kRuntimeSlots ? h.capacity - zone::kRuntimeSlots : 0,
-           static_cast<unsigned long long>(h.runtime_rejected.load()));
+           static_cast<unsigned long long>(h.runtime_rejected.load()),
+           static_cast<unsigned long long>(runtime_takeovers(h)));
     std::vector<RuntimeBucket> rt;
     std::vector<BucketView> views = all_views(in, rt);
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -460,6 +527,10 @@ std::string render_status_prometheus(const StatusInput& in) {
          h.curve_handshakes_failed.load()},
         {"grl_missing_caller_total", "Requests without a caller (grl_missing_caller).",
          missing_caller(*in.zone)},
+        {"grl_runtime_rejected_total", "Run-time bucket definitions that found no free slot.",
+         h.runtime_rejected.load()},
+        {"grl_runtime_takeovers_total",
+         "Run-time definitions left locked by a dead writer and taken over.", runtime_takeovers(h)},
     };
     for (const auto& t : totals) {
         family(t.name, "counter", t.help);

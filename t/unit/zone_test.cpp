@@ -2,6 +2,9 @@
 // its sampling statistics, and the data-plane side of the control loop.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -462,6 +465,74 @@ TEST_F(RuntimeFixture, ExpiredRuntimeBucketsAreRemoved) {
     wire::Report r;
     build_report(z, table, id, 250, 1, r);
     EXPECT_EQ(r.buckets.size(), 2u);
+}
+
+// A reporter killed between the two stores of the sequence lock leaves it odd. The first
+// instruction for the bucket a second after the claim (the control plane republishes it
+// every interval) takes the lock over and writes the definition again: the bucket is
+// enforced again, not silently dropped for ever.
+TEST_F(RuntimeFixture, DefinitionLeftLockedByAKilledWriterRecovers) {
+    auto m = msg({runtime_entry("bots", "crawler", 500000)});
+    apply_instructions(z, table, m, 100, 5000);
+    std::uint64_t g = 0;
+    ASSERT_EQ(load_runtime(z, g).size(), 1u);
+    z.header().runtime[0].seq.fetch_add(1);   // killed after its first store
+    EXPECT_TRUE(load_runtime(z, g).empty());  // torn: skipped, not read
+    m.seq = m.ts_ms = 2;
+    apply_instructions(z, table, m, 350, 5000);  // could be a live writer: not yet
+    EXPECT_TRUE(load_runtime(z, g).empty());
+    m.seq = m.ts_ms = 3;
+    apply_instructions(z, table, m, 1100, 5000);  // locked for a second: a dead writer
+    EXPECT_EQ(z.header().runtime[0].takeovers.load(), 1u);
+    // Its possibly torn definition was wiped and the bucket defined afresh (once).
+    EXPECT_EQ(z.header().runtime[0].seq.load() % 2, 0u);
+    auto rt = load_runtime(z, g);
+    ASSERT_EQ(rt.size(), 1u);
+    EXPECT_EQ(rt[0].def.name, "bots");
+    // Expiry takes a stuck lock over too (a definition whose instruction stopped).
+    z.header().runtime[0].seq.fetch_add(1);
+    ASSERT_EQ(expire_runtime(z, 10000).size(), 1u);
+    EXPECT_EQ(z.header().runtime[0].seq.load() % 2, 0u);
+    EXPECT_TRUE(load_runtime(z, g).empty());
+}
+
+// Two reporters at once (the old and the new worker 0 during a reload) write the same
+// definition: writers serialise, a reader never copies a mixed definition, and the
+// sequence ends even.
+TEST_F(RuntimeFixture, TwoWritersNeverLeaveATornOrLockedDefinition) {
+    auto initial = runtime_entry("bots", "aaaaaaaaaaaaaaaa", 1000);
+    initial.match.procedure = "/aaaaaaaaaaaaaaaa";
+    apply_instructions(z, table, msg({initial}), 100, 5000);
+    std::atomic<bool> stop{false};
+    std::atomic<int> torn{0};
+    auto writer = [&](const char* caller, std::uint64_t first) {
+        auto e = runtime_entry("bots", caller, 1000);
+        e.match.procedure = std::string("/") + caller;
+        for (std::uint64_t i = 0; i < 3000; ++i) {
+            apply_instructions(z, table, msg({e}, first + 2 * i), 100, 5000);
+            e.match.caller_kind = i % 2 ? MatchKind::Exact : MatchKind::Prefix;
+        }
+    };
+    std::thread reader([&] {
+        while (!stop.load()) {
+            std::uint64_t g = 0;
+            for (const RuntimeBucket& b : load_runtime(z, g)) {
+                const std::string& c = b.def.caller.value;
+                const std::string& p = b.def.procedure.value;
+                if (p != "/" + c) torn.fetch_add(1);
+            }
+        }
+    });
+    std::thread a(writer, "aaaaaaaaaaaaaaaa", 10);
+    std::thread b(writer, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", 11);
+    a.join();
+    b.join();
+    stop = true;
+    reader.join();
+    EXPECT_EQ(torn.load(), 0);
+    EXPECT_EQ(z.header().runtime[0].seq.load() % 2, 0u);
+    std::uint64_t g = 0;
+    EXPECT_EQ(load_runtime(z, g).size(), 1u);
 }
 
 TEST_F(RuntimeFixture, BoundedNumberOfRuntimeBuckets) {

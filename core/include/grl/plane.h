@@ -41,6 +41,10 @@ std::vector<RuntimeBucket> load_runtime(const zone::View& z, std::uint64_t& gen)
 // open); returns their names. Called by the reporter only.
 std::vector<std::string> expire_runtime(const zone::View& z, std::uint64_t now_ms);
 
+// Run-time definitions whose lock a dead writer left held and a reporter took over
+// (status page: runtime_takeovers).
+std::uint64_t runtime_takeovers(const zone::Header& h);
+
 // Fills `r` with the cumulative counters of every configured bucket and of
 // the run-time buckets.
 void build_report(const zone::View& z, const BucketTable& t, const Identity& id,

@@ -42,8 +42,9 @@ struct alignas(64) WorkerStats {
 };
 
 // Definition of a run-time bucket. Written only by the reporter, under a
-// sequence lock (odd `seq` = being written); workers copy it out when the
-// header's runtime_gen changes.
+// sequence lock (odd `seq` = being written; claimed and released by
+// compare-and-swap, taken over from a writer dead for kStuckClaimMs: see
+// core/src/plane.cpp); workers copy it out when the header's runtime_gen changes.
 struct alignas(64) RuntimeDef {
     std::atomic<std::uint32_t> seq;
     std::uint8_t in_use;
@@ -55,7 +56,11 @@ struct alignas(64) RuntimeDef {
     char name[kMaxNameLen + 1];
     char caller[kMaxRuntimeValue + 1];
     char procedure[kMaxRuntimeValue + 1];
+    // After the fields above, in what was padding (the layout of older zones is unchanged):
+    std::atomic<std::uint64_t> claimed_ms;  // monotonic ms of the last claim of `seq`
+    std::atomic<std::uint64_t> takeovers;   // claims taken over from a dead writer
 };
+static_assert(sizeof(RuntimeDef) == 384, "RuntimeDef grew: bump kLayoutVersion");
 
 // Control-plane state as shown in status output and logged on change.
 enum class PlaneState : std::uint32_t { Waiting = 0, Active = 1, Expired = 2 };
