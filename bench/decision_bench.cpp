@@ -24,7 +24,8 @@ struct Setup {
 
     // `buckets` procedure-prefix buckets on distinct paths plus, if `regex`,
     // one regex bucket; `ratio_ppm` in force on every bucket.
-    Setup(int buckets, std::uint32_t ratio_ppm, bool regex) {
+    Setup(int buckets, std::uint32_t ratio_ppm, bool regex,
+          const char* pattern = "^/api/v[0-9]+/users/[0-9]+$") {
         const std::uint32_t cap = 64;
         // bytes_for() is a multiple of 64, as aligned_alloc requires.
         mem.reset(std::aligned_alloc(64, grl::zone::bytes_for(cap)));
@@ -42,7 +43,7 @@ struct Setup {
         if (regex) {
             grl::BucketDef d;
             d.name = "re";
-            d.procedure = {grl::MatchKind::Regex, "^/api/v[0-9]+/users/[0-9]+$"};
+            d.procedure = {grl::MatchKind::Regex, pattern};
             d.limit_mrps = 1000000;
             matcher.add(d);
             names.push_back(d.name);
@@ -92,6 +93,17 @@ void BM_Decision10BucketsPlusRegex(benchmark::State& state) {
     for (auto _ : state) benchmark::DoNotOptimize(s.one("/api/v7/users/42"));
 }
 BENCHMARK(BM_Decision10BucketsPlusRegex);
+
+// A pathological regex (exponential backtracking) on a request it cannot match: the cost
+// is bounded by grl::kRegexMatchLimit (the match stops and counts as no match). Compare
+// with BM_Decision10BucketsPlusRegex in the same run. Path lengths: a short one, and one
+// that would take hours without the limit.
+void BM_DecisionPathologicalRegex(benchmark::State& state) {
+    Setup s(10, 0, true, "^/(a+)+$");
+    const std::string path = "/" + std::string(static_cast<std::size_t>(state.range(0)), 'a') + "b";
+    for (auto _ : state) benchmark::DoNotOptimize(s.one(path));
+}
+BENCHMARK(BM_DecisionPathologicalRegex)->Arg(12)->Arg(64);
 
 // Scaling of the linear scan.
 void BM_DecisionNBuckets(benchmark::State& state) {

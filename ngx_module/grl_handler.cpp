@@ -64,6 +64,10 @@ const RuntimeCache* runtime_buckets(const MainConf* m, const zone::View& z) {
             if (m->cpp->table.find(b.def.name) >= 0) continue;  // configured wins
             if (c->matcher.add(b.def).empty()) c->slots.push_back(b.slot);
         }
+        c->matcher.count_limit_hits_in(
+            &z.header()
+                 .worker[static_cast<std::uint32_t>(ngx_worker) % zone::kWorkerSlots]
+                 .regex_limit_hits);
         c->zone = m->zone_base;
         delete g_runtime;
         g_runtime = c;

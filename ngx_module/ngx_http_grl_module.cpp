@@ -36,7 +36,14 @@ ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
                 (static_cast<std::uint64_t>(ngx_worker) << 48));
     auto* m =
         static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
-    if (m && m->zone_base) zone::View(m->zone_base).activate(m->config_gen);
+    if (m && m->zone_base) {
+        zone::View z(m->zone_base);
+        z.activate(m->config_gen);
+        m->cpp->matcher.count_limit_hits_in(
+            &z.header()
+                 .worker[static_cast<std::uint32_t>(ngx_worker) % zone::kWorkerSlots]
+                 .regex_limit_hits);
+    }
     return reporter_start(cycle);
 }
 

@@ -7,10 +7,17 @@
 
 namespace grl {
 
+// Every match runs with a match context: a step limit and, for JIT code, its own stack,
+// so that no pattern can take unbounded time (or the machine stack) on one request.
 struct Matcher::Compiled {
     pcre2_code* code = nullptr;
     pcre2_match_data* data = nullptr;
+    pcre2_match_context* context = nullptr;
+    pcre2_jit_stack* jit_stack = nullptr;
+    std::atomic<std::uint64_t>* limit_hits = nullptr;
     ~Compiled() {
+        if (jit_stack) pcre2_jit_stack_free(jit_stack);
+        if (context) pcre2_match_context_free(context);
         if (data) pcre2_match_data_free(data);
         if (code) pcre2_code_free(code);
     }
@@ -54,14 +61,38 @@ Matcher::CompiledPtr Matcher::compile(std::string_view pattern, std::string& err
     // JIT is an optimisation only: a failure leaves the interpreter in use.
     (void)pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);
     c->data = pcre2_match_data_create_from_pattern(c->code, nullptr);
-    if (!c->data) {
+    c->context = pcre2_match_context_create(nullptr);
+    c->jit_stack = pcre2_jit_stack_create(32 * 1024, 512 * 1024, nullptr);
+    if (!c->data || !c->context || !c->jit_stack) {
         error = "out of memory compiling regex";
         return nullptr;
     }
+    pcre2_set_match_limit(c->context, kRegexMatchLimit);
+    pcre2_set_depth_limit(c->context, kRegexMatchLimit);
+    pcre2_set_heap_limit(c->context, 1024);  // KiB, for the interpreter's backtracking
+    pcre2_jit_stack_assign(c->context, nullptr, c->jit_stack);
     return c;
 }
 
 Matcher::~Matcher() = default;
+
+void Matcher::count_limit_hits_in(std::atomic<std::uint64_t>* counter) {
+    for (Entry& e : entries_) {
+        if (e.caller_re) e.caller_re->limit_hits = counter;
+        if (e.procedure_re) e.procedure_re->limit_hits = counter;
+    }
+}
+
+// A regex match; an error (a limit hit) is no match, and counted.
+bool Matcher::regex_matches(const Compiled& re, std::string_view v) {
+    const int rc = pcre2_match(re.code, reinterpret_cast<PCRE2_SPTR>(v.data()), v.size(), 0, 0,
+                               re.data, re.context);
+    if (rc >= 0) return true;
+    if (rc != PCRE2_ERROR_NOMATCH && re.limit_hits) {
+        re.limit_hits->fetch_add(1, std::memory_order_relaxed);
+    }
+    return false;
+}
 
 std::string Matcher::add(const BucketDef& def) {
     for (const Entry& e : entries_) {
@@ -132,9 +163,7 @@ inline __attribute__((always_inline)) bool Matcher::matches(const Literal& l, st
                                                             std::uint64_t v_head) {
     switch (l.kind) {
         case MatchKind::Any: return true;
-        case MatchKind::Regex:
-            return pcre2_match(l.re->code, reinterpret_cast<PCRE2_SPTR>(v.data()), v.size(), 0, 0,
-                               l.re->data, nullptr) >= 0;
+        case MatchKind::Regex: return regex_matches(*l.re, v);
         case MatchKind::Exact:
         case MatchKind::Prefix: break;
     }

@@ -379,6 +379,14 @@ std::uint64_t missing_caller(const zone::View& z) {
     return n;
 }
 
+std::uint64_t regex_limit_hits(const zone::View& z) {
+    std::uint64_t n = 0;
+    for (const auto& w : z.header().worker) {
+        n += w.regex_limit_hits.load(std::memory_order_relaxed);
+    }
+    return n;
+}
+
 }  // namespace
 
 std::string render_status_json(const StatusInput& in) {
@@ -408,11 +416,12 @@ std::string render_status_json(const StatusInput& in) {
            static_cast<unsigned long long>(h.curve_handshakes_failed.load()));
     append(out,
            "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,"
-           "\"runtime_takeovers\":%llu,\"buckets\":[",
+           "\"runtime_takeovers\":%llu,\"regex_limit_hits\":%llu,\"buckets\":[",
            static_cast<unsigned long long>(missing_caller(*in.zone)),
            h.capacity > zone::kRuntimeSlots ? h.capacity - zone::kRuntimeSlots : 0,
            static_cast<unsigned long long>(h.runtime_rejected.load()),
-           static_cast<unsigned long long>(runtime_takeovers(h)));
+           static_cast<unsigned long long>(runtime_takeovers(h)),
+           static_cast<unsigned long long>(regex_limit_hits(*in.zone)));
     std::vector<RuntimeBucket> rt;
     std::vector<BucketView> views = all_views(in, rt);
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -527,6 +536,9 @@ std::string render_status_prometheus(const StatusInput& in) {
          h.curve_handshakes_failed.load()},
         {"grl_missing_caller_total", "Requests without a caller (grl_missing_caller).",
          missing_caller(*in.zone)},
+        {"grl_regex_limit_hits_total",
+         "Regex matches stopped at the match limit (counted as no match).",
+         regex_limit_hits(*in.zone)},
         {"grl_runtime_rejected_total", "Run-time bucket definitions that found no free slot.",
          h.runtime_rejected.load()},
         {"grl_runtime_takeovers_total",

@@ -151,3 +151,21 @@ def test_internal_redirect_is_decided_once(nginx_factory, publisher):
     log = [e for e in n.access_log() if e["uri"] == "/sorry.gif"]
     assert len(log) == 20 and {(e["decision"], e["bucket"], e["buckets"]) for e in log} == {
         ("drop", "api", "api,all")}, log[:2]
+
+
+def test_pathological_regex_stops_at_the_match_limit(nginx_factory):
+    """`^/(a+)+$` against /aaa...ab backtracks exponentially: the match stops at the match
+    limit, counts as no match, is counted on the status page, and the request is served."""
+    n = nginx_factory(h.grl_conf(["evil procedure_regex=^/(a+)+$ rate=10r/s",
+                                  "p_prefix procedure_prefix=/a rate=10r/s"], host=None))
+    r = n.get("/" + "a" * 200 + "b?rid=1")
+    assert r.status == 200, r
+    r = n.get("/aaaa?rid=2")
+    assert r.status == 200, r
+    log = {e["rid"]: e for e in n.access_log() if e["rid"] != "-"}
+    assert log["1"]["buckets"] == "p_prefix", log["1"]
+    assert log["2"]["buckets"] == "evil,p_prefix", log["2"]
+    st = n.status()
+    assert st["regex_limit_hits"] == 1, st
+    prom = n.get("/grl?format=prometheus").body.decode()
+    assert "grl_regex_limit_hits_total 1\n" in prom, prom

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <vector>
 
 namespace grl {
@@ -87,6 +89,22 @@ TEST(Matcher, CatchAllBucketMatchesEverything) {
     Matcher m;
     ASSERT_EQ(m.add(make("all", {}, {})), "");
     EXPECT_EQ(run(m, "", false, ""), V({0}));
+}
+
+// A pathological pattern (exponential backtracking) stops at kRegexMatchLimit steps: no
+// match, counted; the other buckets still match.
+TEST(Matcher, RegexThatHitsTheMatchLimitIsNoMatchAndCounted) {
+    Matcher m;
+    ASSERT_EQ(m.add(make("evil", {}, {MatchKind::Regex, "^/(a+)+$"})), "");
+    ASSERT_EQ(m.add(make("api", {}, {MatchKind::Prefix, "/a"})), "");
+    std::atomic<std::uint64_t> hits{0};
+    m.count_limit_hits_in(&hits);
+    const std::string path = "/" + std::string(64, 'a') + "b";
+    EXPECT_EQ(run(m, "", false, path), V({1}));
+    EXPECT_EQ(hits.load(), 1u);
+    EXPECT_EQ(run(m, "", false, "/aaaa"), V({0, 1}));  // within the limit: a match
+    EXPECT_EQ(run(m, "", false, "/aaab"), V({1}));     // a plain no match is not a hit
+    EXPECT_EQ(hits.load(), 1u);
 }
 
 TEST(Matcher, RejectsDuplicatesAndBadRegex) {

@@ -1,6 +1,7 @@
 // Bucket definitions and the matcher that finds the buckets a request belongs to.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -59,6 +60,11 @@ class Matcher {
     std::size_t size() const { return entries_.size(); }
     const BucketDef& def(std::size_t i) const { return entries_[i].def; }
 
+    // Where to count regex matches that hit a limit (kRegexMatchLimit steps, or the JIT
+    // stack): they count as no match, so a pathological pattern costs a bounded time per
+    // request. The nginx module points it at its worker's slot in the shared zone.
+    void count_limit_hits_in(std::atomic<std::uint64_t>* counter);
+
   private:
     struct Compiled;
     struct CompiledDeleter {
@@ -86,6 +92,7 @@ class Matcher {
     };
     static CompiledPtr compile(std::string_view pattern, std::string& error);
     static bool matches(const Literal& lit, std::string_view v, std::uint64_t v_head);
+    static bool regex_matches(const Compiled& re, std::string_view v);
     static Literal literal(const MatchSpec& spec, const Compiled* re);
 
     // The head words of both literals side by side (32 bytes a bucket), so the
@@ -99,6 +106,10 @@ class Matcher {
     std::vector<Hot> hot_;              // parallel to entries_, rebuilt by add()
     std::vector<Prefilter> prefilter_;  // parallel to entries_
 };
+
+// Backtracking steps one regex match may take (pcre2_set_match_limit; PCRE2's own default
+// is 10,000,000). Paths and callers are short; a sane pattern needs a few hundred.
+inline constexpr std::uint32_t kRegexMatchLimit = 100000;
 
 // Error text for an invalid regex, or empty when `pattern` compiles.
 std::string check_regex(std::string_view pattern);

@@ -39,7 +39,9 @@ struct alignas(64) WorkerCounters {
 // Per-worker request statistics that belong to no bucket.
 struct alignas(64) WorkerStats {
     std::atomic<std::uint64_t> missing_caller;
+    std::atomic<std::uint64_t> regex_limit_hits;  // matches stopped by kRegexMatchLimit
 };
+static_assert(sizeof(WorkerStats) == 64, "WorkerStats grew: bump kLayoutVersion");
 
 // Definition of a run-time bucket. Written only by the reporter, under a
 // sequence lock (odd `seq` = being written; claimed and released by
