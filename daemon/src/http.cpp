@@ -115,18 +115,13 @@ void MetricsServer::on_client(int fd, short revents) {
                 continue;
             }
             if (n == 0) {
-                if (c.in.find("\n\n") == std::string::npos &&
-                    c.in.find("\r\n\r\n") == std::string::npos) {
-                    return drop(fd);
-                }
+                if (!parse_request_head(c.in).complete) return drop(fd);
                 break;
             }
             if (errno == EAGAIN || errno == EWOULDBLOCK) break;
             return drop(fd);
         }
-        if (c.in.find("\r\n\r\n") == std::string::npos && c.in.find("\n\n") == std::string::npos) {
-            return;  // request not complete yet
-        }
+        if (!parse_request_head(c.in).complete) return;  // request not complete yet
         respond(fd, c);
         loop_.set_fd_events(fd, POLLOUT);
     }
@@ -142,14 +137,26 @@ void MetricsServer::on_client(int fd, short revents) {
     drop(fd);
 }
 
+RequestHead parse_request_head(std::string_view in) {
+    RequestHead h;
+    h.complete =
+        in.find("\r\n\r\n") != std::string_view::npos || in.find("\n\n") != std::string_view::npos;
+    std::string_view line = in.substr(0, in.find('\n'));
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const auto sp1 = line.find(' ');
+    h.method = std::string(line.substr(0, sp1));
+    if (sp1 != std::string_view::npos) {
+        std::string_view path = line.substr(sp1 + 1);
+        path = path.substr(0, path.find(' '));
+        h.path = std::string(path.substr(0, path.find('?')));
+    }
+    return h;
+}
+
 void MetricsServer::respond(int, Client& c) {
-    std::string line = c.in.substr(0, c.in.find('\n'));
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    auto sp1 = line.find(' ');
-    auto sp2 = line.find(' ', sp1 == std::string::npos ? 0 : sp1 + 1);
-    std::string method = line.substr(0, sp1);
-    std::string path = sp1 == std::string::npos ? "" : line.substr(sp1 + 1, sp2 - sp1 - 1);
-    if (auto q = path.find('?'); q != std::string::npos) path = path.substr(0, q);
+    const RequestHead head = parse_request_head(c.in);
+    const std::string& method = head.method;
+    const std::string& path = head.path;
     if (method != "GET" && method != "HEAD") {
         c.out = response(405, "Method Not Allowed", "only GET\n");
     } else if (path != "/metrics") {

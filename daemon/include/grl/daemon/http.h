@@ -7,10 +7,20 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "grl/daemon/loop.h"
 
 namespace grl::daemon {
+
+// The head of an HTTP request as the /metrics server reads it: the request line's method
+// and path (query removed). `complete` is false until the blank line that ends the head.
+struct RequestHead {
+    bool complete = false;
+    std::string method;
+    std::string path;
+};
+RequestHead parse_request_head(std::string_view in);
 
 class MetricsServer {
   public:
