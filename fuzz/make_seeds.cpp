@@ -1,0 +1,181 @@
+// Writes the seed corpus of the fuzz harnesses (fuzz/corpus/): one valid message of every
+// kind, encoded by the real encoders, and sample operator text. Run by .ci/fuzz and
+// bench/fuzz.sh before fuzzing, so that the seeds always follow the current protocol.
+//   grl_fuzz_seeds DIR   -> DIR/wire/*, DIR/report_reader/*, DIR/text/*
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "grl/wire.h"
+#include "grl/wire_control.h"
+
+namespace fs = std::filesystem;
+using namespace grl;
+
+namespace {
+
+void put(const fs::path& dir, const std::string& name, char selector, const std::string& body) {
+    fs::create_directories(dir);
+    std::ofstream(dir / name, std::ios::binary) << selector << body;
+}
+
+wire::Report report() {
+    wire::Report r;
+    r.host = "h1";
+    r.zone = "z1";
+    r.region = "r1";
+    r.epoch = 7;
+    r.seq = 42;
+    r.ts_ms = 1700000000000;
+    r.interval_ms = 250;
+    r.recent_ms = 250;
+    for (const char* name : {"api", "bots"}) {
+        wire::ReportBucket b;
+        b.name = name;
+        b.scope = Scope::Zone;
+        b.mode = Mode::Shadow;
+        b.limit_mrps = 100000;
+        b.offered = 1000;
+        b.admitted = 900;
+        b.dropped = 100;
+        b.has_recent = true;
+        b.recent = {10, 9, 1, 0};
+        r.buckets.push_back(b);
+    }
+    return r;
+}
+
+wire::RuntimeMatch match() {
+    wire::RuntimeMatch m;
+    m.caller = "bot-";
+    m.caller_kind = MatchKind::Prefix;
+    m.procedure = "^/search/";
+    m.procedure_kind = MatchKind::Regex;
+    m.scope = Scope::Region;
+    return m;
+}
+
+wire::UsageBucket usage_bucket() {
+    wire::UsageBucket b;
+    b.name = "api";
+    b.offered_mrps = 300000;
+    b.admitted_mrps = 200000;
+    b.dropped_mrps = 100000;
+    b.hosts = 2;
+    b.rated_hosts = 2;
+    b.definitions.push_back({{Scope::Global, Mode::Deny, 100000}, 2});
+    b.host_names = {"h1", "h2"};
+    return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: grl_fuzz_seeds DIR\n");
+        return 2;
+    }
+    const fs::path root = argv[1];
+    std::string out;
+
+    wire::Report r = report();
+    out.clear();
+    wire::encode(r, out);
+    put(root / "wire", "report", 0, out);
+    fs::create_directories(root / "report_reader");
+    std::ofstream(root / "report_reader" / "report", std::ios::binary) << out;
+
+    wire::Instructions in;
+    in.source = "ctl-r1";
+    in.seq = 3;
+    in.ts_ms = 1700000000000;
+    in.ttl_ms = 3000;
+    in.scope = Scope::Region;
+    in.region = "r1";
+    wire::Instruction e;
+    e.name = "bots";
+    e.ratio_ppm = 250000;
+    e.limit_mrps = 5000;
+    e.has_match = true;
+    e.match = match();
+    in.buckets.push_back(e);
+    out.clear();
+    wire::encode(in, out);
+    put(root / "wire", "instructions", 1, out);
+
+    wire::ZoneUsage zu;
+    zu.source = "col-z1";
+    zu.region = "r1";
+    zu.zone = "z1";
+    zu.seq = 9;
+    zu.ts_ms = 1700000000000;
+    zu.interval_ms = 250;
+    zu.hosts = 2;
+    zu.host_names = {"h1", "h2"};
+    zu.buckets.push_back(usage_bucket());
+    out.clear();
+    wire::encode(zu, out);
+    put(root / "wire", "zone_usage", 2, out);
+
+    wire::RegionUsage ru;
+    ru.source = "ctl-r2";
+    ru.region = "r2";
+    ru.seq = 5;
+    ru.ts_ms = 1700000000000;
+    ru.interval_ms = 250;
+    ru.zones = 1;
+    ru.hosts = 2;
+    ru.limits_digest = "abc123";
+    wire::UsageBucket b = usage_bucket();
+    b.host_names.clear();
+    ru.buckets.push_back(b);
+    wire::Override o;
+    o.name = "bots";
+    o.limit_mrps = 10000;
+    o.mode = Mode::Deny;
+    o.has_match = true;
+    o.match = match();
+    o.expires_ms = 1700000600000;
+    o.set_ms = 1700000000000;
+    o.origin = "ctl-r2";
+    ru.overrides.push_back(o);
+    out.clear();
+    wire::encode(ru, out);
+    put(root / "wire", "region_usage", 3, out);
+
+    wire::AdminRequest q;
+    q.seq = 1;
+    q.ts_ms = 1700000000000;
+    q.op = wire::AdminOp::Add;
+    q.bucket = "bots";
+    q.limit_mrps = 10000;
+    q.mode = Mode::Shadow;
+    q.for_ms = 60000;
+    q.has_match = true;
+    q.match = match();
+    out.clear();
+    wire::encode(q, out);
+    put(root / "wire", "admin_request", 4, out);
+
+    wire::AdminReply a;
+    a.seq = 1;
+    a.ts_ms = 1700000000000;
+    out.clear();
+    wire::encode(a, out);
+    put(root / "wire", "admin_reply", 5, out);
+
+    // Text parsers: selector byte as in fuzz_text.cpp.
+    put(root / "text", "limits", 0,
+        "buckets:\n  api:\n    limit: 500r/s\n    mode: shadow\n  bots:\n"
+        "    caller_prefix: bot-\n    procedure_regex: ^/search/\n    scope: zone\n"
+        "    limit: 10r/s\n");
+    put(root / "text", "keypair", 1,
+        "curve\n    public-key = \"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\"\n"
+        "    secret-key = \"JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6\"\n");
+    put(root / "text", "rate", 2, "600r/m");
+    put(root / "text", "duration", 2, "250ms");
+    put(root / "text", "regex", 3, "^(POST|PUT) /v[0-9]+/");
+    put(root / "text", "http", 4, "GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n");
+    return 0;
+}
