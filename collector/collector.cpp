@@ -118,6 +118,8 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         ": reports on " + report_ep_ + ", instructions on " + publish_ep_ +
         (http_ ? ", metrics on http://" + http_->address() + "/metrics" : "") + ", controllers: " +
         (ctl.empty() ? "none" : ctl) + ", interval " + std::to_string(cfg_.interval_ms) + " ms" +
+        (cfg_.batch_ms ? ", reports in batches every " + std::to_string(cfg_.batch_ms) + " ms"
+                       : ", reports one by one") +
         (curve_up ? ", CURVE to controllers" : "") + (zap_ ? ", CURVE for nginx" : ""));
 }
 

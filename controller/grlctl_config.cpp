@@ -84,7 +84,7 @@ daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv,
         "answer.",
         "grlctl");
     cli::init(app, "[options] COMMAND [ARGS] [command options]");
-    app.require_subcommand(1);
+    app.require_subcommand(0, 1);
     app.fallthrough();  // the options above also after the command
     const std::string units =
         "RATE: 100r/s, 600r/m, or 0 (drop everything). DURATION: 250ms, 30s, 10m, 2h.";
@@ -183,13 +183,30 @@ daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv,
 
     app.footer(units + "\ngrlctl COMMAND --help shows the arguments and options of one command.");
 
+    // Words that are no command are collected (not refused by CLI11) to be named below; the
+    // commands, created before, do not inherit this.
+    app.allow_extras();
+
     cli::Parse<Config> out;
     if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;
+    const Sub* given = nullptr;
     for (const Sub& s : subs) {
-        if (s.app->parsed()) c.command = s.command;
+        if (s.app->parsed()) given = &s;
     }
-
     std::string error;
+    if (!app.remaining().empty()) {
+        error =
+            (given ? "unexpected argument \"" : "unknown command \"") + app.remaining()[0] + "\"";
+    } else if (given == nullptr) {
+        error = "a command is required";
+    }
+    if (!error.empty()) {
+        out.exit_code = cli::kUsageError;
+        out.text = cli::usage_error(app, error);
+        return out;
+    }
+    c.command = given->command;
+
     switch (c.command) {
         case Command::Buckets: q.op = wire::AdminOp::Buckets; break;
         case Command::Show:
