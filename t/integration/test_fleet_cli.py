@@ -4,6 +4,7 @@ anything is bound; --help exits 0; and --batch reaches the collector: one collec
 reports one by one (--batch 0) and one taking them in 50 ms batches both rate their zone, and a
 global bucket holds its limit over the two zones."""
 
+import os
 import subprocess
 
 import pytest
@@ -72,3 +73,21 @@ def test_batch_zero_and_50ms_collectors_both_rate_their_zone(fleet):
         accepted = f.metric(col.metrics(), "grl_collector_reports_total", result="accepted")
         assert accepted and accepted > 10, (col.name, accepted)
     assert f.metric(ctl.metrics(), "grl_bucket_hosts", bucket="g", scope="global") == 2
+
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "control-plane.md")
+
+
+@pytest.mark.parametrize("heading,binary", [
+    ("### grl-collector", f.COLLECTOR_BIN), ("### grl-controller", f.CONTROLLER_BIN),
+    ("### grlctl", f.GRLCTL_BIN)])
+def test_docs_show_the_real_help(heading, binary):
+    """docs/control-plane.md "Command lines" shows each program's --help as it is."""
+    with open(DOC) as fh:
+        text = fh.read()
+    section = text[text.index(heading + "\n"):]
+    block = section[section.index("```\n") + 4:]
+    block = block[:block.index("```\n")]
+    rc, out, _ = run(binary, ["--help"])
+    assert rc == 0
+    assert block.rstrip("\n") == out.rstrip("\n"), "update %s in docs/control-plane.md" % heading
