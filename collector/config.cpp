@@ -13,7 +13,7 @@ std::string check(const Config& c) {
     return {};
 }
 
-daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv) {
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     namespace cli = daemon::cli;
     Config c;
     CLI::App app(
@@ -60,7 +60,7 @@ daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv) {
         app, "--curve-clients", c.nginx_clients,
         "public keys of the nginx hosts allowed to connect (switches CURVE on for them)");
 
-    cli::Parse<Config> out;
+    cli::Outcome<Config> out;
     if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;
     std::string error = check(c);
     // A list without keys would look like CURVE off (an empty list) and admit anyone.

@@ -9,7 +9,7 @@ std::string check(const Config& c) {
     return {};
 }
 
-daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv) {
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     namespace cli = daemon::cli;
     Config c;
     CLI::App app(
@@ -65,7 +65,7 @@ daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv) {
                             "public keys allowed on the admin endpoint (default: those of "
                             "--curve-clients)");
 
-    cli::Parse<Config> out;
+    cli::Outcome<Config> out;
     if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;
     c.opts.fast_attack = fast_attack_percent / 100.0;
     if (ttl->count() == 0) c.opts.ttl_ms = 3 * c.opts.interval_ms;

@@ -39,6 +39,6 @@ struct Config {
 std::string check(const Config& c);
 
 // grl-controller's command line into a Config (key files read), or --help, or a usage error.
-daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv);
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv);
 
 }  // namespace grl::controller

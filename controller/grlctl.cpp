@@ -293,7 +293,7 @@ void print_status(const wire::AdminReply& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    daemon::cli::Parse<grlctl::Config> parsed =
+    daemon::cli::Outcome<grlctl::Config> parsed =
         grlctl::parse_config(argc, argv, std::getenv("GRL_CONTROLLER"));
     if (!parsed.config) {
         std::fputs(parsed.text.c_str(), parsed.exit_code == 0 ? stdout : stderr);

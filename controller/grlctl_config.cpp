@@ -72,8 +72,8 @@ const char* to_string(Command c) {
     return "?";
 }
 
-daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv,
-                                        const char* env_controller) {
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv,
+                                          const char* env_controller) {
     Config c;
     if (env_controller != nullptr && *env_controller != '\0') c.controller = env_controller;
     wire::AdminRequest& q = c.request;
@@ -187,7 +187,7 @@ daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv,
     // commands, created before, do not inherit this.
     app.allow_extras();
 
-    cli::Parse<Config> out;
+    cli::Outcome<Config> out;
     if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;
     const Sub* given = nullptr;
     for (const Sub& s : subs) {

@@ -28,7 +28,7 @@ struct Config {
 };
 
 // `env_controller` ($GRL_CONTROLLER, may be null) replaces the default --controller.
-daemon::cli::Parse<Config> parse_config(int argc, const char* const* argv,
-                                        const char* env_controller);
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv,
+                                          const char* env_controller);
 
 }  // namespace grl::grlctl

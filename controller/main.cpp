@@ -12,7 +12,7 @@ using namespace grl;
 
 int main(int argc, char** argv) {
     daemon::block_signals();
-    daemon::cli::Parse<controller::Config> parsed = controller::parse_config(argc, argv);
+    daemon::cli::Outcome<controller::Config> parsed = controller::parse_config(argc, argv);
     if (!parsed.config) {
         std::fputs(parsed.text.c_str(), parsed.exit_code == 0 ? stdout : stderr);
         return parsed.exit_code;

@@ -17,7 +17,7 @@ const std::vector<std::string> kRequired = {
     "--zone",   "z1", "--region", "r1", "--controller-usage", "tcp://c:1", "--controller-publish",
     "tcp://c:2"};
 
-daemon::cli::Parse<Config> parse(std::vector<std::string> extra, bool required = true) {
+daemon::cli::Outcome<Config> parse(std::vector<std::string> extra, bool required = true) {
     std::vector<std::string> args = required ? kRequired : std::vector<std::string>{};
     args.insert(args.end(), extra.begin(), extra.end());
     test::Argv a("grl-collector", args);

@@ -13,7 +13,7 @@
 namespace grl::controller {
 namespace {
 
-daemon::cli::Parse<Config> parse(std::vector<std::string> extra, bool required = true) {
+daemon::cli::Outcome<Config> parse(std::vector<std::string> extra, bool required = true) {
     std::vector<std::string> args;
     if (required) args = {"--region", "eu", "--name", "ctl-1"};
     args.insert(args.end(), extra.begin(), extra.end());

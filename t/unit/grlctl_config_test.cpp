@@ -9,7 +9,7 @@
 namespace grl::grlctl {
 namespace {
 
-daemon::cli::Parse<Config> parse(std::vector<std::string> args, const char* env = nullptr) {
+daemon::cli::Outcome<Config> parse(std::vector<std::string> args, const char* env = nullptr) {
     test::Argv a("grlctl", std::move(args));
     return parse_config(a.argc(), a.argv(), env);
 }

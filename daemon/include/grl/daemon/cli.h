@@ -1,6 +1,6 @@
 // Command lines of grl-collector, grl-controller and grlctl through CLI11: each option is bound
 // to a field of the program's config struct, values go through the parsers of grl/parse.h (so a
-// bad value reads `--interval: invalid duration "5x"`), and a parse ends in a Parse: a config
+// bad value reads `--interval: invalid duration "5x"`), and a parse ends in an Outcome: a config
 // to run with, or a text to print and an exit status (0 after --help, 2 after a usage error).
 #pragma once
 
@@ -20,7 +20,7 @@ namespace grl::daemon::cli {
 constexpr int kUsageError = 2;  // exit status for every usage error
 
 template <typename Config>
-struct Parse {
+struct Outcome {
     std::optional<Config> config;  // set: run with it
     int exit_code = 0;             // otherwise: 0 after --help, kUsageError after an error
     std::string text;              // otherwise: the help (stdout) or the error (stderr)
