@@ -35,7 +35,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       table_(cfg_.rates),
       malformed_log_(10000),
       send_log_(10000) {
-    if (cfg_.name.empty()) cfg_.name = "collector-" + cfg_.zone;
+    if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     start_mono_ = mono_ms();
     daemon::Socket pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
     daemon::Socket sub(ctx, ZMQ_SUB);
@@ -48,7 +48,6 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     pub.set(ZMQ_SNDHWM, 10000);
     pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
     if (zap_) {
-        if (!cfg_.keypair) throw std::runtime_error("--curve-clients needs --curve-keypair");
         zap_->allow("nginx", cfg_.nginx_clients);
         loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
         daemon::make_curve_server(pull_, *cfg_.keypair, "nginx");
@@ -63,10 +62,6 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     sub.set(ZMQ_RCVHWM, 10000);
     // CURVE towards the controllers is on when their public key is given.
     bool curve_up = !cfg_.server_key.empty();
-    if (curve_up && !cfg_.keypair)
-        throw std::runtime_error("--curve-server-key needs --curve-keypair");
-    if (cfg_.keypair && !curve_up && !zap_)
-        throw std::runtime_error("--curve-keypair needs --curve-server-key or --curve-clients");
     std::unique_ptr<daemon::HandshakeWatch> sub_watch;
     if (curve_up) {
         daemon::make_curve_client(sub, *cfg_.keypair, cfg_.server_key);
@@ -123,6 +118,8 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         ": reports on " + report_ep_ + ", instructions on " + publish_ep_ +
         (http_ ? ", metrics on http://" + http_->address() + "/metrics" : "") + ", controllers: " +
         (ctl.empty() ? "none" : ctl) + ", interval " + std::to_string(cfg_.interval_ms) + " ms" +
+        (cfg_.batch_ms ? ", reports in batches every " + std::to_string(cfg_.batch_ms) + " ms"
+                       : ", reports one by one") +
         (curve_up ? ", CURVE to controllers" : "") + (zap_ ? ", CURVE for nginx" : ""));
 }
 

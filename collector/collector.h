@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -22,31 +21,10 @@
 #include "grl/report_reader.h"
 #include "grl/wire.h"
 #include "grl/wire_control.h"
+#include "config.h"
 #include "relay.h"
 
 namespace grl::collector {
-
-struct Config {
-    std::string name;  // "source" of zone_usage; default collector-<zone>
-    std::string zone;
-    std::string region;
-    std::string report_bind = "tcp://*:7101";
-    std::string publish_bind = "tcp://*:7102";
-    std::vector<std::string> controller_usage;    // controllers' usage endpoints
-    std::vector<std::string> controller_publish;  // controllers' publish endpoints
-    std::uint64_t interval_ms = 1000;
-    // Reports are taken off the socket in batches this often rather than one wakeup per
-    // report (0: as they arrive). Rates use the senders' clocks, so this costs no accuracy.
-    std::uint64_t batch_ms = 10;
-    rates::Options rates;
-    std::string metrics_bind;    // host:port, empty: no /metrics
-    std::string endpoints_file;  // written after binding, empty: none
-    // CURVE: `keypair` switches it on towards the controllers (needs `server_key`);
-    // `nginx_clients` (non-empty) switches it on for the sockets nginx connects to.
-    std::optional<daemon::KeyPair> keypair;
-    std::string server_key;
-    std::set<std::string> nginx_clients;
-};
 
 class Collector {
   public:

@@ -41,6 +41,7 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       malformed_log_(10000),
       ignored_log_(10000),
       send_log_(10000) {
+    if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     const std::int64_t max = daemon::kTransportMaxBytes;
     pull_.set(ZMQ_MAXMSGSIZE, max);
     pull_.set(ZMQ_RCVHWM, 10000);
@@ -58,8 +59,6 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         daemon::make_curve_server(pub_, *cfg_.keypair, "subscriber");
         daemon::make_curve_server(admin_, *cfg_.keypair, "admin");
         if (!cfg_.peers.empty()) {
-            if (cfg_.server_key.empty())
-                throw std::runtime_error("--peer with CURVE needs --curve-server-key");
             daemon::make_curve_client(peers_, *cfg_.keypair, cfg_.server_key);
             peers_watch_ = std::make_unique<daemon::HandshakeWatch>(ctx, peers_.get(),
                                                                     "peer controller", cfg_.peers);

@@ -23,27 +23,9 @@
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
 #include "grl/wire_control.h"
+#include "config.h"
 
 namespace grl::controller {
-
-struct Config {
-    control::Options opts;
-    std::string usage_bind = "tcp://*:7201";
-    std::string publish_bind = "tcp://*:7202";
-    std::string admin_bind = "tcp://127.0.0.1:7203";
-    std::vector<std::string> peers;  // other controllers' publish endpoints
-    std::string limits_file;         // empty: none
-    std::uint64_t limits_poll_ms = 1000;
-    std::string metrics_bind;
-    std::string endpoints_file;
-    // CURVE: `keypair` switches it on for every socket; connections to peers need
-    // `server_key`; `clients` may connect to the usage and publish sockets, `admin_clients`
-    // to the admin socket.
-    std::optional<daemon::KeyPair> keypair;
-    std::string server_key;
-    std::set<std::string> clients;
-    std::set<std::string> admin_clients;
-};
 
 class Daemon {
   public:

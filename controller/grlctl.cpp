@@ -14,34 +14,15 @@
 #include <string>
 #include <vector>
 
-#include "grl/daemon/args.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/json.h"
 #include "grl/daemon/zmq.h"
-#include "grl/parse.h"
 #include "grl/wire_control.h"
+#include "grlctl_config.h"
 
 using namespace grl;
 
 namespace {
-
-const char kCommands[] =
-    "\ncommands:\n"
-    "  buckets [BUCKET] [--hosts]    buckets with live rates, limit, ratio, mode, hosts (alias: "
-    "list)\n"
-    "  show BUCKET                   one bucket in detail: every instance, definitions, hosts\n"
-    "  status                        zones, peer controllers, the limits file\n"
-    "  set BUCKET [--limit RATE] [--mode deny|shadow] [--for DURATION]\n"
-    "                                override a bucket's limit and/or mode (expires after --for)\n"
-    "  clear BUCKET [limit|mode]     remove an override (both parts by default)\n"
-    "  add BUCKET --limit RATE [--scope global|region|zone] [--mode deny|shadow] [--for DURATION]\n"
-    "      [--caller V | --caller-prefix V] [--procedure V | --procedure-prefix V | "
-    "--procedure-regex RE]\n"
-    "                                add a run-time (emergency) bucket on every nginx, no reload\n"
-    "  remove BUCKET                 remove a run-time bucket\n"
-    "  keygen FILE                   write a CURVE key pair to FILE and its public key to "
-    "FILE.pub\n"
-    "\nRATE: 100r/s, 600r/m, or 0 (drop everything). DURATION: 30s, 10m, 2h.\n";
 
 std::uint64_t now_ms() {
     struct timeval tv;
@@ -309,63 +290,24 @@ void print_status(const wire::AdminReply& r) {
 
 // ---------------------------------------------------------------------------------------------
 
-int usage_error(const daemon::Args&, const std::string& msg) {
-    std::fprintf(stderr, "grlctl: %s (see grlctl --help)\n", msg.c_str());
-    return 2;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-    const char* env = std::getenv("GRL_CONTROLLER");
-    daemon::Args args(
-        "grlctl", "[options] COMMAND [ARGS]",
-        {
-            {"controller", "EP", "the controller's admin endpoint (or $GRL_CONTROLLER)",
-             env ? env : "tcp://127.0.0.1:7203", false},
-            {"json", "", "print JSON instead of tables", "", false},
-            {"timeout", "DURATION", "how long to wait for the answer", "3s", false},
-            {"curve-keypair", "FILE", "CURVE key pair of this client", "", false},
-            {"curve-server-key", "FILE", "the controller's public key", "", false},
-            {"hosts", "", "buckets: list the reporting hosts", "", false},
-            {"limit", "RATE", "set/add: the limit", "", false},
-            {"mode", "MODE", "set/add: deny or shadow", "", false},
-            {"for", "DURATION", "set/add: expire after this long", "", false},
-            {"scope", "SCOPE", "add: global, region or zone", "global", false},
-            {"caller", "VALUE", "add: match this caller exactly", "", false},
-            {"caller-prefix", "VALUE", "add: match callers starting with this", "", false},
-            {"procedure", "VALUE", "add: match this procedure exactly", "", false},
-            {"procedure-prefix", "VALUE", "add: match procedures starting with this", "", false},
-            {"procedure-regex", "RE", "add: match procedures with this PCRE2 regex", "", false},
-            {"help", "", "show this help", "", false},
-        });
-    std::string err;
-    if (!args.parse(argc, argv, 1, err)) return usage_error(args, err);
-    if (args.has("help") || args.positional().empty()) {
-        std::printf("%s%s", args.usage().c_str(), kCommands);
-        return args.has("help") ? 0 : 2;
+    daemon::cli::Outcome<grlctl::Config> parsed =
+        grlctl::parse_config(argc, argv, std::getenv("GRL_CONTROLLER"));
+    if (!parsed.config) {
+        std::fputs(parsed.text.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+        return parsed.exit_code;
     }
-    const std::vector<std::string>& pos = args.positional();
-    const std::string& cmd = pos[0];
-    std::string bucket = pos.size() > 1 ? pos[1] : "";
-    auto only = [&](std::initializer_list<const char*> allowed) -> std::string {
-        for (const char* o : {"hosts", "limit", "mode", "for", "scope", "caller", "caller-prefix",
-                              "procedure", "procedure-prefix", "procedure-regex"}) {
-            bool ok = false;
-            for (const char* a : allowed) ok = ok || std::string(a) == o;
-            if (!ok && args.has(o))
-                return "--" + std::string(o) + " does not apply to \"" + cmd + "\"";
-        }
-        return {};
-    };
+    const grlctl::Config& c = *parsed.config;
+    const char* cmd = grlctl::to_string(c.command);
 
-    if (cmd == "keygen") {
-        if (pos.size() != 2) return usage_error(args, "keygen needs one FILE");
+    if (c.command == grlctl::Command::Keygen) {
         try {
             daemon::KeyPair k = daemon::generate_keypair();
-            daemon::write_keypair(pos[1], k);
-            std::printf("wrote %s (key pair) and %s.pub (public key %s)\n", pos[1].c_str(),
-                        pos[1].c_str(), k.public_key.c_str());
+            daemon::write_keypair(c.keygen_file, k);
+            std::printf("wrote %s (key pair) and %s.pub (public key %s)\n", c.keygen_file.c_str(),
+                        c.keygen_file.c_str(), k.public_key.c_str());
         } catch (const std::exception& e) {
             std::fprintf(stderr, "grlctl: %s\n", e.what());
             return 1;
@@ -373,117 +315,19 @@ int main(int argc, char** argv) {
         return 0;
     }
 
-    wire::AdminRequest q;
+    wire::AdminRequest q = c.request;
     q.ts_ms = now_ms();
     q.seq = q.ts_ms;
-    std::string bad;
-    if (cmd == "buckets" || cmd == "list") {
-        q.op = wire::AdminOp::Buckets;
-        if (pos.size() > 2) return usage_error(args, cmd + " takes at most one BUCKET");
-        q.hosts = args.has("hosts");
-        bad = only({"hosts"});
-    } else if (cmd == "show") {
-        q.op = wire::AdminOp::Buckets;
-        if (pos.size() != 2) return usage_error(args, "show needs one BUCKET");
-        q.hosts = true;
-        bad = only({});
-    } else if (cmd == "status") {
-        q.op = wire::AdminOp::Status;
-        if (pos.size() != 1) return usage_error(args, "status takes no argument");
-        bad = only({});
-    } else if (cmd == "set" || cmd == "add") {
-        q.op = cmd == "set" ? wire::AdminOp::Set : wire::AdminOp::Add;
-        if (pos.size() != 2) return usage_error(args, cmd + " needs one BUCKET");
-        if (args.has("limit")) {
-            std::uint64_t l = 0;
-            if (!args.rate_mrps("limit", l, err)) return usage_error(args, err);
-            q.limit_mrps = l;
-        }
-        if (args.has("mode")) {
-            q.mode = parse_mode(args.get("mode"));
-            if (!q.mode) return usage_error(args, "--mode: expected deny or shadow");
-        }
-        if (args.has("for")) {
-            if (!args.duration_ms("for", q.for_ms, err)) return usage_error(args, err);
-            if (q.for_ms == 0) return usage_error(args, "--for: must be more than 0");
-        }
-        if (q.op == wire::AdminOp::Set) {
-            bad = only({"limit", "mode", "for"});
-            if (bad.empty() && !q.limit_mrps && !q.mode) bad = "set needs --limit and/or --mode";
-        } else {
-            bad = only({"limit", "mode", "for", "scope", "caller", "caller-prefix", "procedure",
-                        "procedure-prefix", "procedure-regex"});
-            if (bad.empty() && !q.limit_mrps) bad = "add needs --limit";
-            auto scope = parse_scope(args.get("scope"));
-            if (!scope) bad = "--scope: expected global, region or zone";
-            q.has_match = true;
-            q.match.scope = scope.value_or(Scope::Global);
-            int callers = args.has("caller") + args.has("caller-prefix");
-            int procs =
-                args.has("procedure") + args.has("procedure-prefix") + args.has("procedure-regex");
-            if (callers > 1 || procs > 1) bad = "at most one caller and one procedure match";
-            if (callers + procs == 0 && bad.empty())
-                bad = "add needs a caller and/or a procedure match";
-            if (args.has("caller")) q.match.caller = args.get("caller");
-            if (args.has("caller-prefix")) {
-                q.match.caller = args.get("caller-prefix");
-                q.match.caller_kind = MatchKind::Prefix;
-            }
-            if (args.has("procedure")) q.match.procedure = args.get("procedure");
-            if (args.has("procedure-prefix")) {
-                q.match.procedure = args.get("procedure-prefix");
-                q.match.procedure_kind = MatchKind::Prefix;
-            }
-            if (args.has("procedure-regex")) {
-                q.match.procedure = args.get("procedure-regex");
-                q.match.procedure_kind = MatchKind::Regex;
-            }
-            if (bad.empty()) bad = wire::check_match(q.match);
-        }
-    } else if (cmd == "clear") {
-        q.op = wire::AdminOp::Clear;
-        if (pos.size() < 2 || pos.size() > 3)
-            return usage_error(args, "clear needs BUCKET [limit|mode]");
-        if (pos.size() == 3) {
-            if (pos[2] == "limit")
-                q.clear_limit = true;
-            else if (pos[2] == "mode")
-                q.clear_mode = true;
-            else
-                return usage_error(args, "clear: expected limit or mode after the bucket");
-        }
-        bad = only({});
-    } else if (cmd == "remove") {
-        q.op = wire::AdminOp::Remove;
-        if (pos.size() != 2) return usage_error(args, "remove needs one BUCKET");
-        bad = only({});
-    } else {
-        return usage_error(args, "unknown command \"" + cmd + "\"");
-    }
-    if (!bad.empty()) return usage_error(args, bad);
-    if (!bucket.empty() && !valid_name(bucket)) {
-        return usage_error(
-            args, "invalid bucket name \"" + bucket + "\", expected 1-63 of [A-Za-z0-9_.:-]");
-    }
-    q.bucket = bucket;
-
-    std::uint64_t timeout = 0;
-    if (!args.duration_ms("timeout", timeout, err)) return usage_error(args, err);
-    std::string ep = args.get("controller");
+    const std::string& ep = c.controller;
+    std::string err;
     wire::AdminReply r;
     try {
         daemon::Context ctx;
         daemon::Socket s(ctx, ZMQ_REQ);
-        s.set(ZMQ_RCVTIMEO, static_cast<int>(timeout));
-        s.set(ZMQ_SNDTIMEO, static_cast<int>(timeout));
+        s.set(ZMQ_RCVTIMEO, static_cast<int>(c.timeout_ms));
+        s.set(ZMQ_SNDTIMEO, static_cast<int>(c.timeout_ms));
         s.set(ZMQ_MAXMSGSIZE, static_cast<std::int64_t>(wire::kMaxMessageBytes));
-        if (args.has("curve-keypair") || args.has("curve-server-key")) {
-            if (!args.has("curve-keypair") || !args.has("curve-server-key")) {
-                return usage_error(args, "CURVE needs --curve-keypair and --curve-server-key");
-            }
-            daemon::make_curve_client(s, daemon::load_keypair(args.get("curve-keypair")),
-                                      daemon::load_public_key(args.get("curve-server-key")));
-        }
+        if (c.keypair) daemon::make_curve_client(s, *c.keypair, c.server_key);
         s.connect(ep);
         std::string body;
         wire::encode(q, body);
@@ -495,7 +339,7 @@ int main(int argc, char** argv) {
         daemon::Frame reply;
         if (zmq_msg_recv(reply.get(), s.get(), 0) < 0) {
             std::fprintf(stderr, "grlctl: no answer from %s within %s\n", ep.c_str(),
-                         args.get("timeout").c_str());
+                         daemon::cli::format_duration(c.timeout_ms).c_str());
             return 3;
         }
         if (!wire::decode(reply.view(), r, err)) {
@@ -507,7 +351,7 @@ int main(int argc, char** argv) {
         return 3;
     }
 
-    if (args.has("json")) {
+    if (c.json) {
         std::printf("%s\n", to_json(r).c_str());
         return r.ok ? 0 : 1;
     }
@@ -520,15 +364,15 @@ int main(int argc, char** argv) {
     switch (q.op) {
         case wire::AdminOp::Status: print_status(r); break;
         case wire::AdminOp::Buckets:
-            if (cmd == "show") {
-                print_show(r, bucket);
+            if (c.command == grlctl::Command::Show) {
+                print_show(r, q.bucket);
             } else {
                 print_buckets(r, q.hosts);
             }
             break;
         default:
-            std::printf("done: %s %s on controller %s (published at once)\n", cmd.c_str(),
-                        bucket.c_str(), r.source.c_str());
+            std::printf("done: %s %s on controller %s (published at once)\n", cmd, q.bucket.c_str(),
+                        r.source.c_str());
             if (!r.buckets.empty()) print_buckets(r, false);
             break;
     }

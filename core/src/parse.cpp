@@ -59,6 +59,13 @@ Parsed<std::uint64_t> parse_rate(std::string_view s) {
     return ok(mrps);
 }
 
+Parsed<std::uint64_t> parse_limit(std::string_view s) {
+    if (s == "0" || s == "0r/s" || s == "0r/m") return ok<std::uint64_t>(0);
+    Parsed<std::uint64_t> r = parse_rate(s);
+    if (!r) r.error += ", expected e.g. 100r/s, 600r/m or 0";
+    return r;
+}
+
 Parsed<std::uint64_t> parse_size(std::string_view s) {
     std::uint64_t mult = 1;
     std::string_view digits = s;

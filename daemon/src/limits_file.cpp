@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "grl/bucket.h"
-#include "grl/daemon/args.h"
+#include "grl/parse.h"
 #include "grl/zone_layout.h"
 
 namespace grl::daemon {
@@ -99,11 +99,9 @@ control::Limits parse_tree(const YAML::Node& root, const std::string& file) {
             const YAML::Node& v = kv.second;
             std::string field = where + "field \"" + key + "\"";
             if (key == "limit") {
-                std::string s = scalar(file, field, v), err;
-                std::uint64_t mrps = 0;
-                if (!parse_limit(s, mrps, err))
-                    throw Reject{at(file, v) + ": " + field + ": " + err};
-                f.limit_mrps = mrps;
+                Parsed<std::uint64_t> limit = parse_limit(scalar(file, field, v));
+                if (!limit) throw Reject{at(file, v) + ": " + field + ": " + limit.error};
+                f.limit_mrps = limit.value;
             } else if (key == "mode") {
                 std::string s = scalar(file, field, v);
                 auto m = parse_mode(s);

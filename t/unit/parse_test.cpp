@@ -21,6 +21,22 @@ TEST(ParseRate, RejectsBadInputNamingTheValue) {
     }
 }
 
+TEST(ParseLimit, RateOrZero) {
+    EXPECT_EQ(parse_limit("100r/s").value, 100000u);
+    EXPECT_EQ(parse_limit("600r/m").value, 10000u);
+    for (const char* zero : {"0", "0r/s", "0r/m"}) {
+        auto l = parse_limit(zero);
+        EXPECT_TRUE(l) << zero;
+        EXPECT_EQ(l.value, 0u) << zero;
+    }
+    for (const char* bad : {"", "00", "fast", "100/s", "-1r/s"}) {
+        auto l = parse_limit(bad);
+        EXPECT_FALSE(l) << bad;
+        EXPECT_EQ(l.error,
+                  std::string("invalid rate \"") + bad + "\", expected e.g. 100r/s, 600r/m or 0");
+    }
+}
+
 TEST(ParseSize, Suffixes) {
     EXPECT_EQ(parse_size("4096").value, 4096u);
     EXPECT_EQ(parse_size("512k").value, 512u * 1024);

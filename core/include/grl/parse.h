@@ -20,6 +20,10 @@ struct Parsed {
 // Accepts "<N>r/s" and "<N>r/m" with N a positive integer.
 Parsed<std::uint64_t> parse_rate(std::string_view s);
 
+// A bucket limit: a rate as above, or zero ("0", "0r/s", "0r/m": block everything). The error
+// names the value and the accepted forms (it is shown to operators as it is).
+Parsed<std::uint64_t> parse_limit(std::string_view s);
+
 // Size in bytes: "<N>", "<N>k", "<N>m" (case-insensitive suffix).
 Parsed<std::uint64_t> parse_size(std::string_view s);
 

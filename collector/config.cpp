@@ -1,0 +1,79 @@
+#include "config.h"
+
+namespace grl::collector {
+
+std::string check(const Config& c) {
+    if (c.batch_ms >= c.interval_ms) return "--batch must be shorter than --interval";
+    if (c.rates.forget_intervals < c.rates.stale_intervals)
+        return "--forget-intervals must be at least --stale-intervals";
+    if (!c.nginx_clients.empty() && !c.keypair) return "--curve-clients needs --curve-keypair";
+    if (!c.server_key.empty() && !c.keypair) return "--curve-server-key needs --curve-keypair";
+    if (c.keypair && c.server_key.empty() && c.nginx_clients.empty())
+        return "--curve-keypair needs --curve-server-key or --curve-clients";
+    return {};
+}
+
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
+    namespace cli = daemon::cli;
+    Config c;
+    CLI::App app(
+        "grl-collector: one per zone; sums the reports of the zone's nginx for the "
+        "controllers of its region and relays their instructions back (see "
+        "docs/control-plane.md).",
+        "grl-collector");
+    cli::init(app,
+              "--zone NAME --region NAME --controller-usage EP --controller-publish EP [options]");
+    cli::add_name(app, "--zone", c.zone, "zone this collector serves")->required();
+    cli::add_name(app, "--region", c.region, "region of the zone")->required();
+    CLI::Option* name = cli::add_name(app, "--name", c.name,
+                                      "collector name in messages and logs (default: "
+                                      "collector-<zone>)");
+    cli::add_text(app, "--report-bind", c.report_bind, "EP",
+                  "endpoint nginx sends reports to (PULL)");
+    cli::add_text(app, "--publish-bind", c.publish_bind, "EP",
+                  "endpoint nginx subscribes to for instructions (PUB)");
+    cli::add_list(app, "--controller-usage", c.controller_usage, "EP",
+                  "a controller's usage endpoint")
+        ->required();
+    cli::add_list(app, "--controller-publish", c.controller_publish, "EP",
+                  "a controller's publish endpoint")
+        ->required();
+    cli::add_duration(app, "--interval", c.interval_ms, 50, 60000, "how often zone usage is sent");
+    cli::add_duration(app, "--batch", c.batch_ms, 0, 1000,
+                      "take reports off the socket in batches this often (0: one by one as they "
+                      "arrive)");
+    cli::add_count(app, "--stale-intervals", c.rates.stale_intervals, 1, 1000000,
+                   "a host silent for N of its report intervals leaves the sums");
+    cli::add_count(app, "--forget-intervals", c.rates.forget_intervals, 1, 1000000,
+                   "...and is forgotten after N");
+    cli::add_text(app, "--metrics-bind", c.metrics_bind, "HOST:PORT",
+                  "serve Prometheus /metrics here");
+    cli::add_text(app, "--endpoints-file", c.endpoints_file, "PATH",
+                  "write the bound endpoints here as JSON (after binding)");
+    cli::add_log_level(app, c.log_level);
+    cli::add_keypair(app, "--curve-keypair", c.keypair,
+                     "CURVE key pair of this collector (for --curve-server-key and "
+                     "--curve-clients)");
+    cli::add_public_key(app, "--curve-server-key", c.server_key,
+                        "public key of the controllers (switches CURVE on towards them)");
+    CLI::Option* clients = cli::add_authorized(
+        app, "--curve-clients", c.nginx_clients,
+        "public keys of the nginx hosts allowed to connect (switches CURVE on for them)");
+
+    cli::Outcome<Config> out;
+    if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;
+    std::string error = check(c);
+    // A list without keys would look like CURVE off (an empty list) and admit anyone.
+    if (clients->count() > 0 && c.nginx_clients.empty())
+        error = "--curve-clients: no key in " + clients->as<std::string>();
+    if (!error.empty()) {
+        out.exit_code = cli::kUsageError;
+        out.text = cli::usage_error(app, error);
+        return out;
+    }
+    if (name->count() == 0) c.name = "collector-" + c.zone;
+    out.config = std::move(c);
+    return out;
+}
+
+}  // namespace grl::collector

@@ -1,0 +1,47 @@
+// grl-collector's configuration and its command line (docs/control-plane.md, "Command lines").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "grl/daemon/cli.h"
+#include "grl/daemon/curve.h"
+#include "grl/daemon/log.h"
+#include "grl/rates.h"
+
+namespace grl::collector {
+
+struct Config {
+    std::string name;  // "source" of zone_usage; parse_config() makes it collector-<zone>
+    std::string zone;
+    std::string region;
+    std::string report_bind = "tcp://*:7101";
+    std::string publish_bind = "tcp://*:7102";
+    std::vector<std::string> controller_usage;    // controllers' usage endpoints
+    std::vector<std::string> controller_publish;  // controllers' publish endpoints
+    std::uint64_t interval_ms = 1000;
+    // Reports are taken off the socket in batches this often rather than one wakeup per
+    // report (0: as they arrive). Rates use the senders' clocks, so this costs no accuracy.
+    std::uint64_t batch_ms = 10;
+    rates::Options rates;
+    std::string metrics_bind;    // host:port, empty: no /metrics
+    std::string endpoints_file;  // written after binding, empty: none
+    daemon::LogLevel log_level = daemon::LogLevel::Info;
+    // CURVE: `keypair` switches it on towards the controllers (needs `server_key`);
+    // `nginx_clients` (non-empty) switches it on for the sockets nginx connects to.
+    std::optional<daemon::KeyPair> keypair;
+    std::string server_key;
+    std::set<std::string> nginx_clients;
+};
+
+// The rules between options (CURVE options that need each other): the first one `c` breaks,
+// or "" when it keeps them all.
+std::string check(const Config& c);
+
+// grl-collector's command line into a Config (key files read), or --help, or a usage error.
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv);
+
+}  // namespace grl::collector

@@ -1,0 +1,94 @@
+#include "config.h"
+
+namespace grl::controller {
+
+std::string check(const Config& c) {
+    if (c.opts.ttl_ms < c.opts.interval_ms) return "--ttl must be at least --interval";
+    if (c.keypair && !c.peers.empty() && c.server_key.empty())
+        return "--peer with CURVE (--curve-keypair) needs --curve-server-key";
+    return {};
+}
+
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
+    namespace cli = daemon::cli;
+    Config c;
+    CLI::App app(
+        "grl-controller: one or more per region; computes drop ratios from the usage "
+        "its collectors send and publishes them (see docs/control-plane.md).",
+        "grl-controller");
+    cli::init(app, "--region NAME --name NAME [options]");
+    cli::add_name(app, "--region", c.opts.region, "region this controller serves")->required();
+    cli::add_name(app, "--name", c.opts.name,
+                  "controller name (\"source\" of its messages; unique in the fleet)")
+        ->required();
+    cli::add_text(app, "--usage-bind", c.usage_bind, "EP",
+                  "endpoint collectors send zone usage to (PULL)");
+    cli::add_text(app, "--publish-bind", c.publish_bind, "EP",
+                  "endpoint collectors and peer controllers subscribe to (PUB)");
+    cli::add_text(app, "--admin-bind", c.admin_bind, "EP", "endpoint grlctl talks to (ROUTER)");
+    cli::add_list(app, "--peer", c.peers, "EP",
+                  "publish endpoint of another controller (same region: active-active; other "
+                  "regions: global buckets)");
+    cli::add_duration(app, "--interval", c.opts.interval_ms, 50, 60000,
+                      "how often ratios are computed and published");
+    CLI::Option* ttl = app.add_option("--ttl", c.opts.ttl_ms,
+                                      "validity of published ratios (default: 3 x interval)")
+                           ->option_text("DURATION")
+                           ->transform(cli::duration_validator(1, 24 * 3600000));
+    cli::add_count(app, "--window", c.opts.window, 1, 100, "intervals averaged for the ratio");
+    std::uint32_t fast_attack_percent =
+        static_cast<std::uint32_t>(c.opts.fast_attack * 100.0 + 0.5);
+    cli::add_count(app, "--fast-attack", fast_attack_percent, 0, 1000,
+                   "a sample this much above the window's mean is a surge, used alone (0: off)",
+                   "PERCENT");
+    cli::add_count(app, "--stale-intervals", c.opts.stale_intervals, 1, 1000000,
+                   "a zone or peer silent for N intervals leaves the sums");
+    cli::add_text(app, "--limits", c.limits_file, "FILE",
+                  "YAML limits file (reloaded on SIGHUP and when it changes)");
+    cli::add_duration(app, "--limits-poll", c.limits_poll_ms, 0, 3600000,
+                      "how often the limits file is checked for changes (0: on SIGHUP only)");
+    cli::add_text(app, "--metrics-bind", c.metrics_bind, "HOST:PORT",
+                  "serve Prometheus /metrics here");
+    cli::add_text(app, "--endpoints-file", c.endpoints_file, "PATH",
+                  "write the bound endpoints here as JSON (after binding)");
+    cli::add_log_level(app, c.log_level);
+    CLI::Option* keypair =
+        cli::add_keypair(app, "--curve-keypair", c.keypair,
+                         "CURVE key pair of this controller (switches CURVE on for every socket)");
+    CLI::Option* server_key = cli::add_public_key(app, "--curve-server-key", c.server_key,
+                                                  "public key of the peer controllers");
+    CLI::Option* clients = cli::add_authorized(
+        app, "--curve-clients", c.clients,
+        "public keys allowed to send usage and to subscribe (collectors, peers)");
+    CLI::Option* admin_clients =
+        cli::add_authorized(app, "--curve-admin-clients", c.admin_clients,
+                            "public keys allowed on the admin endpoint (default: those of "
+                            "--curve-clients)");
+
+    cli::Outcome<Config> out;
+    if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;
+    c.opts.fast_attack = fast_attack_percent / 100.0;
+    if (ttl->count() == 0) c.opts.ttl_ms = 3 * c.opts.interval_ms;
+    if (admin_clients->count() == 0) c.admin_clients = c.clients;
+    // Given, not their contents: an empty key list is a valid (closed) list.
+    std::string error;
+    if (keypair->count() > 0 && clients->count() == 0) {
+        error = "--curve-keypair needs --curve-clients";
+    } else if (keypair->count() == 0 &&
+               clients->count() + server_key->count() + admin_clients->count() > 0) {
+        error =
+            "CURVE options (--curve-clients, --curve-server-key, --curve-admin-clients) need "
+            "--curve-keypair";
+    } else {
+        error = check(c);
+    }
+    if (!error.empty()) {
+        out.exit_code = cli::kUsageError;
+        out.text = cli::usage_error(app, error);
+        return out;
+    }
+    out.config = std::move(c);
+    return out;
+}
+
+}  // namespace grl::controller

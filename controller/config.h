@@ -1,0 +1,44 @@
+// grl-controller's configuration and its command line (docs/control-plane.md, "Command lines").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "grl/control.h"
+#include "grl/daemon/cli.h"
+#include "grl/daemon/curve.h"
+#include "grl/daemon/log.h"
+
+namespace grl::controller {
+
+struct Config {
+    control::Options opts;
+    std::string usage_bind = "tcp://*:7201";
+    std::string publish_bind = "tcp://*:7202";
+    std::string admin_bind = "tcp://127.0.0.1:7203";
+    std::vector<std::string> peers;  // other controllers' publish endpoints
+    std::string limits_file;         // empty: none
+    std::uint64_t limits_poll_ms = 1000;
+    std::string metrics_bind;
+    std::string endpoints_file;
+    daemon::LogLevel log_level = daemon::LogLevel::Info;
+    // CURVE: `keypair` switches it on for every socket; connections to peers need
+    // `server_key`; `clients` may connect to the usage and publish sockets, `admin_clients`
+    // to the admin socket.
+    std::optional<daemon::KeyPair> keypair;
+    std::string server_key;
+    std::set<std::string> clients;
+    std::set<std::string> admin_clients;
+};
+
+// The rules between fields (a TTL shorter than the interval, peers over CURVE without their
+// key): the first one `c` breaks, or "" when it keeps them all.
+std::string check(const Config& c);
+
+// grl-controller's command line into a Config (key files read), or --help, or a usage error.
+daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv);
+
+}  // namespace grl::controller
