@@ -121,6 +121,12 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         (cfg_.batch_ms ? ", reports in batches every " + std::to_string(cfg_.batch_ms) + " ms"
                        : ", reports one by one") +
         (curve_up ? ", CURVE to controllers" : "") + (zap_ ? ", CURVE for nginx" : ""));
+    if (!zap_) {
+        daemon::log_warn("CURVE is off for nginx (no --curve-clients): anyone who can reach " +
+                         report_ep_ + " can report for any host of the zone" +
+                         (cfg_.insecure ? " (--insecure: reachable beyond loopback)"
+                                        : " (bound to loopback only)"));
+    }
 }
 
 std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {

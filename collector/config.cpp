@@ -10,6 +10,10 @@ std::string check(const Config& c) {
     if (!c.server_key.empty() && !c.keypair) return "--curve-server-key needs --curve-keypair";
     if (c.keypair && c.server_key.empty() && c.nginx_clients.empty())
         return "--curve-keypair needs --curve-server-key or --curve-clients";
+    if (c.nginx_clients.empty()) {
+        return daemon::cli::check_exposure(
+            {{"--report-bind", c.report_bind}, {"--publish-bind", c.publish_bind}}, c.insecure);
+    }
     return {};
 }
 
@@ -38,6 +42,9 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_list(app, "--controller-publish", c.controller_publish, "EP",
                   "a controller's publish endpoint")
         ->required();
+    app.add_flag("--insecure", c.insecure,
+                 "allow --report-bind and --publish-bind beyond loopback without CURVE "
+                 "(--curve-clients): anyone who reaches them can report for any host");
     cli::add_duration(app, "--interval", c.interval_ms, 50, 60000, "how often zone usage is sent");
     cli::add_duration(app, "--batch", c.batch_ms, 0, 1000,
                       "take reports off the socket in batches this often (0: one by one as they "

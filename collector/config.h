@@ -18,8 +18,10 @@ struct Config {
     std::string name;  // "source" of zone_usage; parse_config() makes it collector-<zone>
     std::string zone;
     std::string region;
-    std::string report_bind = "tcp://*:7101";
-    std::string publish_bind = "tcp://*:7102";
+    // Loopback by default: other machines' nginx need CURVE (--curve-clients) or --insecure.
+    std::string report_bind = "tcp://127.0.0.1:7101";
+    std::string publish_bind = "tcp://127.0.0.1:7102";
+    bool insecure = false;                        // --insecure: bind beyond loopback without CURVE
     std::vector<std::string> controller_usage;    // controllers' usage endpoints
     std::vector<std::string> controller_publish;  // controllers' publish endpoints
     std::uint64_t interval_ms = 1000;

@@ -6,6 +6,12 @@ std::string check(const Config& c) {
     if (c.opts.ttl_ms < c.opts.interval_ms) return "--ttl must be at least --interval";
     if (c.keypair && !c.peers.empty() && c.server_key.empty())
         return "--peer with CURVE (--curve-keypair) needs --curve-server-key";
+    if (!c.keypair) {
+        return daemon::cli::check_exposure({{"--usage-bind", c.usage_bind},
+                                            {"--publish-bind", c.publish_bind},
+                                            {"--admin-bind", c.admin_bind}},
+                                           c.insecure);
+    }
     return {};
 }
 
@@ -26,6 +32,9 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_text(app, "--publish-bind", c.publish_bind, "EP",
                   "endpoint collectors and peer controllers subscribe to (PUB)");
     cli::add_text(app, "--admin-bind", c.admin_bind, "EP", "endpoint grlctl talks to (ROUTER)");
+    app.add_flag("--insecure", c.insecure,
+                 "allow binds beyond loopback without CURVE (--curve-keypair): anyone who "
+                 "reaches them can send usage for any zone or change limits");
     cli::add_list(app, "--peer", c.peers, "EP",
                   "publish endpoint of another controller (same region: active-active; other "
                   "regions: global buckets)");
@@ -62,14 +71,13 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
         "public keys allowed to send usage and to subscribe (collectors, peers)");
     CLI::Option* admin_clients =
         cli::add_authorized(app, "--curve-admin-clients", c.admin_clients,
-                            "public keys allowed on the admin endpoint (default: those of "
-                            "--curve-clients)");
+                            "public keys allowed on the admin endpoint (operators' keys, its "
+                            "own list: without it no one is admitted there over CURVE)");
 
     cli::Outcome<Config> out;
     if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;
     c.opts.fast_attack = fast_attack_percent / 100.0;
     if (ttl->count() == 0) c.opts.ttl_ms = 3 * c.opts.interval_ms;
-    if (admin_clients->count() == 0) c.admin_clients = c.clients;
     // Given, not their contents: an empty key list is a valid (closed) list.
     std::string error;
     if (keypair->count() > 0 && clients->count() == 0) {

@@ -16,9 +16,11 @@ namespace grl::controller {
 
 struct Config {
     control::Options opts;
-    std::string usage_bind = "tcp://*:7201";
-    std::string publish_bind = "tcp://*:7202";
+    // Loopback by default: other machines' collectors and peers need CURVE or --insecure.
+    std::string usage_bind = "tcp://127.0.0.1:7201";
+    std::string publish_bind = "tcp://127.0.0.1:7202";
     std::string admin_bind = "tcp://127.0.0.1:7203";
+    bool insecure = false;           // --insecure: bind beyond loopback without CURVE
     std::vector<std::string> peers;  // other controllers' publish endpoints
     std::string limits_file;         // empty: none
     std::uint64_t limits_poll_ms = 1000;
@@ -27,7 +29,8 @@ struct Config {
     daemon::LogLevel log_level = daemon::LogLevel::Info;
     // CURVE: `keypair` switches it on for every socket; connections to peers need
     // `server_key`; `clients` may connect to the usage and publish sockets, `admin_clients`
-    // to the admin socket.
+    // (a list of its own: operators, not collectors) to the admin socket, which admits no
+    // one over CURVE without it.
     std::optional<daemon::KeyPair> keypair;
     std::string server_key;
     std::set<std::string> clients;

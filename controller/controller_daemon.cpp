@@ -104,6 +104,15 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
                                         std::to_string(ctl_.limits().buckets.size()) +
                                         " buckets, digest " + ctl_.limits_digest() + ")") +
         (zap_ ? ", CURVE on" : ""));
+    if (!zap_) {
+        daemon::log_warn("CURVE is off (no --curve-keypair): anyone who can reach " + usage_ep_ +
+                         " or " + admin_ep_ + " can send usage for any zone or change limits" +
+                         (cfg_.insecure ? " (--insecure: reachable beyond loopback)"
+                                        : " (bound to loopback only)"));
+    } else if (cfg_.admin_clients.empty()) {
+        daemon::log_warn("admin endpoint " + admin_ep_ +
+                         " admits no one: no --curve-admin-clients (operators' keys)");
+    }
 }
 
 control::Clock Daemon::now() const {

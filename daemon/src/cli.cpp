@@ -1,5 +1,8 @@
 #include "grl/daemon/cli.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <memory>
 #include <sstream>
 #include <utility>
@@ -147,6 +150,36 @@ CLI::Validator count_validator(std::uint64_t min, std::uint64_t max) {
             return {};
         },
         "");
+}
+
+bool local_endpoint(const std::string& endpoint) {
+    if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
+    if (endpoint.rfind("tcp://", 0) != 0) return false;
+    const std::size_t colon = endpoint.rfind(':');
+    if (colon == std::string::npos || colon < 6) return false;
+    std::string host = endpoint.substr(6, colon - 6);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+    }
+    if (host == "localhost") return true;
+    in_addr v4{};
+    if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+    in6_addr v6{};
+    return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+std::string check_exposure(const std::vector<std::pair<std::string, std::string>>& binds,
+                           bool insecure) {
+    if (insecure) return {};
+    for (const auto& [option, endpoint] : binds) {
+        if (!local_endpoint(endpoint)) {
+            return option + " " + endpoint +
+                   " is reachable from other machines without CURVE: anyone there could "
+                   "speak for any host, zone or operator; bind it to 127.0.0.1, switch CURVE on, "
+                   "or pass --insecure";
+        }
+    }
+    return {};
 }
 
 CLI::Validator name_validator() {

@@ -35,6 +35,10 @@ def run(binary, args):
     (f.CONTROLLER_BIN, CONTROLLER + ["--curve-keypair", "/nonexistent/ctl.key"], "--curve-keypair: /nonexistent/ctl.key"),
     (f.GRLCTL_BIN, ["--controller", EP, "set", "g", "--limit", "5x"], '--limit: invalid rate "5x"'),
     (f.GRLCTL_BIN, ["--controller", EP, "frobnicate"], 'unknown command "frobnicate"'),
+    (f.COLLECTOR_BIN, COLLECTOR + ["--report-bind", "tcp://0.0.0.0:1"],
+     "--report-bind tcp://0.0.0.0:1 is reachable from other machines without CURVE"),
+    (f.CONTROLLER_BIN, CONTROLLER + ["--admin-bind", "tcp://*:1"],
+     "--admin-bind tcp://*:1 is reachable from other machines without CURVE"),
 ])
 def test_bad_option_exits_2_naming_it(binary, args, message):
     rc, out, err = run(binary, args)
@@ -91,3 +95,18 @@ def test_docs_show_the_real_help(heading, binary):
     rc, out, _ = run(binary, ["--help"])
     assert rc == 0
     assert block.rstrip("\n") == out.rstrip("\n"), "update %s in docs/control-plane.md" % heading
+
+
+def test_insecure_binds_beyond_loopback_and_warns(fleet):
+    """--insecure lets a daemon without CURVE bind every interface, and it says so at start;
+    on loopback it still warns that CURVE is off."""
+    open_ctl = f.Controller(extra=["--insecure"])
+    i = open_ctl.args.index("--usage-bind") + 1
+    open_ctl.args[i] = open_ctl.args[i].replace("tcp://127.0.0.1:", "tcp://0.0.0.0:")
+    fleet.add(open_ctl)
+    assert "tcp://0.0.0.0:" in open_ctl.endpoints["usage"], open_ctl.endpoints
+    assert "CURVE is off (no --curve-keypair)" in open_ctl.log()
+    assert "--insecure: reachable beyond loopback" in open_ctl.log()
+    col = fleet.collector("z1", [open_ctl])
+    assert "CURVE is off for nginx (no --curve-clients)" in col.log()
+    assert "(bound to loopback only)" in col.log()

@@ -58,8 +58,8 @@ TEST(CollectorConfig, Defaults) {
     EXPECT_EQ(c.zone, "z1");
     EXPECT_EQ(c.region, "r1");
     EXPECT_EQ(c.name, "collector-z1");
-    EXPECT_EQ(c.report_bind, "tcp://*:7101");
-    EXPECT_EQ(c.publish_bind, "tcp://*:7102");
+    EXPECT_EQ(c.report_bind, "tcp://127.0.0.1:7101");
+    EXPECT_EQ(c.publish_bind, "tcp://127.0.0.1:7102");
     EXPECT_EQ(c.controller_usage, std::vector<std::string>{"tcp://c:1"});
     EXPECT_EQ(c.controller_publish, std::vector<std::string>{"tcp://c:2"});
     EXPECT_EQ(c.interval_ms, 1000u);
@@ -197,6 +197,44 @@ TEST(CollectorConfig, CrossOptionRules) {
     EXPECT_EQ(p.config->server_key, daemon::load_public_key(key + ".pub"));
     EXPECT_EQ(p.config->nginx_clients.size(), 1u);
     EXPECT_EQ(check(*p.config), "");
+}
+
+// Without CURVE for nginx, binding beyond loopback needs --insecure; with CURVE it does not.
+TEST(CollectorConfig, BindingBeyondLoopbackNeedsCurveOrInsecure) {
+    EXPECT_NE(error_of({"--report-bind", "tcp://*:7101"})
+                  .find("--report-bind tcp://*:7101 is reachable from other machines without "
+                        "CURVE"),
+              std::string::npos);
+    EXPECT_NE(error_of({"--publish-bind", "tcp://10.0.0.5:7102"}).find("--publish-bind"),
+              std::string::npos);
+    auto p = parse({"--report-bind", "tcp://*:7101", "--insecure"});
+    ASSERT_TRUE(p.config) << p.text;
+    EXPECT_TRUE(p.config->insecure);
+    TempDir d;
+    std::string key = d.keypair("col");
+    std::string clients = d.write("clients", daemon::generate_keypair().public_key + "\n");
+    p = parse(
+        {"--report-bind", "tcp://*:7101", "--curve-keypair", key, "--curve-clients", clients});
+    EXPECT_TRUE(p.config) << p.text;
+}
+
+TEST(Exposure, LocalEndpoints) {
+    using daemon::cli::local_endpoint;
+    EXPECT_TRUE(local_endpoint("tcp://127.0.0.1:7101"));
+    EXPECT_TRUE(local_endpoint("tcp://127.0.0.1:*"));
+    EXPECT_TRUE(local_endpoint("tcp://127.3.2.1:1"));
+    EXPECT_TRUE(local_endpoint("tcp://localhost:1"));
+    EXPECT_TRUE(local_endpoint("tcp://[::1]:1"));
+    EXPECT_TRUE(local_endpoint("ipc:///run/grl.sock"));
+    EXPECT_TRUE(local_endpoint("inproc://x"));
+    EXPECT_FALSE(local_endpoint("tcp://*:7101"));
+    EXPECT_FALSE(local_endpoint("tcp://0.0.0.0:7101"));
+    EXPECT_FALSE(local_endpoint("tcp://10.1.2.3:7101"));
+    EXPECT_FALSE(local_endpoint("tcp://eth0:7101"));
+    EXPECT_FALSE(local_endpoint("tcp://[::]:7101"));
+    EXPECT_FALSE(local_endpoint("tcp://127.0.0.1.evil.example:1"));
+    EXPECT_FALSE(local_endpoint("tcp://:1"));
+    EXPECT_FALSE(local_endpoint("pgm://x"));
 }
 
 TEST(CollectorConfig, Help) {

@@ -55,8 +55,8 @@ TEST(ControllerConfig, Defaults) {
     const Config& c = *p.config;
     EXPECT_EQ(c.opts.region, "eu");
     EXPECT_EQ(c.opts.name, "ctl-1");
-    EXPECT_EQ(c.usage_bind, "tcp://*:7201");
-    EXPECT_EQ(c.publish_bind, "tcp://*:7202");
+    EXPECT_EQ(c.usage_bind, "tcp://127.0.0.1:7201");
+    EXPECT_EQ(c.publish_bind, "tcp://127.0.0.1:7202");
     EXPECT_EQ(c.admin_bind, "tcp://127.0.0.1:7203");
     EXPECT_TRUE(c.peers.empty());
     EXPECT_EQ(c.opts.interval_ms, 1000u);
@@ -165,10 +165,10 @@ TEST(ControllerConfig, CrossOptionRules) {
         error_of({"--curve-keypair", key, "--curve-clients", clients, "--peer", "tcp://p:1"}),
         "--peer with CURVE (--curve-keypair) needs --curve-server-key");
 
-    // The admin endpoint admits --curve-clients unless told otherwise.
+    // The admin list is its own: collectors' keys never open the admin endpoint.
     auto p = parse({"--curve-keypair", key, "--curve-clients", clients});
     ASSERT_TRUE(p.config) << p.text;
-    EXPECT_EQ(p.config->admin_clients, p.config->clients);
+    EXPECT_TRUE(p.config->admin_clients.empty());
     EXPECT_EQ(p.config->clients.size(), 1u);
     p = parse({"--curve-keypair", key, "--curve-clients", clients, "--curve-admin-clients", admins,
                "--curve-server-key", key + ".pub", "--peer", "tcp://p:1"});
@@ -177,6 +177,19 @@ TEST(ControllerConfig, CrossOptionRules) {
     EXPECT_NE(p.config->admin_clients, p.config->clients);
     EXPECT_EQ(p.config->server_key, daemon::load_public_key(key + ".pub"));
     EXPECT_EQ(check(*p.config), "");
+}
+
+// Without CURVE, every bind beyond loopback needs --insecure (the admin one included).
+TEST(ControllerConfig, BindingBeyondLoopbackNeedsCurveOrInsecure) {
+    for (const char* opt : {"--usage-bind", "--publish-bind", "--admin-bind"}) {
+        std::string err = error_of({opt, "tcp://0.0.0.0:7201"});
+        EXPECT_NE(err.find(std::string(opt) + " tcp://0.0.0.0:7201 is reachable"),
+                  std::string::npos)
+            << err;
+    }
+    auto p = parse({"--usage-bind", "tcp://*:7201", "--insecure"});
+    ASSERT_TRUE(p.config) << p.text;
+    EXPECT_TRUE(p.config->insecure);
 }
 
 TEST(ControllerConfig, Help) {

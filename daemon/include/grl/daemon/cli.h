@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "grl/daemon/curve.h"
@@ -68,6 +69,16 @@ CLI::Option* add_public_key(CLI::App& app, const std::string& name, std::string&
 // A list of authorised public keys (possibly empty).
 CLI::Option* add_authorized(CLI::App& app, const std::string& name, std::set<std::string>& field,
                             const std::string& help);
+
+// True for an endpoint only this machine can reach: tcp:// on a loopback address (127.0.0.0/8,
+// ::1, localhost), ipc:// and inproc://.
+bool local_endpoint(const std::string& endpoint);
+
+// Without CURVE, whoever reaches a bound endpoint can speak for any host, zone or operator. The
+// error for the first of `binds` (option name, endpoint) that other machines can reach, unless
+// `insecure` (--insecure) says the operator accepts that; "" otherwise.
+std::string check_exposure(const std::vector<std::pair<std::string, std::string>>& binds,
+                           bool insecure);
 
 // The validators behind the options above, for options bound otherwise. Each leaves the value in
 // a form CLI11 converts to the field (a duration becomes its milliseconds).
