@@ -16,6 +16,30 @@ using daemon::wall_ms;
 namespace {
 
 constexpr std::size_t kMaxPerWakeup = 256;
+constexpr std::uint64_t kAdminTickGapDivisor = 8;  // admin ticks at most 8 per interval
+
+// An admin change in words, for the audit line.
+std::string describe(const wire::AdminRequest& q) {
+    std::string s = std::string(to_string(q.op));
+    if (q.limit_mrps) {
+        char rate[48];
+        std::snprintf(rate, sizeof(rate), " limit %g r/s",
+                      static_cast<double>(*q.limit_mrps) / 1000);
+        s += rate;
+    }
+    if (q.mode) s += " mode " + std::string(to_string(*q.mode));
+    if (q.op == wire::AdminOp::Clear) {
+        s += q.clear_limit && !q.clear_mode   ? " limit"
+             : q.clear_mode && !q.clear_limit ? " mode"
+                                              : "";
+    }
+    if (q.for_ms) s += " for " + std::to_string(q.for_ms / 1000) + "s";
+    if (q.has_match) {
+        s += " match caller " + (q.match.caller.empty() ? std::string("*") : q.match.caller) +
+             " procedure " + (q.match.procedure.empty() ? std::string("*") : q.match.procedure);
+    }
+    return s;
+}
 
 const char* accepted_reason(control::Accepted a) {
     switch (a) {
@@ -86,6 +110,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     loop_.on_socket(peers_.get(), [this] { on_peers(); });
     loop_.on_socket(admin_.get(), [this] { on_admin(); });
     loop_.every(cfg_.opts.interval_ms, [this] { tick(); });
+    loop_.every(std::max<std::uint64_t>(cfg_.opts.interval_ms / kAdminTickGapDivisor, 1), [this] {
+        if (admin_tick_pending_) admin_tick();
+    });
     if (!cfg_.metrics_bind.empty()) {
         http_ = std::make_unique<daemon::MetricsServer>(loop_, cfg_.metrics_bind,
                                                         [this] { return metrics(); });
@@ -197,6 +224,11 @@ void Daemon::on_admin() {
             continue;  // no reply possible for a message we cannot frame
         }
         std::string identity(frames_[0].view());
+        // Who asked, for the audit line of every change: the CURVE key, else the address.
+        std::string key = frames_[body].meta("User-Id");
+        std::string addr = frames_[body].meta("Peer-Address");
+        std::string who = key.empty() ? (addr.empty() ? "an unknown peer" : addr)
+                                      : "key " + key + (addr.empty() ? "" : " from " + addr);
         wire::AdminRequest q;
         wire::AdminReply r;
         if (!wire::decode(frames_[body].view(), q, error)) {
@@ -206,7 +238,7 @@ void Daemon::on_admin() {
         } else {
             ++received_["admin_request"];
             ++admin_requests_;
-            r = handle(q);
+            r = handle(q, who);
             r.seq = q.seq;
         }
         r.ts_ms = wall_ms();
@@ -230,7 +262,7 @@ void Daemon::on_admin() {
     }
 }
 
-wire::AdminReply Daemon::handle(const wire::AdminRequest& q) {
+wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& who) {
     wire::AdminReply r;
     control::Clock t = now();
     std::string err;
@@ -272,20 +304,37 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q) {
         r.ok = false;
         r.error = err;
         daemon::log(LogLevel::Info, q.bucket,
-                    "admin " + std::string(to_string(q.op)) + " refused: " + err);
+                    "admin " + std::string(to_string(q.op)) + " by " + who + " refused: " + err);
         return r;
     }
     if (change) {
         ++admin_changes_;
-        // Publish at once: a new run-time bucket or limit reaches nginx now, not at the
-        // next tick (the extra sample in the smoothing window is of the same usage).
-        tick();
+        daemon::log(LogLevel::Info, q.bucket, "admin " + describe(q) + " by " + who);
+        admin_tick();
     }
     r.buckets = ctl_.status(q.bucket, false);
     return r;
 }
 
+// Publish at once: a new run-time bucket or limit reaches nginx now, not at the next tick
+// (the extra sample in the smoothing window is of the same usage). A change within the
+// minimum gap of the previous admin tick waits for the gap's end (maybe_admin_tick), so a
+// flood of admin requests cannot make the controller tick (and publish) per request.
+void Daemon::admin_tick() {
+    const std::uint64_t gap =
+        std::max<std::uint64_t>(cfg_.opts.interval_ms / kAdminTickGapDivisor, 1);
+    const std::uint64_t t = mono_ms();
+    if (last_admin_tick_ != 0 && t < last_admin_tick_ + gap) {
+        if (!admin_tick_pending_) ++admin_ticks_deferred_;
+        admin_tick_pending_ = true;
+        return;
+    }
+    last_admin_tick_ = t;
+    tick();
+}
+
 void Daemon::tick() {
+    admin_tick_pending_ = false;
     control::TickOutput out = ctl_.tick(now());
     ++ticks_;
     for (const control::Event& e : out.events) {
@@ -491,6 +540,11 @@ std::string Daemon::metrics() {
              static_cast<double>(admin_requests_));
     m.sample("grl_controller_admin_requests_total", {{"kind", "changes"}},
              static_cast<double>(admin_changes_));
+    m.family("grl_controller_admin_ticks_deferred_total", "counter",
+             "Admin changes published with the next admin tick rather than at once (several "
+             "changes within an eighth of an interval).");
+    m.sample("grl_controller_admin_ticks_deferred_total",
+             static_cast<double>(admin_ticks_deferred_));
     if (peers_watch_) daemon::write_client_metrics(m, "peer", {peers_watch_.get()});
     if (zap_) zap_->write_metrics(m);
     return m.text();

@@ -40,7 +40,8 @@ class Daemon {
     void tick();
     void publish(control::TickOutput& out);
     void watch_limits();
-    wire::AdminReply handle(const wire::AdminRequest& q);
+    wire::AdminReply handle(const wire::AdminRequest& q, const std::string& who);
+    void admin_tick();
     std::string metrics();
     control::Clock now() const;
 
@@ -90,6 +91,11 @@ class Daemon {
     std::uint64_t last_early_tick_ = 0;
     std::uint64_t admin_requests_ = 0;
     std::uint64_t admin_changes_ = 0;
+    // Admin changes publish at once, but at most one tick per kAdminTickGapDivisor-th of an
+    // interval: a burst of changes is published together instead of ticking per request.
+    std::uint64_t last_admin_tick_ = 0;  // monotonic ms
+    bool admin_tick_pending_ = false;
+    std::uint64_t admin_ticks_deferred_ = 0;
 
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter ignored_log_;

@@ -102,6 +102,8 @@ def test_grlctl_overrides_limit_and_mode_with_expiry(fleet, tmp_path):
 
         r = f.grlctl(ctl, "set", "g", "--limit", "50r/s")
         assert r["ok"] and r["buckets"][0]["limit_rps"] == 50 and r["buckets"][0]["limit_source"] == "override"
+        # Every change is logged with who made it (no CURVE here: the peer's address).
+        assert "bucket=g: admin set limit 50 r/s by 127.0.0.1" in ctl.log(), ctl.log()[-2000:]
         t0 = time.monotonic()
         f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 50, 2)
         assert time.monotonic() - t0 < 0.5, "an override is published at once"
@@ -210,3 +212,34 @@ def test_hosts_disagreeing_on_a_definition(fleet):
     fleet.wait_hosts(ctl, 3)
     f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 100, 5)
     assert f.metric(ctl.metrics(), "grl_bucket_disagreeing_hosts", bucket="g", scope="global") == 1
+
+
+def test_a_burst_of_admin_changes_does_not_tick_per_request(fleet):
+    """40 overrides sent at once are all applied and answered, but the controller publishes
+    them in a few admin ticks (at most one per eighth of an interval), not one per request."""
+    import msgpack
+    import zmq
+    ctl = fleet.controller(interval="1s", ttl="3s")
+    ctx = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(ctl.admin)
+        n = 40
+        for i in range(n):
+            body = msgpack.packb({"v": 1, "type": "admin_request", "seq": i + 1, "ts_ms": int(time.time() * 1000),
+                                  "op": "set", "bucket": "b%d" % i, "limit_mrps": 1000 * (i + 1)})
+            sock.send_multipart([body])
+        oks = 0
+        while oks < n and sock.poll(5000):
+            reply = msgpack.unpackb(sock.recv_multipart()[-1], raw=False)
+            assert reply["ok"], reply
+            oks += 1
+        assert oks == n
+        m = ctl.metrics()
+        assert f.metric(m, "grl_controller_admin_requests_total", kind="changes") == n
+        # All 40 arrived within well under 1 s: most waited for the next admin tick.
+        assert f.metric(m, "grl_controller_admin_ticks_deferred_total") >= 1
+        assert ctl.log().count(": admin set limit ") == n
+    finally:
+        ctx.destroy(linger=0)

@@ -40,6 +40,12 @@ class Frame {
         return {static_cast<const char*>(zmq_msg_data(&msg_)), zmq_msg_size(&msg_)};
     }
     bool more() { return zmq_msg_more(&msg_) != 0; }
+    // A metadata property of a received message ("User-Id": the CURVE key ZAP admitted;
+    // "Peer-Address": the sender's IP), or "" when the message has none.
+    std::string meta(const char* property) {
+        const char* v = zmq_msg_gets(&msg_, property);
+        return v ? v : "";
+    }
 
   private:
     zmq_msg_t msg_;
