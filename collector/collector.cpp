@@ -17,6 +17,7 @@ namespace {
 
 constexpr std::size_t kMaxPerWakeup = 20000;  // reports handled per batch
 constexpr std::size_t kMaxWrongZoneHosts = 1000;
+constexpr std::size_t kMaxHostKeys = 100000;  // CURVE keys bound to hosts
 
 std::string list_names(const std::vector<std::string>& names) {
     std::string s;
@@ -34,7 +35,10 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       pull_(ctx, ZMQ_PULL),
       table_(cfg_.rates),
       malformed_log_(10000),
-      send_log_(10000) {
+      send_log_(10000),
+      // A binding lapses when its host would be forgotten (silent that long).
+      host_keys_(kMaxHostKeys, std::uint64_t{cfg_.rates.forget_intervals} * cfg_.interval_ms),
+      identity_log_(10000) {
     if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     start_mono_ = mono_ms();
     daemon::Socket pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
@@ -152,6 +156,20 @@ void Collector::on_reports() {
                                    (n != 1 ? std::string("more than one frame") : error),
                                now);
             continue;
+        }
+        if (zap_) {
+            // CURVE: the key ZAP admitted may speak for one host only.
+            KeyBindings::Result b = host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
+            if (b != KeyBindings::Result::Ok) {
+                ++reports_refused_[b];
+                identity_log_.hit(LogLevel::Warn, {},
+                                  "refused a report for host " + std::string(report_.host) +
+                                      " from key " + frames_[0].meta("User-Id") + ": " +
+                                      std::string(to_string(b)) + " (the key reports for \"" +
+                                      host_keys_.name_of(frames_[0].meta("User-Id")) + "\")",
+                                  now);
+                continue;
+            }
         }
         if (report_.zone != cfg_.zone || report_.region != cfg_.region) {
             ++reports_wrong_zone_;
@@ -357,6 +375,15 @@ std::string Collector::metrics() {
     m.family("grl_collector_reports_malformed_total", "counter",
              "Reports dropped as malformed, truncated, oversized or of a wrong version.");
     m.sample("grl_collector_reports_malformed_total", static_cast<double>(reports_malformed_));
+    m.family("grl_collector_reports_refused_total", "counter",
+             "Reports refused because their CURVE key speaks for another host (or another key "
+             "for this one), by reason.");
+    for (KeyBindings::Result r : {KeyBindings::Result::KeyTaken, KeyBindings::Result::NameTaken,
+                                  KeyBindings::Result::Full}) {
+        auto it = reports_refused_.find(r);
+        m.sample("grl_collector_reports_refused_total", {{"reason", to_string(r)}},
+                 static_cast<double>(it == reports_refused_.end() ? 0 : it->second));
+    }
     m.family("grl_collector_reports_wrong_zone_total", "counter",
              "Reports dropped because the host belongs to another zone or region.");
     m.sample("grl_collector_reports_wrong_zone_total", static_cast<double>(reports_wrong_zone_));

@@ -17,6 +17,7 @@
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
+#include "grl/key_bindings.h"
 #include "grl/rates.h"
 #include "grl/report_reader.h"
 #include "grl/wire.h"
@@ -81,6 +82,11 @@ class Collector {
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter send_log_;
     daemon::LogLimiter epoch_conflict_log_;
+    // With CURVE for nginx: which host each client key reports for (first come, one to
+    // one); a report for another host is refused and counted by reason.
+    KeyBindings host_keys_;
+    std::map<KeyBindings::Result, std::uint64_t> reports_refused_;
+    daemon::LogLimiter identity_log_;
     std::uint64_t sources_seen_ = 0;
     std::set<std::string> wrong_zone_hosts_;  // logged once each (bounded)
 };

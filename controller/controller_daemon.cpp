@@ -16,7 +16,9 @@ using daemon::wall_ms;
 namespace {
 
 constexpr std::size_t kMaxPerWakeup = 256;
-constexpr std::uint64_t kAdminTickGapDivisor = 8;  // admin ticks at most 8 per interval
+constexpr std::uint64_t kAdminTickGapDivisor = 8;
+constexpr std::size_t kMaxZoneKeys =
+    10000;  // CURVE keys bound to zones  // admin ticks at most 8 per interval
 
 // An admin change in words, for the audit line.
 std::string describe(const wire::AdminRequest& q) {
@@ -64,7 +66,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       peers_(ctx, ZMQ_SUB),
       malformed_log_(10000),
       ignored_log_(10000),
-      send_log_(10000) {
+      send_log_(10000),
+      // A binding lapses when its zone would have left the sums.
+      zone_keys_(kMaxZoneKeys, std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms) {
     if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     const std::int64_t max = daemon::kTransportMaxBytes;
     pull_.set(ZMQ_MAXMSGSIZE, max);
@@ -168,6 +172,21 @@ void Daemon::on_usage() {
             continue;
         }
         ++received_["zone_usage"];
+        if (zap_) {
+            // CURVE: a collector's key may speak for one zone only.
+            const std::string key = frames_[0].meta("User-Id");
+            KeyBindings::Result b = zone_keys_.check(key, zone_usage_.zone, t.mono_ms);
+            if (b != KeyBindings::Result::Ok) {
+                ++ignored_[std::string("zone_usage/") + std::string(to_string(b))];
+                ignored_log_.hit(LogLevel::Warn, {},
+                                 "zone usage for zone " + zone_usage_.zone + " from key " + key +
+                                     " ignored: " + std::string(to_string(b)) +
+                                     " (the key sends for zone \"" + zone_keys_.name_of(key) +
+                                     "\")",
+                                 t.mono_ms);
+                continue;
+            }
+        }
         bool early = ctl_.brings_new_rates(zone_usage_, t);
         control::Accepted a = ctl_.on_zone_usage(zone_usage_, t);
         if (a == control::Accepted::Yes && early &&

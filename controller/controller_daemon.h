@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "grl/control.h"
+#include "grl/key_bindings.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/http.h"
 #include "grl/daemon/log.h"
@@ -100,6 +101,8 @@ class Daemon {
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter ignored_log_;
     daemon::LogLimiter send_log_;
+    // With CURVE: which zone each collector key sends usage for (first come, one to one).
+    KeyBindings zone_keys_;
 };
 
 }  // namespace grl::controller

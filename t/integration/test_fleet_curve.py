@@ -62,9 +62,11 @@ def test_curve_unauthorised_peers_change_nothing(fleet, tmp_path):
     col_key, col_keys = keygen(tmp_path, "collector")
     adm_key, _ = keygen(tmp_path, "admin")
     _, rogue_keys = keygen(tmp_path, "intruder")
+    _, spare_keys = keygen(tmp_path, "spare-collector")  # listed, not yet used by any zone
     clients = tmp_path / "clients"
-    clients.write_text("# collectors and peer controllers\n%s\n%s\n" % (
-        col_keys["public-key"].decode(), ctl_keys["public-key"].decode()))
+    clients.write_text("# collectors and peer controllers\n%s\n%s\n%s\n" % (
+        col_keys["public-key"].decode(), ctl_keys["public-key"].decode(),
+        spare_keys["public-key"].decode()))
 
     ctx = zmq.Context()
     # Two publishers the collector is told to subscribe to: one with its own key pair (not
@@ -110,12 +112,24 @@ def test_curve_unauthorised_peers_change_nothing(fleet, tmp_path):
         m = ctl.metrics()
         assert f.metric(m, "grl_curve_handshakes_total", domain="collector", result="denied") >= 1
         assert f.metric(m, "grl_controller_messages_total", kind="zone_usage") > 0
-        # Positive control: the collector's key is accepted, and the same lie moves the ratio.
-        liar = ctx.socket(zmq.PUSH)
-        liar.curve_serverkey = ctl_keys["public-key"]
-        liar.curve_publickey = col_keys["public-key"]
-        liar.curve_secretkey = col_keys["secret-key"]
-        liar.connect(ctl.usage)
+        # A listed key speaks for one zone: the real collector's key (bound to z1) cannot
+        # send usage for z7.
+        def curve_push(keys):
+            s = ctx.socket(zmq.PUSH)
+            s.curve_serverkey = ctl_keys["public-key"]
+            s.curve_publickey = keys["public-key"]
+            s.curve_secretkey = keys["secret-key"]
+            s.connect(ctl.usage)
+            return s
+        impostor = curve_push(col_keys)
+        seen = flood(impostor, 1.5)
+        assert all(abs(r - 1 / 3) < 0.05 for r in seen), seen
+        assert f.metric(ctl.metrics(), "grl_controller_messages_ignored_total", kind="zone_usage",
+                        reason="key_bound_to_another_name") >= 1
+        impostor.close(0)
+        # Positive control: a listed key not yet bound to a zone is accepted for z7, and the
+        # same lie moves the ratio.
+        liar = curve_push(spare_keys)
         seen = flood(liar, 1.5)
         assert max(seen) > 0.9, seen
         liar.close(0)

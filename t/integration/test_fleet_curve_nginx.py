@@ -152,3 +152,54 @@ def test_refused_collector_rejoins_once_listed(fleet, tmp_path):
         assert any(l.endswith("succeeded") for l in lines), lines
     finally:
         load.stop()
+
+
+def test_a_listed_key_speaks_for_one_host_only(fleet, tmp_path):
+    """A key on the collector's list is bound to the first host it reports for: a report for
+    another host from that key (here h2's key claiming to be h1, with a new epoch and a huge
+    load) is refused and counted, and the fleet's ratio does not move."""
+    import msgpack
+    import zmq
+    ctl_key, _ = keygen(tmp_path, "controller")
+    col_key, col_keys = keygen(tmp_path, "collector")
+    h1_key, h1_keys = keygen(tmp_path, "h1")
+    h2_key, h2_keys = keygen(tmp_path, "h2")
+    collectors = tmp_path / "collectors"
+    collectors.write_text(col_keys["public-key"].decode() + "\n")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("%s\n%s\n" % (h1_keys["public-key"].decode(), h2_keys["public-key"].decode()))
+    ctl = fleet.controller(extra=["--curve-keypair", ctl_key, "--curve-clients", str(collectors)])
+    col = fleet.collector("z1", [ctl], extra=["--curve-keypair", col_key,
+                                               "--curve-server-key", ctl_key + ".pub",
+                                               "--curve-clients", str(hosts)])
+    ns = [fleet.nginx(h, "z1", col, BUCKETS, extra=curve_lines(k, col_key + ".pub"))
+          for h, k in (("h1", h1_key), ("h2", h2_key))]
+    load = f.Load([(ns[0], 2), (ns[1], 1)], "150:20", "/g/x")
+    ctx = zmq.Context()
+    try:
+        f.wait_nginx_bucket(ns, "g", lambda b: b["ratio_state"] == "active" and
+                            abs(b["ratio"] - 1 / 3) < 0.05, 15)
+        forger = ctx.socket(zmq.PUSH)
+        forger.setsockopt(zmq.LINGER, 0)
+        forger.curve_secretkey = h2_keys["secret-key"]
+        forger.curve_publickey = h2_keys["public-key"]
+        forger.curve_serverkey = col_keys["public-key"]
+        forger.connect(col.report)
+        for seq in range(1, 9):
+            forger.send(msgpack.packb({
+                "v": 1, "type": "report", "ts_ms": int(time.time() * 1000), "seq": seq,
+                "host": "h1", "zone": "z1", "region": "r1", "epoch": 999, "interval_ms": 60000,
+                "reports_dropped": 0,
+                "buckets": [{"name": "g", "scope": "global", "mode": "deny", "limit_mrps": 100000,
+                             "offered": 10**6 * seq, "admitted": 0, "dropped": 0, "shadow_dropped": 0}]}))
+            time.sleep(0.25)
+        m = col.metrics()
+        assert f.metric(m, "grl_collector_reports_refused_total",
+                        reason="key_bound_to_another_name") >= 8, m
+        assert "refused a report for host h1 from key %s" % h2_keys["public-key"].decode() in col.log()
+        for n in ns:
+            b = n.bucket("g")
+            assert b["ratio_state"] == "active" and abs(b["ratio"] - 1 / 3) < 0.05, (n.host, b)
+    finally:
+        load.stop()
+        ctx.destroy(linger=0)

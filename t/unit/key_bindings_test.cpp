@@ -1,0 +1,42 @@
+// Unit tests of grl::KeyBindings: CURVE keys bound one to one to the names they speak for.
+#include "grl/key_bindings.h"
+
+#include <gtest/gtest.h>
+
+namespace grl {
+namespace {
+
+using R = KeyBindings::Result;
+
+TEST(KeyBindings, FirstComeOneToOne) {
+    KeyBindings b(100, 10000);
+    EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
+    EXPECT_EQ(b.check("K1", "h1", 100), R::Ok);
+    EXPECT_EQ(b.check("K1", "h2", 200), R::KeyTaken);   // K1 speaks for h1 only
+    EXPECT_EQ(b.check("K2", "h1", 300), R::NameTaken);  // h1 is K1's
+    EXPECT_EQ(b.check("K2", "h2", 400), R::Ok);
+    EXPECT_EQ(b.name_of("K1"), "h1");
+    EXPECT_EQ(b.size(), 2u);
+}
+
+TEST(KeyBindings, UnusedBindingsLapse) {
+    KeyBindings b(100, 10000);
+    EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
+    EXPECT_EQ(b.check("K1", "h1", 9000), R::Ok);  // use keeps it
+    EXPECT_EQ(b.check("K2", "h1", 18999), R::NameTaken);
+    EXPECT_EQ(b.check("K2", "h1", 19000), R::Ok);         // a new key pair for h1
+    EXPECT_EQ(b.check("K1", "h1", 19001), R::NameTaken);  // the old key lost it
+    EXPECT_EQ(b.check("K1", "h9", 19002), R::Ok);         // K1's binding lapsed with it
+}
+
+TEST(KeyBindings, BoundedWithLapsedEntriesMakingRoom) {
+    KeyBindings b(2, 1000);
+    EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
+    EXPECT_EQ(b.check("K2", "h2", 500), R::Ok);
+    EXPECT_EQ(b.check("K3", "h3", 600), R::Full);
+    EXPECT_EQ(b.check("K3", "h3", 1000), R::Ok);  // K1 lapsed: room
+    EXPECT_EQ(b.size(), 2u);
+}
+
+}  // namespace
+}  // namespace grl
