@@ -197,6 +197,12 @@ void Collector::on_reports() {
                              std::to_string(report_.epoch) +
                              " kept reporting after another epoch claimed the host; taken "
                              "back (a forged or misrouted report used its name)");
+        } else if (v == rates::Verdict::Full) {
+            full_log_.hit(LogLevel::Warn, {},
+                          "refused a report of new host " + std::string(report_.host) + ": " +
+                              std::to_string(cfg_.rates.max_hosts) +
+                              " hosts are known (--max-hosts); known hosts keep working",
+                          now);
         } else if (v == rates::Verdict::Conflict) {
             epoch_conflict_log_.hit(daemon::LogLevel::Warn, {},
                                     "host " + std::string(report_.host) +
@@ -367,7 +373,8 @@ std::string Collector::metrics() {
     for (rates::Verdict v :
          {rates::Verdict::First, rates::Verdict::Accepted, rates::Verdict::Restarted,
           rates::Verdict::Duplicate, rates::Verdict::OldEpoch, rates::Verdict::NoTime,
-          rates::Verdict::TooSoon, rates::Verdict::Reclaimed, rates::Verdict::Conflict}) {
+          rates::Verdict::TooSoon, rates::Verdict::Reclaimed, rates::Verdict::Conflict,
+          rates::Verdict::Full}) {
         auto it = reports_.find(v);
         m.sample("grl_collector_reports_total", {{"result", rates::to_string(v)}},
                  static_cast<double>(it == reports_.end() ? 0 : it->second));

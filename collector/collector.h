@@ -82,6 +82,7 @@ class Collector {
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter send_log_;
     daemon::LogLimiter epoch_conflict_log_;
+    daemon::LogLimiter full_log_;
     // With CURVE for nginx: which host each client key reports for (first come, one to
     // one); a report for another host is refused and counted by reason.
     KeyBindings host_keys_;

@@ -53,6 +53,9 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                    "a host silent for N of its report intervals leaves the sums");
     cli::add_count(app, "--forget-intervals", c.rates.forget_intervals, 1, 1000000,
                    "...and is forgotten after N");
+    cli::add_count(app, "--max-hosts", c.rates.max_hosts, 1, 10000000,
+                   "hosts held at most; a new host beyond is refused and counted "
+                   "(reports_total{result=\"hosts_full\"})");
     cli::add_text(app, "--metrics-bind", c.metrics_bind, "HOST:PORT",
                   "serve Prometheus /metrics here");
     cli::add_text(app, "--endpoints-file", c.endpoints_file, "PATH",

@@ -37,6 +37,7 @@ std::string_view to_string(Verdict v) {
         case Verdict::TooSoon: return "too_soon";
         case Verdict::Reclaimed: return "epoch_reclaimed";
         case Verdict::Conflict: return "epoch_conflict";
+        case Verdict::Full: return "hosts_full";
     }
     return "?";
 }
@@ -177,6 +178,7 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
     key_.assign(r.host.data(), r.host.size());
     auto it = hosts_.find(key_);
     if (it == hosts_.end()) {
+        if (hosts_.size() >= opt_.max_hosts) return Verdict::Full;
         Host& h = hosts_[key_];
         h.name = key_;
         baseline(h, r, now_ms, false);

@@ -258,6 +258,25 @@ TEST(Rates, EstablishedEpochIsNotReclaimed) {
     EXPECT_EQ(t.summaries(M0 + 7100)[0].epoch, 8u);
 }
 
+// A flood of invented host names cannot grow the table past max_hosts: new hosts are
+// refused, known ones keep being rated, and a forgotten host makes room.
+TEST(Rates, HostsBeyondTheMaximumAreRefused) {
+    Options o;
+    o.max_hosts = 2;
+    Table t(o);
+    EXPECT_EQ(t.add(report("h1", 1, 1, T0, {{"api", 0}}), M0), Verdict::First);
+    EXPECT_EQ(t.add(report("h2", 1, 1, T0, {{"api", 0}}), M0), Verdict::First);
+    EXPECT_EQ(t.add(report("h3", 1, 1, T0, {{"api", 0}}), M0), Verdict::Full);
+    EXPECT_EQ(t.hosts(), 2u);
+    EXPECT_EQ(t.add(report("h1", 1, 2, T0 + 1000, {{"api", 100}}), M0 + 1000), Verdict::Accepted);
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    // h2 silent: forgotten after 30 intervals; then h3 gets in.
+    t.add(report("h1", 1, 3, T0 + 40000, {{"api", 4000}}), M0 + 40000);
+    t.sweep(M0 + 40000);
+    EXPECT_EQ(t.hosts(), 1u);
+    EXPECT_EQ(t.add(report("h3", 1, 1, T0 + 40000, {{"api", 0}}), M0 + 40000), Verdict::First);
+}
+
 TEST(Rates, CounterGoingBackwardsWithinAnEpochIsAResetOfThatBucket) {
     Table t;
     t.add(report("h1", 7, 1, T0, {{"api", 1000}, {"web", 1000}}), M0);

@@ -25,6 +25,9 @@ struct Options {
     std::uint32_t stale_intervals = 3;
     // ...and is forgotten after this many.
     std::uint32_t forget_intervals = 30;
+    // Hosts held at most: a report from a new host beyond this is refused (Full); the
+    // hosts already known keep working. Bounds memory against a flood of invented names.
+    std::uint32_t max_hosts = 100000;
 };
 
 // What add() did with a report.
@@ -41,6 +44,7 @@ enum class Verdict : std::uint8_t {
                 // the switch was a single stray or forged report, so the old epoch is back
     Conflict,   // a displaced epoch keeps reporting beside the current one (two senders
                 // use one host name): ignored, the established current epoch stays
+    Full,       // a new host while max_hosts are held: refused
 };
 std::string_view to_string(Verdict v);
 
