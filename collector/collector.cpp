@@ -276,10 +276,7 @@ void Collector::send_usage() {
     u.seq = ++seq_;
     u.ts_ms = wall_ms();
     u.interval_ms = cfg_.interval_ms;
-    if (u.buckets.size() > wire::kMaxBucketsPerMessage) {
-        u.buckets.resize(wire::kMaxBucketsPerMessage);
-        ++usage_truncated_;
-    }
+    if (rates::keep_busiest(u.buckets, wire::kMaxBucketsPerMessage) > 0) ++usage_truncated_;
     buf_.clear();
     wire::encode(u, buf_);
     if (buf_.size() > wire::kMaxMessageBytes) {

@@ -273,6 +273,23 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
     return Verdict::Accepted;
 }
 
+std::size_t keep_busiest(std::vector<wire::UsageBucket>& buckets, std::size_t max) {
+    if (buckets.size() <= max) return 0;
+    const std::size_t cut = buckets.size() - max;
+    auto busier = [](const wire::UsageBucket& a, const wire::UsageBucket& b) {
+        if (a.hosts != b.hosts) return a.hosts > b.hosts;
+        if (a.offered_mrps != b.offered_mrps) return a.offered_mrps > b.offered_mrps;
+        return a.name < b.name;
+    };
+    std::nth_element(buckets.begin(), buckets.begin() + static_cast<std::ptrdiff_t>(max),
+                     buckets.end(), busier);
+    buckets.resize(max);
+    std::sort(
+        buckets.begin(), buckets.end(),
+        [](const wire::UsageBucket& a, const wire::UsageBucket& b) { return a.name < b.name; });
+    return cut;
+}
+
 SweepResult Table::sweep(std::uint64_t now_ms) {
     SweepResult out;
     for (auto it = hosts_.begin(); it != hosts_.end();) {

@@ -277,6 +277,24 @@ TEST(Rates, HostsBeyondTheMaximumAreRefused) {
     EXPECT_EQ(t.add(report("h3", 1, 1, T0 + 40000, {{"api", 0}}), M0 + 40000), Verdict::First);
 }
 
+// The cut of a zone usage to the message's bucket limit keeps the buckets most hosts
+// report, not the first names: "aaa-junk" buckets of one host cannot push "zz-api" out.
+TEST(Rates, UsageCutKeepsTheBucketsWithTheMostHosts) {
+    std::vector<wire::UsageBucket> b(5);
+    const char* names[] = {"aaa-junk1", "aaa-junk2", "aaa-junk3", "zz-api", "zz-web"};
+    const std::uint64_t hosts[] = {1, 1, 2, 40, 40};
+    for (int i = 0; i < 5; ++i) {
+        b[i].name = names[i];
+        b[i].hosts = hosts[i];
+    }
+    EXPECT_EQ(keep_busiest(b, 3), 2u);
+    ASSERT_EQ(b.size(), 3u);
+    EXPECT_EQ(b[0].name, "aaa-junk3");
+    EXPECT_EQ(b[1].name, "zz-api");
+    EXPECT_EQ(b[2].name, "zz-web");
+    EXPECT_EQ(keep_busiest(b, 3), 0u);
+}
+
 TEST(Rates, CounterGoingBackwardsWithinAnEpochIsAResetOfThatBucket) {
     Table t;
     t.add(report("h1", 7, 1, T0, {{"api", 1000}, {"web", 1000}}), M0);

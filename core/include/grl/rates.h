@@ -144,6 +144,11 @@ class Table {
     wire::ReportView view_;
 };
 
+// Keeps at most `max` buckets of a usage: those reported by the most hosts (then the most
+// offered), so that a flood of rarely used bucket names cannot push the fleet's real
+// buckets out of the message; the result stays sorted by name. Returns how many were cut.
+std::size_t keep_busiest(std::vector<wire::UsageBucket>& buckets, std::size_t max);
+
 // Rate in milli-requests per second of `delta` events over `dt_ms` milliseconds.
 inline double rate_mrps(std::uint64_t delta, std::uint64_t dt_ms) {
     return dt_ms == 0 ? 0.0 : static_cast<double>(delta) * 1e6 / static_cast<double>(dt_ms);
