@@ -395,7 +395,7 @@ std::string Daemon::metrics() {
                  {{"bucket", i.bucket},
                   {"scope", to_string(i.scope)},
                   {"zone", i.zone},
-                  {"source", i.limit_source}},
+                  {"source", control::to_string(i.limit_source)}},
                  1);
     }
 

@@ -426,21 +426,21 @@ TEST(Controller, LimitsFileThenOverrideThenExpiry) {
     };
     feed();
     EXPECT_EQ(inst(c, "api")->limit_mrps, 100000u);
-    EXPECT_STREQ(inst(c, "api")->limit_source, "conf");
+    EXPECT_EQ(inst(c, "api")->limit_source, LimitSource::Conf);
     Limits l;
     l.buckets["api"].limit_mrps = 50000;
     c.set_limits(l, f.now);
     feed();
     EXPECT_EQ(inst(c, "api")->limit_mrps, 50000u);
-    EXPECT_STREQ(inst(c, "api")->limit_source, "file");
+    EXPECT_EQ(inst(c, "api")->limit_source, LimitSource::File);
     EXPECT_EQ(ratio(c, "api"), 750000u);
     // An override for 10 s wins over the file, for the limit only.
     EXPECT_EQ(c.set_override("api", 150000, std::nullopt, 10000, f.now), "");
     TickOutput out = feed();
     EXPECT_TRUE(has_event(out, "api: override set: limit 150.0 r/s"));
     EXPECT_EQ(inst(c, "api")->limit_mrps, 150000u);
-    EXPECT_STREQ(inst(c, "api")->limit_source, "override");
-    EXPECT_STREQ(inst(c, "api")->mode_source, "conf");
+    EXPECT_EQ(inst(c, "api")->limit_source, LimitSource::Override);
+    EXPECT_EQ(inst(c, "api")->mode_source, LimitSource::Conf);
     EXPECT_EQ(entry(out, Scope::Global, "api")->limit_mrps, 150000u);
     EXPECT_EQ(c.set_override("api", std::nullopt, Mode::Shadow, 10000, f.now), "");
     feed();

@@ -21,6 +21,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "grl/bucket_types.h"
@@ -86,6 +88,39 @@ struct Rates {
     double shadow_dropped = 0;
 };
 
+// Where a bucket's effective limit, or its mode, comes from. Precedence, for each separately:
+// override > file > conf (docs/control-plane.md "Limits").
+enum class LimitSource : std::uint8_t {
+    Conf,      // nginx.conf: the definition the instance's hosts vote for
+    File,      // the limits file
+    Override,  // a grlctl override or run-time bucket
+};
+std::string_view to_string(LimitSource s);
+
+// One instance of a bucket: the bucket at its scope, and the zone for a zone bucket ("" else).
+struct InstanceKey {
+    std::string bucket;
+    Scope scope = Scope::Global;
+    std::string zone;
+};
+
+// The same, borrowed: the tick looks instances up every interval without building a key.
+struct InstanceKeyRef {
+    std::string_view bucket;
+    Scope scope = Scope::Global;
+    std::string_view zone;
+};
+
+// Orders keys and borrowed keys alike: by bucket, then scope, then zone.
+struct InstanceKeyLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+        return std::make_tuple(std::string_view(a.bucket), a.scope, std::string_view(a.zone)) <
+               std::make_tuple(std::string_view(b.bucket), b.scope, std::string_view(b.zone));
+    }
+};
+
 // The state of one bucket instance after the last tick.
 struct Instance {
     std::string bucket;
@@ -97,8 +132,8 @@ struct Instance {
     double shadow_dropped_mrps = 0;
     std::uint64_t limit_mrps = 0;
     Mode mode = Mode::Deny;
-    const char* limit_source = "conf";  // conf, file, override
-    const char* mode_source = "conf";
+    LimitSource limit_source = LimitSource::Conf;
+    LimitSource mode_source = LimitSource::Conf;
     std::uint64_t expires_ms = 0;  // of the override in force, 0 none
     std::uint32_t ratio_ppm = 0;
     std::uint64_t hosts = 0;
@@ -160,7 +195,8 @@ class Controller {
     bool brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const;
 
     // State after the last tick.
-    const std::map<std::string, Instance>& instances() const { return instances_; }
+    using Instances = std::map<InstanceKey, Instance, InstanceKeyLess>;
+    const Instances& instances() const { return instances_; }
     std::vector<wire::BucketStatus> status(const std::string& filter, bool with_hosts) const;
     std::vector<wire::ZoneStatus> zones(const Clock& now) const;
     std::vector<wire::PeerStatus> peers(const Clock& now) const;
@@ -183,6 +219,61 @@ class Controller {
         std::uint64_t recv_mono = 0;
     };
 
+    // The steps of tick(), in the order it runs them, and the state passed between them.
+    struct Inputs {                                      // gather()
+        std::vector<const ZoneEntry*> zones;             // this region's fresh zones, by name
+        std::map<std::string, const PeerEntry*> remote;  // other regions: the freshest peer
+    };
+    struct BucketUsage {  // aggregate(): one bucket's entries among the inputs
+        std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
+        std::vector<const wire::UsageBucket*> remote;
+        std::vector<wire::DefinitionCount> fleet_defs;  // every region's hosts
+    };
+    using Usage = std::map<std::string, BucketUsage>;  // by bucket name
+    struct BucketRule {  // bucket_rule(): what applies to every instance of a bucket
+        Scope scope = Scope::Global;
+        const wire::Override* active_override = nullptr;  // in force
+        const FileLimit* file = nullptr;                  // the limits file's entry
+        const wire::RuntimeMatch* match = nullptr;        // a run-time bucket's (override or file)
+    };
+    struct Sample {  // sample_zones(), sample_wide(): one instance's sums this tick
+        Rates sum;
+        bool has_usage = false;    // some fresh usage was summed
+        bool hold = false;         // part of the usage is unknown: keep the last samples
+        bool provisional = false;  // some hosts have no rate yet
+        std::uint64_t hosts = 0;
+        std::uint64_t own_hosts = 0;
+        std::vector<wire::DefinitionCount> domain;  // the hosts that vote on the definition
+        std::vector<std::string> own_zones;
+    };
+    struct Before {  // an instance's state before this tick, for announce()
+        bool is_new = true;
+        std::uint32_t ratio_ppm = 0;
+        std::uint64_t disagreeing_hosts = 0;
+    };
+
+    Inputs gather(const Clock& now, std::vector<Event>& events);
+    void expire_overrides(const Clock& now, std::vector<Event>& events);
+    Usage aggregate(const Inputs& in, const Clock& now) const;
+    std::optional<BucketRule> bucket_rule(const std::string& name, const BucketUsage& u,
+                                          const Clock& now) const;
+    void sample_zones(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+                      const Inputs& in, std::vector<Event>& events);
+    void sample_wide(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+                     std::vector<Event>& events);
+    void update_instance(const std::string& name, const std::string& zone, const BucketRule& rule,
+                         Sample&& s, std::vector<Event>& events);
+    std::optional<wire::Definition> resolve_definition(
+        Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const;
+    void smooth(Instance& inst, const Sample& s) const;
+    void announce(const Instance& inst, const Before& before,
+                  const std::optional<wire::Definition>& conf, std::vector<Event>& events) const;
+    void forget_instances();
+    std::vector<wire::Instructions> instructions(const Inputs& in, const Clock& now);
+    wire::RegionUsage region_usage(const Inputs& in, const Usage& usage, const Clock& now);
+
+    const Instance* find_instance(std::string_view bucket, Scope scope,
+                                  std::string_view zone) const;
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
     bool peer_fresh(const PeerEntry& p, const Clock& now) const;
     bool override_active(const wire::Override& o, const Clock& now) const;
@@ -199,7 +290,7 @@ class Controller {
     std::set<std::string> announced_expired_;
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick
-    std::map<std::string, Instance> instances_;  // by instance key
+    Instances instances_;
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
     std::uint64_t fresh_hosts_ = 0;
