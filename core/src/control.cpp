@@ -9,6 +9,7 @@
 
 #include "grl/bucket.h"
 #include "grl/ratio.h"
+#include "grl/saturating.h"
 #include "grl/zone_layout.h"
 
 namespace grl::control {
@@ -147,7 +148,10 @@ std::optional<wire::Definition> resolve(const std::vector<wire::DefinitionCount>
 
 std::optional<Scope> resolve_scope(const std::vector<wire::DefinitionCount>& defs) {
     std::uint64_t n[3] = {0, 0, 0};
-    for (const auto& d : defs) n[static_cast<int>(d.def.scope)] += d.hosts;
+    for (const auto& d : defs) {
+        std::uint64_t& k = n[static_cast<int>(d.def.scope)];
+        k = sat_add(k, d.hosts);
+    }
     std::optional<Scope> best;
     std::uint64_t best_n = 0;
     for (Scope s : {Scope::Global, Scope::Region, Scope::Zone}) {  // wider first: wins ties
@@ -166,7 +170,7 @@ void merge_definitions(std::vector<wire::DefinitionCount>& into,
         bool found = false;
         for (auto& d : into) {
             if (d.def == a.def) {
-                d.hosts += a.hosts;
+                d.hosts = sat_add(d.hosts, a.hosts);
                 found = true;
                 break;
             }
@@ -206,10 +210,60 @@ template <typename Message>
 bool newer_than(const Message& u, const Message& held) {
     return u.ts_ms > held.ts_ms || (u.ts_ms == held.ts_ms && u.seq > held.seq);
 }
+
+// A sender's interval sets how long its message stays fresh and is remembered: within bounds,
+// so that one message cannot claim to stay fresh for years (or overflow the arithmetic).
+std::uint64_t clamp_interval(std::uint64_t ms) {
+    return std::clamp(ms, kMinIntervalMs, kMaxIntervalMs);
+}
+
+void refuse(std::string* why, std::string text) {
+    if (why) *why = std::move(text);
+}
 }  // namespace
 
-Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
+std::string_view to_string(Accepted a) {
+    switch (a) {
+        case Accepted::Yes: return "accepted";
+        case Accepted::Older: return "older";
+        case Accepted::WrongRegion: return "wrong_region";
+        case Accepted::Self: return "self";
+        case Accepted::Future: return "future";
+        case Accepted::TooManyHosts: return "too_many_hosts";
+    }
+    return "?";
+}
+
+// Clocks of the fleet are synchronised to well within max_skew_ms. A stamp further ahead is a
+// broken or forged sender: held, its message would be "newer" than every genuine one (and its
+// override would win every later change). A stamp behind our clock pins nothing (any newer
+// message wins, and a held message that goes stale never blocks one), so it is not bounded.
+bool Controller::from_the_future(std::uint64_t ts_ms, const Clock& now) const {
+    return ts_ms > sat_add(now.wall_ms, opt_.max_skew_ms);
+}
+
+std::string Controller::ahead(std::uint64_t ts_ms, const Clock& now) const {
+    return std::to_string(ts_ms) + " is " + std::to_string(ts_ms - now.wall_ms) +
+           " ms ahead of this controller's clock (at most " + std::to_string(opt_.max_skew_ms) +
+           " allowed)";
+}
+
+Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) {
     if (u.region != opt_.region) return Accepted::WrongRegion;
+    if (from_the_future(u.ts_ms, now)) {
+        refuse(why, "zone usage from " + u.source + " (zone " + u.zone + ") refused: ts_ms " +
+                        ahead(u.ts_ms, now));
+        return Accepted::Future;
+    }
+    // The decoder checked that no bucket claims more hosts than the message: bounding the
+    // message's count bounds every count and vote in it.
+    if (u.hosts > opt_.max_zone_hosts || u.stale_hosts > opt_.max_zone_hosts) {
+        refuse(why, "zone usage from " + u.source + " (zone " + u.zone + ") refused: it claims " +
+                        std::to_string(u.hosts) + " hosts and " + std::to_string(u.stale_hosts) +
+                        " stale hosts (at most " + std::to_string(opt_.max_zone_hosts) +
+                        " each per zone)");
+        return Accepted::TooManyHosts;
+    }
     auto it = zones_.find(u.zone);
     if (it != zones_.end()) {
         const wire::ZoneUsage& held = it->second.usage;
@@ -220,10 +274,12 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
     }
     ZoneEntry& e = zones_[u.zone];
     e.usage = u;
+    e.usage.interval_ms = clamp_interval(u.interval_ms);
     e.recv_mono = now.mono_ms;
     // A bucket whose hosts all lack a rate (a restarted collector, new hosts) has sums of zero
     // that mean "unknown": its last rated entry stands in for a while, else it is unrated.
-    const std::uint64_t keep = opt_.hold_intervals * std::max(u.interval_ms, opt_.interval_ms);
+    const std::uint64_t keep =
+        opt_.hold_intervals * std::max(e.usage.interval_ms, opt_.interval_ms);
     for (wire::UsageBucket& b : e.usage.buckets) {
         if (b.hosts == 0) continue;
         if (b.rated_hosts > 0) {
@@ -249,11 +305,36 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
     return Accepted::Yes;
 }
 
-Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& now) {
+Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& now,
+                                     std::string* why) {
     if (u.source == opt_.name) return Accepted::Self;
+    // Checked before the overrides are merged: a message that cannot be true is refused whole.
+    if (from_the_future(u.ts_ms, now)) {
+        refuse(why, "region usage from " + u.source + " (region " + u.region + ") refused: ts_ms " +
+                        ahead(u.ts_ms, now));
+        return Accepted::Future;
+    }
+    if (u.hosts > opt_.max_region_hosts) {
+        refuse(why, "region usage from " + u.source + " (region " + u.region +
+                        ") refused: it claims " + std::to_string(u.hosts) + " hosts (at most " +
+                        std::to_string(opt_.max_region_hosts) + " per region)");
+        return Accepted::TooManyHosts;
+    }
     // The override table is a last-writer-wins map: merging is idempotent and
     // order-independent, so even an older message's entries are merged.
-    for (const wire::Override& o : u.overrides) merge_override(o);
+    const wire::Override* first_refused = nullptr;
+    std::size_t refused = 0;
+    for (const wire::Override& o : u.overrides) {
+        if (merge_override(o, now)) continue;
+        if (refused++ == 0) first_refused = &o;
+    }
+    if (refused) {
+        overrides_rejected_ += refused;
+        refuse(why, "override of bucket \"" + first_refused->name + "\" (origin " +
+                        first_refused->origin + ") from " + u.source + " refused: set_ms " +
+                        ahead(first_refused->set_ms, now) +
+                        (refused > 1 ? "; " + std::to_string(refused - 1) + " more refused" : ""));
+    }
     auto it = peers_.find(u.source);
     if (it != peers_.end()) {
         const wire::RegionUsage& held = it->second.usage;
@@ -261,6 +342,7 @@ Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& no
     }
     PeerEntry& e = peers_[u.source];
     e.usage = u;
+    e.usage.interval_ms = clamp_interval(u.interval_ms);
     e.recv_mono = now.mono_ms;
     bool differs = u.limits_digest != limits_digest_;
     if (differs && digest_mismatch_.insert(u.source).second) {
@@ -290,28 +372,34 @@ bool Controller::override_active(const wire::Override& o, const Clock& now) cons
     return !o.tombstone() && (o.expires_ms == 0 || now.wall_ms < o.expires_ms);
 }
 
-void Controller::merge_override(const wire::Override& o) {
+// False when the entry is refused: stamped beyond max_skew_ms, it would win over every later
+// change (set_ms near UINT64_MAX: for ever), so no operator could clear it.
+bool Controller::merge_override(const wire::Override& o, const Clock& now) {
+    if (from_the_future(o.set_ms, now)) return false;
     auto it = overrides_.find(o.name);
     if (it == overrides_.end()) {
-        if (overrides_.size() >= opt_.max_overrides) return;
+        if (overrides_.size() >= opt_.max_overrides) return true;
         overrides_.emplace(o.name, o);
-        return;
+        return true;
     }
     const wire::Override& held = it->second;
     if (std::tie(o.set_ms, o.origin) > std::tie(held.set_ms, held.origin)) it->second = o;
+    return true;
 }
 
+// A local change's stamp: our clock, or just after the held entry's when that is ahead (a peer
+// whose clock runs ahead, within max_skew_ms), so that the change wins.
 std::uint64_t Controller::stamp(const std::string& bucket, const Clock& now) const {
     auto it = overrides_.find(bucket);
     std::uint64_t s = now.wall_ms;
-    if (it != overrides_.end() && it->second.set_ms >= s) s = it->second.set_ms + 1;
+    if (it != overrides_.end() && it->second.set_ms >= s) s = sat_add(it->second.set_ms, 1);
     return s;
 }
 
 std::uint64_t Controller::hosts_reporting(const std::string& bucket) const {
     std::uint64_t n = 0;
     for (const auto& [key, inst] : instances_) {
-        if (inst.bucket == bucket) n += inst.hosts;
+        if (inst.bucket == bucket) n = sat_add(n, inst.hosts);
     }
     return n;
 }
@@ -344,7 +432,7 @@ std::string Controller::set_override(const std::string& bucket,
     o.name = bucket;
     if (limit_mrps) o.limit_mrps = limit_mrps;
     if (mode) o.mode = mode;
-    o.expires_ms = for_ms ? now.wall_ms + for_ms : 0;
+    o.expires_ms = for_ms ? sat_add(now.wall_ms, for_ms) : 0;  // "for ever" rather than wrap
     o.set_ms = stamp(bucket, now);
     o.origin = opt_.name;
     overrides_[bucket] = o;
@@ -413,7 +501,7 @@ std::string Controller::add_runtime(const std::string& bucket, const wire::Runti
     o.mode = mode.value_or(Mode::Deny);
     o.has_match = true;
     o.match = match;
-    o.expires_ms = for_ms ? now.wall_ms + for_ms : 0;
+    o.expires_ms = for_ms ? sat_add(now.wall_ms, for_ms) : 0;  // "for ever" rather than wrap
     o.set_ms = stamp(bucket, now);
     o.origin = opt_.name;
     overrides_[bucket] = o;
@@ -481,10 +569,10 @@ Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& even
         }
         if (zone_fresh(z, now)) {
             in.zones.push_back(&z);
-            fresh_hosts_ += z.usage.hosts;
-            stale_hosts_ += z.usage.stale_hosts;
+            fresh_hosts_ = sat_add(fresh_hosts_, z.usage.hosts);
+            stale_hosts_ = sat_add(stale_hosts_, z.usage.stale_hosts);
         } else {
-            stale_hosts_ += z.usage.hosts + z.usage.stale_hosts;
+            stale_hosts_ = sat_add(stale_hosts_, sat_add(z.usage.hosts, z.usage.stale_hosts));
         }
         ++it;
     }
@@ -518,7 +606,7 @@ void Controller::expire_overrides(const Clock& now, std::vector<Event>& events) 
                               o.has_match ? "run-time bucket expired" : "override expired"});
         }
         std::uint64_t dead_since = o.tombstone() ? o.set_ms : (expired ? o.expires_ms : 0);
-        if (dead_since && now.wall_ms > dead_since + opt_.tombstone_ms) {
+        if (dead_since && now.wall_ms > sat_add(dead_since, opt_.tombstone_ms)) {
             announced_expired_.erase(it->first);
             it = overrides_.erase(it);
             continue;
@@ -642,14 +730,14 @@ void Controller::sample_wide(const std::string& name, const BucketUsage& u, cons
     };
     for (const auto& [z, b] : u.own) {
         add(*b);
-        s.own_hosts += b->hosts;
+        s.own_hosts = sat_add(s.own_hosts, b->hosts);
         if (!global) merge_definitions(s.domain, b->definitions);
     }
     s.hosts = s.own_hosts;
     if (global) {
         for (const wire::UsageBucket* b : u.remote) {
             add(*b);
-            s.hosts += b->hosts;
+            s.hosts = sat_add(s.hosts, b->hosts);
         }
         s.domain = u.fleet_defs;  // a global bucket's hosts are the fleet's
     }
@@ -702,7 +790,7 @@ std::optional<wire::Definition> Controller::resolve_definition(
     inst.disagreeing_hosts = 0;
     if (conf) {
         for (const auto& d : domain) {
-            if (d.def != *conf) inst.disagreeing_hosts += d.hosts;
+            if (d.def != *conf) inst.disagreeing_hosts = sat_add(inst.disagreeing_hosts, d.hosts);
         }
     }
     if (const FileLimit* file = rule.file) {
@@ -901,12 +989,12 @@ wire::RegionUsage Controller::region_usage(const Inputs& in, const Usage& usage,
         wire::UsageBucket u;
         u.name = name;
         for (const auto& [z, b] : a.own) {
-            u.offered_mrps += b->offered_mrps;
-            u.admitted_mrps += b->admitted_mrps;
-            u.dropped_mrps += b->dropped_mrps;
-            u.shadow_dropped_mrps += b->shadow_dropped_mrps;
-            u.hosts += b->hosts;
-            u.rated_hosts += b->rated_hosts;
+            u.offered_mrps = sat_add(u.offered_mrps, b->offered_mrps);
+            u.admitted_mrps = sat_add(u.admitted_mrps, b->admitted_mrps);
+            u.dropped_mrps = sat_add(u.dropped_mrps, b->dropped_mrps);
+            u.shadow_dropped_mrps = sat_add(u.shadow_dropped_mrps, b->shadow_dropped_mrps);
+            u.hosts = sat_add(u.hosts, b->hosts);
+            u.rated_hosts = sat_add(u.rated_hosts, b->rated_hosts);
             merge_definitions(u.definitions, b->definitions);
         }
         if (u.definitions.size() > wire::kMaxDefinitions)

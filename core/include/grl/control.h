@@ -36,6 +36,12 @@ struct Clock {
     std::uint64_t wall_ms = 0;
 };
 
+// Bounds on what a zone_usage or region_usage may say about its sender's interval: a message's
+// interval sets how long it stays fresh and is remembered, so one message must not claim years
+// (docs/control-plane.md "Untrusted input").
+inline constexpr std::uint64_t kMinIntervalMs = 10;
+inline constexpr std::uint64_t kMaxIntervalMs = 60000;
+
 struct Options {
     std::string name;    // this controller ("source" of its messages)
     std::string region;  // the region it controls
@@ -48,6 +54,11 @@ struct Options {
     std::uint32_t hold_intervals = 10;    // how long a bucket's last rates stand in for none
     std::size_t max_overrides = 1024;     // entries in the override table, tombstones included
     std::uint64_t tombstone_ms = 24ULL * 3600 * 1000;  // how long a removed override is kept
+    // Untrusted input (docs/control-plane.md). A message or override entry stamped further
+    // ahead of our wall clock than this is refused: held, it would win over every genuine one.
+    std::uint64_t max_skew_ms = 60000;
+    std::uint64_t max_zone_hosts = 100000;     // hosts (and stale hosts) one zone_usage may claim
+    std::uint64_t max_region_hosts = 1000000;  // hosts one region_usage may claim
 };
 
 // One bucket's entry in the limits file.
@@ -78,7 +89,16 @@ struct Event {
     std::string text;
 };
 
-enum class Accepted : std::uint8_t { Yes, Older, WrongRegion, Self };
+// What became of a zone_usage or region_usage.
+enum class Accepted : std::uint8_t {
+    Yes,
+    Older,         // not newer than the one held for the same sender (a duplicate, a late one)
+    WrongRegion,   // a zone of another region (a misconfigured collector)
+    Self,          // our own region_usage, back from a peer
+    Future,        // stamped more than max_skew_ms ahead of our clock: it would pin the sender
+    TooManyHosts,  // claims more hosts than max_zone_hosts / max_region_hosts
+};
+std::string_view to_string(Accepted a);
 
 // Rates in milli-requests per second.
 struct Rates {
@@ -163,9 +183,13 @@ class Controller {
 
     const Options& options() const { return opt_; }
 
-    // Inputs. A message older than the one held for the same zone (or peer) is ignored.
-    Accepted on_zone_usage(const wire::ZoneUsage& u, const Clock& now);
-    Accepted on_region_usage(const wire::RegionUsage& u, const Clock& now);
+    // Inputs. A message older than the one held for the same zone (or peer) is ignored; one
+    // that cannot be true (Future, TooManyHosts) is refused as a whole. Override entries of a
+    // region_usage stamped beyond max_skew_ms are refused one by one (overrides_rejected()).
+    // On any refusal `why` (when given) gets one line naming the sender and the value.
+    Accepted on_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr);
+    Accepted on_region_usage(const wire::RegionUsage& u, const Clock& now,
+                             std::string* why = nullptr);
 
     // Replaces the limits file's content (the loader validated it). `file` is for status.
     void set_limits(Limits l, const Clock& now);
@@ -205,6 +229,7 @@ class Controller {
     std::uint64_t fresh_hosts() const { return fresh_hosts_; }
     std::uint64_t stale_hosts() const { return stale_hosts_; }
     std::uint64_t fresh_zones() const { return fresh_zones_; }
+    std::uint64_t overrides_rejected() const { return overrides_rejected_; }
 
   private:
     struct ZoneEntry {
@@ -277,7 +302,9 @@ class Controller {
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
     bool peer_fresh(const PeerEntry& p, const Clock& now) const;
     bool override_active(const wire::Override& o, const Clock& now) const;
-    void merge_override(const wire::Override& o);
+    bool merge_override(const wire::Override& o, const Clock& now);
+    bool from_the_future(std::uint64_t ts_ms, const Clock& now) const;
+    std::string ahead(std::uint64_t ts_ms, const Clock& now) const;
     std::uint64_t stamp(const std::string& bucket, const Clock& now) const;
     std::uint64_t hosts_reporting(const std::string& bucket) const;
 
@@ -296,6 +323,7 @@ class Controller {
     std::uint64_t fresh_hosts_ = 0;
     std::uint64_t stale_hosts_ = 0;
     std::uint64_t fresh_zones_ = 0;
+    std::uint64_t overrides_rejected_ = 0;
 };
 
 // Resolves the definition in force among hosts' definitions: the one reported by the most
