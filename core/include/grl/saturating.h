@@ -11,9 +11,4 @@ inline std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
     return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-inline std::uint64_t sat_mul(std::uint64_t a, std::uint64_t b) {
-    std::uint64_t r;
-    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
-}
-
 }  // namespace grl
