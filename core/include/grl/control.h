@@ -38,8 +38,8 @@ struct Clock {
 
 // Bounds on what a zone_usage or region_usage may say about its sender's interval: a message's
 // interval sets how long it stays fresh and is remembered, so one message must not claim years
-// (docs/control-plane.md "Untrusted input").
-inline constexpr std::uint64_t kMinIntervalMs = 10;
+// (docs/control-plane.md "Untrusted input"). The range the daemons accept for --interval.
+inline constexpr std::uint64_t kMinIntervalMs = 50;
 inline constexpr std::uint64_t kMaxIntervalMs = 60000;
 
 struct Options {
