@@ -43,16 +43,6 @@ std::string describe(const wire::AdminRequest& q) {
     return s;
 }
 
-const char* accepted_reason(control::Accepted a) {
-    switch (a) {
-        case control::Accepted::Yes: return "accepted";
-        case control::Accepted::Older: return "older";
-        case control::Accepted::WrongRegion: return "wrong_region";
-        case control::Accepted::Self: return "self";
-    }
-    return "?";
-}
-
 }  // namespace
 
 Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
@@ -66,6 +56,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       peers_(ctx, ZMQ_SUB),
       malformed_log_(10000),
       ignored_log_(10000),
+      future_log_(10000),
+      hosts_log_(10000),
+      overrides_log_(10000),
       send_log_(10000),
       // A binding lapses when its zone would have left the sums.
       zone_keys_(kMaxZoneKeys, std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms) {
@@ -188,7 +181,7 @@ void Daemon::on_usage() {
             }
         }
         bool early = ctl_.brings_new_rates(zone_usage_, t);
-        control::Accepted a = ctl_.on_zone_usage(zone_usage_, t);
+        control::Accepted a = ctl_.on_zone_usage(zone_usage_, t, &why_);
         if (a == control::Accepted::Yes && early &&
             t.mono_ms >= last_early_tick_ + cfg_.opts.interval_ms / 4) {
             // First rates of a bucket (after a start or a restart): publish now, not at the
@@ -197,7 +190,8 @@ void Daemon::on_usage() {
             tick();
         }
         if (a != control::Accepted::Yes) {
-            ++ignored_[std::string("zone_usage/") + accepted_reason(a)];
+            ++ignored_[std::string("zone_usage/").append(to_string(a))];
+            log_refusal(a, t);
             if (a == control::Accepted::WrongRegion) {
                 ignored_log_.hit(LogLevel::Warn, {},
                                  "zone usage from " + zone_usage_.source + " for region " +
@@ -225,9 +219,26 @@ void Daemon::on_peers() {
             continue;
         }
         ++received_["region_usage"];
-        control::Accepted a = ctl_.on_region_usage(region_usage_, t);
+        const std::uint64_t refused_before = ctl_.overrides_rejected();
+        control::Accepted a = ctl_.on_region_usage(region_usage_, t, &why_);
         if (a != control::Accepted::Yes)
-            ++ignored_[std::string("region_usage/") + accepted_reason(a)];
+            ++ignored_[std::string("region_usage/").append(to_string(a))];
+        log_refusal(a, t);
+        if (ctl_.overrides_rejected() != refused_before) {
+            overrides_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
+        }
+    }
+}
+
+// Refused messages are counted in /metrics; their log lines are rate-limited per reason, so
+// that a flood of one kind neither floods the log nor hides another kind.
+void Daemon::log_refusal(control::Accepted a, const control::Clock& t) {
+    switch (a) {
+        case control::Accepted::Future: future_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms); break;
+        case control::Accepted::TooManyHosts:
+            hosts_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
+            break;
+        default: break;
     }
 }
 
@@ -472,7 +483,7 @@ std::string Daemon::metrics() {
                  {{"bucket", i.bucket},
                   {"scope", to_string(i.scope)},
                   {"zone", i.zone},
-                  {"source", i.limit_source}},
+                  {"source", control::to_string(i.limit_source)}},
                  1);
     }
 
@@ -514,7 +525,8 @@ std::string Daemon::metrics() {
         m.sample("grl_controller_messages_malformed_total", {{"kind", k}},
                  static_cast<double>(malformed_[k]));
     m.family("grl_controller_messages_ignored_total", "counter",
-             "Valid messages not used (older than the one held, other region, our own).");
+             "Valid messages not used (older than the one held, other region, our own) or "
+             "refused (future: stamped too far ahead of our clock; too_many_hosts).");
     for (const auto& [k, n] : ignored_) {
         auto slash = k.find('/');
         m.sample("grl_controller_messages_ignored_total",
@@ -553,6 +565,10 @@ std::string Daemon::metrics() {
              "Overrides in force, by kind (runtime: run-time buckets).");
     m.sample("grl_controller_overrides", {{"kind", "override"}}, static_cast<double>(overrides));
     m.sample("grl_controller_overrides", {{"kind", "runtime"}}, static_cast<double>(runtime));
+    m.family("grl_controller_overrides_rejected_total", "counter",
+             "Override entries from peers refused: set_ms too far ahead of our clock.");
+    m.sample("grl_controller_overrides_rejected_total",
+             static_cast<double>(ctl_.overrides_rejected()));
     m.family("grl_controller_admin_requests_total", "counter",
              "Admin requests served (changes: set, clear, add, remove that succeeded).");
     m.sample("grl_controller_admin_requests_total", {{"kind", "all"}},

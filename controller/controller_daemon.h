@@ -38,6 +38,7 @@ class Daemon {
     void on_usage();
     void on_peers();
     void on_admin();
+    void log_refusal(control::Accepted a, const control::Clock& t);
     void tick();
     void publish(control::TickOutput& out);
     void watch_limits();
@@ -62,6 +63,7 @@ class Daemon {
     std::string buf_;
     wire::ZoneUsage zone_usage_;
     wire::RegionUsage region_usage_;
+    std::string why_;  // why the last message (or part of it) was refused
 
     // The limits file.
     struct FileId {
@@ -100,6 +102,9 @@ class Daemon {
 
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter ignored_log_;
+    daemon::LogLimiter future_log_;     // messages stamped too far ahead
+    daemon::LogLimiter hosts_log_;      // messages claiming too many hosts
+    daemon::LogLimiter overrides_log_;  // override entries stamped too far ahead
     daemon::LogLimiter send_log_;
     // With CURVE: which zone each collector key sends usage for (first come, one to one).
     KeyBindings zone_keys_;

@@ -9,6 +9,7 @@
 
 #include "grl/bucket.h"
 #include "grl/ratio.h"
+#include "grl/saturating.h"
 #include "grl/zone_layout.h"
 
 namespace grl::control {
@@ -35,15 +36,6 @@ std::uint64_t round_mrps(double v) {
     if (!(v > 0)) return 0;
     if (v >= 1.8e19) return UINT64_MAX;
     return static_cast<std::uint64_t>(std::llround(v));
-}
-
-std::string instance_key(const std::string& bucket, Scope scope, const std::string& zone) {
-    std::string k = bucket;
-    k += '|';
-    k += to_string(scope);
-    k += '|';
-    k += zone;
-    return k;
 }
 
 std::string where(Scope scope, const std::string& region, const std::string& zone) {
@@ -98,6 +90,15 @@ void fnv(std::uint64_t& h, std::string_view s) {
 // ---------------------------------------------------------------------------------------------
 // Free functions
 
+std::string_view to_string(LimitSource s) {
+    switch (s) {
+        case LimitSource::Conf: return "conf";
+        case LimitSource::File: return "file";
+        case LimitSource::Override: return "override";
+    }
+    return "?";
+}
+
 std::string digest(const Limits& l) {
     std::uint64_t h = 14695981039346656037ULL;
     for (const auto& [name, f] : l.buckets) {  // std::map: sorted, so layout-independent
@@ -147,7 +148,10 @@ std::optional<wire::Definition> resolve(const std::vector<wire::DefinitionCount>
 
 std::optional<Scope> resolve_scope(const std::vector<wire::DefinitionCount>& defs) {
     std::uint64_t n[3] = {0, 0, 0};
-    for (const auto& d : defs) n[static_cast<int>(d.def.scope)] += d.hosts;
+    for (const auto& d : defs) {
+        std::uint64_t& k = n[static_cast<int>(d.def.scope)];
+        k = sat_add(k, d.hosts);
+    }
     std::optional<Scope> best;
     std::uint64_t best_n = 0;
     for (Scope s : {Scope::Global, Scope::Region, Scope::Zone}) {  // wider first: wins ties
@@ -166,7 +170,7 @@ void merge_definitions(std::vector<wire::DefinitionCount>& into,
         bool found = false;
         for (auto& d : into) {
             if (d.def == a.def) {
-                d.hosts += a.hosts;
+                d.hosts = sat_add(d.hosts, a.hosts);
                 found = true;
                 break;
             }
@@ -206,10 +210,60 @@ template <typename Message>
 bool newer_than(const Message& u, const Message& held) {
     return u.ts_ms > held.ts_ms || (u.ts_ms == held.ts_ms && u.seq > held.seq);
 }
+
+// A sender's interval sets how long its message stays fresh and is remembered: within bounds,
+// so that one message cannot claim to stay fresh for years (or overflow the arithmetic).
+std::uint64_t clamp_interval(std::uint64_t ms) {
+    return std::clamp(ms, kMinIntervalMs, kMaxIntervalMs);
+}
+
+void refuse(std::string* why, std::string text) {
+    if (why) *why = std::move(text);
+}
 }  // namespace
 
-Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
+std::string_view to_string(Accepted a) {
+    switch (a) {
+        case Accepted::Yes: return "accepted";
+        case Accepted::Older: return "older";
+        case Accepted::WrongRegion: return "wrong_region";
+        case Accepted::Self: return "self";
+        case Accepted::Future: return "future";
+        case Accepted::TooManyHosts: return "too_many_hosts";
+    }
+    return "?";
+}
+
+// Clocks of the fleet are synchronised to well within max_skew_ms. A stamp further ahead is a
+// broken or forged sender: held, its message would be "newer" than every genuine one (and its
+// override would win every later change). A stamp behind our clock pins nothing (any newer
+// message wins, and a held message that goes stale never blocks one), so it is not bounded.
+bool Controller::from_the_future(std::uint64_t ts_ms, const Clock& now) const {
+    return ts_ms > sat_add(now.wall_ms, opt_.max_skew_ms);
+}
+
+std::string Controller::ahead(std::uint64_t ts_ms, const Clock& now) const {
+    return std::to_string(ts_ms) + " is " + std::to_string(ts_ms - now.wall_ms) +
+           " ms ahead of this controller's clock (at most " + std::to_string(opt_.max_skew_ms) +
+           " allowed)";
+}
+
+Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) {
     if (u.region != opt_.region) return Accepted::WrongRegion;
+    if (from_the_future(u.ts_ms, now)) {
+        refuse(why, "zone usage from " + u.source + " (zone " + u.zone + ") refused: ts_ms " +
+                        ahead(u.ts_ms, now));
+        return Accepted::Future;
+    }
+    // The decoder checked that no bucket claims more hosts than the message: bounding the
+    // message's count bounds every count and vote in it.
+    if (u.hosts > opt_.max_zone_hosts || u.stale_hosts > opt_.max_zone_hosts) {
+        refuse(why, "zone usage from " + u.source + " (zone " + u.zone + ") refused: it claims " +
+                        std::to_string(u.hosts) + " hosts and " + std::to_string(u.stale_hosts) +
+                        " stale hosts (at most " + std::to_string(opt_.max_zone_hosts) +
+                        " each per zone)");
+        return Accepted::TooManyHosts;
+    }
     auto it = zones_.find(u.zone);
     if (it != zones_.end()) {
         const wire::ZoneUsage& held = it->second.usage;
@@ -220,10 +274,12 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
     }
     ZoneEntry& e = zones_[u.zone];
     e.usage = u;
+    e.usage.interval_ms = clamp_interval(u.interval_ms);
     e.recv_mono = now.mono_ms;
     // A bucket whose hosts all lack a rate (a restarted collector, new hosts) has sums of zero
     // that mean "unknown": its last rated entry stands in for a while, else it is unrated.
-    const std::uint64_t keep = opt_.hold_intervals * std::max(u.interval_ms, opt_.interval_ms);
+    const std::uint64_t keep =
+        opt_.hold_intervals * std::max(e.usage.interval_ms, opt_.interval_ms);
     for (wire::UsageBucket& b : e.usage.buckets) {
         if (b.hosts == 0) continue;
         if (b.rated_hosts > 0) {
@@ -249,11 +305,36 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now) {
     return Accepted::Yes;
 }
 
-Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& now) {
+Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& now,
+                                     std::string* why) {
     if (u.source == opt_.name) return Accepted::Self;
+    // Checked before the overrides are merged: a message that cannot be true is refused whole.
+    if (from_the_future(u.ts_ms, now)) {
+        refuse(why, "region usage from " + u.source + " (region " + u.region + ") refused: ts_ms " +
+                        ahead(u.ts_ms, now));
+        return Accepted::Future;
+    }
+    if (u.hosts > opt_.max_region_hosts) {
+        refuse(why, "region usage from " + u.source + " (region " + u.region +
+                        ") refused: it claims " + std::to_string(u.hosts) + " hosts (at most " +
+                        std::to_string(opt_.max_region_hosts) + " per region)");
+        return Accepted::TooManyHosts;
+    }
     // The override table is a last-writer-wins map: merging is idempotent and
     // order-independent, so even an older message's entries are merged.
-    for (const wire::Override& o : u.overrides) merge_override(o);
+    const wire::Override* first_refused = nullptr;
+    std::size_t refused = 0;
+    for (const wire::Override& o : u.overrides) {
+        if (merge_override(o, now)) continue;
+        if (refused++ == 0) first_refused = &o;
+    }
+    if (refused) {
+        overrides_rejected_ += refused;
+        refuse(why, "override of bucket \"" + first_refused->name + "\" (origin " +
+                        first_refused->origin + ") from " + u.source + " refused: set_ms " +
+                        ahead(first_refused->set_ms, now) +
+                        (refused > 1 ? "; " + std::to_string(refused - 1) + " more refused" : ""));
+    }
     auto it = peers_.find(u.source);
     if (it != peers_.end()) {
         const wire::RegionUsage& held = it->second.usage;
@@ -261,6 +342,7 @@ Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& no
     }
     PeerEntry& e = peers_[u.source];
     e.usage = u;
+    e.usage.interval_ms = clamp_interval(u.interval_ms);
     e.recv_mono = now.mono_ms;
     bool differs = u.limits_digest != limits_digest_;
     if (differs && digest_mismatch_.insert(u.source).second) {
@@ -290,28 +372,34 @@ bool Controller::override_active(const wire::Override& o, const Clock& now) cons
     return !o.tombstone() && (o.expires_ms == 0 || now.wall_ms < o.expires_ms);
 }
 
-void Controller::merge_override(const wire::Override& o) {
+// False when the entry is refused: stamped beyond max_skew_ms, it would win over every later
+// change (set_ms near UINT64_MAX: for ever), so no operator could clear it.
+bool Controller::merge_override(const wire::Override& o, const Clock& now) {
+    if (from_the_future(o.set_ms, now)) return false;
     auto it = overrides_.find(o.name);
     if (it == overrides_.end()) {
-        if (overrides_.size() >= opt_.max_overrides) return;
+        if (overrides_.size() >= opt_.max_overrides) return true;
         overrides_.emplace(o.name, o);
-        return;
+        return true;
     }
     const wire::Override& held = it->second;
     if (std::tie(o.set_ms, o.origin) > std::tie(held.set_ms, held.origin)) it->second = o;
+    return true;
 }
 
+// A local change's stamp: our clock, or just after the held entry's when that is ahead (a peer
+// whose clock runs ahead, within max_skew_ms), so that the change wins.
 std::uint64_t Controller::stamp(const std::string& bucket, const Clock& now) const {
     auto it = overrides_.find(bucket);
     std::uint64_t s = now.wall_ms;
-    if (it != overrides_.end() && it->second.set_ms >= s) s = it->second.set_ms + 1;
+    if (it != overrides_.end() && it->second.set_ms >= s) s = sat_add(it->second.set_ms, 1);
     return s;
 }
 
 std::uint64_t Controller::hosts_reporting(const std::string& bucket) const {
     std::uint64_t n = 0;
     for (const auto& [key, inst] : instances_) {
-        if (inst.bucket == bucket) n += inst.hosts;
+        if (inst.bucket == bucket) n = sat_add(n, inst.hosts);
     }
     return n;
 }
@@ -344,7 +432,7 @@ std::string Controller::set_override(const std::string& bucket,
     o.name = bucket;
     if (limit_mrps) o.limit_mrps = limit_mrps;
     if (mode) o.mode = mode;
-    o.expires_ms = for_ms ? now.wall_ms + for_ms : 0;
+    o.expires_ms = for_ms ? sat_add(now.wall_ms, for_ms) : 0;  // "for ever" rather than wrap
     o.set_ms = stamp(bucket, now);
     o.origin = opt_.name;
     overrides_[bucket] = o;
@@ -413,7 +501,7 @@ std::string Controller::add_runtime(const std::string& bucket, const wire::Runti
     o.mode = mode.value_or(Mode::Deny);
     o.has_match = true;
     o.match = match;
-    o.expires_ms = for_ms ? now.wall_ms + for_ms : 0;
+    o.expires_ms = for_ms ? sat_add(now.wall_ms, for_ms) : 0;  // "for ever" rather than wrap
     o.set_ms = stamp(bucket, now);
     o.origin = opt_.name;
     overrides_[bucket] = o;
@@ -441,36 +529,54 @@ std::string Controller::remove_runtime(const std::string& bucket, const Clock& n
 }
 
 // ---------------------------------------------------------------------------------------------
-// The tick
+// The tick, step by step
 
 TickOutput Controller::tick(const Clock& now) {
     TickOutput out;
     ++tick_;
     out.events.swap(pending_);
+    const Inputs in = gather(now, out.events);
+    expire_overrides(now, out.events);
+    const Usage usage = aggregate(in, now);
+    for (const auto& [name, u] : usage) {
+        std::optional<BucketRule> rule = bucket_rule(name, u, now);
+        if (!rule) continue;
+        if (rule->scope == Scope::Zone) {
+            sample_zones(name, u, *rule, in, out.events);
+        } else {
+            sample_wide(name, u, *rule, out.events);
+        }
+    }
+    forget_instances();
+    out.instructions = instructions(in, now);
+    out.region_usage = region_usage(in, usage, now);
+    return out;
+}
 
-    // Inputs in force: this region's fresh zones, and the freshest fresh peer of every other
-    // region. Long-silent zones and peers are forgotten.
-    std::vector<const ZoneEntry*> zones;
+// Inputs in force: this region's fresh zones, and the freshest fresh peer of every other region
+// (active-active partners share a region: counting both would count it twice). Zones and peers
+// silent for forget_intervals are forgotten here, which bounds what a departed sender costs.
+Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& events) {
+    Inputs in;
     fresh_hosts_ = stale_hosts_ = 0;
     for (auto it = zones_.begin(); it != zones_.end();) {
         const ZoneEntry& z = it->second;
         std::uint64_t iv = std::max(z.usage.interval_ms, opt_.interval_ms);
         if (now.mono_ms >= z.recv_mono + opt_.forget_intervals * iv) {
-            out.events.push_back({Event::Level::Warn, "", "zone " + it->first + " forgotten"});
+            events.push_back({Event::Level::Warn, "", "zone " + it->first + " forgotten"});
             it = zones_.erase(it);
             continue;
         }
         if (zone_fresh(z, now)) {
-            zones.push_back(&z);
-            fresh_hosts_ += z.usage.hosts;
-            stale_hosts_ += z.usage.stale_hosts;
+            in.zones.push_back(&z);
+            fresh_hosts_ = sat_add(fresh_hosts_, z.usage.hosts);
+            stale_hosts_ = sat_add(stale_hosts_, z.usage.stale_hosts);
         } else {
-            stale_hosts_ += z.usage.hosts + z.usage.stale_hosts;
+            stale_hosts_ = sat_add(stale_hosts_, sat_add(z.usage.hosts, z.usage.stale_hosts));
         }
         ++it;
     }
-    fresh_zones_ = zones.size();
-    std::map<std::string, const PeerEntry*> remote;  // by region
+    fresh_zones_ = in.zones.size();
     for (auto it = peers_.begin(); it != peers_.end();) {
         const PeerEntry& p = it->second;
         std::uint64_t iv = std::max(p.usage.interval_ms, opt_.interval_ms);
@@ -480,272 +586,320 @@ TickOutput Controller::tick(const Clock& now) {
             continue;
         }
         if (p.usage.region != opt_.region && peer_fresh(p, now)) {
-            const PeerEntry*& r = remote[p.usage.region];
+            const PeerEntry*& r = in.remote[p.usage.region];
             if (r == nullptr || p.usage.ts_ms > r->usage.ts_ms) r = &p;
         }
         ++it;
     }
+    return in;
+}
 
-    // Overrides: announce expiries, drop long-dead entries.
+// Expiry is by wall clock and evaluated by every controller on its own, so it is announced
+// here, once per expiry. Tombstones and expired entries are dropped after tombstone_ms: long
+// enough for every peer to have merged them, so a removal cannot come back from a stale copy.
+void Controller::expire_overrides(const Clock& now, std::vector<Event>& events) {
     for (auto it = overrides_.begin(); it != overrides_.end();) {
         const wire::Override& o = it->second;
         bool expired = !o.tombstone() && o.expires_ms && now.wall_ms >= o.expires_ms;
         if (expired && announced_expired_.insert(it->first).second) {
-            out.events.push_back({Event::Level::Info, it->first,
-                                  o.has_match ? "run-time bucket expired" : "override expired"});
+            events.push_back({Event::Level::Info, it->first,
+                              o.has_match ? "run-time bucket expired" : "override expired"});
         }
         std::uint64_t dead_since = o.tombstone() ? o.set_ms : (expired ? o.expires_ms : 0);
-        if (dead_since && now.wall_ms > dead_since + opt_.tombstone_ms) {
+        if (dead_since && now.wall_ms > sat_add(dead_since, opt_.tombstone_ms)) {
             announced_expired_.erase(it->first);
             it = overrides_.erase(it);
             continue;
         }
         ++it;
     }
+}
 
-    // Gather every bucket's usage.
-    struct Agg {
-        std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
-        std::vector<const wire::UsageBucket*> remote;
-        std::vector<wire::DefinitionCount> fleet_defs;
-    };
-    std::map<std::string, Agg> buckets;
-    for (const ZoneEntry* z : zones) {
+// Every bucket's entries among the inputs, with its definitions fleet-wide (the scope vote is
+// fleet-wide so that a name is published in one scope only). Run-time buckets get an entry even
+// without usage: they must reach nginx before any host has them.
+Controller::Usage Controller::aggregate(const Inputs& in, const Clock& now) const {
+    Usage usage;
+    for (const ZoneEntry* z : in.zones) {
         for (const wire::UsageBucket& b : z->usage.buckets) {
-            Agg& a = buckets[b.name];
-            a.own.emplace_back(z, &b);
-            merge_definitions(a.fleet_defs, b.definitions);
+            BucketUsage& u = usage[b.name];
+            u.own.emplace_back(z, &b);
+            merge_definitions(u.fleet_defs, b.definitions);
         }
     }
-    for (const auto& [region, p] : remote) {
+    for (const auto& [region, p] : in.remote) {
         for (const wire::UsageBucket& b : p->usage.buckets) {
-            Agg& a = buckets[b.name];
-            a.remote.push_back(&b);
-            merge_definitions(a.fleet_defs, b.definitions);
+            BucketUsage& u = usage[b.name];
+            u.remote.push_back(&b);
+            merge_definitions(u.fleet_defs, b.definitions);
         }
     }
     for (const auto& [name, o] : overrides_) {
-        if (o.has_match && override_active(o, now)) buckets[name];
+        if (o.has_match && override_active(o, now)) usage[name];
     }
     for (const auto& [name, f] : limits_.buckets) {
-        if (f.has_match) buckets[name];
+        if (f.has_match) usage[name];
     }
+    return usage;
+}
 
-    auto make_instance = [&](const std::string& name, Scope scope, const std::string& zone,
-                             const Rates& sum, bool has_usage, std::uint64_t hosts,
-                             std::uint64_t own_hosts, std::vector<wire::DefinitionCount> domain,
-                             std::vector<std::string> own_zones, const wire::Override* ovr,
-                             const FileLimit* file, bool runtime, const wire::RuntimeMatch& match,
-                             bool hold, bool provisional) {
-        Instance& inst = instances_[instance_key(name, scope, zone)];
-        const bool is_new = inst.tick == 0;
-        const std::uint32_t prev_ratio = inst.ratio_ppm;
-        const std::uint64_t prev_disagree = inst.disagreeing_hosts;
-        inst.bucket = name;
-        inst.scope = scope;
-        inst.zone = zone;
-        inst.tick = tick_;
-        inst.hosts = hosts;
-        inst.own_hosts = own_hosts;
-        inst.own_zones = std::move(own_zones);
-        inst.runtime = runtime;
-        inst.match = match;
-        inst.has_usage = has_usage;
+// What applies to every instance of a bucket: its override in force, its limits-file entry,
+// its match when it is a run-time bucket, and its scope: a run-time bucket's own, else the one
+// most hosts report (resolve_scope). nullopt when no host reports a definition.
+std::optional<Controller::BucketRule> Controller::bucket_rule(const std::string& name,
+                                                              const BucketUsage& u,
+                                                              const Clock& now) const {
+    BucketRule rule;
+    if (auto it = overrides_.find(name);
+        it != overrides_.end() && override_active(it->second, now)) {
+        rule.active_override = &it->second;
+    }
+    if (auto it = limits_.buckets.find(name); it != limits_.buckets.end()) rule.file = &it->second;
+    if (rule.active_override && rule.active_override->has_match) {
+        rule.match = &rule.active_override->match;
+    } else if (rule.file && rule.file->has_match) {
+        rule.match = &rule.file->match;
+    }
+    if (rule.match) {
+        rule.scope = rule.match->scope;
+        return rule;
+    }
+    std::optional<Scope> s = resolve_scope(u.fleet_defs);
+    if (!s) return std::nullopt;
+    rule.scope = *s;
+    return rule;
+}
 
-        // Definition in force: nginx.conf (resolved among the hosts of the instance), then the
-        // limits file, then an override.
-        std::optional<wire::Definition> conf = resolve(domain, scope);
-        inst.limit_mrps = conf ? conf->limit_mrps : 0;
-        inst.mode = conf ? conf->mode : Mode::Deny;
-        inst.limit_source = inst.mode_source = "conf";
-        inst.expires_ms = 0;
-        inst.disagreeing_hosts = 0;
-        if (conf) {
-            for (const auto& d : domain) {
-                if (d.def != *conf) inst.disagreeing_hosts += d.hosts;
-            }
-        }
-        if (file) {
-            if (file->limit_mrps) {
-                inst.limit_mrps = *file->limit_mrps;
-                inst.limit_source = "file";
-            }
-            if (file->mode) {
-                inst.mode = *file->mode;
-                inst.mode_source = "file";
-            }
-        }
-        if (ovr) {
-            if (ovr->limit_mrps) {
-                inst.limit_mrps = *ovr->limit_mrps;
-                inst.limit_source = "override";
-            }
-            if (ovr->mode) {
-                inst.mode = *ovr->mode;
-                inst.mode_source = "override";
-            }
-            inst.expires_ms = ovr->expires_ms;
-        }
-        if (runtime) inst.disagreeing_hosts = 0;  // hosts echo the definition we publish
-        if (domain.size() > wire::kMaxDefinitions) domain.resize(wire::kMaxDefinitions);
-        inst.definitions = std::move(domain);
+namespace {
+// No host of the entry has a rate yet: its zero sums mean "unknown", not "no traffic".
+bool unrated(const wire::UsageBucket& b) {
+    return b.hosts > 0 && b.rated_hosts == 0;
+}
+// Some hosts of the entry have no rate yet.
+bool partial(const wire::UsageBucket& b) {
+    return b.rated_hosts < b.hosts;
+}
+}  // namespace
 
-        // Smoothing: the mean of the last `window` samples. `hold`: part of the usage is
-        // unknown this tick, so no sample is taken and the last ones stand. A provisional
-        // sample (some hosts have no rate yet) is replaced by the next sample rather than
-        // averaged with it, so that it costs nothing once the rates are complete.
-        if (!hold || inst.samples.empty()) {
-            if (inst.last_provisional && !inst.samples.empty()) inst.samples.pop_back();
-            inst.samples.push_back(sum);
-            inst.last_provisional = provisional;
-        }
-        while (inst.samples.size() > opt_.window) inst.samples.pop_front();
-        Rates mean;
-        for (const Rates& r : inst.samples) {
-            mean.offered += r.offered;
-            mean.admitted += r.admitted;
-            mean.dropped += r.dropped;
-            mean.shadow_dropped += r.shadow_dropped;
-        }
-        double n = static_cast<double>(inst.samples.size());
-        mean.offered /= n;
-        mean.admitted /= n;
-        mean.dropped /= n;
-        mean.shadow_dropped /= n;
-        // Fast attack: a newest sample well above the mean is a surge, not noise; use it
-        // alone so that the ratio answers within one tick. Decreases stay averaged (a drop
-        // in demand over-drops for at most one window, the safe direction).
-        const Rates& newest = inst.samples.back();
-        if (opt_.fast_attack > 0 && newest.offered > mean.offered * (1.0 + opt_.fast_attack)) {
-            mean = newest;
-        }
-        inst.offered_mrps = mean.offered;
-        inst.admitted_mrps = mean.admitted;
-        inst.dropped_mrps = mean.dropped;
-        inst.shadow_dropped_mrps = mean.shadow_dropped;
-        inst.ratio_ppm = inst.limit_mrps == 0
-                             ? kPpmOne
-                             : drop_ratio_ppm(round_mrps(inst.offered_mrps), inst.limit_mrps);
+// Zone buckets: one instance per zone of this region that reports the bucket. An unrated zone
+// holds its instance's last samples, and creates none (a false ratio of 0 is never published).
+// A run-time bucket also gets an instance in every other fresh zone: nginx creates it from the
+// instruction, so it must be published before any host reports it.
+void Controller::sample_zones(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+                              const Inputs& in, std::vector<Event>& events) {
+    for (const auto& [z, b] : u.own) {
+        const std::string& zone = z->usage.zone;
+        Sample s;
+        s.hold = unrated(*b);
+        if (s.hold && !rule.match && !find_instance(name, rule.scope, zone)) continue;
+        if (!s.hold) add_rates(s.sum, *b);
+        s.has_usage = true;
+        s.provisional = partial(*b);
+        s.hosts = s.own_hosts = b->hosts;
+        s.domain = b->definitions;
+        s.own_zones.push_back(zone);
+        update_instance(name, zone, rule, std::move(s), events);
+    }
+    if (!rule.match) return;
+    for (const ZoneEntry* z : in.zones) {
+        const Instance* done = find_instance(name, rule.scope, z->usage.zone);
+        if (done && done->tick == tick_) continue;  // has usage, updated above
+        Sample s;
+        s.own_zones.push_back(z->usage.zone);
+        update_instance(name, z->usage.zone, rule, std::move(s), events);
+    }
+}
 
-        const std::string at = where(scope, opt_.region, zone);
-        if (inst.ratio_ppm > 0 && (is_new || prev_ratio == 0)) {
-            out.events.push_back(
-                {Event::Level::Info, name,
-                 std::string(inst.mode == Mode::Shadow ? "would drop (shadow)" : "dropping") +
-                     " in " + at + ": ratio " + ratio_text(inst.ratio_ppm) + ", offered " +
-                     rps(inst.offered_mrps) + ", limit " + rps(inst.limit_mrps)});
-        } else if (inst.ratio_ppm == 0 && !is_new && prev_ratio > 0) {
-            out.events.push_back({Event::Level::Info, name,
-                                  "under the limit again in " + at + ": offered " +
-                                      rps(inst.offered_mrps) + ", limit " + rps(inst.limit_mrps)});
-        }
-        if (inst.disagreeing_hosts > 0 && (is_new || prev_disagree == 0)) {
-            out.events.push_back(
-                {Event::Level::Warn, name,
-                 "hosts disagree on the definition in " + at + ": " +
-                     std::to_string(inst.disagreeing_hosts) + " of " + std::to_string(inst.hosts) +
-                     " host(s) differ from the one in force (" + std::string(to_string(scope)) +
-                     ", " + std::string(to_string(conf ? conf->mode : Mode::Deny)) + ", " +
-                     rps(conf ? conf->limit_mrps : 0) + ")"});
-        } else if (inst.disagreeing_hosts == 0 && !is_new && prev_disagree > 0) {
-            out.events.push_back(
-                {Event::Level::Info, name, "hosts agree on the definition again in " + at});
-        }
-        return &inst;
-    };
-
-    for (auto& [name, a] : buckets) {
-        const wire::Override* ovr = nullptr;
-        if (auto it = overrides_.find(name);
-            it != overrides_.end() && override_active(it->second, now)) {
-            ovr = &it->second;
-        }
-        const FileLimit* file = nullptr;
-        if (auto it = limits_.buckets.find(name); it != limits_.buckets.end()) file = &it->second;
-        bool runtime = (ovr && ovr->has_match) || (file && file->has_match);
-        wire::RuntimeMatch match;
-        if (ovr && ovr->has_match) {
-            match = ovr->match;
-        } else if (file && file->has_match) {
-            match = file->match;
-        }
-        Scope scope;
-        if (runtime) {
-            scope = match.scope;
+// Region and global buckets: one instance summing this region's zones and, for a global
+// bucket, the freshest usage of every other region. When part of the usage is unknown (a zone
+// without rates yet), an existing instance holds its last samples rather than counting that
+// part as zero; a new one starts from what is known, unless nothing is.
+void Controller::sample_wide(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+                             std::vector<Event>& events) {
+    const bool global = rule.scope == Scope::Global;
+    Sample s;
+    std::size_t rated = 0, missing = 0, incomplete = 0;
+    auto add = [&](const wire::UsageBucket& b) {
+        if (unrated(b)) {
+            ++missing;
         } else {
-            std::optional<Scope> s = resolve_scope(a.fleet_defs);
-            if (!s) continue;
-            scope = *s;
+            add_rates(s.sum, b);
+            ++rated;
         }
-        std::vector<std::string> own_zone_names;
-        for (const auto& [z, b] : a.own) own_zone_names.push_back(z->usage.zone);
-        auto unrated = [](const wire::UsageBucket* b) {
-            return b->hosts > 0 && b->rated_hosts == 0;
-        };
-        auto partial = [](const wire::UsageBucket* b) { return b->rated_hosts < b->hosts; };
-        auto exists = [&](const std::string& zone) {
-            return instances_.count(instance_key(name, scope, zone)) > 0;
-        };
-
-        if (scope == Scope::Zone) {
-            std::set<std::string> done;
-            for (const auto& [z, b] : a.own) {
-                const std::string& zone = z->usage.zone;
-                bool hold = unrated(b);
-                if (hold && !exists(zone) && !runtime) continue;  // nothing known yet
-                Rates sum;
-                if (!hold) add_rates(sum, *b);
-                make_instance(name, scope, zone, sum, true, b->hosts, b->hosts, b->definitions,
-                              {zone}, ovr, file, runtime, match, hold, partial(b));
-                done.insert(zone);
-            }
-            if (runtime) {  // also where nobody has created it yet
-                for (const ZoneEntry* z : zones) {
-                    if (done.count(z->usage.zone)) continue;
-                    make_instance(name, scope, z->usage.zone, Rates{}, false, 0, 0, {},
-                                  {z->usage.zone}, ovr, file, runtime, match, false, false);
-                }
-            }
-            continue;
-        }
-        Rates sum;
-        std::uint64_t own_hosts = 0, hosts = 0;
-        std::size_t rated = 0, missing = 0, incomplete = 0;
-        std::vector<wire::DefinitionCount> domain;
-        for (const auto& [z, b] : a.own) {
-            if (unrated(b)) {
-                ++missing;
-            } else {
-                add_rates(sum, *b);
-                ++rated;
-            }
-            incomplete += partial(b);
-            own_hosts += b->hosts;
-            merge_definitions(domain, b->definitions);
-        }
-        hosts = own_hosts;
-        if (scope == Scope::Global) {
-            for (const wire::UsageBucket* b : a.remote) {
-                if (unrated(b)) {
-                    ++missing;
-                } else {
-                    add_rates(sum, *b);
-                    ++rated;
-                }
-                incomplete += partial(b);
-                hosts += b->hosts;
-            }
-            domain = a.fleet_defs;
-        }
-        bool has_usage = !a.own.empty() || (scope == Scope::Global && !a.remote.empty());
-        if (!has_usage && !runtime) continue;
-        // Part of the usage unknown: an existing instance holds its last samples; a new one
-        // starts from what is known, unless nothing is.
-        bool hold = missing > 0 && exists("");
-        if (has_usage && rated == 0 && !hold && !runtime) continue;
-        make_instance(name, scope, "", sum, has_usage, hosts, own_hosts, std::move(domain),
-                      std::move(own_zone_names), ovr, file, runtime, match, hold, incomplete > 0);
+        incomplete += partial(b);
+    };
+    for (const auto& [z, b] : u.own) {
+        add(*b);
+        s.own_hosts = sat_add(s.own_hosts, b->hosts);
+        if (!global) merge_definitions(s.domain, b->definitions);
     }
+    s.hosts = s.own_hosts;
+    if (global) {
+        for (const wire::UsageBucket* b : u.remote) {
+            add(*b);
+            s.hosts = sat_add(s.hosts, b->hosts);
+        }
+        s.domain = u.fleet_defs;  // a global bucket's hosts are the fleet's
+    }
+    s.has_usage = !u.own.empty() || (global && !u.remote.empty());
+    if (!s.has_usage && !rule.match) return;
+    s.hold = missing > 0 && find_instance(name, rule.scope, "") != nullptr;
+    if (s.has_usage && rated == 0 && !s.hold && !rule.match) return;
+    s.provisional = incomplete > 0;
+    s.own_zones.reserve(u.own.size());
+    for (const auto& [z, b] : u.own) s.own_zones.push_back(z->usage.zone);
+    update_instance(name, "", rule, std::move(s), events);
+}
+
+// One instance's tick: the definition in force, the smoothed rates and the ratio, and the
+// events its change of state deserves. Instances are created here, on first use.
+void Controller::update_instance(const std::string& name, const std::string& zone,
+                                 const BucketRule& rule, Sample&& s, std::vector<Event>& events) {
+    auto it = instances_.find(InstanceKeyRef{name, rule.scope, zone});
+    if (it == instances_.end()) {
+        it = instances_.emplace(InstanceKey{name, rule.scope, zone}, Instance{}).first;
+    }
+    Instance& inst = it->second;
+    const Before before{inst.tick == 0, inst.ratio_ppm, inst.disagreeing_hosts};
+    inst.bucket = name;
+    inst.scope = rule.scope;
+    inst.zone = zone;
+    inst.tick = tick_;
+    inst.hosts = s.hosts;
+    inst.own_hosts = s.own_hosts;
+    inst.own_zones = std::move(s.own_zones);
+    inst.runtime = rule.match != nullptr;
+    inst.match = rule.match ? *rule.match : wire::RuntimeMatch{};
+    inst.has_usage = s.has_usage;
+    const std::optional<wire::Definition> conf =
+        resolve_definition(inst, rule, std::move(s.domain));
+    smooth(inst, s);
+    announce(inst, before, conf, events);
+}
+
+// The definition in force: nginx.conf's as the instance's hosts vote (resolve()), then the
+// limits file, then an override, for the limit and the mode separately. Returns the hosts'
+// vote, which a disagreement event names.
+std::optional<wire::Definition> Controller::resolve_definition(
+    Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const {
+    std::optional<wire::Definition> conf = resolve(domain, inst.scope);
+    inst.limit_mrps = conf ? conf->limit_mrps : 0;
+    inst.mode = conf ? conf->mode : Mode::Deny;
+    inst.limit_source = inst.mode_source = LimitSource::Conf;
+    inst.expires_ms = 0;
+    inst.disagreeing_hosts = 0;
+    if (conf) {
+        for (const auto& d : domain) {
+            if (d.def != *conf) inst.disagreeing_hosts = sat_add(inst.disagreeing_hosts, d.hosts);
+        }
+    }
+    if (const FileLimit* file = rule.file) {
+        if (file->limit_mrps) {
+            inst.limit_mrps = *file->limit_mrps;
+            inst.limit_source = LimitSource::File;
+        }
+        if (file->mode) {
+            inst.mode = *file->mode;
+            inst.mode_source = LimitSource::File;
+        }
+    }
+    if (const wire::Override* ovr = rule.active_override) {
+        if (ovr->limit_mrps) {
+            inst.limit_mrps = *ovr->limit_mrps;
+            inst.limit_source = LimitSource::Override;
+        }
+        if (ovr->mode) {
+            inst.mode = *ovr->mode;
+            inst.mode_source = LimitSource::Override;
+        }
+        inst.expires_ms = ovr->expires_ms;
+    }
+    if (inst.runtime) inst.disagreeing_hosts = 0;  // hosts echo the definition we publish
+    if (domain.size() > wire::kMaxDefinitions) domain.resize(wire::kMaxDefinitions);
+    inst.definitions = std::move(domain);
+    return conf;
+}
+
+// The mean of the last `window` samples, then the ratio. `hold`: part of the usage is unknown
+// this tick, so no sample is taken and the last ones stand. A provisional sample (some hosts
+// have no rate yet) is replaced by the next sample rather than averaged with it, so that it
+// costs nothing once the rates are complete.
+void Controller::smooth(Instance& inst, const Sample& s) const {
+    if (!s.hold || inst.samples.empty()) {
+        if (inst.last_provisional && !inst.samples.empty()) inst.samples.pop_back();
+        inst.samples.push_back(s.sum);
+        inst.last_provisional = s.provisional;
+    }
+    while (inst.samples.size() > opt_.window) inst.samples.pop_front();
+    Rates mean;
+    for (const Rates& r : inst.samples) {
+        mean.offered += r.offered;
+        mean.admitted += r.admitted;
+        mean.dropped += r.dropped;
+        mean.shadow_dropped += r.shadow_dropped;
+    }
+    double n = static_cast<double>(inst.samples.size());
+    mean.offered /= n;
+    mean.admitted /= n;
+    mean.dropped /= n;
+    mean.shadow_dropped /= n;
+    // Fast attack: a newest sample well above the mean is a surge, not noise; use it alone so
+    // that the ratio answers within one tick. Decreases stay averaged (a drop in demand
+    // over-drops for at most one window, the safe direction).
+    const Rates& newest = inst.samples.back();
+    if (opt_.fast_attack > 0 && newest.offered > mean.offered * (1.0 + opt_.fast_attack)) {
+        mean = newest;
+    }
+    inst.offered_mrps = mean.offered;
+    inst.admitted_mrps = mean.admitted;
+    inst.dropped_mrps = mean.dropped;
+    inst.shadow_dropped_mrps = mean.shadow_dropped;
+    inst.ratio_ppm = inst.limit_mrps == 0
+                         ? kPpmOne
+                         : drop_ratio_ppm(round_mrps(inst.offered_mrps), inst.limit_mrps);
+}
+
+// One line when an instance starts or stops dropping, and when its hosts start or stop
+// disagreeing on its definition: changes of state, never one line per tick.
+void Controller::announce(const Instance& inst, const Before& before,
+                          const std::optional<wire::Definition>& conf,
+                          std::vector<Event>& events) const {
+    const bool starts_dropping = inst.ratio_ppm > 0 && (before.is_new || before.ratio_ppm == 0);
+    const bool stops_dropping = inst.ratio_ppm == 0 && !before.is_new && before.ratio_ppm > 0;
+    const bool starts_disagreeing =
+        inst.disagreeing_hosts > 0 && (before.is_new || before.disagreeing_hosts == 0);
+    const bool stops_disagreeing =
+        inst.disagreeing_hosts == 0 && !before.is_new && before.disagreeing_hosts > 0;
+    if (!starts_dropping && !stops_dropping && !starts_disagreeing && !stops_disagreeing) return;
+    const std::string at = where(inst.scope, opt_.region, inst.zone);
+    if (starts_dropping) {
+        events.push_back(
+            {Event::Level::Info, inst.bucket,
+             std::string(inst.mode == Mode::Shadow ? "would drop (shadow)" : "dropping") + " in " +
+                 at + ": ratio " + ratio_text(inst.ratio_ppm) + ", offered " +
+                 rps(inst.offered_mrps) + ", limit " + rps(inst.limit_mrps)});
+    } else if (stops_dropping) {
+        events.push_back({Event::Level::Info, inst.bucket,
+                          "under the limit again in " + at + ": offered " + rps(inst.offered_mrps) +
+                              ", limit " + rps(inst.limit_mrps)});
+    }
+    if (starts_disagreeing) {
+        events.push_back(
+            {Event::Level::Warn, inst.bucket,
+             "hosts disagree on the definition in " + at + ": " +
+                 std::to_string(inst.disagreeing_hosts) + " of " + std::to_string(inst.hosts) +
+                 " host(s) differ from the one in force (" + std::string(to_string(inst.scope)) +
+                 ", " + std::string(to_string(conf ? conf->mode : Mode::Deny)) + ", " +
+                 rps(conf ? conf->limit_mrps : 0) + ")"});
+    } else if (stops_disagreeing) {
+        events.push_back(
+            {Event::Level::Info, inst.bucket, "hosts agree on the definition again in " + at});
+    }
+}
+
+// An instance that no step updated this tick has lost its usage and its rule: it is no longer
+// published, and nginx fails open on it when its ratio expires.
+void Controller::forget_instances() {
     for (auto it = instances_.begin(); it != instances_.end();) {
         if (it->second.tick != tick_) {
             it = instances_.erase(it);
@@ -753,8 +907,12 @@ TickOutput Controller::tick(const Clock& now) {
             ++it;
         }
     }
+}
 
-    // Instructions: one message per scope instance of this region, heartbeats included.
+// One message per scope instance of this region, heartbeats included (an empty bucket list
+// tells nginx "no drops", which differs from "no control plane"). At most
+// kMaxBucketsPerMessage entries per message; the rest go in further messages.
+std::vector<wire::Instructions> Controller::instructions(const Inputs& in, const Clock& now) {
     auto new_message = [&](Scope scope, const std::string& zone) {
         wire::Instructions m;
         m.source = opt_.name;
@@ -765,23 +923,23 @@ TickOutput Controller::tick(const Clock& now) {
         m.zone = zone;
         return m;
     };
+    // Message 0 is global, 1 the region's, 2 + i the zone in.zones[i] (sorted by name).
     std::vector<wire::Instructions> msgs;
+    msgs.reserve(2 + in.zones.size());
     msgs.push_back(new_message(Scope::Global, ""));
     msgs.push_back(new_message(Scope::Region, ""));
-    std::map<std::string, std::size_t> zone_msg;
-    for (const ZoneEntry* z : zones) {
-        zone_msg[z->usage.zone] = msgs.size();
-        msgs.push_back(new_message(Scope::Zone, z->usage.zone));
-    }
+    for (const ZoneEntry* z : in.zones) msgs.push_back(new_message(Scope::Zone, z->usage.zone));
     for (auto& [key, inst] : instances_) {
         std::size_t idx = 0;
         switch (inst.scope) {
             case Scope::Global: idx = 0; break;
             case Scope::Region: idx = 1; break;
             case Scope::Zone: {
-                auto it = zone_msg.find(inst.zone);
-                if (it == zone_msg.end()) continue;
-                idx = it->second;
+                auto z = std::lower_bound(
+                    in.zones.begin(), in.zones.end(), inst.zone,
+                    [](const ZoneEntry* e, const std::string& n) { return e->usage.zone < n; });
+                if (z == in.zones.end() || (*z)->usage.zone != inst.zone) continue;
+                idx = 2 + static_cast<std::size_t>(z - in.zones.begin());
                 break;
             }
         }
@@ -796,41 +954,47 @@ TickOutput Controller::tick(const Clock& now) {
         e.match = inst.match;
         msgs[idx].buckets.push_back(std::move(e));
     }
+    std::vector<wire::Instructions> out;
+    out.reserve(msgs.size());
     for (wire::Instructions& m : msgs) {
-        // At most kMaxBucketsPerMessage entries per message; the rest go in further messages.
         while (m.buckets.size() > wire::kMaxBucketsPerMessage) {
             wire::Instructions extra = m;
             extra.buckets.assign(m.buckets.begin() + wire::kMaxBucketsPerMessage, m.buckets.end());
             m.buckets.resize(wire::kMaxBucketsPerMessage);
             m.seq = ++seq_;
-            out.instructions.push_back(std::move(m));
+            out.push_back(std::move(m));
             m = std::move(extra);
         }
         m.seq = ++seq_;
-        out.instructions.push_back(std::move(m));
+        out.push_back(std::move(m));
     }
+    return out;
+}
 
-    // Region usage for the peers: raw sums over this region's fresh zones.
-    wire::RegionUsage& ru = out.region_usage;
+// What the peers need for global buckets: raw sums over this region's fresh zones (each peer
+// smooths on its own), the limits digest (to detect different limits) and the whole override
+// table (replication).
+wire::RegionUsage Controller::region_usage(const Inputs& in, const Usage& usage, const Clock& now) {
+    wire::RegionUsage ru;
     ru.source = opt_.name;
     ru.region = opt_.region;
     ru.seq = ++seq_;
     ru.ts_ms = now.wall_ms;
     ru.interval_ms = opt_.interval_ms;
-    ru.zones = zones.size();
+    ru.zones = in.zones.size();
     ru.hosts = fresh_hosts_;
     ru.limits_digest = limits_digest_;
-    for (const auto& [name, a] : buckets) {
+    for (const auto& [name, a] : usage) {
         if (a.own.empty()) continue;
         wire::UsageBucket u;
         u.name = name;
         for (const auto& [z, b] : a.own) {
-            u.offered_mrps += b->offered_mrps;
-            u.admitted_mrps += b->admitted_mrps;
-            u.dropped_mrps += b->dropped_mrps;
-            u.shadow_dropped_mrps += b->shadow_dropped_mrps;
-            u.hosts += b->hosts;
-            u.rated_hosts += b->rated_hosts;
+            u.offered_mrps = sat_add(u.offered_mrps, b->offered_mrps);
+            u.admitted_mrps = sat_add(u.admitted_mrps, b->admitted_mrps);
+            u.dropped_mrps = sat_add(u.dropped_mrps, b->dropped_mrps);
+            u.shadow_dropped_mrps = sat_add(u.shadow_dropped_mrps, b->shadow_dropped_mrps);
+            u.hosts = sat_add(u.hosts, b->hosts);
+            u.rated_hosts = sat_add(u.rated_hosts, b->rated_hosts);
             merge_definitions(u.definitions, b->definitions);
         }
         if (u.definitions.size() > wire::kMaxDefinitions)
@@ -842,7 +1006,13 @@ TickOutput Controller::tick(const Clock& now) {
         if (ru.overrides.size() == wire::kMaxOverrides) break;
         ru.overrides.push_back(o);
     }
-    return out;
+    return ru;
+}
+
+const Instance* Controller::find_instance(std::string_view bucket, Scope scope,
+                                          std::string_view zone) const {
+    auto it = instances_.find(InstanceKeyRef{bucket, scope, zone});
+    return it == instances_.end() ? nullptr : &it->second;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -854,7 +1024,7 @@ bool Controller::brings_new_rates(const wire::ZoneUsage& u, const Clock& now) co
     for (const wire::UsageBucket& b : u.buckets) {
         if (b.rated_hosts == 0) continue;
         if (zone_was_silent) return true;
-        auto it = instances_.lower_bound(b.name + "|");
+        auto it = instances_.lower_bound(InstanceKeyRef{b.name, Scope::Global, ""});
         if (it == instances_.end() || it->second.bucket != b.name) return true;
         // Rates now complete where the newest sample was provisional.
         for (; it != instances_.end() && it->second.bucket == b.name; ++it) {
@@ -882,8 +1052,8 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
         s.limit_mrps = inst.limit_mrps;
         s.ratio_ppm = inst.ratio_ppm;
         s.mode = inst.mode;
-        s.limit_source = inst.limit_source;
-        s.mode_source = inst.mode_source;
+        s.limit_source = to_string(inst.limit_source);
+        s.mode_source = to_string(inst.mode_source);
         s.expires_ms = inst.expires_ms;
         s.hosts = inst.hosts;
         s.definitions = inst.definitions;

@@ -7,6 +7,7 @@
 
 #include "codec.h"
 #include "grl/bucket.h"
+#include "grl/saturating.h"
 
 namespace grl::wire {
 
@@ -146,8 +147,32 @@ void pack_usage_buckets(Packer& p, const std::vector<UsageBucket>& buckets, bool
     }
 }
 
+// Host counts no sender could have seen: a usage entry describes at most the message's hosts,
+// its definitions and host names at most its own hosts. Checked here because they hold for
+// every valid message whoever receives it (a collector counts them itself, one definition per
+// host); summed unchecked, they could overflow or outvote a fleet. Rates are not bounded here:
+// one host's report can carry any rate, and refusing the zone's whole usage for it would let
+// one host silence its zone; the controller's sums of rates saturate instead.
+bool check_usage_counts(const MapReader& b, const UsageBucket& u, std::uint64_t message_hosts) {
+    if (u.hosts > message_hosts) {
+        return b.fail("\"hosts\" " + std::to_string(u.hosts) + " greater than the message's " +
+                      "\"hosts\" " + std::to_string(message_hosts));
+    }
+    std::uint64_t defined = 0;
+    for (const DefinitionCount& d : u.definitions) defined = sat_add(defined, d.hosts);
+    if (defined > u.hosts) {
+        return b.fail("\"definitions\" count " + std::to_string(defined) +
+                      " hosts, more than \"hosts\" " + std::to_string(u.hosts));
+    }
+    if (u.host_names.size() > u.hosts) {
+        return b.fail("\"host_names\" lists " + std::to_string(u.host_names.size()) +
+                      " hosts, more than \"hosts\" " + std::to_string(u.hosts));
+    }
+    return true;
+}
+
 bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool with_hosts,
-                        std::string& error) {
+                        std::uint64_t message_hosts, std::string& error) {
     const msgpack_object* arr = nullptr;
     if (!r.array("buckets", arr, kMaxBucketsPerMessage)) return false;
     out.clear();
@@ -167,6 +192,7 @@ bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool 
         if (with_hosts && !read_names(b, "host_names", kMaxBucketHostNames, u.host_names, error)) {
             return false;
         }
+        if (!check_usage_counts(b, u, message_hosts)) return false;
         out.push_back(std::move(u));
     }
     return unique_by_name(out, "bucket name", error);
@@ -186,10 +212,14 @@ bool decode_zone_usage(std::string_view bytes, ZoneUsage& out, std::string& erro
         !r.name("region", m.region) || !r.name("zone", m.zone) ||
         !r.u64("interval_ms", m.interval_ms) || !r.u64("hosts", m.hosts) ||
         !r.u64("stale_hosts", m.stale_hosts) ||
-        !read_names(r, "host_names", kMaxHostNames, m.host_names, error) ||
-        !read_usage_buckets(r, m.buckets, true, error)) {
+        !read_names(r, "host_names", kMaxHostNames, m.host_names, error)) {
         return false;
     }
+    if (m.host_names.size() > m.hosts) {
+        return r.fail("\"host_names\" lists " + std::to_string(m.host_names.size()) +
+                      " hosts, more than \"hosts\" " + std::to_string(m.hosts));
+    }
+    if (!read_usage_buckets(r, m.buckets, true, m.hosts, error)) return false;
     out = std::move(m);
     return true;
 }
@@ -244,7 +274,8 @@ bool decode_region_usage(std::string_view bytes, RegionUsage& out, std::string& 
         !r.name("region", m.region) || !r.u64("interval_ms", m.interval_ms) ||
         !r.u64("zones", m.zones) || !r.u64("hosts", m.hosts) ||
         !r.str("limits_digest", m.limits_digest, kMaxDigestLen) ||
-        !read_usage_buckets(r, m.buckets, false, error) || !read_overrides(r, m.overrides, error)) {
+        !read_usage_buckets(r, m.buckets, false, m.hosts, error) ||
+        !read_overrides(r, m.overrides, error)) {
         return false;
     }
     out = std::move(m);

@@ -268,3 +268,70 @@ def test_replay_to_a_new_subscriber_carries_the_remaining_ttl(fleet):
         assert 1000 <= m["ttl_ms"] <= 1600, m["ttl_ms"]
     finally:
         ctx.term()
+
+
+def test_untrusted_stamps_and_counts_are_refused_counted_and_logged(fleet):
+    """Messages that would take a zone or a bucket over (docs/control-plane.md, "Untrusted
+    input"): a zone usage stamped ten days ahead (it would pin the zone), one claiming 10^12
+    hosts with limit 0 (it would win the vote and drop the bucket everywhere), and a peer's
+    override stamped at the end of time (it could never be cleared). Each is refused, counted
+    and logged (rate-limited), and the ratio in nginx does not move."""
+    ctx = zmq.Context()
+    rogue_peer = ctx.socket(zmq.PUB)
+    rogue_peer.bind("tcp://127.0.0.1:*")
+    ctl = fleet.controller(peers=[rogue_peer.getsockopt_string(zmq.LAST_ENDPOINT)])
+    col = fleet.collector("z1", [ctl])
+    ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
+    fleet.wait_hosts(ctl, 2)
+    load = f.Load([(ns[0], 2), (ns[1], 1)], "150:20", "/g/x")
+    try:
+        f.wait_nginx_bucket(ns, "g", lambda b: near(b["ratio"], 1 / 3), 10)
+        time.sleep(1)  # the SUB connection to the rogue peer is established by now
+        push_ctl = ctx.socket(zmq.PUSH)
+        push_ctl.connect(ctl.usage)
+        now_ms = int(time.time() * 1000)
+        lots = 10 ** 12
+        outvote = zone_usage(ts_ms=now_ms, zone="z9", seq=1, hosts=lots, host_names=[],
+                             buckets=[{"name": "g", "offered_mrps": 0, "admitted_mrps": 0,
+                                       "dropped_mrps": 0, "shadow_dropped_mrps": 0, "hosts": lots,
+                                       "rated_hosts": lots, "host_names": [],
+                                       "definitions": [{"scope": "global", "mode": "deny",
+                                                        "limit_mrps": 0, "hosts": lots}]}])
+        override = msgpack.packb({
+            "v": 1, "type": "region_usage", "ts_ms": now_ms, "seq": 1, "source": "evil",
+            "region": "r2", "interval_ms": 250, "zones": 1, "hosts": 1, "limits_digest": "",
+            "buckets": [], "overrides": [{"name": "g", "limit_mrps": 1, "expires_ms": 0,
+                                          "set_ms": 2 ** 64 - 1, "origin": "evil"}]},
+            use_bin_type=True)
+        n = 20
+        for i in range(n):
+            push_ctl.send(zone_usage(ts_ms=now_ms + 10 * 24 * 3600 * 1000, seq=1000 + i))
+            push_ctl.send(outvote)
+            rogue_peer.send_multipart([b"grl/p/", override])
+            time.sleep(0.05)
+
+        def counted():
+            m = ctl.metrics()
+            return (f.metric(m, "grl_controller_messages_ignored_total", kind="zone_usage",
+                             reason="future") == n
+                    and f.metric(m, "grl_controller_messages_ignored_total", kind="zone_usage",
+                                 reason="too_many_hosts") == n
+                    and f.metric(m, "grl_controller_overrides_rejected_total") == n)
+        f.h.wait_until(counted, 5, what="every refused message counted")
+        time.sleep(1)
+        assert near(f.metric(ctl.metrics(), "grl_bucket_ratio", bucket="g", scope="global"), 1 / 3)
+        assert f.metric(ctl.metrics(), "grl_bucket_hosts", bucket="g", scope="global") == 2
+        assert f.metric(ctl.metrics(), "grl_controller_overrides", kind="override") == 0
+        for x in ns:
+            b = x.bucket("g")
+            assert near(b["ratio"], 1 / 3) and b["limit_rps"] == 100, b
+        log = ctl.log()
+        assert "zone usage from evil (zone z1) refused: ts_ms" in log
+        assert "zone usage from evil (zone z9) refused: it claims 1000000000000 hosts" in log
+        assert 'override of bucket "g" (origin evil) from evil refused: set_ms 18446744073709551615' in log
+        # Rate-limited: one line per kind for 20 messages sent within a second or two.
+        for needle in ("(zone z1) refused", "(zone z9) refused", 'override of bucket "g"'):
+            assert log.count(needle) <= 2, (needle, log.count(needle))
+    finally:
+        load.stop()
+        ctx.destroy(0)

@@ -426,21 +426,21 @@ TEST(Controller, LimitsFileThenOverrideThenExpiry) {
     };
     feed();
     EXPECT_EQ(inst(c, "api")->limit_mrps, 100000u);
-    EXPECT_STREQ(inst(c, "api")->limit_source, "conf");
+    EXPECT_EQ(inst(c, "api")->limit_source, LimitSource::Conf);
     Limits l;
     l.buckets["api"].limit_mrps = 50000;
     c.set_limits(l, f.now);
     feed();
     EXPECT_EQ(inst(c, "api")->limit_mrps, 50000u);
-    EXPECT_STREQ(inst(c, "api")->limit_source, "file");
+    EXPECT_EQ(inst(c, "api")->limit_source, LimitSource::File);
     EXPECT_EQ(ratio(c, "api"), 750000u);
     // An override for 10 s wins over the file, for the limit only.
     EXPECT_EQ(c.set_override("api", 150000, std::nullopt, 10000, f.now), "");
     TickOutput out = feed();
     EXPECT_TRUE(has_event(out, "api: override set: limit 150.0 r/s"));
     EXPECT_EQ(inst(c, "api")->limit_mrps, 150000u);
-    EXPECT_STREQ(inst(c, "api")->limit_source, "override");
-    EXPECT_STREQ(inst(c, "api")->mode_source, "conf");
+    EXPECT_EQ(inst(c, "api")->limit_source, LimitSource::Override);
+    EXPECT_EQ(inst(c, "api")->mode_source, LimitSource::Conf);
     EXPECT_EQ(entry(out, Scope::Global, "api")->limit_mrps, 150000u);
     EXPECT_EQ(c.set_override("api", std::nullopt, Mode::Shadow, 10000, f.now), "");
     feed();
@@ -673,6 +673,256 @@ TEST(Control, NewRatesFromANewOrReturningZoneTickAtOnce) {
     wire::ZoneUsage unrated = zu("z1", {ub("g", 0)}, f.now);
     unrated.buckets[0].rated_hosts = 0;
     EXPECT_FALSE(c.brings_new_rates(unrated, f.now));  // nothing to compute from yet
+}
+
+}  // namespace
+}  // namespace grl::control
+
+// ---------------------------------------------------------------------------------------------
+// Untrusted inputs: stamps, intervals and counts of messages are bounded
+
+namespace grl::control {
+namespace {
+
+constexpr std::uint64_t kTenDaysMs = 10ULL * 24 * 3600 * 1000;
+
+wire::RegionUsage peer_usage(const std::string& source, const std::string& region,
+                             std::vector<wire::UsageBucket> buckets, const Clock& now) {
+    wire::RegionUsage u;
+    u.source = source;
+    u.region = region;
+    u.seq = ++g_seq;
+    u.ts_ms = now.wall_ms;
+    u.interval_ms = 1000;
+    u.zones = 1;
+    for (const auto& b : buckets) u.hosts = std::max(u.hosts, b.hosts);
+    u.buckets = std::move(buckets);
+    return u;
+}
+
+TEST(Hardening, ZoneUsageStampedInTheFutureCannotPinTheZone) {
+    Fleet f;
+    Controller c(opts());
+    c.on_zone_usage(zu("z1", {ub("api", 150, 2)}, f.now), f.now);
+    c.tick(f.now);
+    ASSERT_EQ(ratio(c, "api"), 333333u);
+    // A forged (or broken) sender stamps its zone's usage ten days ahead, with a huge interval:
+    // held, it would be "newer" than every genuine message for ten days.
+    wire::ZoneUsage forged = zu("z1", {ub("api", 1, 2)}, f.now);
+    forged.ts_ms = f.now.wall_ms + kTenDaysMs;
+    forged.interval_ms = 1'000'000'000'000;
+    std::string why;
+    EXPECT_EQ(c.on_zone_usage(forged, f.now, &why), Accepted::Future);
+    EXPECT_EQ(why, "zone usage from col-z1 (zone z1) refused: ts_ms " +
+                       std::to_string(forged.ts_ms) +
+                       " is 864000000 ms ahead of this controller's clock (at most 60000 allowed)");
+    for (int i = 0; i < 5; ++i) {
+        f.advance(1000);
+        EXPECT_EQ(c.on_zone_usage(zu("z1", {ub("api", 150, 2)}, f.now), f.now), Accepted::Yes);
+        c.tick(f.now);
+    }
+    EXPECT_EQ(ratio(c, "api"), 333333u);
+    // A sender whose clock runs ahead within the bound is accepted.
+    wire::ZoneUsage ahead = zu("z2", {ub("api", 50, 1)}, f.now);
+    ahead.ts_ms = f.now.wall_ms + 59'000;
+    EXPECT_EQ(c.on_zone_usage(ahead, f.now), Accepted::Yes);
+}
+
+TEST(Hardening, RegionUsageStampedInTheFutureCannotPinThePeer) {
+    Fleet f;
+    Controller a(opts("ctl-a", "r1"));
+    auto feed = [&](const wire::RegionUsage& from_b) {
+        a.on_zone_usage(zu("z1", {ub("api", 100, 1)}, f.now), f.now);
+        Accepted got = a.on_region_usage(from_b, f.now);
+        a.tick(f.now);
+        return got;
+    };
+    // 100 r/s here and 100 r/s in r2 against a global 100 r/s: ratio 0.5.
+    EXPECT_EQ(feed(peer_usage("ctl-b", "r2", {ub("api", 100, 1)}, f.now)), Accepted::Yes);
+    ASSERT_EQ(ratio(a, "api"), 500000u);
+    wire::RegionUsage forged = peer_usage("ctl-b", "r2", {ub("api", 0, 1)}, f.now);
+    forged.ts_ms = f.now.wall_ms + kTenDaysMs;
+    forged.interval_ms = 1'000'000'000'000;
+    forged.overrides.push_back({});
+    forged.overrides[0].name = "api";
+    forged.overrides[0].limit_mrps = 1;
+    forged.overrides[0].set_ms = f.now.wall_ms;
+    forged.overrides[0].origin = "ctl-b";
+    std::string why;
+    EXPECT_EQ(a.on_region_usage(forged, f.now, &why), Accepted::Future);
+    EXPECT_NE(why.find("region usage from ctl-b (region r2) refused: ts_ms"), std::string::npos)
+        << why;
+    EXPECT_TRUE(a.overrides().empty());  // refused whole, its overrides too
+    for (int i = 0; i < 5; ++i) {
+        f.advance(1000);
+        EXPECT_EQ(feed(peer_usage("ctl-b", "r2", {ub("api", 100, 1)}, f.now)), Accepted::Yes);
+    }
+    EXPECT_EQ(ratio(a, "api"), 500000u);
+}
+
+TEST(Hardening, HugeIntervalsAreClamped) {
+    Fleet f;
+    Controller c(opts());
+    // One message claiming an interval of 31 years (or one that overflows when multiplied):
+    // the zone, and the peer, must still go stale and be forgotten after bounded times.
+    wire::ZoneUsage u = zu("z1", {ub("api", 150)}, f.now);
+    u.interval_ms = 1'000'000'000'000;
+    ASSERT_EQ(c.on_zone_usage(u, f.now), Accepted::Yes);
+    wire::RegionUsage p = peer_usage("ctl-b", "r2", {ub("api", 10)}, f.now);
+    p.interval_ms = UINT64_MAX;
+    ASSERT_EQ(c.on_region_usage(p, f.now), Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_EQ(c.fresh_zones(), 1u);
+    ASSERT_EQ(c.peers(f.now).size(), 1u);
+    EXPECT_TRUE(c.peers(f.now)[0].fresh);
+    // Stale after 3 intervals of at most 60 s.
+    f.advance(3 * 60'000);
+    c.tick(f.now);
+    EXPECT_EQ(c.fresh_zones(), 0u);
+    EXPECT_TRUE(c.instances().empty());
+    EXPECT_FALSE(c.peers(f.now)[0].fresh);
+    // Forgotten after 60 intervals of at most 60 s.
+    f.advance(57 * 60'000);
+    c.tick(f.now);
+    EXPECT_TRUE(c.zones(f.now).empty());
+    EXPECT_TRUE(c.peers(f.now).empty());
+}
+
+TEST(Hardening, OneMessageCannotOutvoteTheFleet) {
+    Fleet f;
+    Controller c(opts());
+    auto genuine = [&] {
+        c.on_zone_usage(zu("z1", {ub("api", 50, 4)}, f.now), f.now);
+        c.tick(f.now);
+        f.advance(1000);
+    };
+    genuine();
+    ASSERT_EQ(inst(c, "api")->limit_mrps, 100000u);
+    ASSERT_EQ(ratio(c, "api"), 0u);
+    // One zone usage claiming 10^12 hosts, all configured with limit 0: summed, it would win
+    // the vote and drop the global bucket everywhere.
+    const std::uint64_t lots = 1'000'000'000'000;
+    std::string why;
+    EXPECT_EQ(c.on_zone_usage(zu("z9", {ub("api", 0, lots, Scope::Global, 0)}, f.now), f.now, &why),
+              Accepted::TooManyHosts);
+    EXPECT_EQ(why,
+              "zone usage from col-z9 (zone z9) refused: it claims 1000000000000 hosts and 0 "
+              "stale hosts (at most 100000 each per zone)");
+    genuine();
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 100000u);
+    EXPECT_EQ(ratio(c, "api"), 0u);
+    EXPECT_EQ(inst(c, "api")->hosts, 4u);
+    EXPECT_EQ(c.fresh_hosts(), 4u);
+    // The same from a "peer": the whole message is refused, its overrides included.
+    wire::RegionUsage big =
+        peer_usage("ctl-x", "r2", {ub("api", 0, lots, Scope::Global, 0)}, f.now);
+    wire::Override o;
+    o.name = "web";
+    o.limit_mrps = 1;
+    o.set_ms = f.now.wall_ms;
+    o.origin = "ctl-x";
+    big.overrides.push_back(o);
+    EXPECT_EQ(c.on_region_usage(big, f.now, &why), Accepted::TooManyHosts);
+    EXPECT_NE(why.find("it claims 1000000000000 hosts (at most 1000000 per region)"),
+              std::string::npos)
+        << why;
+    genuine();
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 100000u);
+    EXPECT_EQ(ratio(c, "api"), 0u);
+    EXPECT_EQ(inst(c, "api")->hosts, 4u);
+    EXPECT_EQ(c.overrides().count("web"), 0u);
+    // The bounds are exact: max_zone_hosts hosts (or stale hosts) pass, one more does not.
+    Options small = opts();
+    small.max_zone_hosts = 10;
+    small.max_region_hosts = 20;
+    Controller d(small);
+    EXPECT_EQ(d.on_zone_usage(zu("z1", {ub("api", 50, 10)}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(d.on_zone_usage(zu("z2", {ub("api", 50, 11)}, f.now), f.now), Accepted::TooManyHosts);
+    wire::ZoneUsage stale = zu("z3", {ub("api", 50, 1)}, f.now);
+    stale.stale_hosts = 11;
+    EXPECT_EQ(d.on_zone_usage(stale, f.now), Accepted::TooManyHosts);
+    EXPECT_EQ(d.on_region_usage(peer_usage("p1", "r2", {ub("api", 50, 20)}, f.now), f.now),
+              Accepted::Yes);
+    EXPECT_EQ(d.on_region_usage(peer_usage("p2", "r2", {ub("api", 50, 21)}, f.now), f.now),
+              Accepted::TooManyHosts);
+}
+
+TEST(Hardening, SumsOfRatesSaturate) {
+    Fleet f;
+    Controller c(opts());
+    // Two zones whose rates each fit in 64 bits but whose sum does not: the region usage sent
+    // to the peers must say "very much", not wrap to almost nothing.
+    wire::UsageBucket b = ub("api", 0, 1);
+    b.offered_mrps = b.admitted_mrps = (1ULL << 63) + 5;
+    c.on_zone_usage(zu("z1", {b}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {b}, f.now), f.now);
+    TickOutput out = c.tick(f.now);
+    ASSERT_EQ(out.region_usage.buckets.size(), 1u);
+    EXPECT_EQ(out.region_usage.buckets[0].offered_mrps, UINT64_MAX);
+    EXPECT_EQ(out.region_usage.buckets[0].admitted_mrps, UINT64_MAX);
+    EXPECT_EQ(ratio(c, "api"), drop_ratio_ppm(UINT64_MAX, 100000));
+}
+
+TEST(Hardening, AnOverrideStampedInTheFarFutureIsRefusedAndCanBeReplaced) {
+    Fleet f;
+    Controller a(opts("ctl-a"));
+    // A forged entry with set_ms at the end of time would win every later change, for ever.
+    wire::RegionUsage forged = peer_usage("ctl-x", "r3", {}, f.now);
+    wire::Override o;
+    o.name = "api";
+    o.limit_mrps = 1;
+    o.set_ms = UINT64_MAX;
+    o.origin = "zzz";
+    forged.overrides.push_back(o);
+    std::string why;
+    EXPECT_EQ(a.on_region_usage(forged, f.now, &why), Accepted::Yes);  // the rest of it is fine
+    EXPECT_EQ(a.overrides().count("api"), 0u);
+    EXPECT_EQ(a.overrides_rejected(), 1u);
+    EXPECT_NE(why.find("override of bucket \"api\" (origin zzz) from ctl-x refused: set_ms "
+                       "18446744073709551615 is "),
+              std::string::npos)
+        << why;
+    // An operator's override stands whatever copies of the forged entry keep arriving.
+    ASSERT_EQ(a.set_override("api", 5000, std::nullopt, 0, f.now), "");
+    f.advance(1000);
+    forged.seq++;
+    forged.ts_ms = f.now.wall_ms;
+    a.on_region_usage(forged, f.now);
+    EXPECT_EQ(a.overrides().at("api").limit_mrps, 5000u);
+    EXPECT_EQ(a.overrides_rejected(), 2u);
+    EXPECT_LE(a.overrides().at("api").set_ms, f.now.wall_ms);
+    // A peer whose clock runs 30 s ahead: its entries merge as before, and a later local
+    // change still wins (its stamp follows the held one).
+    o.name = "web";
+    o.set_ms = f.now.wall_ms + 30'000;
+    forged.overrides = {o};
+    forged.seq++;
+    a.on_region_usage(forged, f.now);
+    ASSERT_EQ(a.overrides().count("web"), 1u);
+    EXPECT_EQ(a.overrides_rejected(), 2u);
+    EXPECT_EQ(a.overrides().at("web").limit_mrps, 1u);
+    ASSERT_EQ(a.set_override("web", 7000, std::nullopt, 0, f.now), "");
+    EXPECT_EQ(a.overrides().at("web").limit_mrps, 7000u);
+    EXPECT_GT(a.overrides().at("web").set_ms, f.now.wall_ms + 30'000);
+}
+
+TEST(Hardening, ExpiryStampsDoNotWrap) {
+    Fleet f;
+    Controller c(opts());
+    // "--for" as long as it gets: it never expires, rather than expiring at once.
+    ASSERT_EQ(c.set_override("api", 5000, std::nullopt, UINT64_MAX, f.now), "");
+    c.on_zone_usage(zu("z1", {ub("api", 10)}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_EQ(inst(c, "api")->limit_mrps, 5000u);
+    EXPECT_EQ(c.overrides().at("api").expires_ms, UINT64_MAX);
+    wire::RuntimeMatch m;
+    m.caller = "evil";
+    m.scope = Scope::Global;
+    ASSERT_EQ(c.add_runtime("block-evil", m, 0, std::nullopt, UINT64_MAX - 1, f.now), "");
+    f.advance(1000);
+    TickOutput out = c.tick(f.now);
+    ASSERT_NE(entry(out, Scope::Global, "block-evil"), nullptr);
+    EXPECT_EQ(entry(out, Scope::Global, "block-evil")->ratio_ppm, kPpmOne);
 }
 
 }  // namespace

@@ -633,6 +633,49 @@ TEST(WireControl, CountLimits) {
     EXPECT_NE(err.find("too large"), std::string::npos);
 }
 
+// Counts that no sender could have seen make the whole message invalid: summed, they could
+// overflow, and one message claiming limit 0 for 10^12 hosts could outvote a fleet.
+TEST(WireControl, CountsThatCannotBeTrueRejected) {
+    ZoneUsage m = sample_zone_usage(), d;
+    std::string err;
+    ASSERT_TRUE(decode(enc(m), d, err)) << err;
+    // A bucket with more hosts than the message (zone: 3).
+    m.buckets[1].hosts = 4;
+    EXPECT_FALSE(decode(enc(m), d, err));
+    EXPECT_EQ(err, "\"hosts\" 4 greater than the message's \"hosts\" 3 in buckets[1]");
+    // Definitions counting more hosts than the bucket has (2 + 1 = 3 is fine).
+    m = sample_zone_usage();
+    m.buckets[0].definitions[0].hosts = 1'000'000'000'000;
+    EXPECT_FALSE(decode(enc(m), d, err));
+    EXPECT_EQ(err,
+              "\"definitions\" count 1000000000001 hosts, more than \"hosts\" 3 in buckets[0]");
+    m = sample_zone_usage();
+    m.buckets[0].definitions[0].hosts = UINT64_MAX;  // the sum must not wrap back under 3
+    EXPECT_FALSE(decode(enc(m), d, err));
+    // More host names than hosts.
+    m = sample_zone_usage();
+    m.hosts = 2;
+    m.buckets[0].hosts = m.buckets[1].hosts = 2;
+    m.buckets[0].definitions = m.buckets[1].definitions = {{{Scope::Global, Mode::Deny, 1}, 2}};
+    EXPECT_FALSE(decode(enc(m), d, err));
+    EXPECT_EQ(err, "\"host_names\" lists 3 hosts, more than \"hosts\" 2");
+    m = sample_zone_usage();
+    m.buckets[0].host_names = {"h1", "h2", "h3", "h4"};
+    EXPECT_FALSE(decode(enc(m), d, err));
+    EXPECT_EQ(err, "\"host_names\" lists 4 hosts, more than \"hosts\" 3 in buckets[0]");
+    // The same rules for region_usage (hosts: 7).
+    RegionUsage r = sample_region_usage(), rd;
+    ASSERT_TRUE(decode(enc(r), rd, err)) << err;
+    r.buckets[0].hosts = 8;
+    r.buckets[0].definitions[0].hosts = 7;
+    EXPECT_FALSE(decode(enc(r), rd, err));
+    EXPECT_EQ(err, "\"hosts\" 8 greater than the message's \"hosts\" 7 in buckets[0]");
+    r = sample_region_usage();
+    r.buckets[0].definitions[1].hosts = 5;
+    EXPECT_FALSE(decode(enc(r), rd, err));
+    EXPECT_EQ(err, "\"definitions\" count 7 hosts, more than \"hosts\" 3 in buckets[0]");
+}
+
 TEST(WireControl, RandomAndMutatedBytesNeverCrash) {
     std::mt19937_64 rng(12345);
     for (const Case& c : cases()) {

@@ -21,6 +21,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "grl/bucket_types.h"
@@ -34,6 +36,12 @@ struct Clock {
     std::uint64_t wall_ms = 0;
 };
 
+// Bounds on what a zone_usage or region_usage may say about its sender's interval: a message's
+// interval sets how long it stays fresh and is remembered, so one message must not claim years
+// (docs/control-plane.md "Untrusted input"). The range the daemons accept for --interval.
+inline constexpr std::uint64_t kMinIntervalMs = 50;
+inline constexpr std::uint64_t kMaxIntervalMs = 60000;
+
 struct Options {
     std::string name;    // this controller ("source" of its messages)
     std::string region;  // the region it controls
@@ -46,6 +54,11 @@ struct Options {
     std::uint32_t hold_intervals = 10;    // how long a bucket's last rates stand in for none
     std::size_t max_overrides = 1024;     // entries in the override table, tombstones included
     std::uint64_t tombstone_ms = 24ULL * 3600 * 1000;  // how long a removed override is kept
+    // Untrusted input (docs/control-plane.md). A message or override entry stamped further
+    // ahead of our wall clock than this is refused: held, it would win over every genuine one.
+    std::uint64_t max_skew_ms = 60000;
+    std::uint64_t max_zone_hosts = 100000;     // hosts (and stale hosts) one zone_usage may claim
+    std::uint64_t max_region_hosts = 1000000;  // hosts one region_usage may claim
 };
 
 // One bucket's entry in the limits file.
@@ -76,7 +89,16 @@ struct Event {
     std::string text;
 };
 
-enum class Accepted : std::uint8_t { Yes, Older, WrongRegion, Self };
+// What became of a zone_usage or region_usage.
+enum class Accepted : std::uint8_t {
+    Yes,
+    Older,         // not newer than the one held for the same sender (a duplicate, a late one)
+    WrongRegion,   // a zone of another region (a misconfigured collector)
+    Self,          // our own region_usage, back from a peer
+    Future,        // stamped more than max_skew_ms ahead of our clock: it would pin the sender
+    TooManyHosts,  // claims more hosts than max_zone_hosts / max_region_hosts
+};
+std::string_view to_string(Accepted a);
 
 // Rates in milli-requests per second.
 struct Rates {
@@ -84,6 +106,39 @@ struct Rates {
     double admitted = 0;
     double dropped = 0;
     double shadow_dropped = 0;
+};
+
+// Where a bucket's effective limit, or its mode, comes from. Precedence, for each separately:
+// override > file > conf (docs/control-plane.md "Limits").
+enum class LimitSource : std::uint8_t {
+    Conf,      // nginx.conf: the definition the instance's hosts vote for
+    File,      // the limits file
+    Override,  // a grlctl override or run-time bucket
+};
+std::string_view to_string(LimitSource s);
+
+// One instance of a bucket: the bucket at its scope, and the zone for a zone bucket ("" else).
+struct InstanceKey {
+    std::string bucket;
+    Scope scope = Scope::Global;
+    std::string zone;
+};
+
+// The same, borrowed: the tick looks instances up every interval without building a key.
+struct InstanceKeyRef {
+    std::string_view bucket;
+    Scope scope = Scope::Global;
+    std::string_view zone;
+};
+
+// Orders keys and borrowed keys alike: by bucket, then scope, then zone.
+struct InstanceKeyLess {
+    using is_transparent = void;
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+        return std::make_tuple(std::string_view(a.bucket), a.scope, std::string_view(a.zone)) <
+               std::make_tuple(std::string_view(b.bucket), b.scope, std::string_view(b.zone));
+    }
 };
 
 // The state of one bucket instance after the last tick.
@@ -97,8 +152,8 @@ struct Instance {
     double shadow_dropped_mrps = 0;
     std::uint64_t limit_mrps = 0;
     Mode mode = Mode::Deny;
-    const char* limit_source = "conf";  // conf, file, override
-    const char* mode_source = "conf";
+    LimitSource limit_source = LimitSource::Conf;
+    LimitSource mode_source = LimitSource::Conf;
     std::uint64_t expires_ms = 0;  // of the override in force, 0 none
     std::uint32_t ratio_ppm = 0;
     std::uint64_t hosts = 0;
@@ -128,9 +183,13 @@ class Controller {
 
     const Options& options() const { return opt_; }
 
-    // Inputs. A message older than the one held for the same zone (or peer) is ignored.
-    Accepted on_zone_usage(const wire::ZoneUsage& u, const Clock& now);
-    Accepted on_region_usage(const wire::RegionUsage& u, const Clock& now);
+    // Inputs. A message older than the one held for the same zone (or peer) is ignored; one
+    // that cannot be true (Future, TooManyHosts) is refused as a whole. Override entries of a
+    // region_usage stamped beyond max_skew_ms are refused one by one (overrides_rejected()).
+    // On any refusal `why` (when given) gets one line naming the sender and the value.
+    Accepted on_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr);
+    Accepted on_region_usage(const wire::RegionUsage& u, const Clock& now,
+                             std::string* why = nullptr);
 
     // Replaces the limits file's content (the loader validated it). `file` is for status.
     void set_limits(Limits l, const Clock& now);
@@ -160,7 +219,8 @@ class Controller {
     bool brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const;
 
     // State after the last tick.
-    const std::map<std::string, Instance>& instances() const { return instances_; }
+    using Instances = std::map<InstanceKey, Instance, InstanceKeyLess>;
+    const Instances& instances() const { return instances_; }
     std::vector<wire::BucketStatus> status(const std::string& filter, bool with_hosts) const;
     std::vector<wire::ZoneStatus> zones(const Clock& now) const;
     std::vector<wire::PeerStatus> peers(const Clock& now) const;
@@ -169,6 +229,7 @@ class Controller {
     std::uint64_t fresh_hosts() const { return fresh_hosts_; }
     std::uint64_t stale_hosts() const { return stale_hosts_; }
     std::uint64_t fresh_zones() const { return fresh_zones_; }
+    std::uint64_t overrides_rejected() const { return overrides_rejected_; }
 
   private:
     struct ZoneEntry {
@@ -183,10 +244,67 @@ class Controller {
         std::uint64_t recv_mono = 0;
     };
 
+    // The steps of tick(), in the order it runs them, and the state passed between them.
+    struct Inputs {                                      // gather()
+        std::vector<const ZoneEntry*> zones;             // this region's fresh zones, by name
+        std::map<std::string, const PeerEntry*> remote;  // other regions: the freshest peer
+    };
+    struct BucketUsage {  // aggregate(): one bucket's entries among the inputs
+        std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
+        std::vector<const wire::UsageBucket*> remote;
+        std::vector<wire::DefinitionCount> fleet_defs;  // every region's hosts
+    };
+    using Usage = std::map<std::string, BucketUsage>;  // by bucket name
+    struct BucketRule {  // bucket_rule(): what applies to every instance of a bucket
+        Scope scope = Scope::Global;
+        const wire::Override* active_override = nullptr;  // in force
+        const FileLimit* file = nullptr;                  // the limits file's entry
+        const wire::RuntimeMatch* match = nullptr;        // a run-time bucket's (override or file)
+    };
+    struct Sample {  // sample_zones(), sample_wide(): one instance's sums this tick
+        Rates sum;
+        bool has_usage = false;    // some fresh usage was summed
+        bool hold = false;         // part of the usage is unknown: keep the last samples
+        bool provisional = false;  // some hosts have no rate yet
+        std::uint64_t hosts = 0;
+        std::uint64_t own_hosts = 0;
+        std::vector<wire::DefinitionCount> domain;  // the hosts that vote on the definition
+        std::vector<std::string> own_zones;
+    };
+    struct Before {  // an instance's state before this tick, for announce()
+        bool is_new = true;
+        std::uint32_t ratio_ppm = 0;
+        std::uint64_t disagreeing_hosts = 0;
+    };
+
+    Inputs gather(const Clock& now, std::vector<Event>& events);
+    void expire_overrides(const Clock& now, std::vector<Event>& events);
+    Usage aggregate(const Inputs& in, const Clock& now) const;
+    std::optional<BucketRule> bucket_rule(const std::string& name, const BucketUsage& u,
+                                          const Clock& now) const;
+    void sample_zones(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+                      const Inputs& in, std::vector<Event>& events);
+    void sample_wide(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+                     std::vector<Event>& events);
+    void update_instance(const std::string& name, const std::string& zone, const BucketRule& rule,
+                         Sample&& s, std::vector<Event>& events);
+    std::optional<wire::Definition> resolve_definition(
+        Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const;
+    void smooth(Instance& inst, const Sample& s) const;
+    void announce(const Instance& inst, const Before& before,
+                  const std::optional<wire::Definition>& conf, std::vector<Event>& events) const;
+    void forget_instances();
+    std::vector<wire::Instructions> instructions(const Inputs& in, const Clock& now);
+    wire::RegionUsage region_usage(const Inputs& in, const Usage& usage, const Clock& now);
+
+    const Instance* find_instance(std::string_view bucket, Scope scope,
+                                  std::string_view zone) const;
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
     bool peer_fresh(const PeerEntry& p, const Clock& now) const;
     bool override_active(const wire::Override& o, const Clock& now) const;
-    void merge_override(const wire::Override& o);
+    bool merge_override(const wire::Override& o, const Clock& now);
+    bool from_the_future(std::uint64_t ts_ms, const Clock& now) const;
+    std::string ahead(std::uint64_t ts_ms, const Clock& now) const;
     std::uint64_t stamp(const std::string& bucket, const Clock& now) const;
     std::uint64_t hosts_reporting(const std::string& bucket) const;
 
@@ -199,12 +317,13 @@ class Controller {
     std::set<std::string> announced_expired_;
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick
-    std::map<std::string, Instance> instances_;  // by instance key
+    Instances instances_;
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
     std::uint64_t fresh_hosts_ = 0;
     std::uint64_t stale_hosts_ = 0;
     std::uint64_t fresh_zones_ = 0;
+    std::uint64_t overrides_rejected_ = 0;
 };
 
 // Resolves the definition in force among hosts' definitions: the one reported by the most
