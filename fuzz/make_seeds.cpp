@@ -165,6 +165,34 @@ int main(int argc, char** argv) {
     wire::encode(a, out);
     put(root / "wire", "admin_reply", 5, out);
 
+    // The stateful harness: records [op][clock step][length LE16][body], as in fuzz_state.cpp.
+    std::string session;
+    auto record = [&session](char op, unsigned char step, const std::string& body) {
+        session += op;
+        session += static_cast<char>(step);
+        session += static_cast<char>(body.size() & 0xff);
+        session += static_cast<char>((body.size() >> 8) & 0xff);
+        session += body;
+    };
+    std::string rep, zone, region;
+    wire::encode(r, rep);
+    wire::encode(zu, zone);
+    wire::encode(ru, region);
+    for (int i = 0; i < 4; ++i) {
+        r.seq += 1;
+        r.ts_ms += 250;
+        for (auto& b : r.buckets) b.offered += 100;
+        rep.clear();
+        wire::encode(r, rep);
+        record(0, 25, rep);
+        record(3, 0, "");
+    }
+    record(1, 10, zone);
+    record(2, 10, region);
+    record(3, 25, "");
+    fs::create_directories(root / "state");
+    std::ofstream(root / "state" / "session", std::ios::binary) << session;
+
     // Text parsers: selector byte as in fuzz_text.cpp.
     put(root / "text", "limits", 0,
         "buckets:\n  api:\n    limit: 500r/s\n    mode: shadow\n  bots:\n"

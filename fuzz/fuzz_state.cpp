@@ -1,0 +1,95 @@
+// libFuzzer harness, stateful: a sequence of messages and clock steps driven by the input,
+// fed into the collector's rate table and the controller as the daemons feed them. Checks
+// that nothing overflows (UBSan), that every published ratio is a ratio, and that the
+// messages the two produce always decode again. Input: a list of records
+//   [op byte][clock step byte][length: 2 bytes LE][body]
+// op % 4: 0 report -> rates::Table (then the zone usage goes to the controller),
+//         1 zone_usage -> Controller, 2 region_usage -> Controller, 3 tick (+ sweep).
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "grl/control.h"
+#include "grl/rates.h"
+#include "grl/wire.h"
+#include "grl/wire_control.h"
+
+namespace {
+
+void check_instructions(const grl::control::TickOutput& out) {
+    std::string bytes, error;
+    for (const grl::wire::Instructions& m : out.instructions) {
+        for (const grl::wire::Instruction& e : m.buckets) {
+            if (e.ratio_ppm > 1000000) std::abort();
+        }
+        bytes.clear();
+        grl::wire::encode(m, bytes);
+        grl::wire::Instructions back;
+        if (!grl::wire::decode(bytes, back, error)) std::abort();
+    }
+    bytes.clear();
+    grl::wire::encode(out.region_usage, bytes);
+    grl::wire::RegionUsage back;
+    if (!grl::wire::decode(bytes, back, error)) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    grl::rates::Options ro;
+    ro.max_hosts = 64;
+    grl::rates::Table table(ro);
+    grl::control::Options co;
+    co.name = "ctl-r1";
+    co.region = "r1";
+    co.interval_ms = 250;
+    co.ttl_ms = 750;
+    grl::control::Controller ctl(co);
+    grl::control::Clock now{1000000, 1700000000000};
+    grl::wire::Report report;
+    grl::wire::ZoneUsage zu;
+    grl::wire::RegionUsage ru;
+    std::string error;
+    std::size_t pos = 0;
+    while (pos + 4 <= size) {
+        const std::uint8_t op = data[pos];
+        const std::uint64_t step = std::uint64_t{data[pos + 1]} * 10;
+        const std::size_t len = data[pos + 2] | (std::size_t{data[pos + 3]} << 8);
+        pos += 4;
+        std::string_view body(reinterpret_cast<const char*>(data) + pos, std::min(len, size - pos));
+        pos += body.size();
+        now.mono_ms += step;
+        now.wall_ms += step;
+        switch (op % 4) {
+            case 0:
+                if (!grl::wire::decode(body, report, error)) break;
+                report.zone = "z1";
+                report.region = "r1";
+                table.add(report, now.mono_ms);
+                zu = grl::wire::ZoneUsage();
+                zu.source = "col-z1";
+                zu.region = "r1";
+                zu.zone = "z1";
+                zu.seq = now.mono_ms;
+                zu.ts_ms = now.wall_ms;
+                zu.interval_ms = 250;
+                table.usage(zu);
+                ctl.on_zone_usage(zu, now);
+                break;
+            case 1:
+                if (grl::wire::decode(body, zu, error)) ctl.on_zone_usage(zu, now);
+                break;
+            case 2:
+                if (grl::wire::decode(body, ru, error)) ctl.on_region_usage(ru, now);
+                break;
+            case 3:
+                table.sweep(now.mono_ms);
+                check_instructions(ctl.tick(now));
+                break;
+        }
+    }
+    check_instructions(ctl.tick(now));
+    return 0;
+}
