@@ -108,8 +108,17 @@ bool file_exists(const std::string& path) {
 
 }  // namespace
 
+namespace {
+const std::string& existing(const std::string& path, bool create) {
+    if (!create && !file_exists(path))
+        throw StoreError("history store " + path +
+                         " does not exist (grl-rlc record, synth or import create it)");
+    return path;
+}
+}  // namespace
+
 Store::Store(const std::string& path, bool create, int busy_timeout_ms)
-    : db_(path, create, busy_timeout_ms) {
+    : db_(existing(path, create), create, busy_timeout_ms) {
     // WAL: readers see the last committed state and never block the writer (nor it them).
     // synchronous=NORMAL: a committed batch survives a crash of grl-rlc; a power cut may
     // lose the last batches, which is one recording interval, not a corrupt file.
@@ -274,9 +283,6 @@ std::int64_t Store::prune(std::int64_t before_s) {
 }
 
 std::unique_ptr<HistorySource> open_history(const std::string& path) {
-    if (!file_exists(path))
-        throw StoreError("history store " + path +
-                         " does not exist (grl-rlc record, synth or import create it)");
     return std::make_unique<Store>(path, false);
 }
 
