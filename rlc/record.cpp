@@ -131,8 +131,9 @@ int run_record(const RecordOptions& opt) {
             if (!res || res->status != 200) {
                 if (c.answering) {
                     std::string why = res ? "HTTP status " + std::to_string(res->status)
-                                          : httplib::to_string(res.error());
-                    daemon::log_warn("controller " + c.address + " not answering (" + why +
+                                          : "error " + httplib::to_string(res.error());
+                    daemon::log_warn("controller " + c.address +
+                                     " not answering (GET /metrics: " + why +
                                      "); retried every poll, the other controllers are still "
                                      "recorded");
                     c.answering = false;
