@@ -2,6 +2,7 @@
 // wiring: options are parsed here and handed to the store, synth, CSV reader and recorder.
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "commands.h"
 #include "csv_import.h"
 #include "grl/daemon/log.h"
+#include "prometheus_source.h"
 #include "record.h"
 #include "store.h"
 #include "synth.h"
@@ -153,28 +155,56 @@ void add_synth(CLI::App& app) {
 
 void add_import(CLI::App& app) {
     struct Opts {
-        std::string store;
+        std::string store, prometheus, since = "35d", until, interval = "60s", scrape = "15s";
         std::vector<std::string> files;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* c = app.add_subcommand(
-        "import", "Bring history in from CSV files (all checked before anything is written)");
+        "import",
+        "Bring history in from CSV files (all checked before anything is written) or "
+        "from a Prometheus server scraping the controllers");
     c->add_option("--store", o->store, "History store (SQLite file, created if missing)")
         ->required();
-    c->add_option("files", o->files, "CSV files (columns: docs/rlc-history.md)")->required();
+    c->add_option("files", o->files, "CSV files (columns: docs/rlc-history.md)");
+    c->add_option("--prometheus", o->prometheus,
+                  "http://HOST:PORT of a Prometheus server scraping the controllers");
+    c->add_option("--since", o->since, "With --prometheus: from this long ago, or a time")
+        ->capture_default_str();
+    c->add_option("--until", o->until, "With --prometheus: up to this time (default: now)");
+    c->add_option("--interval", o->interval, "With --prometheus: recording interval")
+        ->capture_default_str();
+    c->add_option("--scrape", o->scrape, "With --prometheus: its scrape interval")
+        ->capture_default_str();
     c->callback([o] {
         const std::string cmd = "import";
+        if (o->files.empty() == o->prometheus.empty())
+            fail(cmd, 2, "give CSV files or --prometheus URL (one of the two)");
+        std::vector<Series> all;
+        std::size_t samples = 0;
+        if (!o->prometheus.empty()) {
+            PrometheusOptions p;
+            p.url = o->prometheus;
+            p.interval_s = static_cast<std::int32_t>(
+                value_or_fail(cmd, "--interval", parse_span_s(o->interval)));
+            p.scrape_s =
+                static_cast<std::int32_t>(value_or_fail(cmd, "--scrape", parse_span_s(o->scrape)));
+            std::int64_t until =
+                o->until.empty() ? now_s() : value_or_fail(cmd, "--until", parse_time_s(o->until));
+            // "35d" is a span back from --until; "1796040000" or an ISO time is a time.
+            bool is_span =
+                !o->since.empty() && !std::isdigit(static_cast<unsigned char>(o->since.back()));
+            std::int64_t since = is_span
+                                     ? until - value_or_fail(cmd, "--since", parse_span_s(o->since))
+                                     : value_or_fail(cmd, "--since", parse_time_s(o->since));
+            guarded(cmd, [&] { all = PrometheusSource(p).read(since, until); });
+        }
         guarded(cmd, [&] {
-            std::vector<Series> all;
-            std::size_t samples = 0;
             for (const std::string& f : o->files) {
                 Parsed<std::vector<Series>> p = parse_history_csv(read_file(f), f);
                 if (!p) fail(cmd, 1, p.error + " (nothing imported)");
-                for (Series& s : p.value) {
-                    samples += s.samples.size();
-                    all.push_back(std::move(s));
-                }
+                for (Series& s : p.value) all.push_back(std::move(s));
             }
+            for (const Series& s : all) samples += s.samples.size();
             Store store(o->store);
             store.write(all, WriteMode::Replace);
             std::cout << "import: " << samples << " samples of " << all.size()

@@ -1,5 +1,7 @@
 #include "store.h"
 
+#include "prometheus_source.h"
+
 #include <sys/stat.h>
 
 #include <cmath>
@@ -283,6 +285,11 @@ std::int64_t Store::prune(std::int64_t before_s) {
 }
 
 std::unique_ptr<HistorySource> open_history(const std::string& path) {
+    if (path.rfind("http://", 0) == 0) {
+        PrometheusOptions o;
+        o.url = path;
+        return std::make_unique<PrometheusSource>(o);
+    }
     return std::make_unique<Store>(path, false);
 }
 

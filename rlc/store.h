@@ -52,9 +52,10 @@ class Store : public HistorySource {
     Db db_;
 };
 
-// The history at `path` for the readers of grl-rlc (policies, what-if). The file must
-// exist (grl-rlc record, synth and import create it): a mistyped path is an error, not an
-// empty history.
+// The history at `path` for the readers of grl-rlc (policies, what-if): a store file, which
+// must exist (grl-rlc record, synth and import create it: a mistyped path is an error, not
+// an empty history), or http://HOST:PORT of a Prometheus server scraping the controllers
+// (60 s intervals, 15 s scrapes; PrometheusSource for others).
 std::unique_ptr<HistorySource> open_history(const std::string& path);
 
 }  // namespace grl::rlc

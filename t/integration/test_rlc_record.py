@@ -83,7 +83,7 @@ def test_records_every_instance_with_means_and_peaks_near_the_load(fleet):
                  f.Load([(ns[0], 1), (ns[1], 1)], "100:10", "/s/x")]
         for ld in loads:
             ld.result()
-        t_end = time.time()
+        t_end = t_load + 10  # the load ran at least over [t_load, t_load + 10 s]
         time.sleep(0.5)
         t_stop = time.time()
         assert rec.stop() == 0, rec.log()
@@ -143,12 +143,12 @@ def test_active_active_counted_once_and_a_dead_controller_logged_once(fleet):
     rec = Record([a, b])
     try:
         t_load = time.time()
-        load = f.Load([(ns[0], 1), (ns[1], 1)], "150:14", "/g/x")
-        time.sleep(6)
+        load = f.Load([(ns[0], 1), (ns[1], 1)], "150:16", "/g/x")
+        time.sleep(8)
         b.kill()
         t_kill = time.time()
         load.result()
-        t_end = time.time()
+        t_end = t_load + 16
         assert rec.stop() == 0, rec.log()
     finally:
         if rec.proc.poll() is None:
