@@ -215,22 +215,33 @@ void add_import(CLI::App& app) {
 
 void add_prune(CLI::App& app) {
     struct Opts {
-        std::string store, retention = "35d";
+        std::string store, retention = "35d", rollup_after;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* c = app.add_subcommand("prune", "Delete history older than the retention");
     c->add_option("--store", o->store, "History store")->required();
     c->add_option("--retention", o->retention, "Keep this much history (e.g. 35d, 12h)")
         ->capture_default_str();
+    c->add_option("--rollup-after", o->rollup_after,
+                  "Fold samples older than this into hourly rows (default: never)");
     c->callback([o] {
         const std::string cmd = "prune";
         std::int64_t keep = value_or_fail(cmd, "--retention", parse_span_s(o->retention));
+        std::int64_t rollup =
+            o->rollup_after.empty()
+                ? 0
+                : value_or_fail(cmd, "--rollup-after", parse_span_s(o->rollup_after));
         guarded(cmd, [&] {
             Store store(o->store, false);
             std::int64_t before = now_s() - keep;
             std::int64_t n = store.prune(before);
             std::cout << "prune: " << n << " samples older than " << format_time(before)
                       << " deleted from " << o->store << "\n";
+            if (rollup > 0) {
+                std::int64_t r = store.rollup(now_s() - rollup);
+                std::cout << "prune: " << r << " samples older than "
+                          << format_time(now_s() - rollup) << " folded into hourly rows\n";
+            }
         });
     });
 }
@@ -238,7 +249,7 @@ void add_prune(CLI::App& app) {
 void add_record(CLI::App& app) {
     struct Opts {
         std::string store, interval = "60s", poll = "1s", retention = "35d", duration = "0",
-                           log_level = "info";
+                           log_level = "info", rollup_after;
         std::vector<std::string> controllers;
     };
     auto o = std::make_shared<Opts>();
@@ -255,6 +266,8 @@ void add_record(CLI::App& app) {
     c->add_option("--poll", o->poll, "How often the controllers are polled")->capture_default_str();
     c->add_option("--retention", o->retention, "Delete history older than this (hourly)")
         ->capture_default_str();
+    c->add_option("--rollup-after", o->rollup_after,
+                  "Fold samples older than this into hourly rows, hourly (default: never)");
     c->add_option("--duration", o->duration, "Stop after this long (0: at SIGTERM/SIGINT)")
         ->capture_default_str();
     c->add_option("--log-level", o->log_level, "debug, info, warn or error")->capture_default_str();
@@ -273,6 +286,8 @@ void add_record(CLI::App& app) {
             fail(cmd, 2, "--poll \"" + o->poll + "\": 10ms up to the interval");
         r.poll_ms = static_cast<std::int64_t>(poll.value);
         r.retention_s = value_or_fail(cmd, "--retention", parse_span_s(o->retention));
+        if (!o->rollup_after.empty())
+            r.rollup_after_s = value_or_fail(cmd, "--rollup-after", parse_span_s(o->rollup_after));
         if (o->duration != "0") {
             Parsed<std::uint64_t> d = parse_duration_ms(o->duration);
             if (!d) fail(cmd, 2, "--duration: " + d.error);

@@ -166,13 +166,20 @@ int run_record(const RecordOptions& opt) {
         write_rows(store, pending, std::move(closed), write_errors);
 
         if (opt.retention_s > 0 && mono_ms() >= next_prune) {
-            // Hourly: retention is in days, and a DELETE over the whole file is not free.
+            // Hourly: retention is in days, and a pass over the whole file is not free.
             next_prune = mono_ms() + 3600 * 1000;
             try {
                 std::int64_t n = store.prune(t / 1000 - opt.retention_s);
                 if (n > 0)
                     daemon::log_info("pruned " + std::to_string(n) + " samples older than " +
                                      format_time(t / 1000 - opt.retention_s));
+                if (opt.rollup_after_s > 0) {
+                    std::int64_t r = store.rollup(t / 1000 - opt.rollup_after_s);
+                    if (r > 0)
+                        daemon::log_info("folded " + std::to_string(r) + " samples older than " +
+                                         format_time(t / 1000 - opt.rollup_after_s) +
+                                         " into hourly rows");
+                }
             } catch (const StoreError& e) {
                 daemon::log_warn(std::string("pruning failed, retried in an hour: ") + e.what());
             }

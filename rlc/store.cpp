@@ -4,8 +4,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 namespace grl::rlc {
 
@@ -282,6 +284,68 @@ std::int64_t Store::prune(std::int64_t before_s) {
         "instances.id)");
     tx.commit();
     return n;
+}
+
+std::int64_t Store::rollup(std::int64_t before_s, std::int32_t length_s) {
+    const std::int64_t cutoff = before_s - ((before_s % length_s) + length_s) % length_s;
+    std::vector<std::pair<std::int64_t, InstanceKey>> ids;
+    {
+        Stmt q(db_, "SELECT id FROM instances ORDER BY id");
+        while (q.step()) ids.emplace_back(q.int64(0), InstanceKey{});
+    }
+    Stmt sel(db_, std::string("SELECT ") + kColumns +
+                      " FROM samples WHERE instance = ?1 AND start_s < ?2 AND length_s < ?3 "
+                      "ORDER BY start_s");
+    Stmt del(db_, "DELETE FROM samples WHERE instance = ?1 AND start_s < ?2 AND length_s < ?3");
+    Stmt ins(db_, insert_sql(WriteMode::Merge));
+    std::int64_t folded = 0;
+    for (const auto& [id, unused] : ids) {
+        Transaction tx(db_);
+        struct Acc {
+            std::int64_t ticks = 0;
+            std::int64_t sum[4] = {}, peak[4] = {}, ratio_sum = 0;
+            std::optional<std::int64_t> limit;
+            std::int64_t mode = 0;
+            std::int64_t rows = 0;
+        };
+        std::map<std::int64_t, Acc> windows;
+        sel.bind(1, id).bind(2, cutoff).bind(3, std::int64_t{length_s});
+        while (sel.step()) {
+            std::int64_t start = sel.int64(0);
+            Acc& a = windows[start - ((start % length_s) + length_s) % length_s];
+            std::int64_t ticks = std::max<std::int64_t>(1, sel.int64(2));
+            for (int i = 0; i < 4; ++i) {
+                a.sum[i] += sel.int64(3 + 2 * i) * ticks;
+                a.peak[i] = std::max(a.peak[i], sel.int64(4 + 2 * i));
+            }
+            a.limit = sel.is_null(11) ? std::nullopt : std::optional<std::int64_t>(sel.int64(11));
+            a.mode = sel.int64(12);
+            a.ratio_sum += sel.int64(13) * ticks;
+            a.ticks += ticks;
+            ++a.rows;
+        }
+        sel.reset();
+        if (windows.empty()) continue;  // the transaction rolls back: nothing to do
+        del.bind(1, id).bind(2, cutoff).bind(3, std::int64_t{length_s}).step();
+        del.reset();
+        for (const auto& [start, a] : windows) {
+            ins.bind(1, id).bind(2, start).bind(3, std::int64_t{length_s}).bind(4, a.ticks);
+            for (int i = 0; i < 4; ++i) {
+                ins.bind(5 + 2 * i, a.sum[i] / a.ticks);
+                ins.bind(6 + 2 * i, a.peak[i]);
+            }
+            if (a.limit)
+                ins.bind(13, *a.limit);
+            else
+                ins.bind_null(13);
+            ins.bind(14, a.mode).bind(15, a.ratio_sum / a.ticks);
+            ins.step();
+            ins.reset();
+            folded += a.rows - 1;
+        }
+        tx.commit();
+    }
+    return folded;
 }
 
 std::unique_ptr<HistorySource> open_history(const std::string& path) {

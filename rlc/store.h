@@ -43,6 +43,13 @@ class Store : public HistorySource {
     // any; returns the number of samples deleted.
     std::int64_t prune(std::int64_t before_s);
 
+    // Folds the samples that start before `before_s` and are shorter than `length_s` into
+    // one row per instance and `length_s` window (means weighted by ticks, peaks the max,
+    // limit and mode of the last row); only whole windows before `before_s`. One
+    // transaction per instance, so a recorder writing meanwhile waits briefly, not for the
+    // whole store. Returns the number of rows folded away.
+    std::int64_t rollup(std::int64_t before_s, std::int32_t length_s = 3600);
+
     const std::string& path() const { return db_.path(); }
 
   private:

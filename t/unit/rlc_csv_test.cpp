@@ -68,6 +68,11 @@ struct Bad {
     const char* error;  // the whole message
 };
 
+// gtest prints the case's name rather than its bytes.
+void PrintTo(const Bad& b, std::ostream* os) {
+    *os << b.name;
+}
+
 class RlcCsvBad : public ::testing::TestWithParam<Bad> {};
 
 TEST_P(RlcCsvBad, IsRefusedWithFileLineAndField) {

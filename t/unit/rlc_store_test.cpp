@@ -197,6 +197,42 @@ TEST(RlcStore, PruneDeletesOldSamplesAndEmptyInstances) {
     EXPECT_EQ(st.read(0, 10000).size(), 2u);
 }
 
+TEST(RlcStore, RollupFoldsWholeOldHoursAndLeavesTheRestAlone) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    std::vector<Sample> v;
+    for (int m = 0; m < 180; ++m) {  // three hours of minutes
+        Sample s = sample(m * 60, 100 + m % 60, 200 + m % 60, 60);
+        s.limit_rps = m < 60 ? 300 : 400;
+        v.push_back(s);
+    }
+    v[30].offered.peak = 5000;  // a one-minute burst in the first hour
+    v[90].ticks = 30;           // half a minute seen
+    st.write({{zone_key("a"), v}}, WriteMode::Replace);
+    // Roll up what is older than 2:30: hours 0 and 1 only (2 is not whole before 2:30).
+    EXPECT_EQ(st.rollup(2 * 3600 + 1800), 118);
+    std::vector<Sample> got = st.read(0, 100000).at(0).samples;
+    ASSERT_EQ(got.size(), 2u + 60u);
+    const Sample& h0 = got[0];
+    EXPECT_EQ(h0.start_s, 0);
+    EXPECT_EQ(h0.length_s, 3600);
+    EXPECT_EQ(h0.ticks, 3600);
+    EXPECT_NEAR(h0.offered.mean, 129.5, 0.001);  // mean of 100..159
+    EXPECT_EQ(h0.offered.peak, 5000);            // the burst survives the rollup
+    EXPECT_EQ(h0.limit_rps, 300);
+    const Sample& h1 = got[1];
+    EXPECT_EQ(h1.start_s, 3600);
+    EXPECT_EQ(h1.ticks, 59 * 60 + 30);
+    // Weighted by ticks: minute 90 (offered 130) counts half.
+    double sum = 0;
+    for (int m = 60; m < 120; ++m) sum += (100 + m % 60) * (m == 90 ? 30 : 60);
+    EXPECT_NEAR(h1.offered.mean, sum / (59 * 60 + 30), 0.001);
+    EXPECT_EQ(h1.limit_rps, 400);
+    EXPECT_EQ(got[2].start_s, 7200);  // hour 2 untouched
+    EXPECT_EQ(got[2].length_s, 60);
+    EXPECT_EQ(st.rollup(2 * 3600 + 1800), 0);  // idempotent
+}
+
 TEST(RlcStore, ErrorsNameTheFile) {
     TempDir d;
     try {
