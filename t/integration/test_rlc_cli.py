@@ -7,7 +7,6 @@ readers see the store while it is written."""
 import os
 import sqlite3
 import subprocess
-import tempfile
 
 import fleet as f
 
@@ -34,8 +33,8 @@ def dump(store):
     return query(store, "SELECT * FROM history ORDER BY bucket, scope, region, zone, start")
 
 
-def test_synth_is_reproducible_and_has_the_shape_asked_for():
-    d = tempfile.mkdtemp(prefix="grl-rlc-cli-")
+def test_synth_is_reproducible_and_has_the_shape_asked_for(tmp_path):
+    d = str(tmp_path)
     a, b = os.path.join(d, "a.db"), os.path.join(d, "b.db")
     args = ["--bucket", "api", "--scope", "zone", "--region", "eu", "--zone", "az1", "--weeks", "2",
             "--base", "200", "--end", END, "--limit", "250", "--spike", "3:14:4", "--gap", "5:6:2"]
@@ -64,8 +63,8 @@ def test_synth_is_reproducible_and_has_the_shape_asked_for():
     assert any(r[4] > 0 for r in rows)  # the spike is over the limit: drops
 
 
-def test_a_bad_csv_changes_nothing_and_names_file_line_field():
-    d = tempfile.mkdtemp(prefix="grl-rlc-cli-")
+def test_a_bad_csv_changes_nothing_and_names_file_line_field(tmp_path):
+    d = str(tmp_path)
     store = os.path.join(d, "h.db")
     rc, _, err = rlc("synth", "--store", store, "--bucket", "api", "--weeks", "1", "--end", END)
     assert rc == 0, err
@@ -97,8 +96,8 @@ def test_a_bad_csv_changes_nothing_and_names_file_line_field():
     assert new[1][8] == 15.0 and new[1][15] == 20.0 and new[1][16] == "shadow", new
 
 
-def test_prune_keeps_the_retention_and_readers_see_a_store_being_written():
-    d = tempfile.mkdtemp(prefix="grl-rlc-cli-")
+def test_prune_keeps_the_retention_and_readers_see_a_store_being_written(tmp_path):
+    d = str(tmp_path)
     store = os.path.join(d, "h.db")
     rc, _, err = rlc("synth", "--store", store, "--bucket", "api", "--weeks", "2")  # ends now
     assert rc == 0, err
