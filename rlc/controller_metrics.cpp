@@ -1,11 +1,11 @@
 #include "controller_metrics.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <optional>
-#include <tuple>
+#include <unordered_map>
 
 #include "units.h"
 
@@ -13,56 +13,103 @@ namespace grl::rlc {
 
 namespace {
 
-using Labels = std::map<std::string, std::string, std::less<>>;
-
-// `name{a="x",b="y"} value` (labels optional; an optional timestamp after the value is
-// ignored). false on anything else.
-bool parse_line(std::string_view line, std::string& name, Labels& labels, double& value) {
-    std::size_t i = 0;
-    while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
-    name.assign(line.substr(0, i));
-    labels.clear();
-    if (name.empty()) return false;
-    if (i < line.size() && line[i] == '{') {
-        ++i;
-        while (i < line.size() && line[i] != '}') {
-            std::size_t eq = line.find('=', i);
-            if (eq == std::string_view::npos || eq + 1 >= line.size() || line[eq + 1] != '"')
-                return false;
-            std::string key(line.substr(i, eq - i));
-            std::string val;
-            std::size_t j = eq + 2;
-            for (; j < line.size() && line[j] != '"'; ++j) {
-                if (line[j] == '\\' && j + 1 < line.size()) {
-                    ++j;
-                    val += line[j] == 'n' ? '\n' : line[j];
-                } else {
-                    val += line[j];
-                }
-            }
-            if (j >= line.size()) return false;
-            labels[key] = std::move(val);
-            i = j + 1;
-            if (i < line.size() && line[i] == ',') ++i;
-        }
-        if (i >= line.size()) return false;
-        ++i;  // '}'
+// The labels of one line. Reused from line to line so that a scrape of 10,000 instances
+// allocates almost nothing: grl-rlc record reads every controller every second.
+class Labels {
+  public:
+    void clear() { n_ = 0; }
+    std::string& add(std::string_view key) {
+        if (n_ == items_.size()) items_.emplace_back();
+        items_[n_].first = key;
+        items_[n_].second.clear();
+        return items_[n_++].second;
     }
-    while (i < line.size() && line[i] == ' ') ++i;
-    std::string_view rest = line.substr(i);
+    std::string_view get(std::string_view key) const {
+        for (std::size_t i = 0; i < n_; ++i)
+            if (items_[i].first == key) return items_[i].second;
+        return {};
+    }
+    bool has(std::string_view key) const {
+        for (std::size_t i = 0; i < n_; ++i)
+            if (items_[i].first == key) return true;
+        return false;
+    }
+
+  private:
+    std::vector<std::pair<std::string_view, std::string>> items_;
+    std::size_t n_ = 0;
+};
+
+// The families read, by their place in Fields.
+enum Family {
+    kOffered,
+    kAdmitted,
+    kShadowDropped,
+    kLimit,
+    kRatio,
+    kShadow,
+    kInfo,
+    kPublished,
+    kNone
+};
+
+Family family(std::string_view name) {
+    if (name.substr(0, 11) == "grl_bucket_") {
+        std::string_view f = name.substr(11);
+        if (f == "offered_rps") return kOffered;
+        if (f == "admitted_rps") return kAdmitted;
+        if (f == "shadow_dropped_rps") return kShadowDropped;
+        if (f == "limit_rps") return kLimit;
+        if (f == "ratio") return kRatio;
+        if (f == "shadow") return kShadow;
+        return kNone;
+    }
+    if (name == "grl_controller_info") return kInfo;
+    if (name == "grl_controller_instructions_published_total") return kPublished;
+    return kNone;
+}
+
+// `{a="x",b="y"}` from line[i] (at the '{'); returns the index after '}', or npos.
+std::size_t parse_labels(std::string_view line, std::size_t i, Labels& labels) {
+    ++i;
+    while (i < line.size() && line[i] != '}') {
+        std::size_t eq = line.find('=', i);
+        if (eq == std::string_view::npos || eq + 1 >= line.size() || line[eq + 1] != '"')
+            return std::string_view::npos;
+        std::string& val = labels.add(line.substr(i, eq - i));
+        std::size_t j = eq + 2;
+        for (; j < line.size() && line[j] != '"'; ++j) {
+            if (line[j] == '\\' && j + 1 < line.size()) {
+                ++j;
+                val += line[j] == 'n' ? '\n' : line[j];
+            } else {
+                val += line[j];
+            }
+        }
+        if (j >= line.size()) return std::string_view::npos;
+        i = j + 1;
+        if (i < line.size() && line[i] == ',') ++i;
+    }
+    return i < line.size() ? i + 1 : std::string_view::npos;
+}
+
+// The sample value after the labels (an optional timestamp after it is ignored); NaN and
+// infinities are valid text without a usable value.
+bool parse_value(std::string_view rest, double& value) {
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
     std::string_view num = rest.substr(0, rest.find(' '));
     if (num == "NaN" || num == "+Inf" || num == "-Inf") {
-        value = std::numeric_limits<double>::quiet_NaN();  // valid text, no usable value
+        value = std::numeric_limits<double>::quiet_NaN();
         return true;
     }
     Parsed<double> v = parse_number(num);
-    if (!v) return false;
     value = v.value;
-    return true;
+    return static_cast<bool>(v);
 }
 
 struct Fields {
-    std::optional<double> offered, admitted, shadow_dropped, limit, ratio, shadow;
+    std::string bucket, scope, zone;
+    std::optional<double> v[kShadow + 1];
 };
 
 }  // namespace
@@ -72,11 +119,11 @@ Parsed<ControllerScrape> parse_controller_metrics(std::string_view text,
     Parsed<ControllerScrape> out;
     ControllerScrape& s = out.value;
     s.report.source = source;
-    // (bucket, scope, zone) -> fields, in the order of first appearance.
-    std::map<std::tuple<std::string, std::string, std::string>, Fields> inst;
-    std::string name;
+    // Instances in the order they first appear; the index finds them by bucket, scope, zone.
+    std::vector<Fields> inst;
+    std::unordered_map<std::string, std::size_t> index;
+    std::string id;
     Labels labels;
-    double value = 0;
     std::size_t line_no = 0, pos = 0;
     while (pos < text.size()) {
         std::size_t nl = text.find('\n', pos);
@@ -85,46 +132,50 @@ Parsed<ControllerScrape> parse_controller_metrics(std::string_view text,
         pos = nl == std::string_view::npos ? text.size() : nl + 1;
         ++line_no;
         if (line.empty() || line[0] == '#') continue;
-        if (!parse_line(line, name, labels, value)) {
+        std::size_t i = 0;
+        while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+        labels.clear();
+        std::size_t after = i;
+        if (i < line.size() && line[i] == '{') after = parse_labels(line, i, labels);
+        double value = 0;
+        if (i == 0 || after == std::string_view::npos || !parse_value(line.substr(after), value)) {
             out.error = source + " /metrics line " + std::to_string(line_no) +
                         ": not Prometheus text: \"" + std::string(line.substr(0, 80)) + "\"";
             return out;
         }
-        if (std::isnan(value)) continue;
-        if (name == "grl_controller_info") {
-            s.region = labels["region"];
-            s.name = labels["name"];
+        Family fam = family(line.substr(0, i));
+        if (fam == kNone || std::isnan(value)) continue;
+        if (fam == kInfo) {
+            s.region = labels.get("region");
+            s.name = labels.get("name");
             continue;
         }
-        if (name == "grl_controller_instructions_published_total") {
+        if (fam == kPublished) {
             s.report.has_tick_marker = true;
             s.report.tick_marker = value;
             continue;
         }
-        if (name.rfind("grl_bucket_", 0) != 0) continue;
-        auto b = labels.find("bucket");
-        auto sc = labels.find("scope");
-        if (b == labels.end() || sc == labels.end()) continue;
-        Fields& f = inst[{b->second, sc->second, labels["zone"]}];
-        if (name == "grl_bucket_offered_rps")
-            f.offered = value;
-        else if (name == "grl_bucket_admitted_rps")
-            f.admitted = value;
-        else if (name == "grl_bucket_shadow_dropped_rps")
-            f.shadow_dropped = value;
-        else if (name == "grl_bucket_limit_rps")
-            f.limit = value;
-        else if (name == "grl_bucket_ratio")
-            f.ratio = value;
-        else if (name == "grl_bucket_shadow")
-            f.shadow = value;
+        if (!labels.has("bucket") || !labels.has("scope")) continue;
+        id.assign(labels.get("bucket"));
+        id += '\0';
+        id += labels.get("scope");
+        id += '\0';
+        id += labels.get("zone");
+        auto [it, fresh] = index.try_emplace(id, inst.size());
+        if (fresh) {
+            inst.emplace_back();
+            inst.back().bucket = labels.get("bucket");
+            inst.back().scope = labels.get("scope");
+            inst.back().zone = labels.get("zone");
+        }
+        inst[it->second].v[fam] = value;
     }
-    for (const auto& [id, f] : inst) {
-        const auto& [bucket, scope_s, zone] = id;
-        std::optional<Scope> scope = parse_scope(scope_s);
-        if (!scope || !f.offered || !f.admitted) continue;
+    s.report.observations.reserve(inst.size());
+    for (const Fields& f : inst) {
+        std::optional<Scope> scope = parse_scope(f.scope);
+        if (!scope || !f.v[kOffered] || !f.v[kAdmitted]) continue;
         Observation o;
-        o.key.bucket = bucket;
+        o.key.bucket = f.bucket;
         o.key.scope = *scope;
         if (*scope != Scope::Global) {
             if (s.region.empty()) {
@@ -133,17 +184,17 @@ Parsed<ControllerScrape> parse_controller_metrics(std::string_view text,
             }
             o.key.region = s.region;
         }
-        if (*scope == Scope::Zone) o.key.zone = zone;
-        o.offered = *f.offered;
-        o.admitted = *f.admitted;
+        if (*scope == Scope::Zone) o.key.zone = f.zone;
+        o.offered = *f.v[kOffered];
+        o.admitted = *f.v[kAdmitted];
         // The controller exports no dropped rate: what a bucket offers and does not admit
         // is what it dropped (nginx counts offered = admitted + dropped per host, and the
         // controller smooths both over the same window).
         o.dropped = std::max(0.0, o.offered - o.admitted);
-        o.shadow_dropped = f.shadow_dropped.value_or(0);
-        o.limit_rps = f.limit.value_or(-1);
-        o.ratio = f.ratio.value_or(0);
-        o.mode = f.shadow.value_or(0) != 0 ? Mode::Shadow : Mode::Deny;
+        o.shadow_dropped = f.v[kShadowDropped].value_or(0);
+        o.limit_rps = f.v[kLimit].value_or(-1);
+        o.ratio = f.v[kRatio].value_or(0);
+        o.mode = f.v[kShadow].value_or(0) != 0 ? Mode::Shadow : Mode::Deny;
         s.report.observations.push_back(std::move(o));
     }
     return out;
