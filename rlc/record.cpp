@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <csignal>
 #include <memory>
 #include <thread>
@@ -36,16 +39,6 @@ std::int64_t mono_ms() {
         .count();
 }
 
-// One controller being polled, and what has been said about it in the log: a controller
-// that stops answering is logged once, and once more when it answers again.
-struct Polled {
-    std::string address;
-    std::unique_ptr<httplib::Client> http;
-    bool answering = true;
-    bool warned_no_region = false;
-    daemon::LogLimiter bad_text{60000};
-};
-
 std::unique_ptr<httplib::Client> client_for(const std::string& address, std::int64_t poll_ms) {
     std::size_t colon = address.rfind(':');
     if (colon == std::string::npos || colon == 0)
@@ -58,13 +51,96 @@ std::unique_ptr<httplib::Client> client_for(const std::string& address, std::int
     if (port <= 0 || port > 65535)
         throw std::invalid_argument("--controller \"" + address + "\": bad port");
     auto c = std::make_unique<httplib::Client>(address.substr(0, colon), port);
-    // A controller that hangs must not hold up the others' polls for long.
     std::int64_t timeout_ms = std::max<std::int64_t>(200, std::min<std::int64_t>(poll_ms, 2000));
     c->set_connection_timeout(0, timeout_ms * 1000);
     c->set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
     c->set_keep_alive(false);
     return c;
 }
+
+// One controller, fetched and read by its own thread: a controller whose host is gone
+// (connections time out instead of being refused) delays nobody else's polls.
+class Poller {
+  public:
+    struct Answer {
+        std::uint64_t round = 0;
+        std::string error;  // empty: `scrape` holds the answer
+        Parsed<ControllerScrape> scrape;
+    };
+
+    Poller(std::string address, std::int64_t poll_ms)
+        : address_(std::move(address)), http_(client_for(address_, poll_ms)) {
+        thread_ = std::thread([this] { run(); });
+    }
+    ~Poller() {
+        {
+            std::lock_guard<std::mutex> l(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        thread_.join();
+    }
+    Poller(const Poller&) = delete;
+    Poller& operator=(const Poller&) = delete;
+
+    const std::string& address() const { return address_; }
+    // Asks for a fetch for `round`; ignored while the previous one is still under way.
+    void request(std::uint64_t round) {
+        {
+            std::lock_guard<std::mutex> l(mu_);
+            if (busy_) return;
+            requested_ = round;
+            busy_ = true;
+        }
+        cv_.notify_all();
+    }
+    // The answer for `round`, once it has arrived (each answer is taken once).
+    std::optional<Answer> take(std::uint64_t round) {
+        std::lock_guard<std::mutex> l(mu_);
+        if (!answer_ || answer_->round != round) return std::nullopt;
+        std::optional<Answer> a = std::move(answer_);
+        answer_.reset();
+        return a;
+    }
+
+    // What has been said about it in the log: a controller that stops answering is logged
+    // once, and once more when it answers again.
+    bool answering = true;
+    bool warned_no_region = false;
+    daemon::LogLimiter bad_text{60000};
+
+  private:
+    void run() {
+        std::unique_lock<std::mutex> l(mu_);
+        for (;;) {
+            cv_.wait(l, [this] { return stop_ || busy_; });
+            if (stop_) return;
+            std::uint64_t round = requested_;
+            l.unlock();
+            Answer a;
+            a.round = round;
+            httplib::Result res = http_->Get("/metrics");
+            if (!res)
+                a.error = "GET /metrics: error " + httplib::to_string(res.error());
+            else if (res->status != 200)
+                a.error = "GET /metrics: HTTP status " + std::to_string(res->status);
+            else
+                a.scrape = parse_controller_metrics(res->body, address_);
+            l.lock();
+            answer_ = std::move(a);
+            busy_ = false;
+        }
+    }
+
+    std::string address_;
+    std::unique_ptr<httplib::Client> http_;  // used by the thread only
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false, busy_ = false;
+    std::uint64_t requested_ = 0;
+    std::optional<Answer> answer_;
+    std::thread thread_;
+};
 
 // Writes rows, keeping them for the next attempt when the store refuses (a lock held
 // longer than the busy timeout): a slow reader costs a delay, not history.
@@ -87,13 +163,9 @@ void write_rows(Store& store, std::vector<Series>& pending, std::vector<Series> 
 int run_record(const RecordOptions& opt) {
     Store store(opt.store);
     Recorder rec(opt.interval_s);
-    std::vector<Polled> ctls;
-    for (const std::string& a : opt.controllers) {
-        Polled p;
-        p.address = a;
-        p.http = client_for(a, opt.poll_ms);
-        ctls.push_back(std::move(p));
-    }
+    std::vector<std::unique_ptr<Poller>> ctls;
+    for (const std::string& a : opt.controllers)
+        ctls.push_back(std::make_unique<Poller>(a, opt.poll_ms));
 
     g_stop = false;
     struct sigaction sa {};
@@ -113,6 +185,7 @@ int run_record(const RecordOptions& opt) {
     const std::int64_t started = mono_ms();
     std::int64_t next_poll = started;
     std::uint64_t rows_written = 0;
+    std::uint64_t round = 0;
     while (!g_stop) {
         std::int64_t now = mono_ms();
         if (opt.duration_ms > 0 && now - started >= opt.duration_ms) break;
@@ -125,15 +198,29 @@ int run_record(const RecordOptions& opt) {
         next_poll += opt.poll_ms;
         if (next_poll <= now) next_poll = now + opt.poll_ms;  // late: skip, do not catch up
 
+        // Every controller at once; what has not answered within most of a poll period
+        // misses this round (logged below) rather than delaying it.
+        ++round;
+        for (auto& c : ctls) c->request(round);
+        const std::int64_t deadline = mono_ms() + std::max<std::int64_t>(50, opt.poll_ms * 3 / 4);
+        std::vector<std::optional<Poller::Answer>> answers(ctls.size());
+        for (;;) {
+            bool all = true;
+            for (std::size_t i = 0; i < ctls.size(); ++i) {
+                if (!answers[i]) answers[i] = ctls[i]->take(round);
+                all = all && answers[i];
+            }
+            if (all || mono_ms() >= deadline || g_stop) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
         std::vector<ControllerReport> reports;
-        for (Polled& c : ctls) {
-            httplib::Result res = c.http->Get("/metrics");
-            if (!res || res->status != 200) {
+        for (std::size_t i = 0; i < ctls.size(); ++i) {
+            Poller& c = *ctls[i];
+            std::string error =
+                !answers[i] ? "no answer within the poll period" : answers[i]->error;
+            if (!error.empty()) {
                 if (c.answering) {
-                    std::string why = res ? "HTTP status " + std::to_string(res->status)
-                                          : "error " + httplib::to_string(res.error());
-                    daemon::log_warn("controller " + c.address +
-                                     " not answering (GET /metrics: " + why +
+                    daemon::log_warn("controller " + c.address() + " not answering (" + error +
                                      "); retried every poll, the other controllers are still "
                                      "recorded");
                     c.answering = false;
@@ -141,10 +228,10 @@ int run_record(const RecordOptions& opt) {
                 continue;
             }
             if (!c.answering) {
-                daemon::log_info("controller " + c.address + " answering again");
+                daemon::log_info("controller " + c.address() + " answering again");
                 c.answering = true;
             }
-            Parsed<ControllerScrape> s = parse_controller_metrics(res->body, c.address);
+            Parsed<ControllerScrape>& s = answers[i]->scrape;
             if (!s) {
                 c.bad_text.hit(daemon::LogLevel::Warn, {}, s.error,
                                static_cast<std::uint64_t>(mono_ms()));
@@ -152,7 +239,7 @@ int run_record(const RecordOptions& opt) {
             }
             if (s.value.skipped_no_region > 0 && !c.warned_no_region) {
                 daemon::log_warn(
-                    "controller " + c.address +
+                    "controller " + c.address() +
                     " does not export grl_controller_info (an older grl-controller): "
                     "its region and zone instances are not recorded, only global ones");
                 c.warned_no_region = true;
