@@ -12,7 +12,6 @@ void Recorder::poll(std::int64_t now_ms, const std::vector<ControllerReport>& re
     std::int64_t now_s = now_ms >= 0 ? now_ms / 1000 : -((-now_ms + 999) / 1000);
     std::int64_t start = now_s - ((now_s % interval_s_) + interval_s_) % interval_s_;
     std::set<InstanceKey> seen;
-    bool counted = false;
     for (const ControllerReport& r : reports) {
         if (r.has_tick_marker) {
             auto it = last_marker_.find(r.source);
@@ -31,10 +30,8 @@ void Recorder::poll(std::int64_t now_ms, const std::vector<ControllerReport>& re
             a.limit_rps = o.limit_rps;  // the newest: in force at the end of the interval
             a.mode = o.mode;
             ++a.ticks;
-            counted = true;
         }
     }
-    rounds_ += counted;
 }
 
 std::vector<Series> Recorder::take_until(std::int64_t end_s) {

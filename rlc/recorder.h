@@ -51,7 +51,6 @@ class Recorder {
     std::vector<Series> take_all();
 
     std::int32_t interval_s() const { return interval_s_; }
-    std::uint64_t rounds_counted() const { return rounds_; }
 
   private:
     struct Acc {
@@ -66,7 +65,6 @@ class Recorder {
     std::int32_t interval_s_;
     std::map<std::int64_t, std::map<InstanceKey, Acc>> open_;  // by interval start
     std::map<std::string, double> last_marker_;                // by source
-    std::uint64_t rounds_ = 0;
 };
 
 }  // namespace grl::rlc
