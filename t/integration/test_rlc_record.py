@@ -6,12 +6,15 @@ them dying is logged once while the other keeps being recorded. The store is
 read with Python's sqlite3 module, the way any other reader would."""
 
 import os
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import tempfile
 import time
+
+import pytest
 
 import fleet as f
 from fleet import fleet  # noqa: F401  (pytest fixture)
@@ -39,12 +42,12 @@ class Silent:
 class Record:
     """grl-rlc record in the background, its log in a file."""
 
-    def __init__(self, controllers):
+    def __init__(self, controllers, interval=INTERVAL, store=None):
         self.dir = tempfile.mkdtemp(prefix="grl-rlc-")
-        self.store = os.path.join(self.dir, "history.db")
+        self.store = store or os.path.join(self.dir, "history.db")
         self.log_path = os.path.join(self.dir, "record.log")
         log = open(self.log_path, "wb")
-        args = [RLC_BIN, "record", "--store", self.store, "--interval", "%ds" % INTERVAL,
+        args = [RLC_BIN, "record", "--store", self.store, "--interval", "%ds" % interval,
                 "--poll", "250ms"]
         for c in controllers:
             args += ["--controller", c.endpoints["metrics"]]
@@ -77,17 +80,34 @@ class Record:
             db.close()
 
 
+@pytest.fixture
+def recs():
+    """Record() for one test; their directories are removed at teardown."""
+    made = []
+
+    def make(*a, **kw):
+        r = Record(*a, **kw)
+        made.append(r)
+        return r
+    yield make
+    for r in made:
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.wait(5)
+        shutil.rmtree(r.dir, ignore_errors=True)
+
+
 def full_intervals(rows, t0, t1):
     """The rows whose whole interval lies in [t0, t1] (wall seconds)."""
     return [r for r in rows if r["start_s"] >= t0 and r["start_s"] + r["length_s"] <= t1]
 
 
-def test_records_every_instance_with_means_and_peaks_near_the_load(fleet):
+def test_records_every_instance_with_means_and_peaks_near_the_load(fleet, recs):
     ctl = fleet.controller()
     col = fleet.collector("z1", [ctl])
     ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
     fleet.wait_hosts(ctl, 2)
-    rec = Record([ctl])
+    rec = recs([ctl])
     try:
         t_load = time.time()
         loads = [f.Load([(ns[0], 2), (ns[1], 1)], "150:10", "/g/x"),
@@ -142,7 +162,7 @@ def test_records_every_instance_with_means_and_peaks_near_the_load(fleet):
         assert r["shadow_peak_mrps"] >= r["shadow_mean_mrps"], r
 
 
-def test_active_active_counted_once_and_dead_controllers_logged_once(fleet):
+def test_active_active_counted_once_and_dead_controllers_logged_once(fleet, recs):
     a = f.Controller(name="ctl-a")
     b = f.Controller(name="ctl-b", peers=[a.publish])
     a.args += ["--peer", b.publish]
@@ -155,7 +175,7 @@ def test_active_active_counted_once_and_dead_controllers_logged_once(fleet):
     # Another region whose two controllers' hosts are gone; listed first: they must delay
     # nobody (each fetch waits up to a poll period for its timeout).
     silent = [Silent(), Silent()]
-    rec = Record(silent + [a, b])
+    rec = recs(silent + [a, b])
     try:
         t_load = time.time()
         load = f.Load([(ns[0], 1), (ns[1], 1)], "150:16", "/g/x")
@@ -189,3 +209,33 @@ def test_active_active_counted_once_and_dead_controllers_logged_once(fleet):
         # although one controller never answers (it is polled beside, not before, them).
         assert 5 <= r["ticks"] <= 9, r
         assert abs(r["offered_mean_mrps"] / 1000 - 150) <= 0.15 * 150, r
+
+
+def test_a_restart_within_an_interval_merges_into_one_row(fleet, recs):
+    ctl = fleet.controller()
+    col = fleet.collector("z1", [ctl])
+    ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
+    fleet.wait_hosts(ctl, 2)
+    load = f.Load([(ns[0], 1), (ns[1], 1)], "120:12", "/g/x")
+    try:
+        time.sleep(2)
+        # Both runs must fall in one 5-minute interval.
+        while time.time() % 300 > 285:
+            time.sleep(0.5)
+        first = recs([ctl], interval=300)
+        time.sleep(3)
+        assert first.stop() == 0, first.log()
+        one = first.rows("g", "global")
+        assert len(one) == 1, one
+        second = recs([ctl], interval=300, store=first.store)
+        time.sleep(3)
+        assert second.stop() == 0, second.log()
+    finally:
+        load.result()
+    both = second.rows("g", "global")
+    print(one, both)
+    assert len(both) == 1 and both[0]["start_s"] == one[0]["start_s"], both
+    # The second run's partial interval was folded into the first's, not written over it.
+    assert both[0]["ticks"] >= one[0]["ticks"] + 6, (one, both)
+    assert abs(both[0]["offered_mean_mrps"] / 1000 - 120) <= 0.15 * 120, both
+    assert both[0]["offered_peak_mrps"] >= both[0]["offered_mean_mrps"], both
