@@ -487,6 +487,10 @@ std::string Daemon::metrics() {
                  1);
     }
 
+    // Which region the instances above belong to: the labels of region-scope and
+    // zone-scope instances do not say it, and grl-rlc record needs it to name them.
+    m.family("grl_controller_info", "gauge", "This controller's region and name (always 1).");
+    m.sample("grl_controller_info", {{"region", cfg_.opts.region}, {"name", cfg_.opts.name}}, 1);
     std::vector<wire::ZoneStatus> zones = ctl_.zones(t);
     std::size_t fresh = 0;
     for (const auto& z : zones) fresh += z.fresh;

@@ -1,0 +1,66 @@
+// The Rate Limit Configurator's model of traffic history: what is recorded per bucket
+// instance and per recording interval, and how the rest of grl-rlc reads it.
+// The store (SQLite by default) writes and reads these; policies and what-if only read
+// them. Schema and meaning: docs/rlc.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "grl/bucket_types.h"
+
+namespace grl::rlc {
+
+// One bucket instance, as the controller names it: a bucket name, its scope and, for
+// region and zone scope, the region and zone it is summed over ("" otherwise).
+struct InstanceKey {
+    std::string bucket;
+    Scope scope = Scope::Global;
+    std::string region;  // "" for global scope
+    std::string zone;    // "" unless zone scope
+    friend bool operator==(const InstanceKey& a, const InstanceKey& b) {
+        return std::tie(a.bucket, a.scope, a.region, a.zone) ==
+               std::tie(b.bucket, b.scope, b.region, b.zone);
+    }
+    friend bool operator<(const InstanceKey& a, const InstanceKey& b) {
+        return std::tie(a.bucket, a.scope, a.region, a.zone) <
+               std::tie(b.bucket, b.scope, b.region, b.zone);
+    }
+};
+
+// The mean and the peak of one rate over a recording interval. The peak is the highest
+// controller tick's rate in the interval: averages hide the peaks a limit must cover.
+struct Rate {
+    double mean = 0;  // r/s
+    double peak = 0;  // r/s, highest tick
+};
+
+// One recording interval (typically 60 s, at most a few minutes) of one instance.
+struct Sample {
+    std::int64_t start_s = 0;    // unix seconds, start of the interval
+    std::int32_t length_s = 60;  // interval length
+    std::int32_t ticks = 0;      // controller ticks seen in it (0: a gap, not a zero)
+    Rate offered, admitted, dropped, shadow_dropped;
+    double limit_rps = -1;   // limit in force at the end of the interval; -1: unknown
+    Mode mode = Mode::Deny;  // mode in force at the end of the interval
+    double ratio = 0;        // mean published drop ratio over the interval
+};
+
+struct Series {
+    InstanceKey key;
+    std::vector<Sample> samples;  // ascending start_s, no duplicates; gaps are missing rows
+};
+
+// Where policies and what-if read history from: the SQLite store, a Prometheus server, or
+// (in unit tests) memory. Returns every instance with at least one sample in
+// [since_s, until_s), samples restricted to that range.
+class HistorySource {
+  public:
+    virtual ~HistorySource() = default;
+    virtual std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) = 0;
+};
+
+}  // namespace grl::rlc

@@ -1,0 +1,77 @@
+// History read from a Prometheus server that scrapes the controllers (for fleets that
+// already run one): per recording interval, the mean and the max of each controller gauge,
+// by range queries over its HTTP API (docs/rlc-history.md, "Prometheus").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "history.h"
+
+namespace grl::rlc {
+
+struct PrometheusOptions {
+    std::string url;               // http://HOST:PORT of the Prometheus server
+    std::int32_t interval_s = 60;  // recording interval the samples are cut into
+    std::int32_t scrape_s = 15;    // its scrape interval (resolution of the dropped peak)
+    std::int64_t timeout_ms = 30000;
+};
+
+// What each range query asks for; one query per field.
+enum class PromField {
+    OfferedMean,
+    OfferedPeak,
+    AdmittedMean,
+    AdmittedPeak,
+    DroppedPeak,
+    ShadowMean,
+    ShadowPeak,
+    Limit,
+    Shadow,
+    Ratio,
+    Ticks,
+};
+inline constexpr int kPromFields = 11;
+
+// The PromQL of one field for `interval_s` windows: e.g. the offered peak is
+// max_over_time(grl_bucket_offered_rps[60s]), joined with grl_controller_info for the
+// controller's region.
+std::string prom_query(PromField f, std::int32_t interval_s, std::int32_t scrape_s);
+
+// Folds query_range answers into series: pure, so that it is tested without a server.
+class PromAssembler {
+  public:
+    explicit PromAssembler(std::int32_t interval_s) : interval_s_(interval_s) {}
+    // `body`: the JSON of one /api/v1/query_range answer for field `f`. Throws
+    // std::runtime_error naming `what` (the query) when it is not a successful matrix.
+    void add(PromField f, std::string_view body, const std::string& what);
+    // Series per instance (a global instance seen through several controllers is one),
+    // samples at the windows' starts, ascending; a window without an offered mean is a gap.
+    std::vector<Series> series() const;
+
+  private:
+    struct Point {
+        double v[kPromFields];
+        bool has[kPromFields] = {};
+    };
+    std::int32_t interval_s_;
+    std::map<InstanceKey, std::map<std::int64_t, Point>> points_;  // by window end
+};
+
+class PrometheusSource : public HistorySource {
+  public:
+    explicit PrometheusSource(PrometheusOptions o);
+    // Windows whose start is in [since_s, until_s) and that have ended; throws
+    // std::runtime_error naming the server when it cannot be asked or answers an error.
+    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) override;
+
+  private:
+    PrometheusOptions opt_;
+    std::string host_;
+    int port_ = 0;
+};
+
+}  // namespace grl::rlc

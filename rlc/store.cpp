@@ -1,0 +1,360 @@
+#include "store.h"
+
+#include "prometheus_source.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+namespace grl::rlc {
+
+namespace {
+
+// Rates are stored as integer milli-requests per second and ratios as parts per million,
+// as everywhere else in grl: SQLite keeps small integers in 1 to 4 bytes where a REAL
+// always takes 8, which halves the file (docs/rlc-history.md, "Measured").
+std::int64_t to_milli(double v) {
+    return static_cast<std::int64_t>(std::llround(v * 1000.0));
+}
+double from_milli(std::int64_t v) {
+    return static_cast<double>(v) / 1000.0;
+}
+
+const char* const kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS schema_version (
+    component TEXT PRIMARY KEY,
+    version   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS instances (
+    id     INTEGER PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    scope  TEXT NOT NULL,          -- global | region | zone
+    region TEXT NOT NULL,          -- '' for global scope
+    zone   TEXT NOT NULL,          -- '' unless zone scope
+    UNIQUE (bucket, scope, region, zone)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    instance           INTEGER NOT NULL REFERENCES instances (id),
+    start_s            INTEGER NOT NULL,  -- unix seconds, start of the interval
+    length_s           INTEGER NOT NULL,
+    ticks              INTEGER NOT NULL,  -- controller ticks seen in the interval
+    offered_mean_mrps  INTEGER NOT NULL,  -- rates in milli-requests per second
+    offered_peak_mrps  INTEGER NOT NULL,
+    admitted_mean_mrps INTEGER NOT NULL,
+    admitted_peak_mrps INTEGER NOT NULL,
+    dropped_mean_mrps  INTEGER NOT NULL,
+    dropped_peak_mrps  INTEGER NOT NULL,
+    shadow_mean_mrps   INTEGER NOT NULL,
+    shadow_peak_mrps   INTEGER NOT NULL,
+    limit_mrps         INTEGER,           -- NULL: unknown
+    mode               INTEGER NOT NULL,  -- 0 deny, 1 shadow
+    ratio_ppm          INTEGER NOT NULL,
+    PRIMARY KEY (instance, start_s)
+) WITHOUT ROWID;
+CREATE VIEW IF NOT EXISTS history AS
+SELECT i.bucket, i.scope, i.region, i.zone,
+       strftime('%Y-%m-%dT%H:%M:%SZ', s.start_s, 'unixepoch') AS start, s.length_s, s.ticks,
+       s.offered_mean_mrps / 1000.0 AS offered_mean, s.offered_peak_mrps / 1000.0 AS offered_peak,
+       s.admitted_mean_mrps / 1000.0 AS admitted_mean, s.admitted_peak_mrps / 1000.0 AS admitted_peak,
+       s.dropped_mean_mrps / 1000.0 AS dropped_mean, s.dropped_peak_mrps / 1000.0 AS dropped_peak,
+       s.shadow_mean_mrps / 1000.0 AS shadow_mean, s.shadow_peak_mrps / 1000.0 AS shadow_peak,
+       s.limit_mrps / 1000.0 AS "limit", CASE s.mode WHEN 1 THEN 'shadow' ELSE 'deny' END AS mode,
+       s.ratio_ppm / 1e6 AS ratio
+FROM samples s JOIN instances i ON i.id = s.instance;
+)sql";
+
+const char* const kColumns =
+    "start_s, length_s, ticks, offered_mean_mrps, offered_peak_mrps, admitted_mean_mrps, "
+    "admitted_peak_mrps, dropped_mean_mrps, dropped_peak_mrps, shadow_mean_mrps, "
+    "shadow_peak_mrps, limit_mrps, mode, ratio_ppm";
+
+std::string insert_sql(WriteMode mode) {
+    std::string sql = std::string("INSERT INTO samples (instance, ") + kColumns +
+                      ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+                      "?15) ON CONFLICT (instance, start_s) DO UPDATE SET ";
+    if (mode == WriteMode::Replace) {
+        sql += "length_s = excluded.length_s, ticks = excluded.ticks";
+        for (const char* c : {"offered", "admitted", "dropped", "shadow"}) {
+            for (const char* k : {"_mean_mrps", "_peak_mrps"}) {
+                std::string col = std::string(c) + k;
+                sql += ", " + col + " = excluded." + col;
+            }
+        }
+        sql += ", ratio_ppm = excluded.ratio_ppm";
+    } else {
+        // Every expression sees the row as it was before the update (SQL semantics), so
+        // `ticks` below is the old count.
+        auto weighted = [](const std::string& col) {
+            return col + " = (" + col + " * ticks + excluded." + col +
+                   " * excluded.ticks) / max(1, ticks + excluded.ticks)";
+        };
+        sql += "length_s = max(length_s, excluded.length_s), ticks = ticks + excluded.ticks";
+        for (const char* c : {"offered", "admitted", "dropped", "shadow"}) {
+            std::string mean = std::string(c) + "_mean_mrps";
+            std::string peak = std::string(c) + "_peak_mrps";
+            sql += ", " + weighted(mean);
+            sql += ", " + peak + " = max(" + peak + ", excluded." + peak + ")";
+        }
+        sql += ", " + weighted("ratio_ppm");
+    }
+    // Limit and mode are those in force at the end of the interval: the newest write's.
+    sql += ", limit_mrps = excluded.limit_mrps, mode = excluded.mode";
+    return sql;
+}
+
+bool file_exists(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+namespace {
+const std::string& existing(const std::string& path, bool create) {
+    if (!create && !file_exists(path))
+        throw StoreError("history store " + path +
+                         " does not exist (grl-rlc record, synth or import create it)");
+    return path;
+}
+}  // namespace
+
+Store::Store(const std::string& path, bool create, int busy_timeout_ms)
+    : db_(existing(path, create), create, busy_timeout_ms) {
+    // WAL: readers see the last committed state and never block the writer (nor it them).
+    // synchronous=NORMAL: a committed batch survives a crash of grl-rlc; a power cut may
+    // lose the last batches, which is one recording interval, not a corrupt file.
+    db_.exec("PRAGMA journal_mode = WAL");
+    db_.exec("PRAGMA synchronous = NORMAL");
+    if (create) create_schema();
+    bool has_version = false;
+    {
+        Stmt t(db_, "SELECT count(*) FROM sqlite_master WHERE name = 'schema_version'");
+        t.step();
+        has_version = t.int64(0) > 0;
+    }
+    if (!has_version)
+        throw StoreError(path + ": not a grl-rlc history store (no schema_version table)");
+    Stmt v(db_, "SELECT version FROM schema_version WHERE component = 'history'");
+    if (!v.step())
+        throw StoreError(path + ": not a grl-rlc history store (no 'history' schema version)");
+    std::int64_t version = v.int64(0);
+    if (version > kHistorySchemaVersion)
+        throw StoreError(path + ": history schema version " + std::to_string(version) +
+                         " is newer than this grl-rlc's (" + std::to_string(kHistorySchemaVersion) +
+                         ")");
+}
+
+void Store::create_schema() {
+    Transaction tx(db_);
+    db_.exec(kSchema);
+    Stmt v(db_, "INSERT OR IGNORE INTO schema_version (component, version) VALUES ('history', ?1)");
+    v.bind(1, std::int64_t{kHistorySchemaVersion}).step();
+    tx.commit();
+}
+
+std::int64_t Store::instance_id(const InstanceKey& key) {
+    Stmt ins(
+        db_,
+        "INSERT OR IGNORE INTO instances (bucket, scope, region, zone) VALUES (?1, ?2, ?3, ?4)");
+    ins.bind(1, key.bucket)
+        .bind(2, std::string(to_string(key.scope)))
+        .bind(3, key.region)
+        .bind(4, key.zone)
+        .step();
+    Stmt sel(db_,
+             "SELECT id FROM instances WHERE bucket = ?1 AND scope = ?2 AND region = ?3 AND "
+             "zone = ?4");
+    sel.bind(1, key.bucket)
+        .bind(2, std::string(to_string(key.scope)))
+        .bind(3, key.region)
+        .bind(4, key.zone);
+    if (!sel.step()) db_.fail("instance id of bucket " + key.bucket);
+    return sel.int64(0);
+}
+
+void Store::write(const std::vector<Series>& batch, WriteMode mode) {
+    Transaction tx(db_);
+    Stmt ins(db_, insert_sql(mode));
+    for (const Series& s : batch) {
+        // Looked up per write, not cached: another process (grl-rlc prune) may delete an
+        // instance between two writes.
+        std::int64_t id = instance_id(s.key);
+        for (const Sample& x : s.samples) {
+            ins.bind(1, id).bind(2, x.start_s).bind(3, std::int64_t{x.length_s});
+            ins.bind(4, std::int64_t{x.ticks});
+            int col = 5;
+            for (const Rate* r : {&x.offered, &x.admitted, &x.dropped, &x.shadow_dropped}) {
+                ins.bind(col++, to_milli(r->mean));
+                ins.bind(col++, to_milli(r->peak));
+            }
+            if (x.limit_rps < 0)
+                ins.bind_null(13);
+            else
+                ins.bind(13, to_milli(x.limit_rps));
+            ins.bind(14, std::int64_t{x.mode == Mode::Shadow ? 1 : 0});
+            ins.bind(15, static_cast<std::int64_t>(std::llround(x.ratio * 1e6)));
+            ins.step();
+            ins.reset();
+        }
+    }
+    tx.commit();
+}
+
+std::vector<InstanceKey> Store::instances() {
+    std::vector<InstanceKey> out;
+    Stmt q(db_, "SELECT bucket, scope, region, zone FROM instances ORDER BY id");
+    while (q.step()) {
+        InstanceKey k;
+        k.bucket = q.text(0);
+        std::optional<Scope> sc = parse_scope(q.text(1));
+        if (!sc) throw StoreError(path() + ": instance " + k.bucket + ": bad scope " + q.text(1));
+        k.scope = *sc;
+        k.region = q.text(2);
+        k.zone = q.text(3);
+        out.push_back(std::move(k));
+    }
+    return out;
+}
+
+std::vector<Series> Store::read(std::int64_t since_s, std::int64_t until_s) {
+    std::vector<Series> out;
+    // One snapshot for the whole read, so that a concurrent writer cannot make instances
+    // and samples disagree.
+    db_.exec("BEGIN");
+    try {
+        std::vector<std::pair<std::int64_t, InstanceKey>> ids;
+        {
+            Stmt q(db_, "SELECT id, bucket, scope, region, zone FROM instances ORDER BY id");
+            while (q.step()) {
+                InstanceKey k;
+                k.bucket = q.text(1);
+                std::optional<Scope> sc = parse_scope(q.text(2));
+                if (!sc)
+                    throw StoreError(path() + ": instance " + k.bucket + ": bad scope " +
+                                     q.text(2));
+                k.scope = *sc;
+                k.region = q.text(3);
+                k.zone = q.text(4);
+                ids.emplace_back(q.int64(0), std::move(k));
+            }
+        }
+        Stmt q(db_, std::string("SELECT ") + kColumns +
+                        " FROM samples WHERE instance = ?1 AND start_s >= ?2 AND start_s < ?3 "
+                        "ORDER BY start_s");
+        for (auto& [id, key] : ids) {
+            Series s;
+            s.key = key;
+            q.bind(1, id).bind(2, since_s).bind(3, until_s);
+            while (q.step()) {
+                Sample x;
+                x.start_s = q.int64(0);
+                x.length_s = static_cast<std::int32_t>(q.int64(1));
+                x.ticks = static_cast<std::int32_t>(q.int64(2));
+                int col = 3;
+                for (Rate* r : {&x.offered, &x.admitted, &x.dropped, &x.shadow_dropped}) {
+                    r->mean = from_milli(q.int64(col++));
+                    r->peak = from_milli(q.int64(col++));
+                }
+                x.limit_rps = q.is_null(11) ? -1 : from_milli(q.int64(11));
+                x.mode = q.int64(12) == 1 ? Mode::Shadow : Mode::Deny;
+                x.ratio = static_cast<double>(q.int64(13)) / 1e6;
+                s.samples.push_back(x);
+            }
+            q.reset();
+            if (!s.samples.empty()) out.push_back(std::move(s));
+        }
+    } catch (...) {
+        db_.exec("ROLLBACK");
+        throw;
+    }
+    db_.exec("COMMIT");
+    return out;
+}
+
+std::int64_t Store::prune(std::int64_t before_s) {
+    Transaction tx(db_);
+    Stmt del(db_, "DELETE FROM samples WHERE start_s < ?1");
+    del.bind(1, before_s).step();
+    std::int64_t n = db_.changes();
+    db_.exec(
+        "DELETE FROM instances WHERE NOT EXISTS (SELECT 1 FROM samples WHERE instance = "
+        "instances.id)");
+    tx.commit();
+    return n;
+}
+
+std::int64_t Store::rollup(std::int64_t before_s, std::int32_t length_s) {
+    const std::int64_t cutoff = before_s - ((before_s % length_s) + length_s) % length_s;
+    std::vector<std::pair<std::int64_t, InstanceKey>> ids;
+    {
+        Stmt q(db_, "SELECT id FROM instances ORDER BY id");
+        while (q.step()) ids.emplace_back(q.int64(0), InstanceKey{});
+    }
+    Stmt sel(db_, std::string("SELECT ") + kColumns +
+                      " FROM samples WHERE instance = ?1 AND start_s < ?2 AND length_s < ?3 "
+                      "ORDER BY start_s");
+    Stmt del(db_, "DELETE FROM samples WHERE instance = ?1 AND start_s < ?2 AND length_s < ?3");
+    Stmt ins(db_, insert_sql(WriteMode::Merge));
+    std::int64_t folded = 0;
+    for (const auto& [id, unused] : ids) {
+        Transaction tx(db_);
+        struct Acc {
+            std::int64_t ticks = 0;
+            std::int64_t sum[4] = {}, peak[4] = {}, ratio_sum = 0;
+            std::optional<std::int64_t> limit;
+            std::int64_t mode = 0;
+            std::int64_t rows = 0;
+        };
+        std::map<std::int64_t, Acc> windows;
+        sel.bind(1, id).bind(2, cutoff).bind(3, std::int64_t{length_s});
+        while (sel.step()) {
+            std::int64_t start = sel.int64(0);
+            Acc& a = windows[start - ((start % length_s) + length_s) % length_s];
+            std::int64_t ticks = std::max<std::int64_t>(1, sel.int64(2));
+            for (int i = 0; i < 4; ++i) {
+                a.sum[i] += sel.int64(3 + 2 * i) * ticks;
+                a.peak[i] = std::max(a.peak[i], sel.int64(4 + 2 * i));
+            }
+            a.limit = sel.is_null(11) ? std::nullopt : std::optional<std::int64_t>(sel.int64(11));
+            a.mode = sel.int64(12);
+            a.ratio_sum += sel.int64(13) * ticks;
+            a.ticks += ticks;
+            ++a.rows;
+        }
+        sel.reset();
+        if (windows.empty()) continue;  // the transaction rolls back: nothing to do
+        del.bind(1, id).bind(2, cutoff).bind(3, std::int64_t{length_s}).step();
+        del.reset();
+        for (const auto& [start, a] : windows) {
+            ins.bind(1, id).bind(2, start).bind(3, std::int64_t{length_s}).bind(4, a.ticks);
+            for (int i = 0; i < 4; ++i) {
+                ins.bind(5 + 2 * i, a.sum[i] / a.ticks);
+                ins.bind(6 + 2 * i, a.peak[i]);
+            }
+            if (a.limit)
+                ins.bind(13, *a.limit);
+            else
+                ins.bind_null(13);
+            ins.bind(14, a.mode).bind(15, a.ratio_sum / a.ticks);
+            ins.step();
+            ins.reset();
+            folded += a.rows - 1;
+        }
+        tx.commit();
+    }
+    return folded;
+}
+
+std::unique_ptr<HistorySource> open_history(const std::string& path) {
+    if (path.rfind("http://", 0) == 0) {
+        PrometheusOptions o;
+        o.url = path;
+        return std::make_unique<PrometheusSource>(o);
+    }
+    return std::make_unique<Store>(path, false);
+}
+
+}  // namespace grl::rlc

@@ -1,0 +1,68 @@
+// The history store: one SQLite file in WAL mode holding every instance's samples
+// (docs/rlc-history.md, "The store"). Writers batch a poll's or a file's rows in one
+// transaction; readers (policies, what-if) never wait for a writer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "history.h"
+#include "sqlite.h"
+
+namespace grl::rlc {
+
+// The schema of the history tables this code reads and writes (schema_version row
+// component = 'history'). A later version migrates older files when it opens them.
+inline constexpr int kHistorySchemaVersion = 1;
+
+enum class WriteMode {
+    // The row given replaces any row of the same (instance, start_s): import and synth,
+    // so that bringing the same file in twice changes nothing.
+    Replace,
+    // The row given is folded into an existing row of the same (instance, start_s): means
+    // weighted by ticks, peaks the max, ticks summed, limit and mode the newest. The
+    // recorder's partial interval flushed at shutdown and the rest of that interval
+    // recorded after a restart make one row.
+    Merge,
+};
+
+class Store : public HistorySource {
+  public:
+    // Opens `path`, creating the file and the schema when `create` (else a missing file is
+    // an error). Throws StoreError naming the file.
+    explicit Store(const std::string& path, bool create = true, int busy_timeout_ms = 10000);
+
+    // Writes every sample of every series in one transaction (all or nothing).
+    void write(const std::vector<Series>& batch, WriteMode mode);
+    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) override;
+    std::vector<InstanceKey> instances();
+
+    // Deletes the samples that start before `before_s`, and the instances left without
+    // any; returns the number of samples deleted.
+    std::int64_t prune(std::int64_t before_s);
+
+    // Folds the samples that start before `before_s` and are shorter than `length_s` into
+    // one row per instance and `length_s` window (means weighted by ticks, peaks the max,
+    // limit and mode of the last row); only whole windows before `before_s`. One
+    // transaction per instance, so a recorder writing meanwhile waits briefly, not for the
+    // whole store. Returns the number of rows folded away.
+    std::int64_t rollup(std::int64_t before_s, std::int32_t length_s = 3600);
+
+    const std::string& path() const { return db_.path(); }
+
+  private:
+    void create_schema();
+    std::int64_t instance_id(const InstanceKey& key);
+
+    Db db_;
+};
+
+// The history at `path` for the readers of grl-rlc (policies, what-if): a store file, which
+// must exist (grl-rlc record, synth and import create it: a mistyped path is an error, not
+// an empty history), or http://HOST:PORT of a Prometheus server scraping the controllers
+// (60 s intervals, 15 s scrapes; PrometheusSource for others).
+std::unique_ptr<HistorySource> open_history(const std::string& path);
+
+}  // namespace grl::rlc

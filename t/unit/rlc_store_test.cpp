@@ -1,0 +1,271 @@
+// The history store on real SQLite files in a temporary directory: round trip, restart,
+// a reader beside a writer, merge and replace, retention.
+#include "store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace grl::rlc {
+namespace {
+
+class TempDir {
+  public:
+    TempDir() {
+        std::string tmpl = (std::filesystem::temp_directory_path() / "rlc-store-XXXXXX").string();
+        if (!mkdtemp(tmpl.data())) std::abort();
+        path_ = tmpl;
+    }
+    ~TempDir() { std::filesystem::remove_all(path_); }
+    std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+  private:
+    std::filesystem::path path_;
+};
+
+Sample sample(std::int64_t start, double offered_mean, double offered_peak, int ticks = 60) {
+    Sample s;
+    s.start_s = start;
+    s.length_s = 60;
+    s.ticks = ticks;
+    s.offered = {offered_mean, offered_peak};
+    s.admitted = {offered_mean * 0.75, offered_peak * 0.5};
+    s.dropped = {offered_mean * 0.25, offered_peak * 0.5};
+    s.shadow_dropped = {1.25, 2.5};
+    s.limit_rps = 300;
+    s.mode = Mode::Deny;
+    s.ratio = 0.125;
+    return s;
+}
+
+InstanceKey zone_key(const std::string& bucket) {
+    return {bucket, Scope::Zone, "eu-west", "az1"};
+}
+
+TEST(RlcStore, RoundTripKeepsEveryFieldAndOrder) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    Series a{zone_key("api"), {sample(120, 400.5, 512.25), sample(60, 300, 350)}};
+    Series g{{"search", Scope::Global, "", ""}, {sample(60, 10, 12)}};
+    g.samples[0].limit_rps = -1;  // unknown
+    g.samples[0].mode = Mode::Shadow;
+    st.write({a, g}, WriteMode::Replace);
+
+    std::vector<Series> got = st.read(0, 1000);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].key, a.key);
+    ASSERT_EQ(got[0].samples.size(), 2u);
+    EXPECT_EQ(got[0].samples[0].start_s, 60);  // ascending start_s whatever the write order
+    const Sample& s = got[0].samples[1];
+    EXPECT_EQ(s.start_s, 120);
+    EXPECT_EQ(s.length_s, 60);
+    EXPECT_EQ(s.ticks, 60);
+    EXPECT_DOUBLE_EQ(s.offered.mean, 400.5);
+    EXPECT_DOUBLE_EQ(s.offered.peak, 512.25);
+    EXPECT_DOUBLE_EQ(s.admitted.mean, 400.5 * 0.75);
+    EXPECT_DOUBLE_EQ(s.dropped.peak, 512.25 * 0.5);
+    EXPECT_DOUBLE_EQ(s.shadow_dropped.mean, 1.25);
+    EXPECT_DOUBLE_EQ(s.shadow_dropped.peak, 2.5);
+    EXPECT_DOUBLE_EQ(s.limit_rps, 300);
+    EXPECT_EQ(s.mode, Mode::Deny);
+    EXPECT_DOUBLE_EQ(s.ratio, 0.125);
+    EXPECT_EQ(got[1].key.bucket, "search");
+    EXPECT_EQ(got[1].samples[0].limit_rps, -1);
+    EXPECT_EQ(got[1].samples[0].mode, Mode::Shadow);
+}
+
+TEST(RlcStore, ReadIsRestrictedToTheRangeAndSkipsEmptyInstances) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    st.write({{zone_key("a"), {sample(0, 1, 1), sample(60, 2, 2), sample(120, 3, 3)}},
+              {zone_key("b"), {sample(600, 5, 5)}}},
+             WriteMode::Replace);
+    std::vector<Series> got = st.read(60, 120);  // [since, until)
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].samples.size(), 1u);
+    EXPECT_EQ(got[0].samples[0].start_s, 60);
+}
+
+TEST(RlcStore, ReplaceOverwritesAndMergeFoldsARow) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    st.write({{zone_key("a"), {sample(60, 100, 150, 20)}}}, WriteMode::Replace);
+    st.write({{zone_key("a"), {sample(60, 200, 210, 60)}}}, WriteMode::Replace);
+    Sample r = st.read(0, 1000)[0].samples.at(0);
+    EXPECT_DOUBLE_EQ(r.offered.mean, 200);
+    EXPECT_EQ(r.ticks, 60);
+
+    // Merge: 60 ticks at 200 r/s then 20 at 400 r/s -> mean weighted by ticks.
+    Sample later = sample(60, 400, 180, 20);
+    later.limit_rps = 500;
+    later.mode = Mode::Shadow;
+    st.write({{zone_key("a"), {later}}}, WriteMode::Merge);
+    Sample m = st.read(0, 1000)[0].samples.at(0);
+    EXPECT_EQ(m.ticks, 80);
+    EXPECT_NEAR(m.offered.mean, (200.0 * 60 + 400.0 * 20) / 80, 0.001);
+    EXPECT_DOUBLE_EQ(m.offered.peak, 210);  // the higher peak
+    EXPECT_DOUBLE_EQ(m.limit_rps, 500);     // the newest limit and mode
+    EXPECT_EQ(m.mode, Mode::Shadow);
+    EXPECT_EQ(st.read(0, 1000)[0].samples.size(), 1u);
+}
+
+TEST(RlcStore, SurvivesCloseAndReopen) {
+    TempDir d;
+    {
+        Store st(d.file("h.db"));
+        st.write({{zone_key("a"), {sample(60, 7, 9)}}}, WriteMode::Replace);
+    }
+    Store again(d.file("h.db"));
+    std::vector<Series> got = again.read(0, 1000);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_DOUBLE_EQ(got[0].samples[0].offered.peak, 9);
+    std::unique_ptr<HistorySource> h = open_history(d.file("h.db"));
+    EXPECT_EQ(h->read(0, 1000).size(), 1u);
+}
+
+TEST(RlcStore, IsInWalModeWithASchemaVersion) {
+    TempDir d;
+    { Store st(d.file("h.db")); }
+    Db raw(d.file("h.db"), false, 1000);
+    Stmt j(raw, "PRAGMA journal_mode");
+    ASSERT_TRUE(j.step());
+    EXPECT_EQ(j.text(0), "wal");
+    Stmt v(raw, "SELECT version FROM schema_version WHERE component = 'history'");
+    ASSERT_TRUE(v.step());
+    EXPECT_EQ(v.int64(0), kHistorySchemaVersion);
+}
+
+TEST(RlcStore, AReaderNeverFailsWhileAWriterHoldsItsTransaction) {
+    TempDir d;
+    Store writer(d.file("h.db"));
+    writer.write({{zone_key("a"), {sample(0, 1, 1)}}}, WriteMode::Replace);
+    Store reader(d.file("h.db"), false, /*busy_timeout_ms=*/0);  // would fail at once if blocked
+
+    // A write transaction left open on a third connection (record in the middle of a batch).
+    Db busy(d.file("h.db"), false, 0);
+    Transaction tx(busy);
+    busy.exec("DELETE FROM samples");
+    std::vector<Series> got = reader.read(0, 1000);  // the last committed state
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].samples.size(), 1u);
+    tx.commit();
+    EXPECT_TRUE(reader.read(0, 1000).empty());
+}
+
+TEST(RlcStore, ASecondWriterWaitsForTheLockInsteadOfFailing) {
+    TempDir d;
+    Store a(d.file("h.db"));
+    Store b(d.file("h.db"), false, /*busy_timeout_ms=*/5000);
+    auto busy = std::make_unique<Db>(d.file("h.db"), false, 0);
+    auto tx = std::make_unique<Transaction>(*busy);
+    // Release the lock from another thread shortly; b's write must wait, then succeed.
+    std::thread release([&] {
+        usleep(200 * 1000);
+        tx->commit();
+    });
+    b.write({{zone_key("a"), {sample(0, 1, 1)}}}, WriteMode::Replace);
+    release.join();
+    EXPECT_EQ(a.read(0, 1000).size(), 1u);
+
+    Store impatient(d.file("h.db"), false, 0);
+    Transaction hold(*busy);
+    EXPECT_THROW(impatient.write({{zone_key("b"), {sample(0, 1, 1)}}}, WriteMode::Replace),
+                 StoreError);
+}
+
+TEST(RlcStore, PruneDeletesOldSamplesAndEmptyInstances) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    st.write({{zone_key("old"), {sample(0, 1, 1), sample(60, 1, 1)}},
+              {zone_key("both"), {sample(60, 1, 1), sample(3600, 2, 2)}}},
+             WriteMode::Replace);
+    EXPECT_EQ(st.prune(120), 3);
+    std::vector<InstanceKey> left = st.instances();
+    ASSERT_EQ(left.size(), 1u);
+    EXPECT_EQ(left[0].bucket, "both");
+    std::vector<Series> got = st.read(0, 10000);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(got[0].samples.size(), 1u);
+    EXPECT_EQ(got[0].samples[0].start_s, 3600);
+    // A pruned instance comes back when it is written again.
+    st.write({{zone_key("old"), {sample(7200, 1, 1)}}}, WriteMode::Replace);
+    EXPECT_EQ(st.read(0, 10000).size(), 2u);
+}
+
+TEST(RlcStore, RollupFoldsWholeOldHoursAndLeavesTheRestAlone) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    std::vector<Sample> v;
+    for (int m = 0; m < 180; ++m) {  // three hours of minutes
+        Sample s = sample(m * 60, 100 + m % 60, 200 + m % 60, 60);
+        s.limit_rps = m < 60 ? 300 : 400;
+        v.push_back(s);
+    }
+    v[30].offered.peak = 5000;  // a one-minute burst in the first hour
+    v[90].ticks = 30;           // half a minute seen
+    st.write({{zone_key("a"), v}}, WriteMode::Replace);
+    // Roll up what is older than 2:30: hours 0 and 1 only (2 is not whole before 2:30).
+    EXPECT_EQ(st.rollup(2 * 3600 + 1800), 118);
+    std::vector<Sample> got = st.read(0, 100000).at(0).samples;
+    ASSERT_EQ(got.size(), 2u + 60u);
+    const Sample& h0 = got[0];
+    EXPECT_EQ(h0.start_s, 0);
+    EXPECT_EQ(h0.length_s, 3600);
+    EXPECT_EQ(h0.ticks, 3600);
+    EXPECT_NEAR(h0.offered.mean, 129.5, 0.001);  // mean of 100..159
+    EXPECT_EQ(h0.offered.peak, 5000);            // the burst survives the rollup
+    EXPECT_EQ(h0.limit_rps, 300);
+    const Sample& h1 = got[1];
+    EXPECT_EQ(h1.start_s, 3600);
+    EXPECT_EQ(h1.ticks, 59 * 60 + 30);
+    // Weighted by ticks: minute 90 (offered 130) counts half.
+    double sum = 0;
+    for (int m = 60; m < 120; ++m) sum += (100 + m % 60) * (m == 90 ? 30 : 60);
+    EXPECT_NEAR(h1.offered.mean, sum / (59 * 60 + 30), 0.001);
+    EXPECT_EQ(h1.limit_rps, 400);
+    EXPECT_EQ(got[2].start_s, 7200);  // hour 2 untouched
+    EXPECT_EQ(got[2].length_s, 60);
+    EXPECT_EQ(st.rollup(2 * 3600 + 1800), 0);  // idempotent
+}
+
+TEST(RlcStore, ErrorsNameTheFile) {
+    TempDir d;
+    try {
+        open_history(d.file("missing.db"));
+        FAIL() << "a missing store must be an error";
+    } catch (const StoreError& e) {
+        EXPECT_NE(std::string(e.what()).find("missing.db does not exist"), std::string::npos)
+            << e.what();
+    }
+    std::ofstream(d.file("junk.db")) << "this is not a database, just text that is long enough";
+    try {
+        Store st(d.file("junk.db"));
+        FAIL() << "a non-database file must be an error";
+    } catch (const StoreError& e) {
+        EXPECT_NE(std::string(e.what()).find("junk.db"), std::string::npos) << e.what();
+    }
+    {
+        Db other(d.file("other.db"), true, 0);
+        other.exec("CREATE TABLE t (x)");
+    }
+    EXPECT_THROW(open_history(d.file("other.db")), StoreError);
+    { Store st(d.file("future.db")); }
+    {
+        Db raw(d.file("future.db"), false, 0);
+        raw.exec("UPDATE schema_version SET version = 99 WHERE component = 'history'");
+    }
+    try {
+        Store st(d.file("future.db"));
+        FAIL() << "a newer schema must be refused";
+    } catch (const StoreError& e) {
+        EXPECT_NE(std::string(e.what()).find("version 99"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace grl::rlc
