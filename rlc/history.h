@@ -21,7 +21,10 @@ struct InstanceKey {
     Scope scope = Scope::Global;
     std::string region;  // "" for global scope
     std::string zone;    // "" unless zone scope
-    friend bool operator==(const InstanceKey&, const InstanceKey&) = default;
+    friend bool operator==(const InstanceKey& a, const InstanceKey& b) {
+        return std::tie(a.bucket, a.scope, a.region, a.zone) ==
+               std::tie(b.bucket, b.scope, b.region, b.zone);
+    }
     friend bool operator<(const InstanceKey& a, const InstanceKey& b) {
         return std::tie(a.bucket, a.scope, a.region, a.zone) <
                std::tie(b.bucket, b.scope, b.region, b.zone);
