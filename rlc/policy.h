@@ -38,8 +38,9 @@ using Params = std::map<std::string, Param>;
 
 // What a policy may need besides its parameters, from rlc.yaml.
 struct PolicyEnv {
-    std::string quota_file;  // absolute or relative to the working directory; "" if none
-    std::string rule;        // "rule 2 (match \"api*\")", for error messages
+    std::string quota_file;   // absolute or relative to the working directory; "" if none
+    std::string rule;         // "rlc.yaml:12: rule 2 (match \"api*\")", for error messages
+    double step_guard = 0.5;  // rlc.yaml's step_guard: the default of a policy's `step`
 };
 
 // The limit in force for a bucket before this cycle.
@@ -188,7 +189,7 @@ struct PeakParams {
     Screen screen;
 };
 // Reads percentile, buffer, floor, ceiling, step, min_history, min_coverage.
-PeakParams read_peak_params(ParamReader& r);
+PeakParams read_peak_params(ParamReader& r, const PolicyEnv& env);
 Proposal propose_peak(const PeakParams& p, const PolicyInput& in, const std::string& policy_name);
 
 }  // namespace grl::rlc

@@ -174,9 +174,9 @@ class ForecastPolicy : public Policy {
 
 }  // namespace
 
-std::unique_ptr<Policy> make_forecast_policy(const Params& params, const PolicyEnv&) {
+std::unique_ptr<Policy> make_forecast_policy(const Params& params, const PolicyEnv& env) {
     ParamReader r(params, "policy forecast");
-    PeakParams p = read_peak_params(r);
+    PeakParams p = read_peak_params(r, env);
     int min_weeks = r.count("min_weeks", 2, 1, 52);
     r.finish();
     return std::make_unique<ForecastPolicy>(std::move(p), min_weeks);

@@ -27,13 +27,13 @@ class PeakPolicy : public Policy {
 
 }  // namespace
 
-PeakParams read_peak_params(ParamReader& r) {
+PeakParams read_peak_params(ParamReader& r, const PolicyEnv& env) {
     PeakParams p;
     p.percentile = r.percentile("percentile", p.percentile);
     p.buffer = r.fraction("buffer", p.buffer, 0, 10);
     p.clamps.floor_rps = r.rate("floor", std::nullopt);
     p.clamps.ceiling_rps = r.rate("ceiling", std::nullopt);
-    p.clamps.step = r.fraction("step", p.clamps.step, 0, 100);
+    p.clamps.step = r.fraction("step", env.step_guard, 0, 100);
     p.screen.min_history_s = static_cast<double>(r.duration("min_history", 7 * 86400));
     p.screen.min_coverage = r.fraction("min_coverage", p.screen.min_coverage, 0, 1);
     return p;
@@ -85,9 +85,9 @@ Proposal propose_peak(const PeakParams& p, const PolicyInput& in, const std::str
     return out;
 }
 
-std::unique_ptr<Policy> make_peak_policy(const Params& params, const PolicyEnv&) {
+std::unique_ptr<Policy> make_peak_policy(const Params& params, const PolicyEnv& env) {
     ParamReader r(params, "policy peak");
-    PeakParams p = read_peak_params(r);
+    PeakParams p = read_peak_params(r, env);
     r.finish();
     return std::make_unique<PeakPolicy>(std::move(p));
 }

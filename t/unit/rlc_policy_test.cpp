@@ -26,7 +26,7 @@ Params params(std::initializer_list<std::pair<const char*, const char*>> kv) {
 
 Proposal run(const std::string& policy, const Params& p, const std::vector<Series>& history,
              Current current = {}, bool force = false, std::int64_t since = kSince) {
-    auto pol = find_policy(policy)->make(p, PolicyEnv{"", "test rule"});
+    auto pol = find_policy(policy)->make(p, PolicyEnv{"", "test rule", 0.5});
     PolicyInput in;
     in.bucket = history.empty() ? "b" : history.front().key.bucket;
     for (const auto& s : history) in.instances.push_back(&s);
@@ -299,7 +299,7 @@ std::string write_temp(const std::string& text) {
 
 TEST(FixedPolicy, QuotaFromTheFileWhateverTheTraffic) {
     std::string f = write_temp("quotas:\n  partner-acme: 200r/s\n  partner-beta: 90r/m\n");
-    auto pol = make_fixed_policy({}, PolicyEnv{f, "rule 1"});
+    auto pol = make_fixed_policy({}, PolicyEnv{f, "rule 1", 0.5});
     Series s = make_series(global("partner-acme"), kSince, kUntil, flat(5000));
     PolicyInput in;
     in.bucket = "partner-acme";
@@ -340,8 +340,9 @@ TEST(FixedPolicy, BadQuotaFileNamesFileLineAndBucket) {
     EXPECT_EQ(err("quotas:\n  a: [1r/s]\n"),
               "quotas.yaml:2: bucket \"a\": expected a rate (e.g. 200r/s, 600r/m or 0)");
     EXPECT_EQ(err("quotas: [\n").rfind("quotas.yaml:2:", 0), 0u);
-    EXPECT_THROW(make_fixed_policy({}, PolicyEnv{"", "rule 1"}), ConfigError);
-    EXPECT_THROW(make_fixed_policy({}, PolicyEnv{"/nonexistent/q.yaml", "rule 1"}), ConfigError);
+    EXPECT_THROW(make_fixed_policy({}, PolicyEnv{"", "rule 1", 0.5}), ConfigError);
+    EXPECT_THROW(make_fixed_policy({}, PolicyEnv{"/nonexistent/q.yaml", "rule 1", 0.5}),
+                 ConfigError);
 }
 
 }  // namespace
