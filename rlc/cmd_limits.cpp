@@ -3,8 +3,15 @@
 // parts (cycle.h, rollout.h, whatif.h) together.
 #include <CLI/CLI.hpp>
 
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
+#include <set>
+#include <thread>
 #include <ctime>
 #include <iostream>
 #include <memory>
@@ -15,7 +22,10 @@
 #include "cycle.h"
 #include "grl/daemon/limits_file.h"
 #include "open_history.h"
+#include "grl/daemon/log.h"
+#include "limits_out.h"
 #include "versions.h"
+#include "whatif.h"
 
 namespace grl::rlc {
 
@@ -29,6 +39,14 @@ struct Options {
     std::int64_t at_s = 0;  // 0: now
     bool apply = false;
     bool force = false;
+    // whatif
+    std::string limits;
+    std::string since = "14d";
+    bool json = false;
+    std::string html;
+    // serve
+    std::string every = "1h";
+    std::string poll = "1m";
 };
 
 // An error already explained on stderr: the command exits with `code`.
@@ -156,6 +174,138 @@ void cmd_rollback(const Options& o, std::int64_t id) {
     });
 }
 
+void cmd_whatif(const Options& o) {
+    guarded([&] {
+        Config cfg = load_config(o.config);
+        auto since = parse_duration_s(o.since);
+        if (!since || *since <= 0)
+            fail("--since: invalid duration \"" + o.since + "\", expected e.g. 14d, 2w or 12h");
+        auto proposed = daemon::load_limits_file(o.limits);
+        if (!proposed.ok) fail(proposed.error);
+        std::int64_t now = now_of(o);
+        auto history = open_history(store_path(o, &cfg));
+        auto series = history->read(now - *since, now);
+        WhatIf w =
+            what_if(series, read_limits(cfg.limits_file), proposed.limits, now - *since, now);
+        std::cout << (o.json ? render_whatif_json(w) : render_whatif_table(w));
+        if (!o.html.empty()) {
+            write_atomically(o.html, render_whatif_html(w));
+            if (!o.json) std::cout << "chart: " << o.html << "\n";
+        }
+    });
+}
+
+std::atomic<bool> g_stop{false};
+
+std::int64_t mtime_of(const std::string& path) {
+    struct stat st;
+    if (path.empty() || ::stat(path.c_str(), &st) != 0) return -1;
+    return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// One cycle of serve: plan, apply, and one log line per rollout event.
+void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
+                 std::set<std::string>& known) {
+    VersionStore store(store_path(o, &cfg));
+    std::int64_t now = now_of(o);
+    auto history = open_history(store_path(o, &cfg));
+    auto series = history->read(now - cfg.window_s, now);
+    known.clear();
+    for (const auto& s : series) known.insert(s.key.bucket);
+    Plan plan = plan_cycle(cfg, series, read_limits(cfg.limits_file), store.states(), now, false);
+    Applied a = apply_plan(cfg, store, plan, author_of(o), "grl-rlc serve: " + why);
+    std::size_t proposals = 0, declined = 0;
+    for (const auto& r : plan.rows) {
+        (r.proposal.new_mrps ? proposals : declined)++;
+        switch (r.step.action) {
+            case Action::Raise:
+            case Action::Shadow:
+            case Action::Promote:
+                daemon::log(daemon::LogLevel::Info, r.proposal.bucket,
+                            to_string(r.step.action) + " " + format_limit(r.step.next->limit_mrps) +
+                                ": " + r.step.why);
+                break;
+            case Action::Hold:
+            case Action::Still:
+                daemon::log(daemon::LogLevel::Warn, r.proposal.bucket,
+                            to_string(r.step.action) + " in shadow at " +
+                                format_limit(r.step.next->limit_mrps) + ": " + r.step.why);
+                break;
+            default: break;
+        }
+    }
+    std::string counts;
+    for (const auto& [k, n] : store.counters()) counts += " " + k + "=" + std::to_string(n);
+    daemon::log_info(
+        "cycle (" + why + "): " + std::to_string(proposals) + " proposals, " +
+        std::to_string(declined) + " declined, " +
+        (a.version ? "version " + std::to_string(a.version) + " written to " + cfg.limits_file
+                   : std::string("limits file unchanged")) +
+        "; events so far:" + (counts.empty() ? " none" : counts));
+}
+
+void cmd_serve(const Options& o) {
+    daemon::log_init("grl-rlc", daemon::LogLevel::Info);
+    auto every = parse_duration_s(o.every);
+    if (!every || *every <= 0)
+        fail("--every: invalid duration \"" + o.every + "\", expected e.g. 1h or 30m");
+    auto poll = parse_duration_s(o.poll);
+    if (!poll || *poll <= 0)
+        fail("--poll: invalid duration \"" + o.poll + "\", expected e.g. 1m or 30s");
+    std::unique_ptr<Config> cfg;
+    guarded([&] { cfg = std::make_unique<Config>(load_config(o.config)); });
+    std::signal(SIGINT, [](int) { g_stop = true; });
+    std::signal(SIGTERM, [](int) { g_stop = true; });
+    std::int64_t cfg_mtime = mtime_of(o.config), quota_mtime = mtime_of(cfg->quota_file);
+    std::set<std::string> known;
+    std::string why = "start";
+    auto last_cycle = std::chrono::steady_clock::now() - std::chrono::hours(24 * 365);
+    auto last_poll = last_cycle;
+    daemon::log_info("serving " + o.config + ": a cycle every " + o.every +
+                     ", and when rlc.yaml, the quota file or "
+                     "the set of buckets changes");
+    while (!g_stop) {
+        auto t = std::chrono::steady_clock::now();
+        std::int64_t m1 = mtime_of(o.config), m2 = mtime_of(cfg->quota_file);
+        if (m1 != cfg_mtime || m2 != quota_mtime) {
+            cfg_mtime = m1;
+            quota_mtime = m2;
+            try {
+                cfg = std::make_unique<Config>(load_config(o.config));
+                quota_mtime = mtime_of(cfg->quota_file);
+                why = "configuration changed";
+            } catch (const std::exception& e) {
+                daemon::log_error(std::string("configuration rejected, the last good one stays: ") +
+                                  e.what());
+            }
+        }
+        // A new bucket in the fleet: seen in the recent history, not in the last cycle's.
+        if (why.empty() && t - last_poll >= std::chrono::seconds(*poll)) {
+            last_poll = t;
+            try {
+                std::int64_t now = now_of(o);
+                auto recent = open_history(store_path(o, cfg.get()))->read(now - *poll - 300, now);
+                for (const auto& s : recent)
+                    if (!known.count(s.key.bucket)) why = "new bucket " + s.key.bucket;
+            } catch (const std::exception& e) {
+                daemon::log_error(std::string("cannot read history: ") + e.what());
+            }
+        }
+        if (why.empty() && t - last_cycle >= std::chrono::seconds(*every)) why = "schedule";
+        if (!why.empty()) {
+            last_cycle = last_poll = t;
+            try {
+                serve_cycle(*cfg, o, why, known);
+            } catch (const std::exception& e) {
+                daemon::log_error(std::string("cycle failed, nothing applied: ") + e.what());
+            }
+            why.clear();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    daemon::log_info("stopped");
+}
+
 }  // namespace
 
 void add_limits_commands(CLI::App& app) {
@@ -171,6 +321,26 @@ void add_limits_commands(CLI::App& app) {
     run->add_option("--author", o->author, "who (recorded with the version; default: $USER)");
     run->add_option("--at", o->at_s, "compute as of this time (unix seconds) instead of now");
     run->callback([o] { cmd_run(*o); });
+
+    auto* whatif = app.add_subcommand("whatif", "replay recorded history against proposed limits");
+    add_common(whatif, *o, true);
+    whatif->add_option("--limits", o->limits, "proposed limits file (the controllers' format)")
+        ->required();
+    whatif->add_option("--since", o->since, "how far back to replay (default: 14d)");
+    whatif->add_flag("--json", o->json, "JSON instead of the table");
+    whatif->add_option("--html", o->html,
+                       "also write a chart of history against old and new limits (HTML, SVG)");
+    whatif->add_option("--at", o->at_s, "replay up to this time (unix seconds) instead of now");
+    whatif->callback([o] { cmd_whatif(*o); });
+
+    auto* serve =
+        app.add_subcommand("serve", "run cycles on a schedule and on change, driving the rollout");
+    add_common(serve, *o, true);
+    serve->add_option("--every", o->every, "cycle period (default: 1h)");
+    serve->add_option("--poll", o->poll,
+                      "how often to look for new buckets in the history (default: 1m)");
+    serve->add_option("--author", o->author, "recorded with each version (default: $USER)");
+    serve->callback([o] { cmd_serve(*o); });
 
     auto* versions = app.add_subcommand("versions", "list the applied limits sets");
     add_common(versions, *o, false);
