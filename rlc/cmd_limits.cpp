@@ -130,7 +130,7 @@ void cmd_versions(const Options& o) {
         std::printf("%-8s %-21s %-16s %-16s %s\n", "VERSION", "TIME", "DIGEST", "AUTHOR", "REASON");
         for (const auto& v : all) {
             std::printf("%-8lld %-21s %-16s %-16s %s\n", static_cast<long long>(v.id),
-                        format_time(v.created_s).c_str(), v.digest.c_str(), v.author.c_str(),
+                        format_utc(v.created_s).c_str(), v.digest.c_str(), v.author.c_str(),
                         v.reason.c_str());
         }
         auto counts = store.counters();

@@ -17,7 +17,7 @@ std::string fmt(double v, int digits = 1) {
 }
 
 std::string day(std::int64_t unix_s) {
-    return format_time(unix_s).substr(0, 10);
+    return format_utc(unix_s).substr(0, 10);
 }
 
 std::string pad(const std::string& s, std::size_t w) {
@@ -26,7 +26,7 @@ std::string pad(const std::string& s, std::size_t w) {
 
 }  // namespace
 
-std::string format_time(std::int64_t unix_s) {
+std::string format_utc(std::int64_t unix_s) {
     std::time_t t = static_cast<std::time_t>(unix_s);
     std::tm tm{};
     gmtime_r(&t, &tm);
@@ -177,8 +177,8 @@ std::string render_plan(const Plan& p) {
     std::vector<std::size_t> w(8, 0);
     for (const auto& row : table)
         for (std::size_t i = 0; i < 7; ++i) w[i] = std::max(w[i], row[i].size());
-    std::string out = "cycle at " + format_time(p.now_s) + ", history " + format_time(p.since_s) +
-                      " .. " + format_time(p.now_s) + "\n";
+    std::string out = "cycle at " + format_utc(p.now_s) + ", history " + format_utc(p.since_s) +
+                      " .. " + format_utc(p.now_s) + "\n";
     for (std::size_t r = 0; r < table.size(); ++r) {
         std::string line;
         for (std::size_t i = 0; i < 7; ++i) line += pad(table[r][i], w[i] + 2);

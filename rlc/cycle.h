@@ -48,7 +48,8 @@ std::string render_plan(const Plan& p);
 // "p99.9 of peak offered 100.0 r/s x 1.20 = 120.0 r/s; 40320 samples 2026-11-02..2026-11-30; bound
 // by zone eu/b; ..."
 std::string render_evidence(const Evidence& e);
-// "2026-11-30T12:00:00Z"
-std::string format_time(std::int64_t unix_s);
+// "2026-11-30T12:00:00Z". The history branch has the same as units.h format_time: one of
+// the two goes at merge (both cannot be linked under one name).
+std::string format_utc(std::int64_t unix_s);
 
 }  // namespace grl::rlc

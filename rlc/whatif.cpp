@@ -57,7 +57,7 @@ void replay_json(daemon::Json& j, const std::optional<Replay>& r) {
     else
         j.key("worst_overshoot").num(r->worst_overshoot);
     j.key("worst_rps").num(r->worst_rps);
-    j.key("worst_at").str(r->worst_at_s ? format_time(r->worst_at_s) : "");
+    j.key("worst_at").str(r->worst_at_s ? format_utc(r->worst_at_s) : "");
     j.key("worst_instance").str(r->worst_instance);
     j.end_object();
 }
@@ -102,9 +102,9 @@ std::string chart(const WhatIfRow& r, std::int64_t since_s, std::int64_t until_s
            std::to_string(kH) + "\" fill=\"#fff\" stroke=\"#ccc\"/>\n";
     svg += "<text x=\"4\" y=\"12\" font-size=\"11\">" + fmt(ymax / 1.1) + " r/s</text>\n";
     svg += "<text x=\"" + std::to_string(kPad) + "\" y=\"" + std::to_string(kH - 4) +
-           "\" font-size=\"11\">" + format_time(since_s) + "</text>\n";
+           "\" font-size=\"11\">" + format_utc(since_s) + "</text>\n";
     svg += "<text x=\"" + std::to_string(kW - kPad - 130) + "\" y=\"" + std::to_string(kH - 4) +
-           "\" font-size=\"11\">" + format_time(until_s) + "</text>\n";
+           "\" font-size=\"11\">" + format_utc(until_s) + "</text>\n";
     svg += "<polyline fill=\"none\" stroke=\"#9ecae1\" stroke-width=\"1\" points=\"" + line(mean) +
            "\"/>\n";
     svg += "<polyline fill=\"none\" stroke=\"#08519c\" stroke-width=\"1\" points=\"" + line(peak) +
@@ -189,7 +189,7 @@ std::string render_whatif_table(const WhatIf& w) {
                         : "+" + fmt(r.new_replay->worst_overshoot * 100) + "%";
             worst +=
                 " (" + fmt(r.new_replay->worst_rps) + " r/s at " +
-                format_time(r.new_replay->worst_at_s) +
+                format_utc(r.new_replay->worst_at_s) +
                 (r.new_replay->worst_instance == "global" ? ""
                                                           : ", " + r.new_replay->worst_instance) +
                 ")";
@@ -202,7 +202,7 @@ std::string render_whatif_table(const WhatIf& w) {
     for (const auto& row : t)
         for (std::size_t i = 0; i < row.size(); ++i) wd[i] = std::max(wd[i], row[i].size());
     std::string out =
-        "what-if over " + format_time(w.since_s) + " .. " + format_time(w.until_s) + "\n";
+        "what-if over " + format_utc(w.since_s) + " .. " + format_utc(w.until_s) + "\n";
     for (const auto& row : t) {
         std::string line;
         for (std::size_t i = 0; i < row.size(); ++i)
@@ -217,8 +217,8 @@ std::string render_whatif_table(const WhatIf& w) {
 std::string render_whatif_json(const WhatIf& w) {
     daemon::Json j;
     j.begin_object();
-    j.key("since").str(format_time(w.since_s));
-    j.key("until").str(format_time(w.until_s));
+    j.key("since").str(format_utc(w.since_s));
+    j.key("until").str(format_utc(w.until_s));
     j.key("buckets").begin_array();
     for (const auto& r : w.rows) {
         j.begin_object();
@@ -252,8 +252,8 @@ std::string render_whatif_html(const WhatIf& w) {
         "td,th{border:1px solid #ccc;padding:2px "
         "8px;text-align:right}td:first-child{text-align:left}"
         "h2{font-size:1.1em;margin-top:1.5em}</style></head><body>\n";
-    h += "<h1>grl-rlc what-if</h1>\n<p>History " + format_time(w.since_s) + " .. " +
-         format_time(w.until_s) +
+    h += "<h1>grl-rlc what-if</h1>\n<p>History " + format_utc(w.since_s) + " .. " +
+         format_utc(w.until_s) +
          ". Blue: peak offered rate per step (light: mean), busiest instance; grey dashed: old "
          "limit; red: new "
          "limit. Would-drop fraction: volume above the limit (means) over the offered volume; "
