@@ -312,7 +312,7 @@ void add_limits_commands(CLI::App& app) {
     auto o = std::make_shared<Options>();
 
     auto* run = app.add_subcommand(
-        "run", "compute one cycle and print the reviewable diff; --apply to apply it");
+        "run", "Compute one cycle and print the reviewable diff; --apply to apply it");
     add_common(run, *o, true);
     run->add_flag("--apply", o->apply, "write the limits file and record a version");
     run->add_flag("--force", o->force,
@@ -322,7 +322,7 @@ void add_limits_commands(CLI::App& app) {
     run->add_option("--at", o->at_s, "compute as of this time (unix seconds) instead of now");
     run->callback([o] { cmd_run(*o); });
 
-    auto* whatif = app.add_subcommand("whatif", "replay recorded history against proposed limits");
+    auto* whatif = app.add_subcommand("whatif", "Replay recorded history against proposed limits");
     add_common(whatif, *o, true);
     whatif->add_option("--limits", o->limits, "proposed limits file (the controllers' format)")
         ->required();
@@ -334,7 +334,7 @@ void add_limits_commands(CLI::App& app) {
     whatif->callback([o] { cmd_whatif(*o); });
 
     auto* serve =
-        app.add_subcommand("serve", "run cycles on a schedule and on change, driving the rollout");
+        app.add_subcommand("serve", "Run cycles on a schedule and on change, driving the shadow-first rollout");
     add_common(serve, *o, true);
     serve->add_option("--every", o->every, "cycle period (default: 1h)");
     serve->add_option("--poll", o->poll,
@@ -342,19 +342,19 @@ void add_limits_commands(CLI::App& app) {
     serve->add_option("--author", o->author, "recorded with each version (default: $USER)");
     serve->callback([o] { cmd_serve(*o); });
 
-    auto* versions = app.add_subcommand("versions", "list the applied limits sets");
+    auto* versions = app.add_subcommand("versions", "List the applied limits sets (versions) and the rollout event counts");
     add_common(versions, *o, false);
     versions->callback([o] { cmd_versions(*o); });
 
     auto diff_ids = std::make_shared<std::pair<std::int64_t, std::int64_t>>();
-    auto* diff = app.add_subcommand("diff", "what changed between two versions");
+    auto* diff = app.add_subcommand("diff", "What changed between two versions");
     add_common(diff, *o, false);
     diff->add_option("A", diff_ids->first, "version")->required();
     diff->add_option("B", diff_ids->second, "version")->required();
     diff->callback([o, diff_ids] { cmd_diff(*o, diff_ids->first, diff_ids->second); });
 
     auto rb_id = std::make_shared<std::int64_t>(0);
-    auto* rb = app.add_subcommand("rollback", "write version N again, as a new version");
+    auto* rb = app.add_subcommand("rollback", "Write version N again, as a new version");
     add_common(rb, *o, true);
     rb->add_option("N", *rb_id, "version")->required();
     rb->add_option("--author", o->author, "who (default: $USER)");
