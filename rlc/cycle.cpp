@@ -98,7 +98,22 @@ Plan plan_cycle(const Config& cfg, const std::vector<Series>& history,
         CycleRow row;
         row.proposal = rule.impl->propose(in);
         auto st = states.find(name);
-        if (st != states.end()) row.before = st->second;
+        if (st != states.end()) {
+            // Someone changed the bucket's entry by hand since the last cycle: the file is
+            // what is in force, so the rollout starts again from it instead of overwriting it.
+            const BucketState& b = st->second;
+            bool same = file_entry != current.buckets.end() &&
+                        file_entry->second.limit_mrps == b.limit_mrps &&
+                        file_entry->second.mode.value_or(Mode::Deny) == b.mode();
+            if (same) {
+                row.before = b;
+            } else {
+                plan.notes.push_back(name + ": the limits file no longer says " +
+                                     format_limit(b.limit_mrps) + " " +
+                                     std::string(to_string(b.mode())) + " (" + to_string(b.stage) +
+                                     "): changed by hand, the rollout starts again from the file");
+            }
+        }
         ShadowMeasure m;
         if (row.before && row.before->stage != Stage::Enforced)
             m = measure_shadow(instances, row.before->limit_mrps,
@@ -187,6 +202,10 @@ std::string render_plan(const Plan& p) {
     }
     if (table.size() == 1) out += "(no proposals)\n";
     if (!declined.empty()) out += "\ndeclined:\n" + declined;
+    if (!p.notes.empty()) {
+        out += "\nnotes:\n";
+        for (const auto& n : p.notes) out += "  " + n + "\n";
+    }
     if (!p.skipped.empty()) {
         out += "\nnot managed:\n";
         for (const auto& s : p.skipped) out += "  " + s + "\n";

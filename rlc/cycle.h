@@ -28,6 +28,7 @@ struct Plan {
     std::int64_t since_s = 0;          // history window [since_s, now_s)
     std::vector<CycleRow> rows;        // every bucket considered, in name order
     std::vector<std::string> skipped;  // "bots: run-time bucket, not managed"
+    std::vector<std::string> notes;    // rollout states dropped because the file was edited by hand
     control::Limits before, after;     // the limits file now, and after this cycle
     std::vector<LimitChange> changes;  // before -> after
 };

@@ -113,6 +113,33 @@ TEST(Cycle, PlansEveryBucketAndKeepsWhatItDoesNotManage) {
         << text;
 }
 
+TEST(Cycle, AHandEditedEntryRestartsTheRolloutFromTheFile) {
+    TempDir d;
+    Config cfg = config(d);
+    auto current = daemon::parse_limits(kLimits, "limits.yaml");  // api: 200r/s, no mode
+    BucketState s;
+    s.bucket = "api";
+    s.stage = Stage::Shadow;  // the rollout thinks api soaks at 150r/s in shadow
+    s.limit_mrps = 150000;
+    s.since_s = kNow - 10 * kMin;
+    auto h = history();
+    Plan p = plan_cycle(cfg, h, current.limits, {{"api", s}}, kNow, false);
+    EXPECT_FALSE(row(p, "api").before);
+    EXPECT_EQ(row(p, "api").step.action, Action::Shadow);  // 200 -> 120: lowered, from the file
+    EXPECT_EQ(row(p, "api").step.next->previous_mrps, 200000u);
+    ASSERT_EQ(p.notes.size(), 1u);
+    EXPECT_EQ(p.notes[0],
+              "api: the limits file no longer says 150r/s shadow (shadow): changed by hand, the "
+              "rollout starts "
+              "again from the file");
+    // The same state with a file that agrees: still soaking.
+    current.limits.buckets["api"].limit_mrps = 150000;
+    current.limits.buckets["api"].mode = Mode::Shadow;
+    p = plan_cycle(cfg, h, current.limits, {{"api", s}}, kNow, false);
+    EXPECT_EQ(row(p, "api").step.action, Action::Soaking);
+    EXPECT_TRUE(p.notes.empty());
+}
+
 TEST(Cycle, CurrentLimitIsTheFilesElseTheLastRecorded) {
     Series s = make_series(global("api"), kSince, kNow, flat(100));
     s.samples.back().limit_rps = 250;
