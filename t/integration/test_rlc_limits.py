@@ -75,8 +75,8 @@ def test_bad_quota_file_applies_nothing(tmp_path):
 
 
 def versions(cfg):
-    """{version: digest} from `grl-rlc versions`."""
-    _, out, _ = rlc("versions", "--config", cfg)
+    """{version: digest} from `grl-rlc versions` (--config rlc.yaml or --store FILE)."""
+    _, out, _ = rlc("versions", "--store" if cfg.endswith(".db") else "--config", cfg)
     return {int(m.group(1)): m.group(2) for m in re.finditer(r"^(\d+)\s+\S+\s+([0-9a-f]{16})\s", out, re.M)}
 
 
@@ -171,3 +171,52 @@ def test_whatif_replays_history_against_proposed_limits(tmp_path):
     _, out, _ = rlc("whatif", "--config", cfg, "--limits", proposed, "--since", "14d", "--at", T0, "--json")
     (api,) = [b for b in json.loads(out)["buckets"] if b["bucket"] == "api"]
     assert api["new"]["drop_fraction"] == 1
+
+
+@needs_history
+def test_serve_cycles_at_start_and_on_change_and_keeps_the_last_good_config(tmp_path):
+    cfg = setup_dir(tmp_path, "store: rlc.db\nlimits_file: limits.yaml\nwindow: 4w\n")
+    store = str(tmp_path / "rlc.db")
+    limits = str(tmp_path / "limits.yaml")
+    rlc("synth", "--store", store, "--bucket", "api", "--base", 100, "--weeks", 5, "--limit", 500, "--seed", 1)
+    rlc("synth", "--store", store, "--bucket", "search", "--base", 300, "--weeks", 5, "--limit", 200, "--seed", 2)
+    log_path = str(tmp_path / "serve.log")
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([RLC_BIN, "serve", "--config", cfg, "--every", "1h", "--author", "serve"],
+                            stdout=log, stderr=log)
+    log.close()
+
+    def log_text():
+        with open(log_path, errors="replace") as fh:
+            return fh.read()
+
+    try:
+        h.wait_until(lambda: "cycle (start)" in log_text(), 10, what="the first cycle")
+        text = log_text()
+        assert re.search(r"info bucket=api: shadow \d+r/s: lowered from 500r/s: shadow first", text), text
+        assert re.search(r"info bucket=search: raise 300r/s: raise from 200r/s goes straight out", text), text
+        assert "version 2 written to" in text, text
+        assert sorted(versions(cfg)) == [1, 2]
+        assert "mode: shadow" in open(limits).read()
+
+        # rlc.yaml changes: a cycle at once (search is raised again, within the step guard).
+        with open(cfg, "a") as fh:
+            fh.write("step_guard: 20%\n")
+        h.wait_until(lambda: "cycle (configuration changed)" in log_text(), 10, what="a cycle on change")
+        h.wait_until(lambda: sorted(versions(cfg)) == [1, 2, 3], 5, what="version 3")
+        assert re.search(r"info bucket=search: raise 360r/s: raise from 300r/s", log_text()), log_text()
+
+        # A bad rlc.yaml is refused, the last good one stays, nothing is applied.
+        before = open(limits).read()
+        with open(cfg, "a") as fh:
+            fh.write("rollout:\n  soak: forever\n")
+        h.wait_until(lambda: "configuration rejected, the last good one stays" in log_text(), 10,
+                     what="the bad rlc.yaml refused")
+        assert 'field "rollout.soak": invalid duration "forever"' in log_text()
+        assert open(limits).read() == before
+        assert sorted(versions(store)) == [1, 2, 3]
+    finally:
+        proc.send_signal(15)
+        rc = proc.wait(10)
+    assert rc == 0
+    assert "info: stopped" in log_text()
