@@ -276,7 +276,16 @@ std::uint64_t clamp_and_round(double rps, const Clamps& c, const Current& old, b
         v = *c.ceiling_rps;
         ev.clamps.push_back("ceiling " + format_limit(round_up_limit(v)));
     }
-    return round_up_limit(v);
+    std::uint64_t out = round_up_limit(v);
+    if (c.min_change > 0 && old.limit_mrps && *old.limit_mrps > 0 && out != *old.limit_mrps) {
+        double o = static_cast<double>(*old.limit_mrps);
+        if (std::fabs(static_cast<double>(out) - o) < c.min_change * o) {
+            ev.clamps.push_back("within " + fmt(c.min_change * 100, 0) + "% of " +
+                                format_limit(*old.limit_mrps) + ": unchanged (min_change)");
+            return *old.limit_mrps;
+        }
+    }
+    return out;
 }
 
 }  // namespace grl::rlc

@@ -163,11 +163,15 @@ struct Screened {
 };
 Screened screen(const Series& s, std::int64_t since_s, std::int64_t until_s, const Screen& opt);
 
-// Floor, ceiling and step guard (no change larger than `step` of the old limit per cycle
-// unless forced), then rounding; records each clamp applied in `ev`.
+// Step guard (no change larger than `step` of the old limit per cycle unless forced), floor,
+// ceiling, rounding, then the dead band (no change smaller than `min_change`); records each
+// clamp applied in `ev`.
 struct Clamps {
     std::optional<double> floor_rps, ceiling_rps;
     double step = 0.5;  // 0: no step guard
+    // A change smaller than this share of the old limit is not worth a new version and a
+    // new soak: the old limit is proposed again. 0: every change counts.
+    double min_change = 0.05;
 };
 std::uint64_t clamp_and_round(double rps, const Clamps& c, const Current& old, bool force,
                               Evidence& ev);
@@ -188,7 +192,7 @@ struct PeakParams {
     Clamps clamps;
     Screen screen;
 };
-// Reads percentile, buffer, floor, ceiling, step, min_history, min_coverage.
+// Reads percentile, buffer, floor, ceiling, step, min_change, min_history, min_coverage.
 PeakParams read_peak_params(ParamReader& r, const PolicyEnv& env);
 Proposal propose_peak(const PeakParams& p, const PolicyInput& in, const std::string& policy_name);
 

@@ -34,6 +34,7 @@ PeakParams read_peak_params(ParamReader& r, const PolicyEnv& env) {
     p.clamps.floor_rps = r.rate("floor", std::nullopt);
     p.clamps.ceiling_rps = r.rate("ceiling", std::nullopt);
     p.clamps.step = r.fraction("step", env.step_guard, 0, 100);
+    p.clamps.min_change = r.fraction("min_change", p.clamps.min_change, 0, 1);
     p.screen.min_history_s = static_cast<double>(r.duration("min_history", 7 * 86400));
     p.screen.min_coverage = r.fraction("min_coverage", p.screen.min_coverage, 0, 1);
     return p;

@@ -98,7 +98,7 @@ TEST(RlcConfig, BadFilesNameFileLineAndField) {
             "limits_file: l.yaml\nrules:\n  - match: a*\n    policy: peak\n    percentil: 99\n"),
         "rlc.yaml:5: rule 1: field \"percentil\": unknown parameter for policy peak (expected "
         "percentile, "
-        "buffer, floor, ceiling, step, min_history, min_coverage)");
+        "buffer, floor, ceiling, step, min_change, min_history, min_coverage)");
     EXPECT_EQ(error_of("limits_file: l.yaml\nrollout:\n  soak: 1h\n  raise_directly: yes\n"),
               "rlc.yaml:4: field \"rollout.raise_directly\": invalid value \"yes\", expected true "
               "or false");

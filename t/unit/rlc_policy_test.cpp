@@ -178,6 +178,18 @@ TEST(PeakPolicy, StepGuardLimitsTheChangeUnlessForced) {
     EXPECT_EQ(*down.new_mrps, rps(80));  // -20% of 100 r/s
 }
 
+TEST(PeakPolicy, SmallChangesKeepTheOldLimit) {
+    std::vector<Series> h = {make_series(global("api"), kSince, kUntil, flat(100))};  // 120 r/s
+    auto p = run("peak", {}, h, Current{rps(124), Mode::Deny});
+    EXPECT_EQ(*p.new_mrps, rps(124));  // -3.2%: under the 5% dead band
+    ASSERT_EQ(p.evidence.clamps.size(), 1u);
+    EXPECT_EQ(p.evidence.clamps[0], "within 5% of 124r/s: unchanged (min_change)");
+    EXPECT_EQ(*run("peak", {}, h, Current{rps(127), Mode::Deny}).new_mrps, rps(120));  // -5.5%
+    EXPECT_EQ(
+        *run("peak", params({{"min_change", "0"}}), h, Current{rps(124), Mode::Deny}).new_mrps,
+        rps(120));
+}
+
 TEST(PeakPolicy, FloorAndCeilingAreHardBounds) {
     auto low = run("peak", params({{"floor", "50r/s"}}),
                    {make_series(global("a"), kSince, kUntil, flat(10))});
