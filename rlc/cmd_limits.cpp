@@ -90,18 +90,16 @@ void guarded(F&& body) {
     }
 }
 
-Plan compute(const Config& cfg, const Options& o, VersionStore& store, std::int64_t now) {
-    auto history = open_history(store_path(o, &cfg));
-    auto series = history->read(now - cfg.window_s, now);
-    return plan_cycle(cfg, series, read_limits(cfg.limits_file), store.states(), now, o.force);
-}
-
 void cmd_run(const Options& o) {
     guarded([&] {
         Config cfg = load_config(o.config);
-        VersionStore store(store_path(o, &cfg));
         std::int64_t now = now_of(o);
-        Plan plan = compute(cfg, o, store, now);
+        // History first: it checks that the file is a history store before our tables go in.
+        auto history = open_history(store_path(o, &cfg));
+        auto series = history->read(now - cfg.window_s, now);
+        VersionStore store(store_path(o, &cfg));
+        Plan plan =
+            plan_cycle(cfg, series, read_limits(cfg.limits_file), store.states(), now, o.force);
         std::cout << render_plan(plan);
         if (!o.apply) {
             std::cout << "\n(not applied: --apply writes " << cfg.limits_file << ")\n";
@@ -206,10 +204,10 @@ std::int64_t mtime_of(const std::string& path) {
 // One cycle of serve: plan, apply, and one log line per rollout event.
 void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
                  std::set<std::string>& known) {
-    VersionStore store(store_path(o, &cfg));
     std::int64_t now = now_of(o);
     auto history = open_history(store_path(o, &cfg));
     auto series = history->read(now - cfg.window_s, now);
+    VersionStore store(store_path(o, &cfg));
     known.clear();
     for (const auto& s : series) known.insert(s.key.bucket);
     Plan plan = plan_cycle(cfg, series, read_limits(cfg.limits_file), store.states(), now, false);
@@ -333,8 +331,8 @@ void add_limits_commands(CLI::App& app) {
     whatif->add_option("--at", o->at_s, "replay up to this time (unix seconds) instead of now");
     whatif->callback([o] { cmd_whatif(*o); });
 
-    auto* serve =
-        app.add_subcommand("serve", "Run cycles on a schedule and on change, driving the shadow-first rollout");
+    auto* serve = app.add_subcommand(
+        "serve", "Run cycles on a schedule and on change, driving the shadow-first rollout");
     add_common(serve, *o, true);
     serve->add_option("--every", o->every, "cycle period (default: 1h)");
     serve->add_option("--poll", o->poll,
@@ -342,7 +340,8 @@ void add_limits_commands(CLI::App& app) {
     serve->add_option("--author", o->author, "recorded with each version (default: $USER)");
     serve->callback([o] { cmd_serve(*o); });
 
-    auto* versions = app.add_subcommand("versions", "List the applied limits sets (versions) and the rollout event counts");
+    auto* versions = app.add_subcommand(
+        "versions", "List the applied limits sets (versions) and the rollout event counts");
     add_common(versions, *o, false);
     versions->callback([o] { cmd_versions(*o); });
 

@@ -113,12 +113,17 @@ constexpr const char* kVersionCols =
 
 }  // namespace
 
-VersionStore::VersionStore(const std::string& path, int busy_timeout_ms) : path_(path) {
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-        SQLITE_OK) {
+VersionStore::VersionStore(const std::string& path, bool create, int busy_timeout_ms)
+    : path_(path) {
+    int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+    int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+    if (rc != SQLITE_OK) {
         std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
         sqlite3_close(db_);
         db_ = nullptr;
+        if (rc == SQLITE_CANTOPEN && !create)
+            throw VersionsError(path +
+                                ": no such store (grl-rlc record, synth or import create it)");
         throw VersionsError(path + ": cannot open: " + msg);
     }
     try {

@@ -55,8 +55,11 @@ struct Commit {
 
 class VersionStore {
   public:
-    // Opens or creates `path` (and the tables). Throws VersionsError naming the file.
-    explicit VersionStore(const std::string& path, int busy_timeout_ms = 5000);
+    // Opens `path` and creates the tables if missing. The file itself is the history
+    // store's: it must exist unless `create` (tests), so that a mistyped path is an error and
+    // never an empty file that the history store would then refuse. Throws VersionsError
+    // naming the file.
+    explicit VersionStore(const std::string& path, bool create = false, int busy_timeout_ms = 5000);
     ~VersionStore();
     VersionStore(const VersionStore&) = delete;
     VersionStore& operator=(const VersionStore&) = delete;

@@ -158,7 +158,7 @@ TEST(Apply, VersionsSoakPromotionAndRollback) {
     TempDir d;
     Config cfg = config(d);
     std::string limits = d.file("limits.yaml", kLimits);
-    VersionStore store(cfg.store);
+    VersionStore store(cfg.store, /*create=*/true);
     auto h = history();
 
     // Cycle 1: api goes to shadow at 120, search is raised, partner-acme starts in shadow.
@@ -221,7 +221,7 @@ TEST(Apply, AVersionTheControllersWouldRejectIsNotApplied) {
     TempDir d;
     Config cfg = config(d);
     std::string limits = d.file("limits.yaml", kLimits);
-    VersionStore store(cfg.store);
+    VersionStore store(cfg.store, /*create=*/true);
     // A bucket name the limits file cannot hold (a corrupt history row).
     std::vector<Series> h = {make_series(global("bad name"), kSince, kNow, flat(100))};
     Plan p = plan_cycle(cfg, h, read_limits(limits), {}, kNow, false);
@@ -245,7 +245,7 @@ TEST(Apply, AFailedWriteRecordsNothing) {
     TempDir d;
     Config cfg = config(d);
     cfg.limits_file = d.path + "/no-such-dir/limits.yaml";
-    VersionStore store(cfg.store);
+    VersionStore store(cfg.store, /*create=*/true);
     auto h = history();
     Plan p = plan_cycle(cfg, h, {}, {}, kNow, false);
     EXPECT_THROW(apply_plan(cfg, store, p, "alice", "x"), std::runtime_error);
@@ -258,7 +258,7 @@ TEST(Versions, ReopenedStoreResumes) {
     TempDir d;
     std::string db = d.path + "/v.db";
     {
-        VersionStore s(db);
+        VersionStore s(db, /*create=*/true);
         Commit c;
         c.version = Version{0, 0, "a", "r", "0123", "diff", "buckets: {}\n"};
         BucketState b;
@@ -277,7 +277,16 @@ TEST(Versions, ReopenedStoreResumes) {
     EXPECT_EQ(st.limit_mrps, 5000u);
     EXPECT_EQ(st.since_s, 42);
     EXPECT_FALSE(st.previous_mrps);
-    EXPECT_THROW(VersionStore("/nonexistent-dir/v.db"), VersionsError);
+    EXPECT_THROW(VersionStore("/nonexistent-dir/v.db", true), VersionsError);
+    // Without create, a missing file is named as such (and not created).
+    try {
+        VersionStore missing(d.path + "/typo.db");
+        FAIL() << "opened a missing store";
+    } catch (const VersionsError& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  d.path + "/typo.db: no such store (grl-rlc record, synth or import create it)");
+    }
+    EXPECT_NE(access((d.path + "/typo.db").c_str(), F_OK), 0);
 }
 
 }  // namespace
