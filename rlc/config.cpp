@@ -64,7 +64,9 @@ Rule read_rule(const YAML::Node& node, const std::string& file, const std::strin
         throw ConfigError(r.origin + ": expected a map (match, policy, parameters)");
     }
     Params params;
-    YAML::Node policy_node = node;
+    // Where `policy` was written. A Mark, not a Node: assigning to a YAML::Node that refers
+    // to a node of the tree overwrites that node.
+    std::string policy_at = at(file, node);
     for (const auto& kv : node.IsMap() ? node : YAML::Node(YAML::NodeType::Map)) {
         std::string key = key_of(kv.first);
         std::string where = at(file, kv.second) + ": " + what + ": field \"" + key + "\"";
@@ -74,7 +76,7 @@ Rule read_rule(const YAML::Node& node, const std::string& file, const std::strin
             if (r.match.empty()) throw ConfigError(where + ": empty glob");
         } else if (key == "policy") {
             r.policy = scalar(where, kv.second);
-            policy_node = kv.second;
+            policy_at = at(file, kv.second);
         } else {
             params[key] = Param{scalar(where, kv.second), where};
         }
@@ -86,9 +88,8 @@ Rule read_rule(const YAML::Node& node, const std::string& file, const std::strin
     if (!r.match.empty() && !is_default) r.origin += " (match \"" + r.match + "\")";
     const PolicyInfo* info = find_policy(r.policy);
     if (!info) {
-        throw ConfigError(at(file, policy_node) + ": " + what +
-                          ": field \"policy\": unknown policy \"" + r.policy + "\" (expected " +
-                          known_policies() + ")");
+        throw ConfigError(policy_at + ": " + what + ": field \"policy\": unknown policy \"" +
+                          r.policy + "\" (expected " + known_policies() + ")");
     }
     r.impl = info->make(params, PolicyEnv{cfg.quota_file, r.origin, cfg.step_guard});
     return r;

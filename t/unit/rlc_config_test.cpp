@@ -64,6 +64,16 @@ rules:
     rmdir(dir);
 }
 
+TEST(RlcConfig, TheExampleInConfLoads) {
+    Config c = load_config(GRL_SOURCE_DIR "/conf/rlc/rlc.yaml");
+    EXPECT_EQ(c.rules.size(), 3u);
+    EXPECT_EQ(c.rule_for("partner-acme").policy, "fixed");
+    EXPECT_EQ(c.rule_for("search").policy, "forecast");
+    EXPECT_EQ(c.rule_for("login").policy, "peak");
+    EXPECT_EQ(c.rule_for("api").origin, GRL_SOURCE_DIR "/conf/rlc/rlc.yaml:13: default");
+    EXPECT_EQ(c.quota_file, GRL_SOURCE_DIR "/conf/rlc/quotas.yaml");
+}
+
 TEST(RlcConfig, FirstMatchWins) {
     Config c = parse_config(
         "limits_file: l.yaml\nrules:\n  - match: \"api-*\"\n    policy: forecast\n"
