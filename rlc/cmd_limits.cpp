@@ -2,28 +2,27 @@
 // "Operating it"). Each only wires rlc.yaml, the history, the config store and the pure
 // parts (cycle.h, rollout.h, whatif.h) together.
 #include <CLI/CLI.hpp>
-
 #include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <set>
-#include <thread>
 #include <ctime>
 #include <iostream>
 #include <memory>
+#include <set>
+#include <thread>
 
 #include "apply.h"
 #include "commands.h"
 #include "config.h"
 #include "cycle.h"
 #include "grl/daemon/limits_file.h"
-#include "open_history.h"
 #include "grl/daemon/log.h"
 #include "limits_out.h"
+#include "open_history.h"
 #include "versions.h"
 #include "whatif.h"
 
