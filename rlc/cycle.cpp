@@ -6,6 +6,8 @@
 #include <ctime>
 #include <set>
 
+#include "whatif.h"
+
 namespace grl::rlc {
 
 namespace {
@@ -97,6 +99,14 @@ Plan plan_cycle(const Config& cfg, const std::vector<Series>& history,
 
         CycleRow row;
         row.proposal = rule.impl->propose(in);
+        if (row.proposal.new_mrps && !instances.empty()) {
+            // What the proposed limit would have done to the window's traffic (what-if).
+            Replay r = replay(instances, *row.proposal.new_mrps, plan.since_s, now_s);
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "would drop %.3f%%, %.0f min over",
+                          r.drop_fraction * 100, r.minutes_over);
+            row.proposal.evidence.notes.emplace_back("replayed", buf);
+        }
         auto st = states.find(name);
         if (st != states.end()) {
             // Someone changed the bucket's entry by hand since the last cycle: the file is

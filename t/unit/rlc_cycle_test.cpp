@@ -84,6 +84,16 @@ TEST(Cycle, PlansEveryBucketAndKeepsWhatItDoesNotManage) {
 
     EXPECT_EQ(row(p, "api").step.action, Action::Shadow);
     EXPECT_EQ(*row(p, "api").proposal.new_mrps, 120000u);
+    // Every proposal replayed over the window: api at 120 r/s never drops its 100 r/s,
+    // search at 300 r/s drops 0 of 300 r/s but is never over either.
+    auto replayed = [&](const std::string& b) {
+        for (const auto& [k, v] : row(p, b).proposal.evidence.notes)
+            if (k == "replayed") return v;
+        return std::string("none");
+    };
+    EXPECT_EQ(replayed("api"), "would drop 0.000%, 0 min over");
+    EXPECT_EQ(replayed("search"), "would drop 0.000%, 0 min over");
+    EXPECT_EQ(replayed("partner-acme"), "none");  // no history to replay
     EXPECT_EQ(row(p, "search").step.action, Action::Raise);
     EXPECT_EQ(*row(p, "search").proposal.new_mrps, 300000u);
     EXPECT_FALSE(row(p, "young").proposal.new_mrps);
@@ -111,6 +121,24 @@ TEST(Cycle, PlansEveryBucketAndKeepsWhatItDoesNotManage) {
     EXPECT_NE(text.find("young (peak): global: too little history"), std::string::npos) << text;
     EXPECT_NE(text.find("api: limit 200r/s -> 120r/s, mode (none) -> shadow"), std::string::npos)
         << text;
+}
+
+TEST(Cycle, EveryProposalIsReplayedOverTheWindow) {
+    TempDir d;
+    Config cfg = config(d);
+    // p99.9 ignores a 10-minute spike to 1000 r/s: 120 r/s, which the spike overshoots.
+    std::vector<Series> h = {
+        make_series(global("spiky"), kSince, kNow, spike(100, kSince + kDay, 10 * kMin, 1000))};
+    Plan p = plan_cycle(cfg, h, {}, {}, kNow, false);
+    ASSERT_EQ(*row(p, "spiky").proposal.new_mrps, 120000u);
+    const auto& notes = row(p, "spiky").proposal.evidence.notes;
+    ASSERT_EQ(notes.size(), 1u);
+    // 880 r/s over for 600 s, of 100 r/s for four weeks plus the spike's extra 900 r/s.
+    double f = 880.0 * 600 / (100.0 * 4 * kWeek + 900.0 * 600) * 100;
+    char want[64];
+    std::snprintf(want, sizeof want, "would drop %.3f%%, 10 min over", f);
+    EXPECT_EQ(notes[0].second, want);
+    EXPECT_NE(render_plan(p).find(std::string("replayed: ") + want), std::string::npos);
 }
 
 TEST(Cycle, AHandEditedEntryRestartsTheRolloutFromTheFile) {
