@@ -79,6 +79,13 @@ Applied apply_plan(const Config& cfg, VersionStore& store, const Plan& plan,
     }
     if (!file_changes && c.states.empty() && c.events.empty()) return out;
     out.version = store.commit(c, plan.now_s, [&] {
+        // Inside the store's write transaction: a file changed since the plan read it (an
+        // operator's edit, another grl-rlc) is not overwritten; the cycle is computed again.
+        if (control::digest(read_limits(cfg.limits_file)) != control::digest(plan.before)) {
+            throw ConfigError(
+                cfg.limits_file +
+                ": changed since this cycle read it, nothing applied: run the cycle again");
+        }
         if (file_changes) write_atomically(cfg.limits_file, text);
     });
     return out;

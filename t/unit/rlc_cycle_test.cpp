@@ -269,6 +269,29 @@ TEST(Apply, AVersionTheControllersWouldRejectIsNotApplied) {
     EXPECT_TRUE(store.states().empty());
 }
 
+TEST(Apply, AFileChangedSinceThePlanIsNotOverwritten) {
+    TempDir d;
+    Config cfg = config(d);
+    std::string limits = d.file("limits.yaml", kLimits);
+    VersionStore store(cfg.store, /*create=*/true);
+    auto h = history();
+    Plan p = plan_cycle(cfg, h, read_limits(limits), {}, kNow, false);
+    std::string edited = std::string(kLimits) + "  extra:\n    limit: 5r/s\n";
+    d.file("limits.yaml", edited);  // an operator's edit between plan and apply
+    try {
+        apply_plan(cfg, store, p, "alice", "x");
+        FAIL() << "overwrote an edited file";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(
+            std::string(e.what()),
+            limits + ": changed since this cycle read it, nothing applied: run the cycle again");
+    }
+    EXPECT_EQ(slurp(limits), edited);
+    EXPECT_EQ(store.list().size(), 1u);  // the baseline (the file as found) only
+    EXPECT_TRUE(store.states().empty());
+    EXPECT_TRUE(store.counters().empty());
+}
+
 TEST(Apply, AFailedWriteRecordsNothing) {
     TempDir d;
     Config cfg = config(d);
