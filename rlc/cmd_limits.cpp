@@ -36,6 +36,7 @@ struct Options {
     std::string author;
     std::string reason;
     std::int64_t at_s = 0;  // 0: now
+    std::int64_t show = 0;  // versions --show N
     bool apply = false;
     bool force = false;
     // whatif
@@ -119,6 +120,14 @@ void cmd_versions(const Options& o) {
         std::unique_ptr<Config> cfg;
         if (!o.config.empty()) cfg = std::make_unique<Config>(load_config(o.config));
         VersionStore store(store_path(o, cfg.get()));
+        if (o.show > 0) {
+            auto v = store.get(o.show);
+            if (!v)
+                fail(store.path() + ": no version " + std::to_string(o.show) +
+                     " (see grl-rlc versions)");
+            std::cout << v->content;
+            return;
+        }
         auto all = store.list();
         if (all.empty()) {
             std::cout << "no versions in " << store.path() << "\n";
@@ -342,6 +351,7 @@ void add_limits_commands(CLI::App& app) {
     auto* versions = app.add_subcommand(
         "versions", "List the applied limits sets (versions) and the rollout event counts");
     add_common(versions, *o, false);
+    versions->add_option("--show", o->show, "print version N's limits file instead of the list");
     versions->callback([o] { cmd_versions(*o); });
 
     auto diff_ids = std::make_shared<std::pair<std::int64_t, std::int64_t>>();

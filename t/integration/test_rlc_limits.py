@@ -139,6 +139,8 @@ def test_cycle_apply_promote_rollback_through_a_real_controller(tmp_path, fleet)
     assert v[4] == v[1]
     wait_digest(ctl, v[1])
     assert open(limits).read() == ORIGINAL
+    _, out, _ = rlc("versions", "--config", cfg, "--show", 1)
+    assert out == ORIGINAL
     _, out, _ = rlc("diff", 2, 4, "--config", cfg)
     assert "api: limit %dr/s -> 500r/s, mode shadow -> (none)" % candidate in out, out
 
