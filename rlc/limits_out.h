@@ -1,0 +1,37 @@
+// The limits file as grl-rlc writes it: rendering a limits set in the controllers' format
+// (docs/control-plane.md, "The limits file"), comparing two sets bucket by bucket, and
+// writing the file atomically. Reading is grl::daemon::parse_limits, the controllers' own
+// parser: one reader for one format.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "grl/control.h"
+
+namespace grl::rlc {
+
+// YAML the controllers accept, buckets in name order, after a comment line `header`.
+std::string render_limits(const control::Limits& limits, const std::string& header);
+
+// One bucket that differs between two limits sets.
+struct LimitChange {
+    std::string bucket;
+    std::optional<control::FileLimit> before, after;  // none: absent on that side
+};
+std::vector<LimitChange> diff_limits(const control::Limits& a, const control::Limits& b);
+// "api: limit 300r/s -> 360r/s, mode deny -> shadow", "+ bots: limit 10r/s", "- old: ..."
+std::string describe(const LimitChange& c);
+// One line per change, or "no change\n".
+std::string render_diff(const std::vector<LimitChange>& changes);
+
+// Writes `content` to `path` so that a reader sees the old file or the new one, never a
+// mix: a temporary file in the same directory, fsync, rename over `path`, fsync of the
+// directory. Throws std::runtime_error naming the path and the failing step.
+void write_atomically(const std::string& path, const std::string& content);
+
+// The file's text, or none when it does not exist; throws when it exists but cannot be read.
+std::optional<std::string> read_text_file(const std::string& path);
+
+}  // namespace grl::rlc

@@ -1,0 +1,183 @@
+#include "rollout.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace grl::rlc {
+
+namespace {
+
+std::string pct(double f) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f%%", f * 100);
+    return buf;
+}
+
+BucketState make(const std::string& bucket, Stage st, std::uint64_t mrps, std::int64_t since,
+                 std::optional<std::uint64_t> prev) {
+    BucketState s;
+    s.bucket = bucket;
+    s.stage = st;
+    s.limit_mrps = mrps;
+    s.since_s = since;
+    s.previous_mrps = prev;
+    return s;
+}
+
+}  // namespace
+
+std::string to_string(Stage s) {
+    switch (s) {
+        case Stage::Enforced: return "enforced";
+        case Stage::Shadow: return "shadow";
+        case Stage::Held: return "held";
+    }
+    return "?";
+}
+
+std::optional<Stage> parse_stage(const std::string& s) {
+    for (Stage st : {Stage::Enforced, Stage::Shadow, Stage::Held})
+        if (to_string(st) == s) return st;
+    return std::nullopt;
+}
+
+std::string to_string(Action a) {
+    switch (a) {
+        case Action::None: return "none";
+        case Action::Raise: return "raise";
+        case Action::Shadow: return "shadow";
+        case Action::Soaking: return "soaking";
+        case Action::Promote: return "promote";
+        case Action::Hold: return "hold";
+        case Action::Still: return "still held";
+    }
+    return "?";
+}
+
+ShadowMeasure measure_shadow(const std::vector<const Series*>& instances, std::uint64_t limit_mrps,
+                             std::int64_t since_s, std::int64_t until_s) {
+    double offered = 0, shadow = 0;
+    ShadowMeasure m;
+    const double limit = static_cast<double>(limit_mrps) / 1000;
+    for (const Series* s : instances) {
+        for (const Sample& smp : s->samples) {
+            if (smp.start_s < since_s || smp.start_s >= until_s || smp.ticks <= 0) continue;
+            if (smp.mode != Mode::Shadow) continue;
+            // The controller may still have published the previous limit for a moment.
+            if (smp.limit_rps >= 0 && std::fabs(smp.limit_rps - limit) > 0.01 * limit + 0.001)
+                continue;
+            offered += smp.offered.mean * smp.length_s;
+            shadow += smp.shadow_dropped.mean * smp.length_s;
+            ++m.samples;
+        }
+    }
+    if (m.samples > 0) m.fraction = offered > 0 ? shadow / offered : 0;
+    return m;
+}
+
+std::int64_t measure_since(const BucketState& state, std::int64_t now_s,
+                           const RolloutOptions& opt) {
+    if (state.stage == Stage::Shadow) return state.since_s;
+    return now_s - opt.soak_s;
+}
+
+Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
+             const ShadowMeasure& measure, std::int64_t now_s, const RolloutOptions& opt,
+             bool force) {
+    Step st;
+    st.next = state;
+    std::optional<std::uint64_t> n;
+    if (proposal && proposal->new_mrps) n = proposal->new_mrps;
+    const std::string& bucket = state ? state->bucket : proposal ? proposal->bucket : std::string();
+    auto measured = [&]() {
+        return measure.fraction ? "shadow drops " + pct(*measure.fraction) + " over " +
+                                      std::to_string(measure.samples) + " samples, threshold " +
+                                      pct(opt.threshold)
+                                : std::string("no shadow samples at the candidate limit");
+    };
+
+    if (state && state->stage == Stage::Shadow) {
+        if (force && n && *n != state->limit_mrps) {
+            st.next = make(bucket, Stage::Shadow, *n, now_s, state->previous_mrps);
+            st.action = Action::Shadow;
+            st.why =
+                "new candidate (--force) replaces " + format_limit(state->limit_mrps) + " in soak";
+            return st;
+        }
+        if (now_s - state->since_s < opt.soak_s) {
+            st.action = Action::Soaking;
+            st.why = "soaking " + std::to_string((now_s - state->since_s) / 60) + " of " +
+                     std::to_string(opt.soak_s / 60) + " min";
+            if (n && *n != state->limit_mrps)
+                st.why += "; proposal " + format_limit(*n) + " waits for the soak (or --force)";
+            return st;
+        }
+        BucketState next = *state;
+        next.fraction = measure.fraction.value_or(-1);
+        next.since_s = now_s;
+        if (measure.fraction && *measure.fraction < opt.threshold) {
+            next.stage = Stage::Enforced;
+            st.action = Action::Promote;
+        } else {
+            next.stage = Stage::Held;
+            st.action = Action::Hold;
+        }
+        st.next = next;
+        st.why = measured();
+        return st;
+    }
+
+    if (state && state->stage == Stage::Held) {
+        BucketState next = *state;
+        next.fraction = measure.fraction.value_or(-1);
+        if (measure.fraction && *measure.fraction < opt.threshold) {
+            next.stage = Stage::Enforced;
+            next.since_s = now_s;
+            st.next = next;
+            st.action = Action::Promote;
+            st.why = measured();
+            return st;
+        }
+        if (n && *n != state->limit_mrps) {
+            st.next = make(bucket, Stage::Shadow, *n, now_s, state->previous_mrps);
+            st.action = Action::Shadow;
+            st.why = "new candidate replaces held " + format_limit(state->limit_mrps);
+            return st;
+        }
+        st.next = next;
+        st.action = Action::Still;
+        st.why = measured();
+        return st;
+    }
+
+    // Enforced, or not managed yet: the limit in force is the state's or the proposal's old.
+    if (!n) return st;
+    std::optional<std::uint64_t> old;
+    Mode old_mode = Mode::Deny;
+    if (state) {
+        old = state->limit_mrps;
+    } else if (proposal) {
+        old = proposal->old.limit_mrps;
+        old_mode = proposal->old.mode;
+    }
+    if (old && *n == *old && old_mode == Mode::Deny) return st;
+    if (old && *n > *old && old_mode == Mode::Deny && opt.raise_directly) {
+        st.next = make(bucket, Stage::Enforced, *n, now_s, old);
+        st.action = Action::Raise;
+        st.why = "raise from " + format_limit(*old) + " goes straight out (raise_directly)";
+        return st;
+    }
+    st.next = make(bucket, Stage::Shadow, *n, now_s, old);
+    st.action = Action::Shadow;
+    if (!old)
+        st.why = "new limit: shadow first";
+    else if (old_mode == Mode::Shadow)
+        st.why = "was in shadow at " + format_limit(*old) + ": soak at the new limit";
+    else if (*n < *old)
+        st.why = "lowered from " + format_limit(*old) + ": shadow first";
+    else
+        st.why = "raise from " + format_limit(*old) + " soaks first (raise_directly: false)";
+    return st;
+}
+
+}  // namespace grl::rlc
