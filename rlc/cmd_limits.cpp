@@ -22,7 +22,7 @@
 #include "grl/daemon/limits_file.h"
 #include "grl/daemon/log.h"
 #include "limits_out.h"
-#include "open_history.h"
+#include "store.h"
 #include "versions.h"
 #include "whatif.h"
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "grl/daemon/args.h"
+#include "grl/parse.h"
 
 namespace grl::rlc {
 
@@ -111,10 +111,9 @@ double ParamReader::percentile(const std::string& name, double def) {
 std::optional<double> ParamReader::rate(const std::string& name, std::optional<double> def) {
     const Param* p = get(name);
     if (!p) return def;
-    std::uint64_t mrps = 0;
-    std::string err;
-    if (!daemon::parse_limit(p->value, mrps, err)) throw ConfigError(p->origin + ": " + err);
-    return static_cast<double>(mrps) / 1000;
+    Parsed<std::uint64_t> mrps = parse_limit(p->value);
+    if (!mrps) throw ConfigError(p->origin + ": " + mrps.error);
+    return static_cast<double>(mrps.value) / 1000;
 }
 
 std::int64_t ParamReader::duration(const std::string& name, std::int64_t def) {

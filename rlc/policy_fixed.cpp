@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "grl/bucket_types.h"
-#include "grl/daemon/args.h"
+#include "grl/parse.h"
 #include "policy.h"
 
 namespace grl::rlc {
@@ -89,9 +89,10 @@ std::map<std::string, Quota> parse_quotas(const std::string& text, const std::st
                               "\": expected a rate (e.g. 200r/s, 600r/m or 0)");
         }
         Quota q;
-        std::string err;
-        if (!daemon::parse_limit(kv.second.Scalar(), q.mrps, err))
-            throw ConfigError(at(file, kv.second) + ": bucket \"" + name + "\": " + err);
+        Parsed<std::uint64_t> mrps = parse_limit(kv.second.Scalar());
+        if (!mrps)
+            throw ConfigError(at(file, kv.second) + ": bucket \"" + name + "\": " + mrps.error);
+        q.mrps = mrps.value;
         q.origin = at(file, kv.second);
         out.emplace(name, q);
     }
