@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include <cmath>
+
 namespace grl::controller {
 
 std::string check(const Config& c) {
@@ -43,10 +45,10 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     CLI::Option* ttl = app.add_option("--ttl", c.opts.ttl_ms,
                                       "validity of published ratios (default: 3 x interval)")
                            ->option_text("DURATION")
-                           ->transform(cli::duration_validator(1, 24 * 3600000));
+                           ->transform(cli::duration_validator(1, 24ULL * 3600000));
     cli::add_count(app, "--window", c.opts.window, 1, 100, "intervals averaged for the ratio");
     std::uint32_t fast_attack_percent =
-        static_cast<std::uint32_t>(c.opts.fast_attack * 100.0 + 0.5);
+        static_cast<std::uint32_t>(std::lround(c.opts.fast_attack * 100.0));
     cli::add_count(app, "--fast-attack", fast_attack_percent, 0, 1000,
                    "a sample this much above the window's mean is a surge, used alone (0: off)",
                    "PERCENT");
