@@ -54,6 +54,9 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                    "PERCENT");
     cli::add_count(app, "--stale-intervals", c.opts.stale_intervals, 1, 1000000,
                    "a zone or peer silent for N intervals leaves the sums");
+    cli::add_text(app, "--state-file", c.state_file, "FILE",
+                  "keep overrides and run-time buckets here across restarts (written atomically "
+                  "at each change)");
     cli::add_text(app, "--limits", c.limits_file, "FILE",
                   "YAML limits file (reloaded on SIGHUP and when it changes)");
     cli::add_duration(app, "--limits-poll", c.limits_poll_ms, 0, 3600000,

@@ -23,6 +23,7 @@ struct Config {
     bool insecure = false;           // --insecure: bind beyond loopback without CURVE
     std::vector<std::string> peers;  // other controllers' publish endpoints
     std::string limits_file;         // empty: none
+    std::string state_file;          // overrides kept across restarts; empty: none
     std::uint64_t limits_poll_ms = 1000;
     std::string metrics_bind;
     std::string endpoints_file;

@@ -387,6 +387,13 @@ bool Controller::merge_override(const wire::Override& o, const Clock& now) {
     return true;
 }
 
+std::size_t Controller::restore_overrides(const std::vector<wire::Override>& entries,
+                                          const Clock& now) {
+    std::size_t n = 0;
+    for (const wire::Override& o : entries) n += merge_override(o, now) ? 1 : 0;
+    return n;
+}
+
 // A local change's stamp: our clock, or just after the held entry's when that is ahead (a peer
 // whose clock runs ahead, within max_skew_ms), so that the change wins.
 std::uint64_t Controller::stamp(const std::string& bucket, const Clock& now) const {

@@ -207,6 +207,9 @@ class Controller {
                             std::uint64_t for_ms, const Clock& now);
     std::string remove_runtime(const std::string& bucket, const Clock& now);
     const std::map<std::string, wire::Override>& overrides() const { return overrides_; }
+    // Merges saved entries (the daemon's state file, at start) as if a peer had sent them:
+    // last writer wins per bucket, stamps from the future refused. Returns how many merged.
+    std::size_t restore_overrides(const std::vector<wire::Override>& entries, const Clock& now);
 
     // Recomputes every instance and returns what to publish. Call once per interval (and after
     // an admin change, so that a new run-time bucket reaches nginx at once).
