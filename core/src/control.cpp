@@ -10,7 +10,6 @@
 #include "grl/bucket.h"
 #include "grl/ratio.h"
 #include "grl/saturating.h"
-#include "grl/zone_layout.h"
 
 namespace grl::control {
 
@@ -498,9 +497,9 @@ std::string Controller::add_runtime(const std::string& bucket, const wire::Runti
     std::size_t runtime = 0;
     for (const auto& [name, o] : overrides_) runtime += o.has_match && override_active(o, now);
     for (const auto& [name, f] : limits_.buckets) runtime += f.has_match;
-    if (runtime >= zone::kRuntimeSlots) {
+    if (runtime >= wire::kMaxRuntimeBuckets) {
         return "too many run-time buckets (nginx has room for " +
-               std::to_string(zone::kRuntimeSlots) + ")";
+               std::to_string(wire::kMaxRuntimeBuckets) + ")";
     }
     wire::Override o;
     o.name = bucket;
