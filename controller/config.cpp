@@ -54,6 +54,9 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                    "PERCENT");
     cli::add_count(app, "--stale-intervals", c.opts.stale_intervals, 1, 1000000,
                    "a zone or peer silent for N intervals leaves the sums");
+    cli::add_duration(app, "--peer-hold", c.opts.peer_hold_ms, 0, 24ULL * 3600000,
+                      "a region whose peers all went silent (a partition) keeps its last usage "
+                      "in global sums this long (0: leaves with its peers)");
     cli::add_text(app, "--state-file", c.state_file, "FILE",
                   "keep overrides and run-time buckets here across restarts (written atomically "
                   "at each change)");

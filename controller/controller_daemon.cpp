@@ -644,6 +644,13 @@ std::string Daemon::metrics() {
              static_cast<double>(admin_requests_));
     m.sample("grl_controller_admin_requests_total", {{"kind", "changes"}},
              static_cast<double>(admin_changes_));
+    m.family("grl_controller_peer_regions_held", "gauge",
+             "Other regions whose peers all went silent, their last usage held in the global "
+             "sums (--peer-hold).");
+    m.sample("grl_controller_peer_regions_held", static_cast<double>(ctl_.held_regions()));
+    m.family("grl_controller_peer_regions_lost_total", "counter",
+             "Regions that stayed silent past --peer-hold and left the global sums.");
+    m.sample("grl_controller_peer_regions_lost_total", static_cast<double>(ctl_.regions_lost()));
     if (!cfg_.state_file.empty()) {
         m.family("grl_controller_state_file_ok", "gauge",
                  "1 when the state file (--state-file) was read and is being written; 0 after a "
