@@ -506,6 +506,38 @@ TEST(Controller, ClearOverride) {
     EXPECT_NE(c.clear_override("api", false, false, f.now), "");
 }
 
+// Clock skew between controllers: b's wall clock runs 30 s ahead. Its override is stamped
+// 30 s in the future for a, but a later change on a still wins everywhere (a stamps its
+// change just after the entry it holds), and so does b's next one: a skewed controller
+// never owns an override for ever.
+TEST(Controller, ASkewedControllerDoesNotWinForEver) {
+    Fleet f;
+    Controller a(opts("ctl-a", "r1")), b(opts("ctl-b", "r2"));
+    Clock b_now = f.now;
+    auto exchange = [&] {
+        b_now = {f.now.mono_ms, f.now.wall_ms + 30000};
+        TickOutput oa = a.tick(f.now), ob = b.tick(b_now);
+        b.on_region_usage(oa.region_usage, b_now);
+        a.on_region_usage(ob.region_usage, f.now);
+        f.advance(1000);
+    };
+    exchange();
+    ASSERT_EQ(b.set_override("api", 5000, std::nullopt, 0, b_now), "");
+    exchange();
+    ASSERT_EQ(a.overrides().at("api").limit_mrps, 5000u);
+    ASSERT_EQ(a.set_override("api", 7000, std::nullopt, 0, f.now), "");  // 1 s later, by a
+    exchange();
+    exchange();
+    for (Controller* x : {&a, &b}) {
+        EXPECT_EQ(x->overrides().at("api").limit_mrps, 7000u) << x->options().name;
+        EXPECT_EQ(x->overrides().at("api").origin, "ctl-a");
+    }
+    ASSERT_EQ(b.clear_override("api", false, false, b_now), "");
+    exchange();
+    exchange();
+    EXPECT_TRUE(a.overrides().at("api").tombstone());
+}
+
 TEST(Controller, OverridesReplicateLastWriterWins) {
     Fleet f;
     Controller a(opts("ctl-a", "r1")), b(opts("ctl-b", "r1")), c(opts("ctl-c", "r2"));
