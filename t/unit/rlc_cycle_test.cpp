@@ -1,6 +1,7 @@
 // A whole cycle: proposals, the rollout, the limits file that results, and applying it
 // through a real SQLite config store and a real file (versions, rollback).
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -321,6 +322,46 @@ TEST(Apply, AFailedWriteRecordsNothing) {
     EXPECT_TRUE(store.counters().empty());
 }
 
+TEST(Versions, ACandidateBesideIsKeptAndAnOlderStoreGetsTheColumn) {
+    TempDir d;
+    std::string db = d.path + "/v.db";
+    {
+        // rlc_rollout as grl-rlc created it before candidates: no `beside` column.
+        sqlite3* raw = nullptr;
+        ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(raw,
+                               "CREATE TABLE rlc_rollout (bucket TEXT PRIMARY KEY, stage TEXT NOT "
+                               "NULL, limit_mrps INTEGER NOT NULL, since_s INTEGER NOT NULL, "
+                               "previous_mrps INTEGER, fraction REAL NOT NULL, updated_s INTEGER "
+                               "NOT NULL);"
+                               "INSERT INTO rlc_rollout VALUES ('old', 'shadow', 5000, 42, NULL, "
+                               "-1, 42);",
+                               nullptr, nullptr, nullptr),
+                  SQLITE_OK);
+        sqlite3_close(raw);
+    }
+    {
+        VersionStore s(db);
+        EXPECT_FALSE(s.states().at("old").beside);  // a shadow-mode rollout, as it was
+        Commit c;
+        BucketState b;
+        b.bucket = "api";
+        b.stage = Stage::Held;
+        b.limit_mrps = 120000;
+        b.previous_mrps = 200000;
+        b.beside = true;
+        b.since_s = 7;
+        c.states.push_back(b);
+        s.commit(c, 100, nullptr);
+    }
+    VersionStore s(db);
+    const BucketState st = s.states().at("api");
+    EXPECT_TRUE(st.beside);
+    EXPECT_EQ(st.mode(), Mode::Deny);
+    EXPECT_EQ(st.published_mrps(), 200000u);
+    EXPECT_EQ(st.limit_mrps, 120000u);
+}
+
 TEST(Versions, ReopenedStoreResumes) {
     TempDir d;
     std::string db = d.path + "/v.db";
@@ -344,6 +385,7 @@ TEST(Versions, ReopenedStoreResumes) {
     EXPECT_EQ(st.limit_mrps, 5000u);
     EXPECT_EQ(st.since_s, 42);
     EXPECT_FALSE(st.previous_mrps);
+    EXPECT_FALSE(st.beside);
     EXPECT_THROW(VersionStore("/nonexistent-dir/v.db", true), VersionsError);
     // Without create, a missing file is named as such (and not created).
     try {
