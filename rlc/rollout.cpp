@@ -124,7 +124,8 @@ Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
     // A candidate beside an enforced limit that a proposal at or above that limit replaces:
     // the enforced limit is where the bucket stands, so the proposal is judged from there.
     if (state && state->stage != Stage::Enforced && state->beside && state->previous_mrps && n &&
-        *n >= *state->previous_mrps && (force || state->stage == Stage::Held)) {
+        *n >= *state->previous_mrps && *n != state->limit_mrps &&
+        (force || state->stage == Stage::Held)) {
         const BucketState enforced =
             make(bucket, Stage::Enforced, *state->previous_mrps, now_s, std::nullopt);
         Step from = advance(enforced, proposal, ShadowMeasure{}, now_s, opt, force);
@@ -216,19 +217,18 @@ Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
     }
     st.next = make(bucket, Stage::Shadow, *n, now_s, old);
     st.action = Action::Shadow;
-    if (old && *n < *old && old_mode == Mode::Deny) {
-        // Enforcing: the lowered limit soaks as a candidate beside it, so that the bucket
-        // never stops dropping during the soak.
+    if (old && old_mode == Mode::Deny) {
+        // Enforcing: the new limit soaks as a candidate beside the old one, so that the
+        // bucket never stops dropping during the soak.
         st.next->beside = true;
-        st.why = "lowered from " + format_limit(*old) + ": candidate beside the enforced limit";
+        st.why = *n < *old ? "lowered from " + format_limit(*old) +
+                                 ": candidate beside the enforced limit"
+                           : "raise from " + format_limit(*old) +
+                                 " soaks beside the enforced limit (raise_directly: false)";
         return st;
     }
-    if (!old)
-        st.why = "new limit: shadow first";
-    else if (old_mode == Mode::Shadow)
-        st.why = "was in shadow at " + format_limit(*old) + ": soak at the new limit";
-    else
-        st.why = "raise from " + format_limit(*old) + " soaks first (raise_directly: false)";
+    st.why = !old ? "new limit: shadow first"
+                  : "was in shadow at " + format_limit(*old) + ": soak at the new limit";
     return st;
 }
 

@@ -5,13 +5,14 @@
 // Transitions, per cycle (N: this cycle's proposed limit, C: the bucket's limit or candidate):
 //   unmanaged/enforced, N == C           -> unchanged                   (none)
 //   unmanaged/enforced, N > C, raise_directly, in deny -> enforced at N (raise)
-//   unmanaged/enforced, N < C, in deny   -> shadow at N beside C        (shadow, beside)
-//   any other N (new, raise without raise_directly) -> shadow at N      (shadow)
+//   unmanaged/enforced, any other N, in deny -> shadow at N beside C    (shadow, beside)
+//   any other N (new bucket, bucket in shadow) -> shadow at N           (shadow)
 // "Beside": the bucket keeps enforcing C in deny and N is the limits file's `candidate:`,
 // judged by the controllers' candidate would-drops (measure_candidate) instead of nginx's
 // shadow drops; promotion writes N and removes the candidate, a hold keeps enforcing C.
-// A held or soaking candidate beside C that a new proposal N >= C replaces is dropped: the
-// bucket is enforced at C again and N is judged from there.
+// A held or (with --force) soaking candidate beside C that a new proposal N >= C, other than
+// the candidate, replaces is dropped: the bucket is enforced at C again and N is judged from
+// there.
 //   shadow, soak not over                -> shadow (soaking; N waits unless --force)
 //   shadow, soak over, fraction < threshold -> enforced at C            (promote)
 //   shadow, soak over, otherwise         -> held at C                   (hold)

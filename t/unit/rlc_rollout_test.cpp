@@ -189,6 +189,11 @@ TEST(Rollout, RaisesGoStraightOutOnlyWhenAllowed) {
     EXPECT_EQ(s.next->limit_mrps, 150000u);
     s = advance(std::nullopt, &p, {}, kT0, opts(false), false);
     EXPECT_EQ(s.action, Action::Shadow);
+    // ...and then it soaks beside the enforced limit, which stays in deny.
+    EXPECT_TRUE(s.next->beside);
+    EXPECT_EQ(s.next->mode(), Mode::Deny);
+    EXPECT_EQ(s.next->published_mrps(), 100000u);
+    EXPECT_EQ(s.why, "raise from 100r/s soaks beside the enforced limit (raise_directly: false)");
     // A raise of a bucket that nginx.conf runs in shadow is not a raise of an enforced limit.
     auto shadow = proposal("api", 100, 150, Mode::Shadow);
     s = advance(std::nullopt, &shadow, {}, kT0, opts(true), false);
