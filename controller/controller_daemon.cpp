@@ -552,6 +552,25 @@ std::string Daemon::metrics() {
                  1);
     }
 
+    // Candidates (the limits file's `candidate:`): only instances that have one, so that a
+    // series exists exactly while a candidate is soaking.
+    m.family("grl_bucket_candidate_limit_rps", "gauge",
+             "Candidate limit evaluated beside the limit in force (limits file), never enforced.");
+    for (const auto& [key, i] : insts) {
+        if (!i.candidate_mrps) continue;
+        m.sample("grl_bucket_candidate_limit_rps",
+                 {{"bucket", i.bucket}, {"scope", to_string(i.scope)}, {"zone", i.zone}},
+                 static_cast<double>(*i.candidate_mrps) / 1000.0);
+    }
+    m.family("grl_bucket_candidate_would_drop_rps", "gauge",
+             "Requests per second the candidate limit would drop (smoothed offered - candidate).");
+    for (const auto& [key, i] : insts) {
+        if (!i.candidate_mrps) continue;
+        m.sample("grl_bucket_candidate_would_drop_rps",
+                 {{"bucket", i.bucket}, {"scope", to_string(i.scope)}, {"zone", i.zone}},
+                 i.candidate_would_drop_mrps / 1000.0);
+    }
+
     // Which region the instances above belong to: the labels of region-scope and
     // zone-scope instances do not say it, and grl-rlc record needs it to name them.
     m.family("grl_controller_info", "gauge", "This controller's region and name (always 1).");

@@ -128,6 +128,10 @@ std::string to_json(const wire::AdminReply& r) {
         j.key("shadow_dropped_rps").num(b.shadow_dropped_mrps / 1000.0);
         j.key("limit_rps").num(b.limit_mrps / 1000.0);
         j.key("ratio").num(b.ratio_ppm / 1e6);
+        if (b.candidate_limit_mrps) {
+            j.key("candidate_limit_rps").num(*b.candidate_limit_mrps / 1000.0);
+            j.key("candidate_would_drop_rps").num(b.candidate_would_drop_mrps / 1000.0);
+        }
         j.key("mode").str(to_string(b.mode));
         j.key("limit_source").str(b.limit_source);
         j.key("mode_source").str(b.mode_source);
@@ -235,6 +239,10 @@ void print_show(const wire::AdminReply& r, const std::string& name) {
                     rps(b.admitted_mrps).c_str());
         if (b.mode == Mode::Shadow)
             std::printf("  would drop %s r/s (shadow)\n", rps(b.shadow_dropped_mrps).c_str());
+        if (b.candidate_limit_mrps)
+            std::printf("  candidate  %s r/s, would drop %s r/s (not enforced)\n",
+                        rps(*b.candidate_limit_mrps).c_str(),
+                        rps(b.candidate_would_drop_mrps).c_str());
         std::printf("  limit      %s r/s (from %s)\n  mode       %s (from %s)\n  ratio      %s\n",
                     rps(b.limit_mrps).c_str(), b.limit_source.c_str(),
                     std::string(to_string(b.mode)).c_str(), b.mode_source.c_str(),

@@ -60,7 +60,12 @@ Applied apply_plan(const Config& cfg, VersionStore& store, const Plan& plan,
     Applied out;
     Commit c;
     for (const auto& r : plan.rows) {
-        if (r.step.next && (!r.before || r.step.action != Action::None))
+        // A dropped candidate changes the state without an action (the bucket is enforced
+        // again at the limit it never left).
+        const bool changed =
+            r.before && r.step.next &&
+            (r.step.next->stage != r.before->stage || r.step.next->beside != r.before->beside);
+        if (r.step.next && (!r.before || r.step.action != Action::None || changed))
             c.states.push_back(*r.step.next);
         if (counted(r.step.action)) {
             c.events.push_back(RolloutEvent{plan.now_s, r.proposal.bucket, to_string(r.step.action),

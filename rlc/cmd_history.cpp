@@ -63,8 +63,8 @@ std::string read_file(const std::string& path) {
 
 void add_synth(CLI::App& app) {
     struct Opts {
-        std::string store, scope = "global", region, zone, interval = "60s", limit, mode = "deny",
-                           end;
+        std::string store, scope = "global", region, zone, interval = "60s", limit, candidate,
+                           mode = "deny", end;
         std::vector<std::string> buckets, spikes, gaps;
         SynthSpec spec;
     };
@@ -97,6 +97,8 @@ void add_synth(CLI::App& app) {
     c->add_option("--gap", o->gaps, "DAY:HOURS or DAY:HOUR:HOURS without data (repeatable)");
     c->add_option("--limit", o->limit, "Limit in force (e.g. 500 or 500r/s; default: none)");
     c->add_option("--mode", o->mode, "deny or shadow")->capture_default_str();
+    c->add_option("--candidate", o->candidate,
+                  "A candidate limit evaluated beside it: its would-drops are recorded");
     c->add_option("--end", o->end,
                   "End of the history (unix seconds or ISO-8601 UTC; default: now)");
     c->callback([o] {
@@ -110,6 +112,8 @@ void add_synth(CLI::App& app) {
         for (const auto& g : o->gaps)
             spec.gaps.push_back(value_or_fail(cmd, "--gap", parse_gap(g)));
         if (!o->limit.empty()) spec.limit_rps = value_or_fail(cmd, "--limit", parse_rps(o->limit));
+        if (!o->candidate.empty())
+            spec.candidate_rps = value_or_fail(cmd, "--candidate", parse_rps(o->candidate));
         std::optional<Mode> mode = parse_mode(o->mode);
         if (!mode) fail(cmd, 2, "--mode \"" + o->mode + "\": expected deny or shadow");
         spec.mode = *mode;

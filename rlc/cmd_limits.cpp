@@ -232,11 +232,16 @@ void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
                                 ": " + r.step.why);
                 break;
             case Action::Hold:
-            case Action::Still:
+            case Action::Still: {
+                const BucketState& next = *r.step.next;
+                const std::string where =
+                    next.beside ? "candidate " + format_limit(next.limit_mrps) +
+                                      " beside the enforced " + format_limit(next.published_mrps())
+                                : "in shadow at " + format_limit(next.limit_mrps);
                 daemon::log(daemon::LogLevel::Warn, r.proposal.bucket,
-                            to_string(r.step.action) + " in shadow at " +
-                                format_limit(r.step.next->limit_mrps) + ": " + r.step.why);
+                            to_string(r.step.action) + " " + where + ": " + r.step.why);
                 break;
+            }
             default: break;
         }
     }

@@ -48,6 +48,8 @@ enum Family {
     kLimit,
     kRatio,
     kShadow,
+    kCandidateLimit,
+    kCandidateWouldDrop,
     kInfo,
     kPublished,
     kNone
@@ -62,6 +64,8 @@ Family family(std::string_view name) {
         if (f == "limit_rps") return kLimit;
         if (f == "ratio") return kRatio;
         if (f == "shadow") return kShadow;
+        if (f == "candidate_limit_rps") return kCandidateLimit;
+        if (f == "candidate_would_drop_rps") return kCandidateWouldDrop;
         return kNone;
     }
     if (name == "grl_controller_info") return kInfo;
@@ -109,7 +113,7 @@ bool parse_value(std::string_view rest, double& value) {
 
 struct Fields {
     std::string bucket, scope, zone;
-    std::optional<double> v[kShadow + 1];
+    std::optional<double> v[kCandidateWouldDrop + 1];
 };
 
 }  // namespace
@@ -195,6 +199,9 @@ Parsed<ControllerScrape> parse_controller_metrics(std::string_view text,
         o.limit_rps = f.v[kLimit].value_or(-1);
         o.ratio = f.v[kRatio].value_or(0);
         o.mode = f.v[kShadow].value_or(0) != 0 ? Mode::Shadow : Mode::Deny;
+        // Exported only while the limits file gives the bucket a candidate.
+        o.candidate_limit_rps = f.v[kCandidateLimit].value_or(-1);
+        o.candidate_would_drop = f.v[kCandidateWouldDrop].value_or(0);
         s.report.observations.push_back(std::move(o));
     }
     return out;

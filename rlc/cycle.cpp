@@ -113,26 +113,36 @@ Plan plan_cycle(const Config& cfg, const std::vector<Series>& history,
             // what is in force, so the rollout starts again from it instead of overwriting it.
             const BucketState& b = st->second;
             bool same = file_entry != current.buckets.end() &&
-                        file_entry->second.limit_mrps == b.limit_mrps &&
-                        file_entry->second.mode.value_or(Mode::Deny) == b.mode();
+                        file_entry->second.limit_mrps == b.published_mrps() &&
+                        file_entry->second.mode.value_or(Mode::Deny) == b.mode() &&
+                        file_entry->second.candidate_mrps ==
+                            (b.beside ? std::optional<std::uint64_t>(b.limit_mrps) : std::nullopt);
             if (same) {
                 row.before = b;
             } else {
                 plan.notes.push_back(name + ": the limits file no longer says " +
-                                     format_limit(b.limit_mrps) + " " +
-                                     std::string(to_string(b.mode())) + " (" + to_string(b.stage) +
+                                     format_limit(b.published_mrps()) + " " +
+                                     std::string(to_string(b.mode())) +
+                                     (b.beside ? ", candidate " + format_limit(b.limit_mrps) : "") +
+                                     " (" + to_string(b.stage) +
                                      "): changed by hand, the rollout starts again from the file");
             }
         }
         ShadowMeasure m;
-        if (row.before && row.before->stage != Stage::Enforced)
-            m = measure_shadow(instances, row.before->limit_mrps,
-                               measure_since(*row.before, now_s, cfg.rollout), now_s);
+        if (row.before && row.before->stage != Stage::Enforced) {
+            const std::int64_t since = measure_since(*row.before, now_s, cfg.rollout);
+            m = row.before->beside
+                    ? measure_candidate(instances, row.before->limit_mrps, since, now_s)
+                    : measure_shadow(instances, row.before->limit_mrps, since, now_s);
+        }
         row.step = advance(row.before, &row.proposal, m, now_s, cfg.rollout, force);
         if (row.step.next) {
+            // The whole entry is written, so that a promotion also removes the candidate.
+            const BucketState& next = *row.step.next;
             control::FileLimit f;
-            f.limit_mrps = row.step.next->limit_mrps;
-            f.mode = row.step.next->mode();
+            f.limit_mrps = next.published_mrps();
+            f.mode = next.mode();
+            if (next.beside) f.candidate_mrps = next.limit_mrps;
             plan.after.buckets[name] = f;
         }
         plan.rows.push_back(std::move(row));
@@ -191,9 +201,12 @@ std::string render_plan(const Plan& p) {
             change = "new";
         }
         std::string rollout = to_string(r.step.action);
-        if (r.step.next && r.step.action != Action::None)
-            rollout += " -> " + format_limit(r.step.next->limit_mrps) + " " +
-                       std::string(to_string(r.step.next->mode()));
+        if (r.step.next && r.step.action != Action::None) {
+            const BucketState& next = *r.step.next;
+            rollout += " -> " + format_limit(next.published_mrps()) + " " +
+                       std::string(to_string(next.mode()));
+            if (next.beside) rollout += ", candidate " + format_limit(next.limit_mrps);
+        }
         std::string ev = pr.new_mrps ? render_evidence(pr.evidence) : "declined: " + pr.declined;
         table.push_back({pr.bucket, pr.scope ? std::string(to_string(*pr.scope)) : "-", old, nw,
                          change, pr.policy, rollout, ev});

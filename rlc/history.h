@@ -47,6 +47,11 @@ struct Sample {
     double limit_rps = -1;   // limit in force at the end of the interval; -1: unknown
     Mode mode = Mode::Deny;  // mode in force at the end of the interval
     double ratio = 0;        // mean published drop ratio over the interval
+    // A candidate limit the controllers evaluated beside the one in force (the limits file's
+    // `candidate:`), at the end of the interval; -1: none. Its would-drops: max(0, offered -
+    // candidate) per tick, mean and peak over the interval (0 without a candidate).
+    double candidate_limit_rps = -1;
+    Rate candidate_would_drop;
 };
 
 struct Series {

@@ -30,6 +30,8 @@ std::string describe_entry(const control::FileLimit& f) {
     std::string s;
     if (f.limit_mrps) s += "limit " + format_limit(*f.limit_mrps);
     if (f.mode) s += std::string(s.empty() ? "" : ", ") + "mode " + std::string(to_string(*f.mode));
+    if (f.candidate_mrps)
+        s += std::string(s.empty() ? "" : ", ") + "candidate " + format_limit(*f.candidate_mrps);
     if (f.has_match) s += std::string(s.empty() ? "" : ", ") + "run-time bucket";
     return s;
 }
@@ -56,6 +58,8 @@ std::string render_limits(const control::Limits& limits, const std::string& head
         }
         if (f.limit_mrps) out << YAML::Key << "limit" << YAML::Value << format_limit(*f.limit_mrps);
         if (f.mode) out << YAML::Key << "mode" << YAML::Value << std::string(to_string(*f.mode));
+        if (f.candidate_mrps)
+            out << YAML::Key << "candidate" << YAML::Value << format_limit(*f.candidate_mrps);
         out << YAML::EndMap;
     }
     out << YAML::EndMap << YAML::EndMap;
@@ -99,6 +103,9 @@ std::string describe(const LimitChange& c) {
     if (x.limit_mrps != y.limit_mrps)
         s += sep + "limit " + lim(x.limit_mrps) + " -> " + lim(y.limit_mrps), sep = ", ";
     if (x.mode != y.mode) s += sep + "mode " + mode(x.mode) + " -> " + mode(y.mode), sep = ", ";
+    if (x.candidate_mrps != y.candidate_mrps)
+        s += sep + "candidate " + lim(x.candidate_mrps) + " -> " + lim(y.candidate_mrps),
+            sep = ", ";
     if (x.has_match != y.has_match || (x.has_match && !(x.match == y.match)))
         s += sep + "match changed";
     return s;

@@ -56,6 +56,15 @@ std::string prom_query(PromField f, std::int32_t w, std::int32_t scrape_s) {
         case PromField::Ticks:
             q = "count_over_time(grl_bucket_offered_rps" + window(w) + ")";
             break;
+        case PromField::CandidateLimit:
+            q = "last_over_time(grl_bucket_candidate_limit_rps" + window(w) + ")";
+            break;
+        case PromField::CandidateMean:
+            q = "avg_over_time(grl_bucket_candidate_would_drop_rps" + window(w) + ")";
+            break;
+        case PromField::CandidatePeak:
+            q = "max_over_time(grl_bucket_candidate_would_drop_rps" + window(w) + ")";
+            break;
     }
     // The controller's region, for region and zone instances, from its info metric (always
     // 1, so the product is the left side's value).
@@ -130,6 +139,10 @@ std::vector<Series> PromAssembler::series() const {
             x.limit_rps = at(p, PromField::Limit, -1);
             x.mode = at(p, PromField::Shadow, 0) != 0 ? Mode::Shadow : Mode::Deny;
             x.ratio = at(p, PromField::Ratio, 0);
+            x.candidate_limit_rps = at(p, PromField::CandidateLimit, -1);
+            x.candidate_would_drop.mean = at(p, PromField::CandidateMean, 0);
+            x.candidate_would_drop.peak =
+                std::max(x.candidate_would_drop.mean, at(p, PromField::CandidatePeak, 0));
             s.samples.push_back(x);
         }
         if (!s.samples.empty()) out.push_back(std::move(s));

@@ -33,8 +33,11 @@ enum class PromField {
     Shadow,
     Ratio,
     Ticks,
+    CandidateLimit,  // only while the limits file gives the bucket a candidate
+    CandidateMean,
+    CandidatePeak,
 };
-inline constexpr int kPromFields = 11;
+inline constexpr int kPromFields = 14;
 
 // The PromQL of one field for `interval_s` windows: e.g. the offered peak is
 // max_over_time(grl_bucket_offered_rps[60s]), joined with grl_controller_info for the

@@ -21,14 +21,16 @@ void Recorder::poll(std::int64_t now_ms, const std::vector<ControllerReport>& re
         for (const Observation& o : r.observations) {
             if (!seen.insert(o.key).second) continue;
             Acc& a = open_[start][o.key];
-            const double v[4] = {o.offered, o.admitted, o.dropped, o.shadow_dropped};
-            for (int i = 0; i < 4; ++i) {
+            const double v[5] = {o.offered, o.admitted, o.dropped, o.shadow_dropped,
+                                 o.candidate_would_drop};
+            for (int i = 0; i < 5; ++i) {
                 a.sum[i].mean += v[i];
                 a.sum[i].peak = a.ticks == 0 ? v[i] : std::max(a.sum[i].peak, v[i]);
             }
             a.ratio_sum += o.ratio;
             a.limit_rps = o.limit_rps;  // the newest: in force at the end of the interval
             a.mode = o.mode;
+            a.candidate_limit_rps = o.candidate_limit_rps;
             ++a.ticks;
         }
     }
@@ -42,10 +44,12 @@ std::vector<Series> Recorder::take_until(std::int64_t end_s) {
             s.start_s = it->first;
             s.length_s = interval_s_;
             s.ticks = a.ticks;
-            Rate* out[4] = {&s.offered, &s.admitted, &s.dropped, &s.shadow_dropped};
-            for (int i = 0; i < 4; ++i) *out[i] = {a.sum[i].mean / a.ticks, a.sum[i].peak};
+            Rate* out[5] = {&s.offered, &s.admitted, &s.dropped, &s.shadow_dropped,
+                            &s.candidate_would_drop};
+            for (int i = 0; i < 5; ++i) *out[i] = {a.sum[i].mean / a.ticks, a.sum[i].peak};
             s.limit_rps = a.limit_rps;
             s.mode = a.mode;
+            s.candidate_limit_rps = a.candidate_limit_rps;
             s.ratio = a.ratio_sum / a.ticks;
             Series& ser = by_key[key];
             ser.key = key;

@@ -19,6 +19,8 @@ struct Observation {
     double limit_rps = -1;
     Mode mode = Mode::Deny;
     double ratio = 0;
+    double candidate_limit_rps = -1;  // -1: no candidate
+    double candidate_would_drop = 0;  // r/s
 };
 
 // What one controller answered to one poll.
@@ -55,10 +57,12 @@ class Recorder {
   private:
     struct Acc {
         std::int32_t ticks = 0;
-        Rate sum[4];  // offered, admitted, dropped, shadow_dropped: sum of ticks, max
+        // offered, admitted, dropped, shadow_dropped, candidate would-drop: sum of ticks, max
+        Rate sum[5];
         double ratio_sum = 0;
         double limit_rps = -1;
         Mode mode = Mode::Deny;
+        double candidate_limit_rps = -1;
     };
     std::vector<Series> take_until(std::int64_t end_s);
 

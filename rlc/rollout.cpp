@@ -75,6 +75,30 @@ ShadowMeasure measure_shadow(const std::vector<const Series*>& instances, std::u
     return m;
 }
 
+ShadowMeasure measure_candidate(const std::vector<const Series*>& instances,
+                                std::uint64_t limit_mrps, std::int64_t since_s,
+                                std::int64_t until_s) {
+    double offered = 0, would_drop = 0;
+    ShadowMeasure m;
+    m.candidate = true;
+    const double limit = static_cast<double>(limit_mrps) / 1000;
+    for (const Series* s : instances) {
+        for (const Sample& smp : s->samples) {
+            if (smp.start_s < since_s || smp.start_s >= until_s || smp.ticks <= 0) continue;
+            // Unlike the limit, an unknown candidate (-1) did not measure this one: the
+            // controllers had not loaded the file yet, or predate candidates.
+            if (smp.candidate_limit_rps < 0 ||
+                std::fabs(smp.candidate_limit_rps - limit) > 0.01 * limit + 0.001)
+                continue;
+            offered += smp.offered.mean * smp.length_s;
+            would_drop += smp.candidate_would_drop.mean * smp.length_s;
+            ++m.samples;
+        }
+    }
+    if (m.samples > 0) m.fraction = offered > 0 ? would_drop / offered : 0;
+    return m;
+}
+
 std::int64_t measure_since(const BucketState& state, std::int64_t now_s,
                            const RolloutOptions& opt) {
     if (state.stage == Stage::Shadow) return state.since_s;
@@ -90,15 +114,36 @@ Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
     if (proposal && proposal->new_mrps) n = proposal->new_mrps;
     const std::string& bucket = state ? state->bucket : proposal ? proposal->bucket : std::string();
     auto measured = [&]() {
-        return measure.fraction ? "shadow drops " + pct(*measure.fraction) + " over " +
-                                      std::to_string(measure.samples) + " samples, threshold " +
-                                      pct(opt.threshold)
-                                : std::string("no shadow samples at the candidate limit");
+        const std::string what = measure.candidate ? "candidate would-drops " : "shadow drops ";
+        return measure.fraction
+                   ? what + pct(*measure.fraction) + " over " + std::to_string(measure.samples) +
+                         " samples, threshold " + pct(opt.threshold)
+               : measure.candidate ? std::string("no samples of the candidate's would-drops")
+                                   : std::string("no shadow samples at the candidate limit");
     };
+    // A candidate beside an enforced limit that a proposal at or above that limit replaces:
+    // the enforced limit is where the bucket stands, so the proposal is judged from there.
+    if (state && state->stage != Stage::Enforced && state->beside && state->previous_mrps && n &&
+        *n >= *state->previous_mrps && *n != state->limit_mrps &&
+        (force || state->stage == Stage::Held)) {
+        const BucketState enforced =
+            make(bucket, Stage::Enforced, *state->previous_mrps, now_s, std::nullopt);
+        Step from = advance(enforced, proposal, ShadowMeasure{}, now_s, opt, force);
+        const std::string dropped = "candidate " + format_limit(state->limit_mrps) + " dropped";
+        if (!from.next || from.action == Action::None) {  // N is the enforced limit
+            from.next = enforced;
+            from.action = Action::None;
+            from.why = dropped + ": the proposal is the enforced " + format_limit(*n);
+        } else {
+            from.why = dropped + "; " + from.why;
+        }
+        return from;
+    }
 
     if (state && state->stage == Stage::Shadow) {
         if (force && n && *n != state->limit_mrps) {
             st.next = make(bucket, Stage::Shadow, *n, now_s, state->previous_mrps);
+            st.next->beside = state->beside;
             st.action = Action::Shadow;
             st.why =
                 "new candidate (--force) replaces " + format_limit(state->limit_mrps) + " in soak";
@@ -117,6 +162,7 @@ Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
         next.since_s = now_s;
         if (measure.fraction && *measure.fraction < opt.threshold) {
             next.stage = Stage::Enforced;
+            next.beside = false;
             st.action = Action::Promote;
         } else {
             next.stage = Stage::Held;
@@ -132,6 +178,7 @@ Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
         next.fraction = measure.fraction.value_or(-1);
         if (measure.fraction && *measure.fraction < opt.threshold) {
             next.stage = Stage::Enforced;
+            next.beside = false;
             next.since_s = now_s;
             st.next = next;
             st.action = Action::Promote;
@@ -140,6 +187,7 @@ Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
         }
         if (n && *n != state->limit_mrps) {
             st.next = make(bucket, Stage::Shadow, *n, now_s, state->previous_mrps);
+            st.next->beside = state->beside;
             st.action = Action::Shadow;
             st.why = "new candidate replaces held " + format_limit(state->limit_mrps);
             return st;
@@ -169,14 +217,18 @@ Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
     }
     st.next = make(bucket, Stage::Shadow, *n, now_s, old);
     st.action = Action::Shadow;
-    if (!old)
-        st.why = "new limit: shadow first";
-    else if (old_mode == Mode::Shadow)
-        st.why = "was in shadow at " + format_limit(*old) + ": soak at the new limit";
-    else if (*n < *old)
-        st.why = "lowered from " + format_limit(*old) + ": shadow first";
-    else
-        st.why = "raise from " + format_limit(*old) + " soaks first (raise_directly: false)";
+    if (old && old_mode == Mode::Deny) {
+        // Enforcing: the new limit soaks as a candidate beside the old one, so that the
+        // bucket never stops dropping during the soak.
+        st.next->beside = true;
+        st.why = *n < *old ? "lowered from " + format_limit(*old) +
+                                 ": candidate beside the enforced limit"
+                           : "raise from " + format_limit(*old) +
+                                 " soaks beside the enforced limit (raise_directly: false)";
+        return st;
+    }
+    st.why = !old ? "new limit: shadow first"
+                  : "was in shadow at " + format_limit(*old) + ": soak at the new limit";
     return st;
 }
 

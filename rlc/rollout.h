@@ -5,7 +5,14 @@
 // Transitions, per cycle (N: this cycle's proposed limit, C: the bucket's limit or candidate):
 //   unmanaged/enforced, N == C           -> unchanged                   (none)
 //   unmanaged/enforced, N > C, raise_directly, in deny -> enforced at N (raise)
-//   any other N (new, lower, raise without raise_directly) -> shadow at N (shadow)
+//   unmanaged/enforced, any other N, in deny -> shadow at N beside C    (shadow, beside)
+//   any other N (new bucket, bucket in shadow) -> shadow at N           (shadow)
+// "Beside": the bucket keeps enforcing C in deny and N is the limits file's `candidate:`,
+// judged by the controllers' candidate would-drops (measure_candidate) instead of nginx's
+// shadow drops; promotion writes N and removes the candidate, a hold keeps enforcing C.
+// A held or (with --force) soaking candidate beside C that a new proposal N >= C, other than
+// the candidate, replaces is dropped: the bucket is enforced at C again and N is judged from
+// there.
 //   shadow, soak not over                -> shadow (soaking; N waits unless --force)
 //   shadow, soak over, fraction < threshold -> enforced at C            (promote)
 //   shadow, soak over, otherwise         -> held at C                   (hold)
@@ -40,7 +47,14 @@ struct BucketState {
     std::int64_t since_s = 0;      // when this stage began
     std::optional<std::uint64_t> previous_mrps;  // the limit before the candidate, if known
     double fraction = -1;  // the last shadow-drop fraction measured (-1: none yet)
-    Mode mode() const { return stage == Stage::Enforced ? Mode::Deny : Mode::Shadow; }
+    // Shadow or Held only: the candidate is evaluated beside `previous_mrps`, which stays
+    // enforced in deny (a lowered limit of a bucket that was enforcing).
+    bool beside = false;
+    Mode mode() const { return stage == Stage::Enforced || beside ? Mode::Deny : Mode::Shadow; }
+    // The limit nginx enforces or counts against: the candidate's only when not beside.
+    std::uint64_t published_mrps() const {
+        return beside && previous_mrps ? *previous_mrps : limit_mrps;
+    }
 };
 
 // What a cycle did to a bucket; each one but None and Soaking is counted and logged.
@@ -68,9 +82,17 @@ struct Step {
 struct ShadowMeasure {
     std::optional<double> fraction;
     std::size_t samples = 0;
+    bool candidate = false;  // measured by measure_candidate (the wording of the log line)
 };
 ShadowMeasure measure_shadow(const std::vector<const Series*>& instances, std::uint64_t limit_mrps,
                              std::int64_t since_s, std::int64_t until_s);
+
+// The same for a candidate evaluated beside the enforced limit: the candidate's would-drop
+// volume over the offered volume, counting only samples whose recorded candidate limit is
+// `limit_mrps` (any mode: the bucket stays in deny).
+ShadowMeasure measure_candidate(const std::vector<const Series*>& instances,
+                                std::uint64_t limit_mrps, std::int64_t since_s,
+                                std::int64_t until_s);
 
 // One cycle for one bucket: its state (none: not managed yet), this cycle's proposal (none
 // or declined: no new candidate), the shadow measure over the relevant window (the soak

@@ -52,8 +52,15 @@ CREATE TABLE IF NOT EXISTS samples (
     limit_mrps         INTEGER,           -- NULL: unknown
     mode               INTEGER NOT NULL,  -- 0 deny, 1 shadow
     ratio_ppm          INTEGER NOT NULL,
+    candidate_limit_mrps INTEGER,                    -- NULL: no candidate (schema 2)
+    candidate_mean_mrps  INTEGER NOT NULL DEFAULT 0,  -- the candidate's would-drops
+    candidate_peak_mrps  INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (instance, start_s)
 ) WITHOUT ROWID;
+)sql";
+
+// The view is dropped and created again by a migration, so it is kept apart from the tables.
+const char* const kView = R"sql(
 CREATE VIEW IF NOT EXISTS history AS
 SELECT i.bucket, i.scope, i.region, i.zone,
        strftime('%Y-%m-%dT%H:%M:%SZ', s.start_s, 'unixepoch') AS start, s.length_s, s.ticks,
@@ -62,22 +69,25 @@ SELECT i.bucket, i.scope, i.region, i.zone,
        s.dropped_mean_mrps / 1000.0 AS dropped_mean, s.dropped_peak_mrps / 1000.0 AS dropped_peak,
        s.shadow_mean_mrps / 1000.0 AS shadow_mean, s.shadow_peak_mrps / 1000.0 AS shadow_peak,
        s.limit_mrps / 1000.0 AS "limit", CASE s.mode WHEN 1 THEN 'shadow' ELSE 'deny' END AS mode,
-       s.ratio_ppm / 1e6 AS ratio
+       s.ratio_ppm / 1e6 AS ratio, s.candidate_limit_mrps / 1000.0 AS candidate_limit,
+       s.candidate_mean_mrps / 1000.0 AS candidate_would_drop_mean,
+       s.candidate_peak_mrps / 1000.0 AS candidate_would_drop_peak
 FROM samples s JOIN instances i ON i.id = s.instance;
 )sql";
 
 const char* const kColumns =
     "start_s, length_s, ticks, offered_mean_mrps, offered_peak_mrps, admitted_mean_mrps, "
     "admitted_peak_mrps, dropped_mean_mrps, dropped_peak_mrps, shadow_mean_mrps, "
-    "shadow_peak_mrps, limit_mrps, mode, ratio_ppm";
+    "shadow_peak_mrps, limit_mrps, mode, ratio_ppm, candidate_limit_mrps, candidate_mean_mrps, "
+    "candidate_peak_mrps";
 
 std::string insert_sql(WriteMode mode) {
     std::string sql = std::string("INSERT INTO samples (instance, ") + kColumns +
                       ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
-                      "?15) ON CONFLICT (instance, start_s) DO UPDATE SET ";
+                      "?15, ?16, ?17, ?18) ON CONFLICT (instance, start_s) DO UPDATE SET ";
     if (mode == WriteMode::Replace) {
         sql += "length_s = excluded.length_s, ticks = excluded.ticks";
-        for (const char* c : {"offered", "admitted", "dropped", "shadow"}) {
+        for (const char* c : {"offered", "admitted", "dropped", "shadow", "candidate"}) {
             for (const char* k : {"_mean_mrps", "_peak_mrps"}) {
                 std::string col = std::string(c) + k;
                 sql += ", " + col + " = excluded." + col;
@@ -92,7 +102,7 @@ std::string insert_sql(WriteMode mode) {
                    " * excluded.ticks) / max(1, ticks + excluded.ticks)";
         };
         sql += "length_s = max(length_s, excluded.length_s), ticks = ticks + excluded.ticks";
-        for (const char* c : {"offered", "admitted", "dropped", "shadow"}) {
+        for (const char* c : {"offered", "admitted", "dropped", "shadow", "candidate"}) {
             std::string mean = std::string(c) + "_mean_mrps";
             std::string peak = std::string(c) + "_peak_mrps";
             sql += ", " + weighted(mean);
@@ -102,6 +112,7 @@ std::string insert_sql(WriteMode mode) {
     }
     // Limit and mode are those in force at the end of the interval: the newest write's.
     sql += ", limit_mrps = excluded.limit_mrps, mode = excluded.mode";
+    sql += ", candidate_limit_mrps = excluded.candidate_limit_mrps";
     return sql;
 }
 
@@ -145,11 +156,31 @@ Store::Store(const std::string& path, bool create, int busy_timeout_ms)
         throw StoreError(path + ": history schema version " + std::to_string(version) +
                          " is newer than this grl-rlc's (" + std::to_string(kHistorySchemaVersion) +
                          ")");
+    if (version < kHistorySchemaVersion) migrate(version);
+}
+
+// Each step brings a file one schema version up, in one transaction with its version row, so
+// that a file is at one version or the next, never between.
+void Store::migrate(std::int64_t from) {
+    if (from < 2) {
+        // 2: the candidate limit evaluated beside the enforced one, and its would-drops.
+        // Older rows had no candidate: NULL limit, zero would-drops.
+        Transaction tx(db_);
+        db_.exec(
+            "ALTER TABLE samples ADD COLUMN candidate_limit_mrps INTEGER;"
+            "ALTER TABLE samples ADD COLUMN candidate_mean_mrps INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE samples ADD COLUMN candidate_peak_mrps INTEGER NOT NULL DEFAULT 0;"
+            "DROP VIEW IF EXISTS history;");
+        db_.exec(kView);
+        db_.exec("UPDATE schema_version SET version = 2 WHERE component = 'history'");
+        tx.commit();
+    }
 }
 
 void Store::create_schema() {
     Transaction tx(db_);
     db_.exec(kSchema);
+    db_.exec(kView);
     Stmt v(db_, "INSERT OR IGNORE INTO schema_version (component, version) VALUES ('history', ?1)");
     v.bind(1, std::int64_t{kHistorySchemaVersion}).step();
     tx.commit();
@@ -196,6 +227,12 @@ void Store::write(const std::vector<Series>& batch, WriteMode mode) {
                 ins.bind(13, to_milli(x.limit_rps));
             ins.bind(14, std::int64_t{x.mode == Mode::Shadow ? 1 : 0});
             ins.bind(15, static_cast<std::int64_t>(std::llround(x.ratio * 1e6)));
+            if (x.candidate_limit_rps < 0)
+                ins.bind_null(16);
+            else
+                ins.bind(16, to_milli(x.candidate_limit_rps));
+            ins.bind(17, to_milli(x.candidate_would_drop.mean));
+            ins.bind(18, to_milli(x.candidate_would_drop.peak));
             ins.step();
             ins.reset();
         }
@@ -261,6 +298,9 @@ std::vector<Series> Store::read(std::int64_t since_s, std::int64_t until_s) {
                 x.limit_rps = q.is_null(11) ? -1 : from_milli(q.int64(11));
                 x.mode = q.int64(12) == 1 ? Mode::Shadow : Mode::Deny;
                 x.ratio = static_cast<double>(q.int64(13)) / 1e6;
+                x.candidate_limit_rps = q.is_null(14) ? -1 : from_milli(q.int64(14));
+                x.candidate_would_drop.mean = from_milli(q.int64(15));
+                x.candidate_would_drop.peak = from_milli(q.int64(16));
                 s.samples.push_back(x);
             }
             q.reset();
@@ -303,8 +343,8 @@ std::int64_t Store::rollup(std::int64_t before_s, std::int32_t length_s) {
         Transaction tx(db_);
         struct Acc {
             std::int64_t ticks = 0;
-            std::int64_t sum[4] = {}, peak[4] = {}, ratio_sum = 0;
-            std::optional<std::int64_t> limit;
+            std::int64_t sum[5] = {}, peak[5] = {}, ratio_sum = 0;  // 4: the candidate's
+            std::optional<std::int64_t> limit, candidate;
             std::int64_t mode = 0;
             std::int64_t rows = 0;
         };
@@ -321,6 +361,10 @@ std::int64_t Store::rollup(std::int64_t before_s, std::int32_t length_s) {
             a.limit = sel.is_null(11) ? std::nullopt : std::optional<std::int64_t>(sel.int64(11));
             a.mode = sel.int64(12);
             a.ratio_sum += sel.int64(13) * ticks;
+            a.candidate =
+                sel.is_null(14) ? std::nullopt : std::optional<std::int64_t>(sel.int64(14));
+            a.sum[4] += sel.int64(15) * ticks;
+            a.peak[4] = std::max(a.peak[4], sel.int64(16));
             a.ticks += ticks;
             ++a.rows;
         }
@@ -339,6 +383,11 @@ std::int64_t Store::rollup(std::int64_t before_s, std::int32_t length_s) {
             else
                 ins.bind_null(13);
             ins.bind(14, a.mode).bind(15, a.ratio_sum / a.ticks);
+            if (a.candidate)
+                ins.bind(16, *a.candidate);
+            else
+                ins.bind_null(16);
+            ins.bind(17, a.sum[4] / a.ticks).bind(18, a.peak[4]);
             ins.step();
             ins.reset();
             folded += a.rows - 1;

@@ -15,7 +15,7 @@ namespace grl::rlc {
 
 // The schema of the history tables this code reads and writes (schema_version row
 // component = 'history'). A later version migrates older files when it opens them.
-inline constexpr int kHistorySchemaVersion = 1;
+inline constexpr int kHistorySchemaVersion = 2;  // 2: candidate columns
 
 enum class WriteMode {
     // The row given replaces any row of the same (instance, start_s): import and synth,
@@ -54,6 +54,7 @@ class Store : public HistorySource {
 
   private:
     void create_schema();
+    void migrate(std::int64_t from);  // an older file's schema, up to kHistorySchemaVersion
     std::int64_t instance_id(const InstanceKey& key);
 
     Db db_;

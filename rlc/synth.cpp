@@ -143,6 +143,11 @@ std::vector<Sample> synthesize(const SynthSpec& spec) {
                 s.shadow_dropped = over;
             }
         }
+        if (spec.candidate_rps >= 0) {
+            const double c = spec.candidate_rps;
+            s.candidate_limit_rps = c;
+            s.candidate_would_drop = {std::max(0.0, mean - c), std::max(0.0, peak - c)};
+        }
         out.push_back(s);
     }
     return out;

@@ -39,6 +39,9 @@ struct SynthSpec {
     std::vector<Gap> gaps;
     double limit_rps = -1;  // -1: no limit (nothing dropped, limit unknown)
     Mode mode = Mode::Deny;
+    // A candidate evaluated beside the limit (the limits file's `candidate:`): each sample
+    // records it and its would-drops, max(0, offered - candidate). -1: none.
+    double candidate_rps = -1;
     std::uint64_t seed = 1;
 };
 

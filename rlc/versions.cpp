@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS rlc_rollout (
   since_s       INTEGER NOT NULL,
   previous_mrps INTEGER,
   fraction      REAL NOT NULL,
-  updated_s     INTEGER NOT NULL
+  updated_s     INTEGER NOT NULL,
+  beside        INTEGER NOT NULL DEFAULT 0  -- 1: a candidate beside previous_mrps, enforced
 );
 CREATE TABLE IF NOT EXISTS rlc_events (
   id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -130,6 +131,16 @@ VersionStore::VersionStore(const std::string& path, bool create, int busy_timeou
         sqlite3_busy_timeout(db_, busy_timeout_ms);
         exec(db_, path_, "PRAGMA journal_mode=WAL");
         exec(db_, path_, kSchema);
+        // Stores written before candidates: rlc_rollout gets its `beside` column (0 for every
+        // existing row, which were all shadow-mode rollouts).
+        bool has_beside = false;
+        {
+            Query q(db_, path_, "SELECT name FROM pragma_table_info('rlc_rollout')");
+            while (q.step()) has_beside = has_beside || q.text(0) == "beside";
+        }
+        if (!has_beside)
+            exec(db_, path_,
+                 "ALTER TABLE rlc_rollout ADD COLUMN beside INTEGER NOT NULL DEFAULT 0");
     } catch (...) {
         sqlite3_close(db_);
         db_ = nullptr;
@@ -160,7 +171,7 @@ std::int64_t VersionStore::commit(const Commit& c, std::int64_t now_s,
             Query q(db_, path_,
                     "INSERT OR REPLACE INTO rlc_rollout (bucket, stage, limit_mrps, since_s, "
                     "previous_mrps, "
-                    "fraction, updated_s) VALUES (?, ?, ?, ?, ?, ?, ?)");
+                    "fraction, updated_s, beside) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
             q.bind(1, s.bucket)
                 .bind(2, to_string(s.stage))
                 .bind(3, static_cast<std::int64_t>(s.limit_mrps));
@@ -169,7 +180,7 @@ std::int64_t VersionStore::commit(const Commit& c, std::int64_t now_s,
                 q.bind(5, static_cast<std::int64_t>(*s.previous_mrps));
             else
                 q.bind_null(5);
-            q.bind(6, s.fraction).bind(7, now_s);
+            q.bind(6, s.fraction).bind(7, now_s).bind(8, std::int64_t{s.beside ? 1 : 0});
             q.step();
         }
         for (const auto& e : c.events) {
@@ -212,7 +223,8 @@ std::optional<Version> VersionStore::latest() const {
 std::map<std::string, BucketState> VersionStore::states() const {
     std::map<std::string, BucketState> out;
     Query q(db_, path_,
-            "SELECT bucket, stage, limit_mrps, since_s, previous_mrps, fraction FROM rlc_rollout");
+            "SELECT bucket, stage, limit_mrps, since_s, previous_mrps, fraction, beside FROM "
+            "rlc_rollout");
     while (q.step()) {
         BucketState s;
         s.bucket = q.text(0);
@@ -225,6 +237,7 @@ std::map<std::string, BucketState> VersionStore::states() const {
         s.since_s = q.i64(3);
         if (!q.null(4)) s.previous_mrps = static_cast<std::uint64_t>(q.i64(4));
         s.fraction = q.dbl(5);
+        s.beside = q.i64(6) != 0 && s.stage != Stage::Enforced && s.previous_mrps;
         out.emplace(s.bucket, s);
     }
     return out;

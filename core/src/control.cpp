@@ -104,6 +104,9 @@ std::string digest(const Limits& l) {
         fnv(h, name);
         fnv(h, f.limit_mrps ? std::to_string(*f.limit_mrps) : "-");
         fnv(h, f.mode ? to_string(*f.mode) : "-");
+        // Only when present, so that files without candidates keep the digest older
+        // controllers compute for them (peers compare digests during an upgrade).
+        if (f.candidate_mrps) fnv(h, "candidate=" + std::to_string(*f.candidate_mrps));
         if (f.has_match)
             fnv(h, match_text(f.match) + kind_text(f.match.caller_kind) + "/" +
                        kind_text(f.match.procedure_kind));
@@ -814,6 +817,7 @@ void Controller::update_instance(const std::string& name, const std::string& zon
     const std::optional<wire::Definition> conf =
         resolve_definition(inst, rule, std::move(s.domain));
     smooth(inst, s);
+    evaluate_candidate(inst, rule);
     announce(inst, before, conf, events);
 }
 
@@ -897,6 +901,16 @@ void Controller::smooth(Instance& inst, const Sample& s) const {
     inst.ratio_ppm = inst.limit_mrps == 0
                          ? kPpmOne
                          : drop_ratio_ppm(round_mrps(inst.offered_mrps), inst.limit_mrps);
+}
+
+// The candidate is judged on the same smoothed offered rate as the ratio in force, so that its
+// would-drops are what this instance would have dropped had the candidate been the limit.
+void Controller::evaluate_candidate(Instance& inst, const BucketRule& rule) const {
+    inst.candidate_mrps = rule.file ? rule.file->candidate_mrps : std::nullopt;
+    inst.candidate_would_drop_mrps =
+        inst.candidate_mrps
+            ? std::max(0.0, inst.offered_mrps - static_cast<double>(*inst.candidate_mrps))
+            : 0.0;
 }
 
 // One line when an instance starts or stops dropping, and when its hosts start or stop
@@ -1091,6 +1105,8 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
         s.shadow_dropped_mrps = round_mrps(inst.shadow_dropped_mrps);
         s.limit_mrps = inst.limit_mrps;
         s.ratio_ppm = inst.ratio_ppm;
+        s.candidate_limit_mrps = inst.candidate_mrps;
+        s.candidate_would_drop_mrps = round_mrps(inst.candidate_would_drop_mrps);
         s.mode = inst.mode;
         s.limit_source = to_string(inst.limit_source);
         s.mode_source = to_string(inst.mode_source);

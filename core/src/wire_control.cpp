@@ -318,7 +318,7 @@ bool decode_admin_request(std::string_view bytes, AdminRequest& out, std::string
 // admin_reply
 
 void pack_bucket_status(Packer& p, const BucketStatus& b) {
-    p.map(b.has_match ? 17 : 16);
+    p.map(16 + (b.has_match ? 1 : 0) + (b.candidate_limit_mrps ? 2 : 0));
     p.kv("name", b.name);
     p.kv("scope", to_string(b.scope));
     p.kv("region", b.region);
@@ -339,6 +339,10 @@ void pack_bucket_status(Packer& p, const BucketStatus& b) {
         p.str("match");
         codec::pack_match(p, b.match);
     }
+    if (b.candidate_limit_mrps) {
+        p.kv("candidate_limit_mrps", *b.candidate_limit_mrps);
+        p.kv("candidate_would_drop_mrps", b.candidate_would_drop_mrps);
+    }
 }
 
 bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus& b,
@@ -355,8 +359,14 @@ bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus&
         !r.str("mode_source", b.mode_source, 16) || !r.u64("expires_ms", b.expires_ms) ||
         !r.u64("hosts", b.hosts) ||
         !read_names(r, "host_names", kMaxHostNames, b.host_names, error) ||
-        !read_definitions(r, b.definitions, error) || !opt_match(r, b.has_match, b.match, error)) {
+        !read_definitions(r, b.definitions, error) || !opt_match(r, b.has_match, b.match, error) ||
+        !r.opt_u64("candidate_limit_mrps", b.candidate_limit_mrps)) {
         return false;
+    }
+    if (b.candidate_limit_mrps) {
+        std::optional<std::uint64_t> would_drop;
+        if (!r.opt_u64("candidate_would_drop_mrps", would_drop)) return false;
+        b.candidate_would_drop_mrps = would_drop.value_or(0);
     }
     if (ratio > 1000000) return r.fail("\"ratio_ppm\" " + std::to_string(ratio) + " out of range");
     b.ratio_ppm = static_cast<std::uint32_t>(ratio);

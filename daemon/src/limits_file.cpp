@@ -101,6 +101,10 @@ control::Limits parse_tree(const YAML::Node& root, const std::string& file) {
                 Parsed<std::uint64_t> limit = parse_limit(scalar(file, field, v));
                 if (!limit) throw Reject{at(file, v) + ": " + field + ": " + limit.error};
                 f.limit_mrps = limit.value;
+            } else if (key == "candidate") {
+                Parsed<std::uint64_t> candidate = parse_limit(scalar(file, field, v));
+                if (!candidate) throw Reject{at(file, v) + ": " + field + ": " + candidate.error};
+                f.candidate_mrps = candidate.value;
             } else if (key == "mode") {
                 std::string s = scalar(file, field, v);
                 auto m = parse_mode(s);
@@ -121,7 +125,7 @@ control::Limits parse_tree(const YAML::Node& root, const std::string& file) {
                 take_match(file, where, key, v, f, has_caller, has_procedure);
             } else {
                 throw Reject{at(file, kv.first) + ": " + where + "unknown field \"" + key +
-                             "\" (expected limit, mode, scope, caller, caller_prefix, "
+                             "\" (expected limit, mode, candidate, scope, caller, caller_prefix, "
                              "procedure, procedure_prefix, procedure_regex)"};
             }
         }
@@ -139,9 +143,9 @@ control::Limits parse_tree(const YAML::Node& root, const std::string& file) {
             throw Reject{at(file, scope_node) + ": " + where +
                          "field \"scope\": only a run-time bucket (with caller/procedure) has a "
                          "scope here; a configured bucket's scope comes from nginx.conf"};
-        } else if (!f.limit_mrps && !f.mode) {
+        } else if (!f.limit_mrps && !f.mode && !f.candidate_mrps) {
             throw Reject{at(file, b.first) + ": " + where +
-                         "needs field \"limit\" and/or \"mode\""};
+                         "needs field \"limit\", \"mode\" and/or \"candidate\""};
         }
         out.buckets.emplace(name, f);
     }

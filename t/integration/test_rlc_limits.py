@@ -1,8 +1,11 @@
 """grl-rlc's limits commands end to end: a bad rlc.yaml or quota file applies
 nothing; a cycle over synthetic history proposes, `--apply` writes the limits
 file that a real grl-controller hot-reloads (its digest, from `grlctl status`,
-is the version's), a shadow candidate is promoted after its soak, `rollback`
-restores the first version in the controller; what-if replays the history.
+is the version's), a lowered limit soaks as a candidate beside the enforced one
+and is promoted after its soak, `rollback` restores the first version in the
+controller; on a live fleet, the enforced limit keeps dropping during the soak
+while the controller exports the candidate's would-drops, which `grl-rlc
+record` records and the next cycle judges; what-if replays the history.
 
 The history comes from `grl-rlc synth` (the history half, branch rlc-history):
 tests that need it are skipped, saying so, in a build without it.
@@ -12,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -102,7 +106,9 @@ def test_cycle_apply_promote_rollback_through_a_real_controller(tmp_path, fleet)
 
     # A dry run changes nothing.
     _, out, _ = rlc("run", "--config", cfg, "--at", T0)
-    m = re.search(r"^api\s+global\s+500r/s deny\s+(\d+)r/s\s+-[\d.]+%\s+peak\s+shadow -> (\d+)r/s shadow", out, re.M)
+    # api enforces 500 r/s: its lowered limit soaks as a candidate beside it, in deny.
+    m = re.search(r"^api\s+global\s+500r/s deny\s+(\d+)r/s\s+-[\d.]+%\s+peak\s+"
+                  r"shadow -> 500r/s deny, candidate (\d+)r/s", out, re.M)
     assert m, out
     candidate = int(m.group(1))
     assert candidate < 500 and m.group(2) == m.group(1)
@@ -117,12 +123,13 @@ def test_cycle_apply_promote_rollback_through_a_real_controller(tmp_path, fleet)
     assert sorted(v) == [1, 2]
     wait_digest(ctl, v[2])
     text = open(limits).read()
-    assert "api:\n    limit: %dr/s\n    mode: shadow" % candidate in text, text
+    assert "api:\n    limit: 500r/s\n    mode: deny\n    candidate: %dr/s" % candidate in text, text
     assert "caller_prefix: bot-" in text  # the run-time bucket is kept
 
-    # Two hours later: api ran in shadow at the candidate without would-drops: promoted.
+    # Two hours later: api enforced 500 r/s and its candidate would have dropped nothing:
+    # promoted.
     rlc("synth", "--store", store, "--bucket", "api", "--base", 100, "--weeks", 1, "--end", T0 + 7200,
-        "--limit", candidate, "--mode", "shadow", "--seed", 1)
+        "--limit", 500, "--candidate", candidate, "--seed", 1)
     _, out, _ = rlc("run", "--config", cfg, "--at", T0 + 7200, "--apply")
     assert re.search(r"^api\s.*promote -> %dr/s deny" % candidate, out, re.M), out
     v = versions(cfg)
@@ -142,7 +149,7 @@ def test_cycle_apply_promote_rollback_through_a_real_controller(tmp_path, fleet)
     _, out, _ = rlc("versions", "--config", cfg, "--show", 1)
     assert out == ORIGINAL
     _, out, _ = rlc("diff", 2, 4, "--config", cfg)
-    assert "api: limit %dr/s -> 500r/s, mode shadow -> (none)" % candidate in out, out
+    assert "api: mode deny -> (none), candidate %dr/s -> (none)" % candidate in out, out
 
 
 @needs_history
@@ -175,6 +182,97 @@ def test_whatif_replays_history_against_proposed_limits(tmp_path):
     assert api["new"]["drop_fraction"] == 1
 
 
+def near(a, b, tol):
+    return abs(a - b) <= tol * b
+
+
+@needs_history
+def test_a_lowered_limit_soaks_beside_the_enforced_one_on_a_live_fleet(tmp_path, fleet):  # noqa: F811
+    """api enforces 100 r/s (limits file) and is offered 120 r/s. grl-rlc lowers it: the
+    candidate soaks beside 100 r/s, nginx keeps dropping at 100 r/s, the controller exports
+    the candidate's would-drops, `grl-rlc record` records them, and the next cycle holds the
+    candidate (it would drop far over the threshold). With the load under the candidate, the
+    cycle after promotes it: nginx enforces it and the candidate leaves the file."""
+    original = "buckets:\n  api:\n    limit: 100r/s\n"
+    cfg = setup_dir(tmp_path, "store: rlc.db\nlimits_file: limits.yaml\nwindow: 4w\n"
+                              "rollout:\n  soak: 6s\n  threshold: 1%\n")
+    (tmp_path / "limits.yaml").write_text(original)
+    store = str(tmp_path / "rlc.db")
+    limits = str(tmp_path / "limits.yaml")
+    ctl = fleet.controller(limits=limits, extra=["--limits-poll", "200ms"])
+    col = fleet.collector("z1", [ctl])
+    buckets = ["api procedure_prefix=/api rate=100r/s"]
+    ns = [fleet.nginx("h1", "z1", col, buckets), fleet.nginx("h2", "z1", col, buckets)]
+    fleet.wait_hosts(ctl, 2)
+    # Five weeks of api at ~20 r/s under its 100 r/s, ending now: the policy lowers it.
+    rlc("synth", "--store", store, "--bucket", "api", "--base", 20, "--weeks", 5, "--limit", 100,
+        "--seed", 1)
+    rec = subprocess.Popen([RLC_BIN, "record", "--store", store, "--interval", "2s", "--poll", "250ms",
+                            "--controller", ctl.endpoints["metrics"]],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    load = f.Load([(ns[0], 1), (ns[1], 1)], "120:600", "/api/x")
+    try:
+        f.wait_nginx_bucket(ns, "api", lambda b: b["limit_rps"] == 100 and near(b["ratio"], 1 / 6, 0.3), 10)
+
+        _, out, _ = rlc("run", "--config", cfg, "--apply")
+        m = re.search(r"^api\s+global\s+100r/s deny\s+(\d+)r/s\s.*shadow -> 100r/s deny, candidate (\d+)r/s",
+                      out, re.M)
+        assert m and m.group(1) == m.group(2), out
+        candidate = int(m.group(1))
+        assert candidate < 100
+        assert "lowered from 100r/s: candidate beside the enforced limit" in out, out
+        wait_digest(ctl, versions(cfg)[2])
+
+        # The soak: the controller evaluates the candidate on the live load...
+        def candidate_gauges():
+            ms = ctl.metrics()
+            lim = f.metric(ms, "grl_bucket_candidate_limit_rps", bucket="api", scope="global", zone="")
+            wd = f.metric(ms, "grl_bucket_candidate_would_drop_rps", bucket="api", scope="global", zone="")
+            return lim, wd
+        f.h.wait_until(lambda: candidate_gauges()[0] == candidate, 5, what="the candidate exported")
+        f.h.wait_until(lambda: near(candidate_gauges()[1], 120 - candidate, 0.2), 5,
+                       what="would-drops near %d r/s" % (120 - candidate))
+        show = f.grlctl(ctl, "show", "api")["buckets"][0]
+        assert show["candidate_limit_rps"] == candidate, show
+        assert show["limit_rps"] == 100 and show["mode"] == "deny", show
+        # ...while nginx keeps enforcing the old limit, in deny, dropping what is over it.
+        for _ in range(3):
+            for n in ns:
+                b = n.bucket("api")
+                assert b["limit_rps"] == 100 and b["mode"] == "deny", b
+                assert near(b["ratio"], 1 / 6, 0.3), b
+            time.sleep(1)
+
+        # The soak is over: the recorded would-drops are far over 1%: held, 100 r/s stays.
+        time.sleep(5)
+        _, out, _ = rlc("run", "--config", cfg, "--apply")
+        assert re.search(r"^api\s.*hold -> 100r/s deny, candidate %dr/s" % candidate, out, re.M), out
+        m = re.search(r"rollout: candidate would-drops ([\d.]+)% over (\d+) samples, threshold 1.000%", out)
+        assert m, out
+        assert near(float(m.group(1)), 100.0 * (120 - candidate) / 120, 0.3), out
+        assert "api:\n    limit: 100r/s\n    mode: deny\n    candidate: %dr/s" % candidate in open(limits).read()
+        for n in ns:
+            assert n.bucket("api")["limit_rps"] == 100
+
+        # Traffic falls under the candidate: after another soak without would-drops, promoted.
+        load.stop()
+        load = f.Load([(ns[0], 1), (ns[1], 1)], "%d:600" % (candidate // 3), "/api/x")
+        f.h.wait_until(lambda: candidate_gauges()[1] == 0, 10, what="no would-drops")
+        time.sleep(10)
+        _, out, _ = rlc("run", "--config", cfg, "--apply")
+        assert re.search(r"^api\s.*promote -> %dr/s deny" % candidate, out, re.M), out
+        text = open(limits).read()
+        assert "api:\n    limit: %dr/s\n    mode: deny\n" % candidate in text and "candidate" not in text, text
+        f.wait_nginx_bucket(ns, "api", lambda b: b["limit_rps"] == candidate and b["mode"] == "deny", 10)
+        f.h.wait_until(lambda: candidate_gauges()[0] is None, 5, what="the candidate gone from /metrics")
+        _, out, _ = rlc("versions", "--config", cfg)
+        assert re.search(r"rollout events: hold=1 promote=1 shadow=1$", out, re.M), out
+    finally:
+        load.stop()
+        rec.send_signal(15)
+        rec.wait(10)
+
+
 @needs_history
 def test_serve_cycles_at_start_and_on_change_and_keeps_the_last_good_config(tmp_path):
     cfg = setup_dir(tmp_path, "store: rlc.db\nlimits_file: limits.yaml\nwindow: 4w\n")
@@ -195,11 +293,13 @@ def test_serve_cycles_at_start_and_on_change_and_keeps_the_last_good_config(tmp_
     try:
         h.wait_until(lambda: "cycle (start)" in log_text(), 10, what="the first cycle")
         text = log_text()
-        assert re.search(r"info bucket=api: shadow \d+r/s: lowered from 500r/s: shadow first", text), text
+        assert re.search(r"info bucket=api: shadow \d+r/s: lowered from 500r/s: candidate beside the "
+                         r"enforced limit", text), text
         assert re.search(r"info bucket=search: raise 300r/s: raise from 200r/s goes straight out", text), text
         assert "version 2 written to" in text, text
         assert sorted(versions(cfg)) == [1, 2]
-        assert "mode: shadow" in open(limits).read()
+        assert re.search(r"api:\n    limit: 500r/s\n    mode: deny\n    candidate: \d+r/s",
+                         open(limits).read())
 
         # rlc.yaml changes: a cycle at once (search is raised again, within the step guard).
         with open(cfg, "a") as fh:

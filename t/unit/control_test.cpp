@@ -491,6 +491,67 @@ TEST(Controller, LimitsFileThenOverrideThenExpiry) {
     EXPECT_EQ(inst(c, "api")->mode, Mode::Deny);
 }
 
+TEST(Controller, CandidateIsEvaluatedBesideTheLimitInForce) {
+    Fleet f;
+    Controller c(opts());
+    Limits l;
+    l.buckets["api"].limit_mrps = 150000;     // enforced: 150 r/s
+    l.buckets["api"].candidate_mrps = 80000;  // soaking: 80 r/s
+    c.set_limits(l, f.now);
+    // 90 + 30 = 120 r/s offered per tick, in both zones of the region.
+    c.on_zone_usage(zu("z1", {ub("api", 90, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 30, 2)}, f.now), f.now);
+    TickOutput out = c.tick(f.now);
+    const Instance* i = inst(c, "api");
+    ASSERT_NE(i, nullptr);
+    // Under the limit in force: nothing dropped and nothing changes for nginx...
+    EXPECT_EQ(i->ratio_ppm, 0u);
+    EXPECT_EQ(i->mode, Mode::Deny);
+    EXPECT_EQ(entry(out, Scope::Global, "api")->limit_mrps, 150000u);
+    EXPECT_EQ(entry(out, Scope::Global, "api")->ratio_ppm, 0u);
+    // ...while the candidate would drop 120 - 80 = 40 r/s.
+    ASSERT_TRUE(i->candidate_mrps);
+    EXPECT_EQ(*i->candidate_mrps, 80000u);
+    EXPECT_DOUBLE_EQ(i->candidate_would_drop_mrps, 40000.0);
+    // On the same smoothed offered as the ratio: 120 then 60 r/s average to 90 (window 2).
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 40, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 20, 2)}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_DOUBLE_EQ(inst(c, "api")->offered_mrps, 90000.0);
+    EXPECT_DOUBLE_EQ(inst(c, "api")->candidate_would_drop_mrps, 10000.0);
+    std::vector<wire::BucketStatus> st = c.status("api", false);
+    ASSERT_EQ(st.size(), 1u);
+    EXPECT_EQ(st[0].candidate_limit_mrps, std::optional<std::uint64_t>(80000));
+    EXPECT_EQ(st[0].candidate_would_drop_mrps, 10000u);
+    // Below the candidate it would drop nothing (never a negative rate).
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 20, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 20, 2)}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_DOUBLE_EQ(inst(c, "api")->offered_mrps, 50000.0);
+    EXPECT_DOUBLE_EQ(inst(c, "api")->candidate_would_drop_mrps, 0.0);
+    // The candidate removed from the file: gone from the instance and its status.
+    l.buckets["api"].candidate_mrps.reset();
+    c.set_limits(l, f.now);
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 200, 2)}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_FALSE(inst(c, "api")->candidate_mrps);
+    EXPECT_DOUBLE_EQ(inst(c, "api")->candidate_would_drop_mrps, 0.0);
+    EXPECT_FALSE(c.status("api", false)[0].candidate_limit_mrps);
+}
+
+TEST(Controller, CandidateChangesTheDigestOnlyWhenPresent) {
+    Limits a;
+    a.buckets["api"].limit_mrps = 150000;
+    const std::string without = digest(a);
+    a.buckets["api"].candidate_mrps = 80000;
+    EXPECT_NE(digest(a), without);
+    a.buckets["api"].candidate_mrps.reset();
+    EXPECT_EQ(digest(a), without);
+}
+
 TEST(Controller, ClearOverride) {
     Fleet f;
     Controller c(opts());

@@ -60,6 +60,25 @@ buckets:
     EXPECT_EQ(bots.match.scope, Scope::Zone);
 }
 
+TEST(LimitsFile, CandidateBesideTheLimitOrAlone) {
+    LimitsLoad l = parse(
+        "buckets:\n  api:\n    limit: 500r/s\n    candidate: 400r/s\n"
+        "  search:\n    candidate: 30r/m\n");
+    ASSERT_TRUE(l.ok) << l.error;
+    const auto& b = l.limits.buckets;
+    EXPECT_EQ(b.at("api").limit_mrps, 500000u);
+    EXPECT_EQ(b.at("api").candidate_mrps, 400000u);
+    EXPECT_FALSE(b.at("search").limit_mrps.has_value());  // the limit stays nginx.conf's
+    EXPECT_EQ(b.at("search").candidate_mrps, 500u);
+    EXPECT_FALSE(parse("buckets:\n  api:\n    limit: 5r/s\n")
+                     .limits.buckets.at("api")
+                     .candidate_mrps.has_value());
+    LimitsLoad bad = parse("buckets:\n  api:\n    limit: 5r/s\n    candidate: fast\n");
+    EXPECT_FALSE(bad.ok);
+    EXPECT_EQ(bad.error.rfind("limits.yaml:4: bucket \"api\": field \"candidate\": ", 0), 0u)
+        << bad.error;
+}
+
 TEST(LimitsFile, EmptyFilesMeanNoOverrides) {
     EXPECT_TRUE(parse("").ok);
     EXPECT_TRUE(parse("# nothing yet\n").ok);
@@ -79,16 +98,17 @@ TEST(LimitsFile, RejectionsNameLineAndField) {
         "or shadow");
     expect_error(
         "buckets:\n  api:\n    limt: 5r/s\n",
-        "limits.yaml:3: bucket \"api\": unknown field \"limt\" (expected limit, mode, scope, "
-        "caller, caller_prefix, procedure, procedure_prefix, procedure_regex)");
+        "limits.yaml:3: bucket \"api\": unknown field \"limt\" (expected limit, mode, candidate, "
+        "scope, caller, caller_prefix, procedure, procedure_prefix, procedure_regex)");
     expect_error(
         "buckets:\n  \"bad name\":\n    limit: 5r/s\n",
         "limits.yaml:2: invalid bucket name \"bad name\", expected 1-63 of [A-Za-z0-9_.:-]");
     expect_error("bucket:\n  api:\n    limit: 5r/s\n", "limits.yaml:1: unknown field \"bucket\"");
     expect_error("buckets:\n  api: 5r/s\n",
                  "limits.yaml:2: bucket \"api\": expected a map of fields (limit, mode, ...)");
-    expect_error("buckets:\n  api: {}\n",
-                 "limits.yaml:2: bucket \"api\": needs field \"limit\" and/or \"mode\"");
+    expect_error(
+        "buckets:\n  api: {}\n",
+        "limits.yaml:2: bucket \"api\": needs field \"limit\", \"mode\" and/or \"candidate\"");
     expect_error("buckets:\n  api:\n    limit: [1, 2]\n",
                  "limits.yaml:3: bucket \"api\": field \"limit\": expected a single value");
     expect_error("buckets:\n  api:\n    limit: 5r/s\n    scope: zone\n",

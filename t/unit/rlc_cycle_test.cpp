@@ -1,6 +1,7 @@
 // A whole cycle: proposals, the rollout, the limits file that results, and applying it
 // through a real SQLite config store and a real file (versions, rollback).
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -104,8 +105,10 @@ TEST(Cycle, PlansEveryBucketAndKeepsWhatItDoesNotManage) {
     EXPECT_EQ(p.skipped[0], "bots: run-time bucket of the limits file, not managed");
 
     const auto& after = p.after.buckets;
-    EXPECT_EQ(*after.at("api").limit_mrps, 120000u);
-    EXPECT_EQ(*after.at("api").mode, Mode::Shadow);
+    // api enforces 200 r/s (deny by default): it keeps doing so, 120 is its candidate.
+    EXPECT_EQ(*after.at("api").limit_mrps, 200000u);
+    EXPECT_EQ(*after.at("api").mode, Mode::Deny);
+    EXPECT_EQ(*after.at("api").candidate_mrps, 120000u);
     EXPECT_EQ(*after.at("search").limit_mrps, 300000u);
     EXPECT_EQ(*after.at("search").mode, Mode::Deny);
     EXPECT_TRUE(after.at("bots") == current.limits.buckets.at("bots"));
@@ -119,7 +122,8 @@ TEST(Cycle, PlansEveryBucketAndKeepsWhatItDoesNotManage) {
         << text;
     EXPECT_NE(text.find("step guard +50% of 200r/s"), std::string::npos) << text;
     EXPECT_NE(text.find("young (peak): global: too little history"), std::string::npos) << text;
-    EXPECT_NE(text.find("api: limit 200r/s -> 120r/s, mode (none) -> shadow"), std::string::npos)
+    EXPECT_NE(text.find("shadow -> 200r/s deny, candidate 120r/s"), std::string::npos) << text;
+    EXPECT_NE(text.find("api: mode (none) -> deny, candidate (none) -> 120r/s"), std::string::npos)
         << text;
 }
 
@@ -155,6 +159,10 @@ TEST(Cycle, AHandEditedEntryRestartsTheRolloutFromTheFile) {
     EXPECT_FALSE(row(p, "api").before);
     EXPECT_EQ(row(p, "api").step.action, Action::Shadow);  // 200 -> 120: lowered, from the file
     EXPECT_EQ(row(p, "api").step.next->previous_mrps, 200000u);
+    EXPECT_TRUE(row(p, "api").step.next->beside);  // the file enforces 200 in deny
+    EXPECT_EQ(p.after.buckets.at("api").limit_mrps, 200000u);
+    EXPECT_EQ(p.after.buckets.at("api").mode, Mode::Deny);
+    EXPECT_EQ(p.after.buckets.at("api").candidate_mrps, 120000u);
     ASSERT_EQ(p.notes.size(), 1u);
     EXPECT_EQ(p.notes[0],
               "api: the limits file no longer says 150r/s shadow (shadow): changed by hand, the "
@@ -203,17 +211,22 @@ TEST(Apply, VersionsSoakPromotionAndRollback) {
     auto written = daemon::load_limits_file(limits);
     ASSERT_TRUE(written.ok) << written.error;
     EXPECT_EQ(versions[1].digest, control::digest(written.limits));
-    EXPECT_EQ(*written.limits.buckets.at("api").mode, Mode::Shadow);
+    // api was enforcing 200 r/s: it keeps enforcing it, 120 soaks as its candidate.
+    EXPECT_EQ(written.limits.buckets.at("api").limit_mrps, 200000u);
+    EXPECT_EQ(*written.limits.buckets.at("api").mode, Mode::Deny);
+    EXPECT_EQ(written.limits.buckets.at("api").candidate_mrps, 120000u);
+    EXPECT_TRUE(store.states().at("api").beside);
     EXPECT_TRUE(written.limits.buckets.at("bots").has_match);
     EXPECT_EQ(store.states().at("api").stage, Stage::Shadow);
     EXPECT_EQ(store.counters().at("shadow"), 2);
     EXPECT_EQ(store.counters().at("raise"), 1);
 
-    // An hour later the recorder saw api in shadow at 120 r/s with no would-drops, and
-    // partner-acme (50 r/s quota, 5 r/s of traffic) likewise.
+    // An hour later the recorder saw api enforcing 200 r/s with its candidate 120 r/s
+    // dropping nothing, and partner-acme (50 r/s quota) in shadow dropping 10 of 60 r/s.
     auto later = h;
     Series api_shadow = make_series(global("api"), kNow, kNow + kHour, flat(100));
-    for (auto& s : api_shadow.samples) s.mode = Mode::Shadow, s.limit_rps = 120;
+    for (auto& s : api_shadow.samples)
+        s.mode = Mode::Deny, s.limit_rps = 200, s.candidate_limit_rps = 120;
     later[0].samples.insert(later[0].samples.end(), api_shadow.samples.begin(),
                             api_shadow.samples.end());
     Series partner = make_series(global("partner-acme"), kNow, kNow + kHour, flat(60));
@@ -226,12 +239,16 @@ TEST(Apply, VersionsSoakPromotionAndRollback) {
     Applied a2 = apply_plan(cfg, store, p2, "rlc", "cycle 2");
     EXPECT_EQ(a2.version, 3);
     EXPECT_EQ(*read_limits(limits).buckets.at("api").mode, Mode::Deny);
+    EXPECT_EQ(read_limits(limits).buckets.at("api").limit_mrps, 120000u);
+    EXPECT_FALSE(read_limits(limits).buckets.at("api").candidate_mrps);  // promoted: removed
     EXPECT_EQ(*read_limits(limits).buckets.at("partner-acme").mode, Mode::Shadow);
     EXPECT_EQ(store.states().at("partner-acme").stage, Stage::Held);
     EXPECT_EQ(store.counters().at("promote"), 1);
     EXPECT_EQ(store.counters().at("hold"), 1);
     // search was raised again (300 -> 360, within the step guard now).
-    EXPECT_EQ(store.list()[2].diff, "api: mode shadow -> deny\nsearch: limit 300r/s -> 360r/s\n");
+    EXPECT_EQ(store.list()[2].diff,
+              "api: limit 200r/s -> 120r/s, candidate 120r/s -> (none)\n"
+              "search: limit 300r/s -> 360r/s\n");
     EXPECT_EQ(store.counters().at("raise"), 2);
 
     // Rollback to the file as found: written again as version 4, rollout forgotten.
@@ -305,6 +322,46 @@ TEST(Apply, AFailedWriteRecordsNothing) {
     EXPECT_TRUE(store.counters().empty());
 }
 
+TEST(Versions, ACandidateBesideIsKeptAndAnOlderStoreGetsTheColumn) {
+    TempDir d;
+    std::string db = d.path + "/v.db";
+    {
+        // rlc_rollout as grl-rlc created it before candidates: no `beside` column.
+        sqlite3* raw = nullptr;
+        ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(raw,
+                               "CREATE TABLE rlc_rollout (bucket TEXT PRIMARY KEY, stage TEXT NOT "
+                               "NULL, limit_mrps INTEGER NOT NULL, since_s INTEGER NOT NULL, "
+                               "previous_mrps INTEGER, fraction REAL NOT NULL, updated_s INTEGER "
+                               "NOT NULL);"
+                               "INSERT INTO rlc_rollout VALUES ('old', 'shadow', 5000, 42, NULL, "
+                               "-1, 42);",
+                               nullptr, nullptr, nullptr),
+                  SQLITE_OK);
+        sqlite3_close(raw);
+    }
+    {
+        VersionStore s(db);
+        EXPECT_FALSE(s.states().at("old").beside);  // a shadow-mode rollout, as it was
+        Commit c;
+        BucketState b;
+        b.bucket = "api";
+        b.stage = Stage::Held;
+        b.limit_mrps = 120000;
+        b.previous_mrps = 200000;
+        b.beside = true;
+        b.since_s = 7;
+        c.states.push_back(b);
+        s.commit(c, 100, nullptr);
+    }
+    VersionStore s(db);
+    const BucketState st = s.states().at("api");
+    EXPECT_TRUE(st.beside);
+    EXPECT_EQ(st.mode(), Mode::Deny);
+    EXPECT_EQ(st.published_mrps(), 200000u);
+    EXPECT_EQ(st.limit_mrps, 120000u);
+}
+
 TEST(Versions, ReopenedStoreResumes) {
     TempDir d;
     std::string db = d.path + "/v.db";
@@ -328,6 +385,7 @@ TEST(Versions, ReopenedStoreResumes) {
     EXPECT_EQ(st.limit_mrps, 5000u);
     EXPECT_EQ(st.since_s, 42);
     EXPECT_FALSE(st.previous_mrps);
+    EXPECT_FALSE(st.beside);
     EXPECT_THROW(VersionStore("/nonexistent-dir/v.db", true), VersionsError);
     // Without create, a missing file is named as such (and not created).
     try {

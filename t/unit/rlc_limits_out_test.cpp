@@ -21,6 +21,7 @@ const char* kFile =
     "buckets:\n"
     "  api:\n    limit: 500r/s\n    mode: shadow\n"
     "  slow:\n    limit: 90r/m\n"
+    "  lowering:\n    limit: 300r/s\n    mode: deny\n    candidate: 200r/s\n"
     "  only-mode:\n    mode: deny\n"
     "  bots:\n    caller_prefix: \"bot-: #1\"\n    procedure_regex: '^/a[0-9]+: x$'\n    scope: "
     "zone\n"
@@ -38,6 +39,9 @@ TEST(LimitsOut, RenderedFileParsesBackToTheSameLimits) {
     EXPECT_TRUE(diff_limits(in.limits, out.limits).empty());
     EXPECT_EQ(text.rfind("# a header: with # signs\nbuckets:\n", 0), 0u) << text;
     EXPECT_NE(text.find("limit: 90r/m"), std::string::npos) << text;
+    EXPECT_NE(text.find("limit: 300r/s\n    mode: deny\n    candidate: 200r/s\n"),
+              std::string::npos)
+        << text;
 }
 
 TEST(LimitsOut, DiffNamesEveryChangedBucket) {
@@ -52,6 +56,13 @@ TEST(LimitsOut, DiffNamesEveryChangedBucket) {
               "api: limit 300r/s -> 360r/s, mode (none) -> deny\n- gone: mode shadow\n+ new: limit "
               "1r/s\n");
     EXPECT_EQ(render_diff(diff_limits(a, a)), "no change\n");
+    // A candidate added, then promoted: the limit changes and the candidate goes.
+    control::Limits c = a, e = a;
+    c.buckets["api"].candidate_mrps = 200000;
+    e.buckets["api"].limit_mrps = 200000;
+    EXPECT_EQ(render_diff(diff_limits(a, c)), "api: candidate (none) -> 200r/s\n");
+    EXPECT_EQ(render_diff(diff_limits(c, e)),
+              "api: limit 300r/s -> 200r/s, candidate 200r/s -> (none)\n");
 }
 
 TEST(LimitsOut, AtomicWriteReplacesTheFileAndLeavesNoTemporary) {

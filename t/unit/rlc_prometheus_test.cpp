@@ -60,6 +60,18 @@ TEST(RlcPrometheus, AnswersFoldIntoOneSeriesPerInstanceAtWindowStarts) {
           matrix(R"({"metric":{"bucket":"api","scope":"global","zone":"","region":"eu"},)"
                  R"("values":[[120,"4"]]})"),
           "q");
+    a.add(PromField::CandidateLimit,
+          matrix(R"({"metric":{"bucket":"api","scope":"global","zone":"","region":"eu"},)"
+                 R"("values":[[120,"70"]]})"),
+          "q");
+    a.add(PromField::CandidateMean,
+          matrix(R"({"metric":{"bucket":"api","scope":"global","zone":"","region":"eu"},)"
+                 R"("values":[[120,"30"]]})"),
+          "q");
+    a.add(PromField::CandidatePeak,
+          matrix(R"({"metric":{"bucket":"api","scope":"global","zone":"","region":"eu"},)"
+                 R"("values":[[120,"80"]]})"),
+          "q");
     std::vector<Series> s = a.series();
     ASSERT_EQ(s.size(), 2u);
     EXPECT_EQ(s[0].key, (InstanceKey{"api", Scope::Global, "", ""}));
@@ -73,6 +85,10 @@ TEST(RlcPrometheus, AnswersFoldIntoOneSeriesPerInstanceAtWindowStarts) {
     EXPECT_EQ(x.admitted.mean, 80);
     EXPECT_EQ(x.dropped.mean, 20);  // offered - admitted
     EXPECT_EQ(x.limit_rps, 90);
+    EXPECT_EQ(x.candidate_limit_rps, 70);
+    EXPECT_EQ(x.candidate_would_drop.mean, 30);
+    EXPECT_EQ(x.candidate_would_drop.peak, 80);
+    EXPECT_EQ(s[0].samples[1].candidate_limit_rps, -1);  // no candidate in that window
     EXPECT_EQ(s[0].samples[1].offered.peak, 260);
     EXPECT_EQ(s[0].samples[1].admitted.mean, 200);  // no admitted answer: all admitted
     EXPECT_EQ(s[0].samples[1].limit_rps, -1);       // unknown

@@ -142,6 +142,28 @@ TEST(RlcRecorder, LimitAndModeAreThoseAtTheEndOfTheInterval) {
     EXPECT_EQ(s.mode, Mode::Shadow);
 }
 
+TEST(RlcRecorder, CandidateWouldDropsFoldIntoMeanAndPeakAndItsLimitIsTheNewest) {
+    Recorder rec(10);
+    Observation a = obs(kApi, 100), b = obs(kApi, 100), c = obs(kApi, 100);
+    a.candidate_limit_rps = b.candidate_limit_rps = 90;
+    a.candidate_would_drop = 10;
+    b.candidate_would_drop = 30;
+    c.candidate_limit_rps = 80;  // the candidate changed in the interval
+    c.candidate_would_drop = 20;
+    rec.poll(1000, {report("c", {a})});
+    rec.poll(2000, {report("c", {b})});
+    rec.poll(3000, {report("c", {c})});
+    const Sample& s = rec.take_closed(10000).at(0).samples.at(0);
+    EXPECT_EQ(s.candidate_limit_rps, 80);
+    EXPECT_DOUBLE_EQ(s.candidate_would_drop.mean, 20);
+    EXPECT_DOUBLE_EQ(s.candidate_would_drop.peak, 30);
+    // Without a candidate: -1 and zeros.
+    rec.poll(11000, {report("c", {obs(kApi, 100)})});
+    const Sample& none = rec.take_closed(20000).at(0).samples.at(0);
+    EXPECT_EQ(none.candidate_limit_rps, -1);
+    EXPECT_DOUBLE_EQ(none.candidate_would_drop.peak, 0);
+}
+
 TEST(RlcRecorder, TakeAllFlushesTheOpenIntervalAsAPartialRow) {
     Recorder rec(60);
     for (int i = 0; i < 70; ++i) rec.poll(i * 1000, {report("c", {obs(kApi, 10)})});
@@ -171,6 +193,8 @@ grl_bucket_ratio{bucket="api-zone",scope="zone",zone="az1"} 0.5238
 grl_bucket_shadow{bucket="api",scope="global",zone=""} 0
 grl_bucket_shadow{bucket="api-zone",scope="zone",zone="az1"} 1
 grl_bucket_limit_source{bucket="api",scope="global",zone="",source="conf"} 1
+grl_bucket_candidate_limit_rps{bucket="api",scope="global",zone=""} 250
+grl_bucket_candidate_would_drop_rps{bucket="api",scope="global",zone=""} 200.5
 grl_controller_instructions_published_total 1234
 grl_controller_last_instruction_age_seconds NaN
 )";
@@ -197,7 +221,11 @@ TEST(RlcControllerMetrics, EveryInstanceWithItsRegionRatesLimitModeAndTickMarker
     EXPECT_EQ(g.limit_rps, 300);
     EXPECT_EQ(g.ratio, 0.333);
     EXPECT_EQ(g.mode, Mode::Deny);
+    EXPECT_EQ(g.candidate_limit_rps, 250);
+    EXPECT_EQ(g.candidate_would_drop, 200.5);
     const Observation& z = by.at("api-zone");
+    EXPECT_EQ(z.candidate_limit_rps, -1);  // no candidate
+    EXPECT_EQ(z.candidate_would_drop, 0);
     EXPECT_EQ(z.key, (InstanceKey{"api-zone", Scope::Zone, "eu-west", "az1"}));
     EXPECT_EQ(z.mode, Mode::Shadow);
     EXPECT_EQ(z.shadow_dropped, 165);

@@ -140,6 +140,90 @@ TEST(RlcStore, IsInWalModeWithASchemaVersion) {
     EXPECT_EQ(v.int64(0), kHistorySchemaVersion);
 }
 
+TEST(RlcStore, CandidateColumnsRoundTripMergeAndRollUp) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    Sample a = sample(0, 100, 120, 30), b = sample(0, 100, 120, 30);
+    a.candidate_limit_rps = b.candidate_limit_rps = 90;
+    a.candidate_would_drop = {10, 30};
+    b.candidate_would_drop = {20, 25};
+    st.write({{zone_key("api"), {a}}}, WriteMode::Replace);
+    std::vector<Series> got = st.read(0, 1000);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_DOUBLE_EQ(got[0].samples[0].candidate_limit_rps, 90);
+    EXPECT_DOUBLE_EQ(got[0].samples[0].candidate_would_drop.mean, 10);
+    EXPECT_DOUBLE_EQ(got[0].samples[0].candidate_would_drop.peak, 30);
+    st.write({{zone_key("api"), {b}}}, WriteMode::Merge);  // weighted by ticks, peak the max
+    got = st.read(0, 1000);
+    EXPECT_DOUBLE_EQ(got[0].samples[0].candidate_would_drop.mean, 15);
+    EXPECT_DOUBLE_EQ(got[0].samples[0].candidate_would_drop.peak, 30);
+    Sample c = sample(60, 100, 120, 60);  // no candidate in the next minute
+    st.write({{zone_key("api"), {c}}}, WriteMode::Replace);
+    got = st.read(0, 1000);
+    EXPECT_DOUBLE_EQ(got[0].samples[1].candidate_limit_rps, -1);
+    EXPECT_EQ(st.rollup(3600, 3600), 1);  // two minutes into one hour
+    got = st.read(0, 7200);
+    ASSERT_EQ(got[0].samples.size(), 1u);
+    EXPECT_DOUBLE_EQ(got[0].samples[0].candidate_would_drop.mean, 7.5);  // (15x60 + 0x60)/120
+    EXPECT_DOUBLE_EQ(got[0].samples[0].candidate_would_drop.peak, 30);
+    EXPECT_DOUBLE_EQ(got[0].samples[0].candidate_limit_rps, -1);  // the newest row's
+}
+
+TEST(RlcStore, AFileOfSchemaOneIsMigratedWhenOpened) {
+    TempDir d;
+    {
+        // A history store as grl-rlc wrote it before candidates: schema version 1, its
+        // samples table without the candidate columns, one row.
+        Db raw(d.file("old.db"), true, 1000);
+        raw.exec(R"sql(
+CREATE TABLE schema_version (component TEXT PRIMARY KEY, version INTEGER NOT NULL);
+INSERT INTO schema_version VALUES ('history', 1);
+CREATE TABLE instances (id INTEGER PRIMARY KEY, bucket TEXT NOT NULL, scope TEXT NOT NULL,
+    region TEXT NOT NULL, zone TEXT NOT NULL, UNIQUE (bucket, scope, region, zone));
+CREATE TABLE samples (instance INTEGER NOT NULL REFERENCES instances (id),
+    start_s INTEGER NOT NULL, length_s INTEGER NOT NULL, ticks INTEGER NOT NULL,
+    offered_mean_mrps INTEGER NOT NULL, offered_peak_mrps INTEGER NOT NULL,
+    admitted_mean_mrps INTEGER NOT NULL, admitted_peak_mrps INTEGER NOT NULL,
+    dropped_mean_mrps INTEGER NOT NULL, dropped_peak_mrps INTEGER NOT NULL,
+    shadow_mean_mrps INTEGER NOT NULL, shadow_peak_mrps INTEGER NOT NULL,
+    limit_mrps INTEGER, mode INTEGER NOT NULL, ratio_ppm INTEGER NOT NULL,
+    PRIMARY KEY (instance, start_s)) WITHOUT ROWID;
+CREATE VIEW history AS SELECT i.bucket, s.start_s FROM samples s JOIN instances i
+    ON i.id = s.instance;
+INSERT INTO instances VALUES (1, 'api', 'global', '', '');
+INSERT INTO samples VALUES (1, 60, 60, 60, 100000, 120000, 90000, 100000, 10000, 20000, 0, 0,
+    300000, 0, 100000);
+)sql");
+    }
+    {
+        Store st(d.file("old.db"), false);
+        std::vector<Series> got = st.read(0, 1000);
+        ASSERT_EQ(got.size(), 1u);
+        const Sample& old = got[0].samples.at(0);
+        EXPECT_DOUBLE_EQ(old.offered.mean, 100);
+        EXPECT_DOUBLE_EQ(old.limit_rps, 300);
+        EXPECT_DOUBLE_EQ(old.candidate_limit_rps, -1);  // recorded before candidates: none
+        EXPECT_DOUBLE_EQ(old.candidate_would_drop.peak, 0);
+        Sample n = sample(120, 100, 120);
+        n.candidate_limit_rps = 80;
+        n.candidate_would_drop = {20, 40};
+        st.write({{{"api", Scope::Global, "", ""}, {n}}}, WriteMode::Merge);
+        got = st.read(0, 1000);
+        EXPECT_DOUBLE_EQ(got[0].samples.at(1).candidate_would_drop.peak, 40);
+    }
+    Db raw(d.file("old.db"), false, 1000);
+    Stmt v(raw, "SELECT version FROM schema_version WHERE component = 'history'");
+    ASSERT_TRUE(v.step());
+    EXPECT_EQ(v.int64(0), 2);
+    Stmt view(raw, "SELECT candidate_limit, candidate_would_drop_peak FROM history ORDER BY start");
+    ASSERT_TRUE(view.step());
+    EXPECT_TRUE(view.is_null(0));
+    ASSERT_TRUE(view.step());
+    EXPECT_EQ(view.int64(1), 40);
+    // Opened again: already at 2, nothing to migrate.
+    EXPECT_NO_THROW(Store(d.file("old.db"), false));
+}
+
 TEST(RlcStore, AReaderNeverFailsWhileAWriterHoldsItsTransaction) {
     TempDir d;
     Store writer(d.file("h.db"));

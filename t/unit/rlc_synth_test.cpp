@@ -207,6 +207,24 @@ TEST(RlcSynth, DenyDropsWhatIsOverTheLimitShadowOnlyCountsIt) {
     }
 }
 
+TEST(RlcSynth, ACandidateBesideTheLimitRecordsItsWouldDrops) {
+    SynthSpec s = spec();
+    s.weeks = 1;
+    s.limit_rps = 500;
+    s.candidate_rps = 300;
+    std::size_t over = 0;
+    for (const Sample& x : synthesize(s)) {
+        ASSERT_EQ(x.candidate_limit_rps, 300);
+        ASSERT_NEAR(x.candidate_would_drop.mean, std::max(0.0, x.offered.mean - 300), 1e-9);
+        ASSERT_NEAR(x.candidate_would_drop.peak, std::max(0.0, x.offered.peak - 300), 1e-9);
+        ASSERT_EQ(x.mode, Mode::Deny);  // the limit in force is unchanged
+        over += x.candidate_would_drop.mean > 0;
+    }
+    EXPECT_GT(over, 100u);
+    s.candidate_rps = -1;
+    for (const Sample& x : synthesize(s)) ASSERT_EQ(x.candidate_limit_rps, -1);
+}
+
 TEST(RlcSynth, SpikeAndGapArgumentsAreParsedOrRefusedByName) {
     Parsed<Spike> sp = parse_spike("10:14:2.5");
     ASSERT_TRUE(sp) << sp.error;

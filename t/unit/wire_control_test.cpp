@@ -282,6 +282,8 @@ AdminReply sample_reply() {
     r.match = sample_match();
     r.limit_source = r.mode_source = "override";
     r.expires_ms = 99;
+    r.candidate_limit_mrps = 80000;
+    r.candidate_would_drop_mrps = 12345;
     m.buckets = {b, r};
     m.zones = {{"eu-1a", "col-a", 2, 0, 120, true}};
     m.peers = {{"ctl-us-1", "us", 800, "abcd", true}};
@@ -376,6 +378,10 @@ TEST(WireControl, AdminRoundTrips) {
     EXPECT_FALSE(dr.buckets[0].has_match);
     EXPECT_TRUE(dr.buckets[1].has_match);
     EXPECT_EQ(dr.buckets[1].expires_ms, 99u);
+    EXPECT_FALSE(dr.buckets[0].candidate_limit_mrps);  // absent: no candidate
+    EXPECT_EQ(dr.buckets[0].candidate_would_drop_mrps, 0u);
+    EXPECT_EQ(dr.buckets[1].candidate_limit_mrps, std::optional<std::uint64_t>(80000));
+    EXPECT_EQ(dr.buckets[1].candidate_would_drop_mrps, 12345u);
     ASSERT_EQ(dr.zones.size(), 1u);
     EXPECT_EQ(dr.zones[0].age_ms, 120u);
     ASSERT_EQ(dr.peers.size(), 1u);

@@ -70,11 +70,15 @@ struct Options {
 struct FileLimit {
     std::optional<std::uint64_t> limit_mrps;
     std::optional<Mode> mode;
+    // A limit evaluated beside the one in force and never published: the controller exports
+    // what it would drop, so that grl-rlc can soak a lowered limit without the bucket leaving
+    // deny (docs/control-plane.md "The limits file").
+    std::optional<std::uint64_t> candidate_mrps;
     bool has_match = false;  // a run-time bucket defined in the file
     wire::RuntimeMatch match;
     bool operator==(const FileLimit& o) const {
-        return limit_mrps == o.limit_mrps && mode == o.mode && has_match == o.has_match &&
-               (!has_match || match == o.match);
+        return limit_mrps == o.limit_mrps && mode == o.mode && candidate_mrps == o.candidate_mrps &&
+               has_match == o.has_match && (!has_match || match == o.match);
     }
 };
 
@@ -161,6 +165,8 @@ struct Instance {
     LimitSource mode_source = LimitSource::Conf;
     std::uint64_t expires_ms = 0;  // of the override in force, 0 none
     std::uint32_t ratio_ppm = 0;
+    std::optional<std::uint64_t> candidate_mrps;  // the limits file's candidate, if any
+    double candidate_would_drop_mrps = 0;         // max(0, offered - candidate): what it would drop
     std::uint64_t hosts = 0;
     std::uint64_t own_hosts = 0;                     // of this region
     std::vector<wire::DefinitionCount> definitions;  // in the instance's domain
@@ -303,6 +309,7 @@ class Controller {
     std::optional<wire::Definition> resolve_definition(
         Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const;
     void smooth(Instance& inst, const Sample& s) const;
+    void evaluate_candidate(Instance& inst, const BucketRule& rule) const;
     void announce(const Instance& inst, const Before& before,
                   const std::optional<wire::Definition>& conf, std::vector<Event>& events) const;
     void forget_instances();

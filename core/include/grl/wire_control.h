@@ -136,6 +136,10 @@ struct BucketStatus {
     std::uint64_t shadow_dropped_mrps = 0;
     std::uint64_t limit_mrps = 0;
     std::uint32_t ratio_ppm = 0;
+    // The limits file's candidate limit and what it would drop (smoothed); absent without a
+    // candidate, and in replies of controllers that predate candidates.
+    std::optional<std::uint64_t> candidate_limit_mrps;
+    std::uint64_t candidate_would_drop_mrps = 0;
     Mode mode = Mode::Deny;
     std::string limit_source;  // conf, file, override
     std::string mode_source;
