@@ -1,5 +1,7 @@
 #include "apply.h"
 
+#include <stdexcept>
+
 #include "grl/daemon/limits_file.h"
 
 namespace grl::rlc {
@@ -63,8 +65,14 @@ void next_version_is(const VersionStore& store, std::int64_t id) {
 // Pushes to every target: etcd first when there is an additional one (the remote target is
 // the likelier to fail, and a failure there leaves the file and the store as they were).
 void push_all(const std::string& limits_file, const std::string& etcd, const std::string& text) {
-    if (!etcd.empty()) push_limits(etcd, text);
-    push_limits(limits_file, text);
+    if (etcd.empty()) return push_limits(limits_file, text);
+    push_limits(etcd, text);
+    try {
+        push_limits(limits_file, text);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string(e.what()) + " (nothing recorded, but " + etcd +
+                                 " already holds the new limits: apply again or roll back)");
+    }
 }
 
 }  // namespace
