@@ -458,37 +458,33 @@ bool Daemon::take_limits(daemon::LimitsLoad l, const std::string& why) {
 // during an etcd outage would fail open entirely.
 void Daemon::start_etcd() {
     const daemon::etcd::Url& url = *cfg_.limits_etcd;
-    std::int64_t after = 0;
+    std::optional<daemon::etcd::RangeReply> r;
     try {
-        daemon::etcd::Client client(url);
-        daemon::etcd::RangeReply r = client.get();
-        etcd_up_ = true;
-        after = r.revision;
-        if (r.kv.exists) {
-            daemon::LimitsLoad l = daemon::parse_limits(
-                r.kv.value, url.text() + "@" + std::to_string(r.kv.mod_revision));
-            if (!l.ok) throw std::runtime_error("limits rejected: " + l.error);
-            ctl_.set_limits(std::move(l.limits), now());
-            limits_loaded_wall_ = wall_ms();
-            etcd_revision_ = r.kv.mod_revision;
-        } else {
-            etcd_revision_ = 0;
-            daemon::log_warn("limits: no key " + url.key + " in etcd at " + url.host + ":" +
-                             std::to_string(url.port) +
-                             " yet: nginx.conf's limits apply until it is written");
-        }
+        r = daemon::etcd::Client(url).get();
     } catch (const std::runtime_error& e) {
-        if (std::string_view(e.what()).substr(0, 15) == "limits rejected") throw;
-        etcd_up_ = false;
         etcd_error_ = e.what();
         ++etcd_losses_;
         daemon::log_warn(
-            "limits: etcd unreachable at start, nginx.conf's limits apply until it "
-            "answers (retrying): " +
+            "limits: etcd unreachable at start, nginx.conf's limits apply until it answers "
+            "(retrying): " +
             etcd_error_);
     }
+    etcd_up_ = r.has_value();
+    if (r && r->kv.exists) {
+        daemon::LimitsLoad l = daemon::parse_limits(
+            r->kv.value, url.text() + "@" + std::to_string(r->kv.mod_revision));
+        if (!l.ok) throw std::runtime_error("limits rejected: " + l.error);
+        ctl_.set_limits(std::move(l.limits), now());
+        limits_loaded_wall_ = wall_ms();
+        etcd_revision_ = r->kv.mod_revision;
+    } else if (r) {
+        etcd_revision_ = 0;
+        daemon::log_warn("limits: no key " + url.key + " in etcd at " + url.host + ":" +
+                         std::to_string(url.port) +
+                         " yet: nginx.conf's limits apply until it is written");
+    }
     etcd_ = std::make_unique<daemon::etcd::KeyWatch>(
-        loop_, url, after, [this](const daemon::etcd::WatchEvent& e) { on_etcd(e); });
+        loop_, url, r ? r->revision : 0, [this](const daemon::etcd::WatchEvent& e) { on_etcd(e); });
 }
 
 // Runs in the loop's thread (KeyWatch hands events over). One line when etcd is lost, one

@@ -33,7 +33,12 @@ KeyWatch::~KeyWatch() {
         stop_ = true;
     }
     cv_.notify_all();
-    client_.stop();
+    // A stop() that lands before the watch's connection is made is a no-op in httplib (the
+    // watch would then wait on a quiet stream): repeat it until the thread is out.
+    while (!done_) {
+        client_.stop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     thread_.join();
     loop_.remove_fd(event_fd_);
     ::close(event_fd_);
@@ -66,6 +71,10 @@ bool KeyWatch::sleep_ms(std::uint64_t ms) {
 }
 
 void KeyWatch::run(std::int64_t after_revision) {
+    struct Done {
+        std::atomic<bool>& done;
+        ~Done() { done = true; }
+    } done{done_};
     std::uint64_t backoff = kBackoffMinMs;
     std::int64_t next = after_revision > 0 ? after_revision + 1 : 0;
     for (;;) {

@@ -213,15 +213,33 @@ def test_controller_start_with_a_bad_value_or_without_etcd(fleet, etcd, tmp_path
         h.wait_until(lambda: f.grlctl(ctl, "status")["limits"]["version"] == "v7", 20,
                      what="the controller to take version v7 once etcd is up")
         assert len(lines(ctl, "reachable again")) == 1, ctl.log()
+
+        # A deleted key keeps the last good limits (a warning), a later value is taken.
+        down.call("deleterange", {"key": b64(KEY)})
+        h.wait_until(lambda: lines(ctl, "deleted in etcd: the last good limits stay in force"), 10,
+                     what="the deleted-key warning")
+        st = f.grlctl(ctl, "status")["limits"]
+        assert st["version"] == "v7" and st["buckets"] == 1, st
+        down.put(limits("v8", "60r/s"))
+        h.wait_until(lambda: f.grlctl(ctl, "status")["limits"]["version"] == "v8", 10,
+                     what="the controller to take version v8")
     finally:
         down.close()
 
 
 @pytest.mark.skipif(not os.path.exists(RLC_BIN), reason="grl-rlc not built")
-def test_grl_rlc_pushes_versions_to_etcd(fleet, etcd, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("target", ["etcd", "file+etcd"])
+def test_grl_rlc_pushes_versions_to_etcd(fleet, etcd, tmp_path, target):  # noqa: F811
     original = "buckets:\n  api:\n    limit: 500r/s\n"
-    etcd.put(original)
-    (tmp_path / "rlc.yaml").write_text("store: rlc.db\nlimits_file: %s\nwindow: 4w\n" % etcd.url)
+    if target == "etcd":  # limits_file: etcd://...: the key is what the cycle reads
+        etcd.put(original)
+        (tmp_path / "rlc.yaml").write_text("store: rlc.db\nlimits_file: %s\nwindow: 4w\n" % etcd.url)
+    else:  # limits_file: a file the cycle reads, etcd: a copy of every version
+        (tmp_path / "limits.yaml").write_text(original)
+        etcd.put(original)
+        (tmp_path / "rlc.yaml").write_text("store: rlc.db\nlimits_file: limits.yaml\netcd: %s\nwindow: 4w\n"
+                                           % etcd.url)
+    written_to = etcd.url if target == "etcd" else str(tmp_path / "limits.yaml")
     cfg = str(tmp_path / "rlc.yaml")
     store = str(tmp_path / "rlc.db")
     ctl = fleet.controller(limits=etcd.url)
@@ -235,8 +253,10 @@ def test_grl_rlc_pushes_versions_to_etcd(fleet, etcd, tmp_path):  # noqa: F811
     rlc("synth", "--store", store, "--bucket", "api", "--base", 100, "--weeks", 5, "--end", T0,
         "--limit", 500, "--seed", 1)
     out = rlc("run", "--config", cfg, "--at", T0, "--apply", "--author", "alice")
-    assert "applied: version 2 written to %s" % etcd.url in out, out
+    assert "applied: version 2 written to %s" % written_to in out, out
     assert 'version: "2"' in etcd.get()
+    if target != "etcd":
+        assert (tmp_path / "limits.yaml").read_text() == etcd.get()
     h.wait_until(lambda: f.grlctl(ctl, "status")["limits"]["version"] == "2", 10,
                  what="the controller to run version 2")
     versions = rlc("versions", "--config", cfg)
@@ -246,7 +266,7 @@ def test_grl_rlc_pushes_versions_to_etcd(fleet, etcd, tmp_path):  # noqa: F811
 
     # Rollback to the key as found (version 1): written again as version 3, labelled so.
     out = rlc("rollback", 1, "--config", cfg, "--author", "bob")
-    assert "rolled back to version 1: version 3 written to %s" % etcd.url in out, out
+    assert "rolled back to version 1: version 3 written to %s" % written_to in out, out
     h.wait_until(lambda: f.grlctl(ctl, "status")["limits"]["version"] == "3", 10,
                  what="the controller to run version 3")
     st = f.grlctl(ctl, "status")["limits"]

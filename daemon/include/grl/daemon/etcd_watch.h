@@ -7,6 +7,7 @@
 // and was taken up again is not an outage.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -54,6 +55,7 @@ class KeyWatch {
     std::condition_variable cv_;
     std::deque<WatchEvent> queue_;
     bool stop_ = false;
+    std::atomic<bool> done_{false};  // run() returned
     std::thread thread_;
 };
 
