@@ -124,10 +124,12 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         ", peers: " + (peers.empty() ? "none" : peers) + ", interval " +
         std::to_string(cfg_.opts.interval_ms) + " ms, ttl " + std::to_string(cfg_.opts.ttl_ms) +
         " ms, window " + std::to_string(cfg_.opts.window) +
-        (cfg_.limits_file.empty() ? ""
-                                  : ", limits " + cfg_.limits_file + " (" +
-                                        std::to_string(ctl_.limits().buckets.size()) +
-                                        " buckets, digest " + ctl_.limits_digest() + ")") +
+        (cfg_.limits_file.empty()
+             ? ""
+             : ", limits " + cfg_.limits_file + " (" +
+                   std::to_string(ctl_.limits().buckets.size()) + " buckets, version " +
+                   (ctl_.limits().version.empty() ? std::string("-") : ctl_.limits().version) +
+                   ", digest " + ctl_.limits_digest() + ")") +
         (zap_ ? ", CURVE on" : ""));
     if (!zap_) {
         daemon::log_warn("CURVE is off (no --curve-keypair): anyone who can reach " + usage_ep_ +
