@@ -88,7 +88,6 @@ class Collector {
     KeyBindings host_keys_;
     std::map<KeyBindings::Result, std::uint64_t> reports_refused_;
     daemon::LogLimiter identity_log_;
-    std::uint64_t sources_seen_ = 0;
     std::set<std::string> wrong_zone_hosts_;  // logged once each (bounded)
 };
 

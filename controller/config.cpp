@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include <cmath>
+
 namespace grl::controller {
 
 std::string check(const Config& c) {
@@ -43,15 +45,21 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     CLI::Option* ttl = app.add_option("--ttl", c.opts.ttl_ms,
                                       "validity of published ratios (default: 3 x interval)")
                            ->option_text("DURATION")
-                           ->transform(cli::duration_validator(1, 24 * 3600000));
+                           ->transform(cli::duration_validator(1, 24ULL * 3600000));
     cli::add_count(app, "--window", c.opts.window, 1, 100, "intervals averaged for the ratio");
     std::uint32_t fast_attack_percent =
-        static_cast<std::uint32_t>(c.opts.fast_attack * 100.0 + 0.5);
+        static_cast<std::uint32_t>(std::lround(c.opts.fast_attack * 100.0));
     cli::add_count(app, "--fast-attack", fast_attack_percent, 0, 1000,
                    "a sample this much above the window's mean is a surge, used alone (0: off)",
                    "PERCENT");
     cli::add_count(app, "--stale-intervals", c.opts.stale_intervals, 1, 1000000,
                    "a zone or peer silent for N intervals leaves the sums");
+    cli::add_duration(app, "--peer-hold", c.opts.peer_hold_ms, 0, 24ULL * 3600000,
+                      "a region whose peers all went silent (a partition) keeps its last usage "
+                      "in global sums this long (0: leaves with its peers)");
+    cli::add_text(app, "--state-file", c.state_file, "FILE",
+                  "keep overrides and run-time buckets here across restarts (written atomically "
+                  "at each change)");
     cli::add_text(app, "--limits", c.limits_file, "FILE|etcd://HOST:PORT/KEY",
                   "YAML limits file (reloaded on SIGHUP and when it changes), or an etcd v3 key "
                   "holding it (watched)");

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "grl/daemon/files.h"
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
 
@@ -103,6 +104,8 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         limits_loaded_wall_ = wall_ms();
         if (cfg_.limits_poll_ms) loop_.every(cfg_.limits_poll_ms, [this] { watch_limits(); });
     }
+
+    restore_state();
 
     loop_.on_socket(pull_.get(), [this] { on_usage(); });
     loop_.on_socket(peers_.get(), [this] { on_peers(); });
@@ -345,6 +348,7 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& 
     if (change) {
         ++admin_changes_;
         daemon::log(LogLevel::Info, q.bucket, "admin " + describe(q) + " by " + who);
+        save_state();  // durable before the operator hears "done"
         admin_tick();
     }
     r.buckets = ctl_.status(q.bucket, false);
@@ -368,6 +372,66 @@ void Daemon::admin_tick() {
     tick();
 }
 
+// The state file holds the override table (run-time buckets included) as a region_usage
+// message (docs/protocol.md) with no usage: one codec, one source of truth. A controller
+// with no peer to learn them from gets its emergency limits back after a restart.
+void Daemon::restore_state() {
+    if (cfg_.state_file.empty()) return;
+    std::optional<std::string> text;
+    std::string error;
+    wire::RegionUsage saved;
+    try {
+        text = daemon::read_file_if_exists(cfg_.state_file);
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    if (error.empty() && !text) {
+        daemon::log_info("state file " + cfg_.state_file + " does not exist yet: no overrides");
+        return;
+    }
+    if (error.empty() && !wire::decode(*text, saved, error)) {
+        error = cfg_.state_file + ": " + error;
+    }
+    if (!error.empty()) {
+        // Kept aside for a human, never overwritten; the controller starts without it.
+        const std::string aside = cfg_.state_file + ".bad";
+        std::rename(cfg_.state_file.c_str(), aside.c_str());
+        state_ok_ = false;
+        daemon::log_error("state file rejected, starting without overrides (moved to " + aside +
+                          "): " + error);
+        return;
+    }
+    const std::size_t n = ctl_.restore_overrides(saved.overrides, now());
+    state_saved_ = *text;
+    daemon::log_info("state file " + cfg_.state_file + ": " + std::to_string(n) + " of " +
+                     std::to_string(saved.overrides.size()) +
+                     " overrides restored (expired ones lapse at the first tick)");
+}
+
+void Daemon::save_state() {
+    if (cfg_.state_file.empty()) return;
+    wire::RegionUsage state;
+    state.source = cfg_.opts.name;
+    state.region = cfg_.opts.region;
+    state.interval_ms = cfg_.opts.interval_ms;
+    state.ts_ms = 1;  // fixed, so that the bytes change only when the table does
+    state.seq = 1;
+    for (const auto& [name, o] : ctl_.overrides()) state.overrides.push_back(o);
+    std::string bytes;
+    wire::encode(state, bytes);
+    if (bytes == state_saved_) return;
+    try {
+        daemon::write_file_atomically(cfg_.state_file, bytes, 0600);
+        state_saved_ = std::move(bytes);
+        ++state_writes_;
+        if (!state_ok_) daemon::log_info("state file " + cfg_.state_file + " written again");
+        state_ok_ = true;
+    } catch (const std::exception& e) {
+        if (state_ok_) daemon::log_error(std::string("state file not written: ") + e.what());
+        state_ok_ = false;
+    }
+}
+
 void Daemon::tick() {
     admin_tick_pending_ = false;
     control::TickOutput out = ctl_.tick(now());
@@ -377,6 +441,7 @@ void Daemon::tick() {
                     e.bucket, e.text);
     }
     publish(out);
+    save_state();  // admin changes, peers' changes and expiries all pass through a tick
 }
 
 void Daemon::publish(control::TickOutput& out) {
@@ -683,6 +748,22 @@ std::string Daemon::metrics() {
              static_cast<double>(admin_requests_));
     m.sample("grl_controller_admin_requests_total", {{"kind", "changes"}},
              static_cast<double>(admin_changes_));
+    m.family("grl_controller_peer_regions_held", "gauge",
+             "Other regions whose peers all went silent, their last usage held in the global "
+             "sums (--peer-hold).");
+    m.sample("grl_controller_peer_regions_held", static_cast<double>(ctl_.held_regions()));
+    m.family("grl_controller_peer_regions_lost_total", "counter",
+             "Regions that stayed silent past --peer-hold and left the global sums.");
+    m.sample("grl_controller_peer_regions_lost_total", static_cast<double>(ctl_.regions_lost()));
+    if (!cfg_.state_file.empty()) {
+        m.family("grl_controller_state_file_ok", "gauge",
+                 "1 when the state file (--state-file) was read and is being written; 0 after a "
+                 "rejected file at start or a failed write.");
+        m.sample("grl_controller_state_file_ok", state_ok_ ? 1.0 : 0.0);
+        m.family("grl_controller_state_file_writes_total", "counter",
+                 "Times the override table was written to the state file.");
+        m.sample("grl_controller_state_file_writes_total", static_cast<double>(state_writes_));
+    }
     m.family("grl_controller_admin_ticks_deferred_total", "counter",
              "Admin changes published with the next admin tick rather than at once (several "
              "changes within an eighth of an interval).");

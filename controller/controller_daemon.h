@@ -50,6 +50,9 @@ class Daemon {
     void on_etcd(const daemon::etcd::WatchEvent& e);
     wire::AdminReply handle(const wire::AdminRequest& q, const std::string& who);
     void admin_tick();
+    // The state file (--state-file): overrides and run-time buckets across restarts.
+    void restore_state();
+    void save_state();
     std::string metrics();
     control::Clock now() const;
 
@@ -102,6 +105,9 @@ class Daemon {
     std::uint64_t instructions_published_ = 0;
     std::uint64_t messages_dropped_ = 0;
     std::uint64_t ticks_ = 0;
+    std::string state_saved_;  // the state file's content as last written
+    bool state_ok_ = true;     // false: the last write failed, or the file read at start was bad
+    std::uint64_t state_writes_ = 0;
     std::uint64_t last_publish_mono_ = 0;
     std::uint64_t last_early_tick_ = 0;
     std::uint64_t admin_requests_ = 0;

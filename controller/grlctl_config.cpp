@@ -39,7 +39,7 @@ void add_override(CLI::App& app, wire::AdminRequest& q) {
         ->option_text("MODE");
     app.add_option("--for", q.for_ms, "the override expires after this long (default: never)")
         ->option_text("DURATION")
-        ->transform(cli::duration_validator(1, 365 * 24 * 3600000ULL));
+        ->transform(cli::duration_validator(1, 365ULL * 24 * 3600000));
 }
 
 // The match options of add: each sets the value and its kind.

@@ -10,6 +10,12 @@ second one line shows the offered and admitted rate (from the nginx status
 pages), the ratio the controller publishes and the ratio nginx applies.
 Ctrl-C stops everything cleanly.
 
+Beside it runs the Rate Limit Configurator (grl-rlc, docs/rlc.md): five weeks of
+synthetic history for the fleet's two buckets go into a SQLite store, `grl-rlc
+record` adds the live fleet's traffic to it, and one cycle's proposals (`grl-rlc
+run`, not applied, so the limit under test stays put) are printed first.
+--no-rlc leaves it out.
+
 Only the Python standard library is needed. Usage:
     python3 conf/fleet/run-fleet.py [--build-dir build] [--limit 300] [--duration 0] [--surge]
 
@@ -148,6 +154,7 @@ class Fleet:
             "collector": os.path.join(b, "collector", "grl-collector"),
             "loadgen": os.path.join(b, "bench", "grl_loadgen"),
             "module": os.path.join(b, "ngx_module", "ngx_http_grl_module.so"),
+            "rlc": os.path.join(b, "rlc", "grl-rlc"),
         }
         for name, path in self.bin.items():
             if not os.path.exists(path):
@@ -203,10 +210,16 @@ class Fleet:
 
         ctl_ep = {k: "tcp://127.0.0.1:%d" % free_port() for k in ("usage", "publish", "admin")}
         self.ctl_endpoints = os.path.join(self.dir, "controller.json")
+        # The limits file grl-rlc proposes changes to (--apply would write it; the controller
+        # hot-reloads it). Empty: nginx.conf's limits hold.
+        self.limits = os.path.join(self.dir, "limits.yaml")
+        with open(self.limits, "w") as fh:
+            fh.write("buckets: {}\n")
         p = self.spawn("controller", [self.bin["controller"], "--region", "local", "--name", "ctl-local",
                                       "--usage-bind", ctl_ep["usage"], "--publish-bind", ctl_ep["publish"],
                                       "--admin-bind", ctl_ep["admin"], "--metrics-bind", "127.0.0.1:0",
-                                      "--interval", iv, "--ttl", "3s", "--endpoints-file", self.ctl_endpoints])
+                                      "--interval", iv, "--ttl", "3s", "--limits", self.limits,
+                                      "--endpoints-file", self.ctl_endpoints])
         self.wait_file(self.ctl_endpoints, p, "grl-controller")
         with open(self.ctl_endpoints) as f:
             self.ctl = json.load(f)
@@ -241,10 +254,59 @@ class Fleet:
         targets = []
         for (host, port), w in zip(self.hosts, weights):
             targets += ["--target", "127.0.0.1:%d=%d" % (port, w)]
+        self.t_start = time.time()
+        if a.rlc:
+            self.start_rlc()
         self.load = self.spawn("loadgen", [self.bin["loadgen"], "--schedule", ",".join(phases), "--path", "/api/items",
                                            "--interval-ms", "1000", "--max-connections", "256", "--spin-us", "50",
                                            "--out", os.path.join(self.dir, "loadgen.json")] + targets)
         self.schedule = phases
+
+    def rlc(self, *args, check=True):
+        p = subprocess.run([self.bin["rlc"]] + list(args), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, cwd=self.dir)
+        if check and p.returncode != 0:
+            raise StartError("grl-rlc " + args[0], self.write_log("rlc-" + args[0], p.stdout))
+        return p.stdout
+
+    def write_log(self, name, text):
+        path = os.path.join(self.dir, name + ".log")
+        with open(path, "w") as fh:
+            fh.write(text)
+        return path
+
+    def start_rlc(self):
+        """The Rate Limit Configurator beside the fleet: five weeks of synthetic history for
+        the fleet's buckets (a one-hour 2.5x spike in one of them), grl-rlc record adding the
+        live fleet's traffic to the same store, and one cycle's proposals, not applied."""
+        a = self.args
+        self.store = os.path.join(self.dir, "rlc.db")
+        end = str(int(time.time()) - 60)
+        common = ["--store", self.store, "--weeks", "5", "--end", end]
+        self.rlc("synth", *common, "--bucket", "api", "--base", str(0.6 * a.limit), "--limit",
+                 str(a.limit), "--spike", "10:14:2.5", "--seed", "7")
+        for zone, share, seed in (("zone-a", 0.35, "8"), ("zone-b", 0.25, "9")):
+            self.rlc("synth", *common, "--bucket", "api-zone", "--scope", "zone", "--region",
+                     "local", "--zone", zone, "--base", str(share * a.limit), "--limit",
+                     str(a.limit // 2), "--mode", "shadow", "--seed", seed)
+        with open(os.path.join(self.dir, "rlc.yaml"), "w") as fh:
+            fh.write("store: rlc.db\nlimits_file: limits.yaml\nwindow: 4w\n"
+                     "default:\n  policy: peak\n  percentile: 99\n  buffer: 20%\n"
+                     "rules:\n  - match: api-zone\n    policy: forecast\n")
+        self.spawn("rlc-record", [self.bin["rlc"], "record", "--store", self.store, "--controller",
+                                  self.ctl["metrics"], "--interval", "5s", "--poll", "250ms"])
+        self.proposals = self.rlc("run", "--config", os.path.join(self.dir, "rlc.yaml"))
+
+    def recorded(self):
+        """Intervals grl-rlc record wrote from the live fleet (the synthetic ones end a minute
+        before the fleet started)."""
+        import sqlite3
+        db = sqlite3.connect("file:%s?mode=ro" % self.store, uri=True, timeout=5)
+        try:
+            return db.execute("SELECT count(*) FROM samples WHERE start_s >= ?",
+                              (int(self.t_start),)).fetchone()[0]
+        finally:
+            db.close()
 
     def status(self):
         offered = admitted = shadow = 0
@@ -262,6 +324,10 @@ class Fleet:
 
     def watch(self):
         a = self.args
+        if a.rlc:
+            print("grl-rlc: 5 weeks of synthetic history for api (with a one-hour 2.5x spike) and "
+                  "api-zone; its proposals for them (grl-rlc run, not applied):\n")
+            print("    " + self.proposals.strip().replace("\n", "\n    ") + "\n")
         print("grl fleet on loopback: backend, controller, 2 zones x (collector + 2 nginx), load generator")
         print("  global bucket \"api\": limit %d r/s; zone bucket \"api-zone\": %d r/s per zone, shadow mode"
               % (a.limit, a.limit // 2))
@@ -350,6 +416,8 @@ def main():
     ap.add_argument("--interval", default="250ms", help="report and control interval")
     ap.add_argument("--duration", type=float, default=0, help="seconds; 0: until Ctrl-C")
     ap.add_argument("--keep", action="store_true", help="keep the logs and configs")
+    ap.add_argument("--no-rlc", dest="rlc", action="store_false",
+                    help="without grl-rlc (synthetic history, recording, proposals)")
     ap.add_argument("--judge-seconds", type=int, default=8,
                     help="with --duration: judge the admitted rate over this many last seconds")
     ap.add_argument("--tolerance", type=float, default=0.10,
@@ -369,6 +437,9 @@ def main():
     try:
         fleet.start()
         fleet.watch()
+        if args.rlc:
+            print("grl-rlc record: %d live intervals of 5 s recorded in %s"
+                  % (fleet.recorded(), fleet.store))
         if args.duration > 0:
             ok, line = fleet.verdict()
             print(line)

@@ -62,7 +62,7 @@ Matcher::CompiledPtr Matcher::compile(std::string_view pattern, std::string& err
     (void)pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);
     c->data = pcre2_match_data_create_from_pattern(c->code, nullptr);
     c->context = pcre2_match_context_create(nullptr);
-    c->jit_stack = pcre2_jit_stack_create(32 * 1024, 512 * 1024, nullptr);
+    c->jit_stack = pcre2_jit_stack_create(32 * std::size_t{1024}, 512 * std::size_t{1024}, nullptr);
     if (!c->data || !c->context || !c->jit_stack) {
         error = "out of memory compiling regex";
         return nullptr;

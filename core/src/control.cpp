@@ -10,7 +10,6 @@
 #include "grl/bucket.h"
 #include "grl/ratio.h"
 #include "grl/saturating.h"
-#include "grl/zone_layout.h"
 
 namespace grl::control {
 
@@ -387,6 +386,13 @@ bool Controller::merge_override(const wire::Override& o, const Clock& now) {
     return true;
 }
 
+std::size_t Controller::restore_overrides(const std::vector<wire::Override>& entries,
+                                          const Clock& now) {
+    std::size_t n = 0;
+    for (const wire::Override& o : entries) n += merge_override(o, now) ? 1 : 0;
+    return n;
+}
+
 // A local change's stamp: our clock, or just after the held entry's when that is ahead (a peer
 // whose clock runs ahead, within max_skew_ms), so that the change wins.
 std::uint64_t Controller::stamp(const std::string& bucket, const Clock& now) const {
@@ -491,9 +497,9 @@ std::string Controller::add_runtime(const std::string& bucket, const wire::Runti
     std::size_t runtime = 0;
     for (const auto& [name, o] : overrides_) runtime += o.has_match && override_active(o, now);
     for (const auto& [name, f] : limits_.buckets) runtime += f.has_match;
-    if (runtime >= zone::kRuntimeSlots) {
+    if (runtime >= wire::kMaxRuntimeBuckets) {
         return "too many run-time buckets (nginx has room for " +
-               std::to_string(zone::kRuntimeSlots) + ")";
+               std::to_string(wire::kMaxRuntimeBuckets) + ")";
     }
     wire::Override o;
     o.name = bucket;
@@ -577,20 +583,54 @@ Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& even
         ++it;
     }
     fresh_zones_ = in.zones.size();
+    // Other regions: the freshest fresh peer of each; a region with none but a peer heard
+    // within peer_hold_ms keeps that peer's last usage (a partition: see Options).
+    std::map<std::string, const PeerEntry*> held;
     for (auto it = peers_.begin(); it != peers_.end();) {
         const PeerEntry& p = it->second;
         std::uint64_t iv = std::max(p.usage.interval_ms, opt_.interval_ms);
-        if (now.mono_ms >= p.recv_mono + opt_.forget_intervals * iv) {
+        const std::uint64_t forget = std::max(opt_.forget_intervals * iv, opt_.peer_hold_ms);
+        if (now.mono_ms >= sat_add(p.recv_mono, forget)) {
             digest_mismatch_.erase(it->first);
             it = peers_.erase(it);
             continue;
         }
-        if (p.usage.region != opt_.region && peer_fresh(p, now)) {
-            const PeerEntry*& r = in.remote[p.usage.region];
-            if (r == nullptr || p.usage.ts_ms > r->usage.ts_ms) r = &p;
+        if (p.usage.region != opt_.region) {
+            const bool fresh = peer_fresh(p, now);
+            auto& slot = fresh ? in.remote : held;
+            if (fresh || now.mono_ms < sat_add(p.recv_mono, opt_.peer_hold_ms)) {
+                const PeerEntry*& r = slot[p.usage.region];
+                if (r == nullptr || p.usage.ts_ms > r->usage.ts_ms) r = &p;
+            }
         }
         ++it;
     }
+    std::set<std::string> holding;
+    for (const auto& [region, p] : held) {
+        if (in.remote.count(region)) continue;  // another peer of the region still speaks
+        in.remote[region] = p;
+        holding.insert(region);
+        if (held_regions_.count(region) == 0) {
+            events.push_back({Event::Level::Warn, "",
+                              "peer region " + region +
+                                  " silent: its last usage stays in the "
+                                  "global sums for up to " +
+                                  std::to_string(opt_.peer_hold_ms / 1000) +
+                                  " s (global limits split by the last known shares)"});
+        }
+    }
+    for (const std::string& region : held_regions_) {
+        if (holding.count(region)) continue;
+        bool back = in.remote.count(region) > 0;
+        if (!back) ++regions_lost_;
+        events.push_back({back ? Event::Level::Info : Event::Level::Warn, "",
+                          back ? "peer region " + region + " heard again"
+                               : "peer region " + region + " silent for " +
+                                     std::to_string(opt_.peer_hold_ms / 1000) +
+                                     " s: out of the global sums (its share is no longer "
+                                     "reserved)"});
+    }
+    held_regions_.swap(holding);
     return in;
 }
 

@@ -72,7 +72,7 @@ Parsed<std::uint64_t> parse_size(std::string_view s) {
     if (!s.empty()) {
         char last = s.back();
         if (last == 'k' || last == 'K') mult = 1024;
-        if (last == 'm' || last == 'M') mult = 1024 * 1024;
+        if (last == 'm' || last == 'M') mult = 1024ULL * 1024;
         if (mult != 1) digits = s.substr(0, s.size() - 1);
     }
     std::uint64_t n = 0;
@@ -89,10 +89,10 @@ Parsed<std::uint64_t> parse_duration_ms(std::string_view s) {
     } else if (ends_with(s, "s")) {
         digits = s.substr(0, s.size() - 1);
     } else if (ends_with(s, "m")) {
-        mult = 60 * 1000;
+        mult = 60ULL * 1000;
         digits = s.substr(0, s.size() - 1);
     } else if (ends_with(s, "h")) {
-        mult = 3600 * 1000;
+        mult = 3600ULL * 1000;
         digits = s.substr(0, s.size() - 1);
     }
     std::uint64_t n = 0;

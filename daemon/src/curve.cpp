@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "grl/daemon/files.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
 
@@ -49,35 +50,6 @@ KeyPair generate_keypair() {
     }
     return {pub, sec};
 }
-
-namespace {
-
-// Writes `text` to `path` through a temporary file that mkstemp creates in the same
-// directory (O_EXCL, mode 0600 from the first byte, a name nobody can predict), then
-// renames it into place: the secret key is never readable by others, not even briefly,
-// and a crash leaves either the old file or the new one.
-void write_file_atomically(const std::string& path, const std::string& text, mode_t mode) {
-    std::string tmp = path + ".XXXXXX";
-    int fd = mkstemp(tmp.data());
-    if (fd < 0) throw std::runtime_error(path + ": cannot create: " + std::strerror(errno));
-    bool ok = fchmod(fd, mode) == 0;
-    for (std::size_t off = 0; ok && off < text.size();) {
-        ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        ok = n > 0;
-        off += n > 0 ? static_cast<std::size_t>(n) : 0;
-    }
-    ok = ok && fsync(fd) == 0;
-    const int err = errno;
-    ok = close(fd) == 0 && ok;
-    if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e = ok ? errno : err;
-        unlink(tmp.c_str());
-        throw std::runtime_error(path + ": cannot write: " + std::strerror(e));
-    }
-}
-
-}  // namespace
 
 void write_keypair(const std::string& base, const KeyPair& k) {
     // An existing key pair is never replaced: it may be the only copy of a secret that

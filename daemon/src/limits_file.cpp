@@ -9,7 +9,6 @@
 #include "grl/bucket.h"
 #include "grl/parse.h"
 #include "grl/wire_control.h"
-#include "grl/zone_layout.h"
 
 namespace grl::daemon {
 
@@ -153,9 +152,9 @@ control::Limits parse_tree(const YAML::Node& root, const std::string& file) {
                              "a run-time bucket (caller/procedure) must have field \"limit\""};
             }
             f.match.scope = scope.value_or(Scope::Global);
-            if (++runtime > zone::kRuntimeSlots) {
+            if (++runtime > wire::kMaxRuntimeBuckets) {
                 throw Reject{at(file, b.first) + ": " + where + "more than " +
-                             std::to_string(zone::kRuntimeSlots) + " run-time buckets"};
+                             std::to_string(wire::kMaxRuntimeBuckets) + " run-time buckets"};
             }
         } else if (scope) {
             throw Reject{at(file, scope_node) + ": " + where +

@@ -262,7 +262,11 @@ def test_bad_reload_keeps_old_configuration_serving(nginx_factory):
     # A plain SIGHUP (systemctl reload): the master reads the bad file, logs and keeps going.
     n.signal_reload(use_signaller=False)
     h.wait_until(lambda: 'invalid rate "lots"' in n.error_log(), 10, what="the reload error in the error log")
-    err = [l for l in n.error_log().splitlines() if 'invalid rate "lots"' in l]
+    # The master's line (the `nginx -s reload` process above may have logged its own).
+    master = " %d#%d: " % (n.proc.pid, n.proc.pid)
+    h.wait_until(lambda: any('invalid rate "lots"' in l and master in l
+                             for l in n.error_log().splitlines()), 10, what="the master's line")
+    err = [l for l in n.error_log().splitlines() if 'invalid rate "lots"' in l and master in l]
     assert len(err) == 1 and "%s:%d" % (n.conf_path, line_of(bad, "rate=lots")) in err[0], err
 
     assert n.worker_pids() == pids, "the workers were replaced despite the bad configuration"

@@ -243,3 +243,39 @@ def test_a_burst_of_admin_changes_does_not_tick_per_request(fleet):
         assert ctl.log().count(": admin set limit ") == n
     finally:
         ctx.destroy(linger=0)
+
+
+def test_overrides_survive_a_controller_restart_with_no_peer(fleet, tmp_path):
+    """With --state-file, an override and a run-time bucket come back after the controller is
+    killed (SIGKILL) and started again with no peer to learn them from; a state file that
+    cannot be read is moved aside, the controller starts without it and says so."""
+    state = tmp_path / "controller.state"
+    limits, ctl, ns = two_hosts(fleet, tmp_path, "buckets: {}\n", ctl_extra=["--state-file", str(state)],
+                                extra=CALLER)
+    f.grlctl(ctl, "set", "g", "--limit", "50r/s", "--for", "10m")
+    f.grlctl(ctl, "add", "bots", "--caller-prefix", "bot-", "--limit", "0", "--for", "10m")
+    f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 50, 3)
+    f.h.wait_until(lambda: state.exists(), 3, what="the state file")
+    assert (state.stat().st_mode & 0o777) == 0o600
+    ctl.kill()
+    ctl.start()
+    assert "2 of 2 overrides restored" in ctl.log(), ctl.log()[-2000:]
+    def buckets():
+        return {b["name"]: b for b in f.grlctl(ctl, "buckets")["buckets"]}
+    f.h.wait_until(lambda: "g" in buckets(), 5, what="bucket g reported to the restarted controller")
+    by_name = buckets()
+    assert by_name["g"]["limit_rps"] == 50 and by_name["g"]["limit_source"] == "override", by_name["g"]
+    assert "bots" in by_name, by_name.keys()
+    f.wait_nginx_bucket(ns, "g", lambda b: b["limit_rps"] == 50 and b["ratio_state"] == "active", 5)
+    r = ns[0].get("/g/x", {"X-Caller": "bot-7"})
+    assert r.status == 429, "the run-time bucket (limit 0) drops again after the restart"
+
+    # A damaged state file: moved aside, the controller starts without overrides.
+    ctl.stop()
+    state.write_bytes(b"\x81\xa1v\x01garbage")
+    ctl.start()
+    assert "state file rejected, starting without overrides" in ctl.log()
+    assert (tmp_path / "controller.state.bad").exists()
+    assert f.metric(ctl.metrics(), "grl_controller_state_file_ok") == 0
+    assert "g" not in {b["name"] for b in f.grlctl(ctl, "buckets")["buckets"]
+                       if b["limit_source"] == "override"}

@@ -2,6 +2,8 @@
 leader): a global bucket holds across both regions, a region bucket holds per
 region, and both controllers compute the same global answer."""
 
+import time
+
 import fleet as f
 from fleet import fleet  # noqa: F401  (pytest fixture)
 
@@ -59,3 +61,47 @@ def test_two_regions_hold_a_global_bucket_together(fleet):
     f.h.wait_until(lambda: f.metric(c2.metrics(), "grl_bucket_limit_rps", bucket="g", scope="global") == 150,
                    3, what="r1's override to reach r2")
     f.wait_nginx_bucket([h3], "g", lambda b: b["limit_rps"] == 150, 3)
+
+
+def test_a_silent_region_keeps_its_share_reserved(fleet):
+    """A partition seen from r1: r2's controller goes silent (SIGSTOP). r1 keeps r2's last
+    usage in the global sum (--peer-hold), so r1 goes on admitting its share of the global
+    limit (240 of 300 r/s of demand: 160), not the whole limit; it says so, and after the
+    hold r2 leaves the sum (r1 then admits the whole 200)."""
+    c1 = f.Controller(region="r1", name="ctl-r1", extra=["--peer-hold", "6s"])
+    c2 = f.Controller(region="r2", name="ctl-r2", peers=[c1.publish])
+    c1.args += ["--peer", c2.publish]
+    fleet.add(c1)
+    fleet.add(c2)
+    z1 = fleet.collector("z1", [c1], region="r1")
+    z9 = fleet.collector("z9", [c2], region="r2")
+    h1 = fleet.nginx("h1", "z1", z1, BUCKETS, region="r1")
+    h3 = fleet.nginx("h3", "z9", z9, BUCKETS, region="r2")
+    fleet.wait_hosts(c1, 1)
+    fleet.wait_hosts(c2, 1)
+    g1 = f.Load([(h1, 1)], "240:30", "/g/x")
+    g2 = f.Load([(h3, 1)], "60:30", "/g/x")
+    try:
+        def ratio(c):
+            return f.metric(c.metrics(), "grl_bucket_ratio", bucket="g", scope="global")
+        f.h.wait_until(lambda: abs((ratio(c1) or 0) - 1 / 3) < 0.05, 10, what="ratio 1/3 in r1")
+        c2.signal(19)  # SIGSTOP: r2 silent, connections kept
+        try:
+            f.h.wait_until(lambda: f.metric(c1.metrics(), "grl_controller_peer_regions_held") == 1,
+                           5, what="r1 to hold r2's usage")
+            held = []
+            for _ in range(8):
+                held.append(ratio(c1))
+                time.sleep(0.25)
+            assert all(abs(r - 1 / 3) < 0.05 for r in held), held
+            assert "peer region r2 silent: its last usage stays in the global sums" in c1.log()
+            f.h.wait_until(lambda: abs((ratio(c1) or 0) - 1 / 6) < 0.05, 10,
+                           what="r2 to leave the sum after the hold (240 vs 200: 1/6)")
+            m = c1.metrics()
+            assert f.metric(m, "grl_controller_peer_regions_lost_total") == 1
+            assert f.metric(m, "grl_controller_peer_regions_held") == 0
+        finally:
+            c2.signal(18)
+    finally:
+        g1.stop()
+        g2.stop()

@@ -215,13 +215,50 @@ TEST(Controller, TwoRegionsComputeTheSameGlobalAnswer) {
     EXPECT_EQ(ratio(b, "api"), 666666u);
     EXPECT_EQ(inst(a, "api")->hosts, 4u);
     EXPECT_EQ(inst(b, "api")->hosts, 4u);
-    // A region whose controllers go silent drops out after 3 intervals: r1 alone, 200 vs 100.
-    for (int round = 0; round < 6; ++round) {
+}
+
+// A partition between regions: r2's controllers go silent for r1. r1 keeps r2's last usage
+// in the global sum for peer_hold_ms, so r1 goes on admitting its share (200 of 300 r/s of
+// demand: 2/3 of the limit) rather than the whole limit (which r2, on its side, also
+// admits); after the hold, r2 leaves the sums (presumed gone) and r1 alone gets the limit.
+// Both changes are announced, and the loss counted.
+TEST(Controller, PartitionHoldsTheSilentRegionsShareForABoundedTime) {
+    Fleet f;
+    Options oa = opts("ctl-a", "r1");
+    oa.peer_hold_ms = 20000;
+    Controller a(oa), b(opts("ctl-b", "r2"));
+    for (int round = 0; round < 3; ++round) {
         a.on_zone_usage(zu("z1", {ub("api", 200, 3)}, f.now, "r1"), f.now);
-        a.tick(f.now);
+        b.on_zone_usage(zu("z9", {ub("api", 100, 1)}, f.now, "r2"), f.now);
+        TickOutput ta = a.tick(f.now), tb = b.tick(f.now);
+        b.on_region_usage(ta.region_usage, f.now);
+        a.on_region_usage(tb.region_usage, f.now);
         f.advance(1000);
     }
-    EXPECT_EQ(ratio(a, "api"), 500000u);
+    ASSERT_EQ(ratio(a, "api"), 666666u);
+    bool announced = false;
+    for (int round = 0; round < 15; ++round) {  // r2 silent for 15 s: within the hold
+        a.on_zone_usage(zu("z1", {ub("api", 200, 3)}, f.now, "r1"), f.now);
+        announced =
+            has_event(a.tick(f.now), "peer region r2 silent: its last usage stays") || announced;
+        f.advance(1000);
+    }
+    EXPECT_TRUE(announced);
+    EXPECT_EQ(ratio(a, "api"), 666666u);  // r1 still admits 2/3 x 100 = its share
+    EXPECT_EQ(a.held_regions(), 1u);
+    bool dropped = false;
+    for (int round = 0; round < 8; ++round) {  // past the hold
+        a.on_zone_usage(zu("z1", {ub("api", 200, 3)}, f.now, "r1"), f.now);
+        dropped = has_event(a.tick(f.now),
+                            "peer region r2 silent for 20 s: out of the global "
+                            "sums") ||
+                  dropped;
+        f.advance(1000);
+    }
+    EXPECT_TRUE(dropped);
+    EXPECT_EQ(ratio(a, "api"), 500000u);  // r1 alone: 200 vs 100
+    EXPECT_EQ(a.held_regions(), 0u);
+    EXPECT_EQ(a.regions_lost(), 1u);
 }
 
 TEST(Controller, StepResponseOfTheSmoothingWindow) {
@@ -467,6 +504,38 @@ TEST(Controller, ClearOverride) {
     EXPECT_EQ(c.clear_override("api", false, false, f.now), "");
     EXPECT_TRUE(c.overrides().at("api").tombstone());
     EXPECT_NE(c.clear_override("api", false, false, f.now), "");
+}
+
+// Clock skew between controllers: b's wall clock runs 30 s ahead. Its override is stamped
+// 30 s in the future for a, but a later change on a still wins everywhere (a stamps its
+// change just after the entry it holds), and so does b's next one: a skewed controller
+// never owns an override for ever.
+TEST(Controller, ASkewedControllerDoesNotWinForEver) {
+    Fleet f;
+    Controller a(opts("ctl-a", "r1")), b(opts("ctl-b", "r2"));
+    Clock b_now = f.now;
+    auto exchange = [&] {
+        b_now = {f.now.mono_ms, f.now.wall_ms + 30000};
+        TickOutput oa = a.tick(f.now), ob = b.tick(b_now);
+        b.on_region_usage(oa.region_usage, b_now);
+        a.on_region_usage(ob.region_usage, f.now);
+        f.advance(1000);
+    };
+    exchange();
+    ASSERT_EQ(b.set_override("api", 5000, std::nullopt, 0, b_now), "");
+    exchange();
+    ASSERT_EQ(a.overrides().at("api").limit_mrps, 5000u);
+    ASSERT_EQ(a.set_override("api", 7000, std::nullopt, 0, f.now), "");  // 1 s later, by a
+    exchange();
+    exchange();
+    for (Controller* x : {&a, &b}) {
+        EXPECT_EQ(x->overrides().at("api").limit_mrps, 7000u) << x->options().name;
+        EXPECT_EQ(x->overrides().at("api").origin, "ctl-a");
+    }
+    ASSERT_EQ(b.clear_override("api", false, false, b_now), "");
+    exchange();
+    exchange();
+    EXPECT_TRUE(a.overrides().at("api").tombstone());
 }
 
 TEST(Controller, OverridesReplicateLastWriterWins) {
@@ -762,7 +831,9 @@ TEST(Hardening, RegionUsageStampedInTheFutureCannotPinThePeer) {
 
 TEST(Hardening, HugeIntervalsAreClamped) {
     Fleet f;
-    Controller c(opts());
+    Options o = opts();
+    o.peer_hold_ms = 0;  // the peer's usage leaves the sums when it goes stale
+    Controller c(o);
     // One message claiming an interval of 31 years (or one that overflows when multiplied):
     // the zone, and the peer, must still go stale and be forgotten after bounded times.
     wire::ZoneUsage u = zu("z1", {ub("api", 150)}, f.now);

@@ -59,6 +59,11 @@ struct Options {
     std::uint64_t max_skew_ms = 60000;
     std::uint64_t max_zone_hosts = 100000;     // hosts (and stale hosts) one zone_usage may claim
     std::uint64_t max_region_hosts = 1000000;  // hosts one region_usage may claim
+    // Partition between regions: a region whose peers all went silent keeps its last usage in
+    // the global sums this long (its share of every global limit stays reserved, so the two
+    // sides of a partition together still admit about L, not L per side); after it, the
+    // region leaves the sums (presumed gone). docs/control-plane.md, "Partitions".
+    std::uint64_t peer_hold_ms = 600000;
 };
 
 // One bucket's entry in the limits file.
@@ -210,6 +215,9 @@ class Controller {
                             std::uint64_t for_ms, const Clock& now);
     std::string remove_runtime(const std::string& bucket, const Clock& now);
     const std::map<std::string, wire::Override>& overrides() const { return overrides_; }
+    // Merges saved entries (the daemon's state file, at start) as if a peer had sent them:
+    // last writer wins per bucket, stamps from the future refused. Returns how many merged.
+    std::size_t restore_overrides(const std::vector<wire::Override>& entries, const Clock& now);
 
     // Recomputes every instance and returns what to publish. Call once per interval (and after
     // an admin change, so that a new run-time bucket reaches nginx at once).
@@ -232,6 +240,10 @@ class Controller {
     std::uint64_t fresh_hosts() const { return fresh_hosts_; }
     std::uint64_t stale_hosts() const { return stale_hosts_; }
     std::uint64_t fresh_zones() const { return fresh_zones_; }
+    // Other regions whose last usage is held in the global sums (all their peers silent,
+    // within peer_hold_ms), and how many times a region was lost (held, then dropped).
+    std::uint64_t held_regions() const { return held_regions_.size(); }
+    std::uint64_t regions_lost() const { return regions_lost_; }
     std::uint64_t overrides_rejected() const { return overrides_rejected_; }
 
   private:
@@ -326,6 +338,8 @@ class Controller {
     std::uint64_t fresh_hosts_ = 0;
     std::uint64_t stale_hosts_ = 0;
     std::uint64_t fresh_zones_ = 0;
+    std::set<std::string> held_regions_;  // regions whose last usage stands in (announced)
+    std::uint64_t regions_lost_ = 0;
     std::uint64_t overrides_rejected_ = 0;
 };
 

@@ -16,6 +16,9 @@ namespace grl::wire {
 inline constexpr std::uint64_t kVersion = 1;
 inline constexpr std::size_t kMaxMessageBytes = 1 << 20;
 inline constexpr std::size_t kMaxBucketsPerMessage = 4096;
+// Run-time buckets an nginx holds at once (its zone reserves a slot for each); the control
+// plane refuses more.
+inline constexpr std::uint32_t kMaxRuntimeBuckets = 16;
 
 // A report's bucket entry but its name, and a report's fields but its names and buckets:
 // shared by Report and the collector's zero-copy ReportView (report_reader.h).

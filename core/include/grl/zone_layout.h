@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "grl/bucket_types.h"
+#include "grl/wire.h"
 
 namespace grl::zone {
 
@@ -27,7 +28,7 @@ inline constexpr std::uint32_t kWorkerSlots = 32;
 inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // ratio 1.0
 // The last kRuntimeSlots bucket slots are reserved for run-time (emergency)
 // buckets defined by the control plane; configuration never assigns them.
-inline constexpr std::uint32_t kRuntimeSlots = 16;
+inline constexpr std::uint32_t kRuntimeSlots = wire::kMaxRuntimeBuckets;
 inline constexpr std::size_t kMaxRuntimeValue = 127;
 
 struct alignas(64) WorkerCounters {
