@@ -60,8 +60,9 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_text(app, "--state-file", c.state_file, "FILE",
                   "keep overrides and run-time buckets here across restarts (written atomically "
                   "at each change)");
-    cli::add_text(app, "--limits", c.limits_file, "FILE",
-                  "YAML limits file (reloaded on SIGHUP and when it changes)");
+    cli::add_text(app, "--limits", c.limits_file, "FILE|etcd://HOST:PORT/KEY",
+                  "YAML limits file (reloaded on SIGHUP and when it changes), or an etcd v3 key "
+                  "holding it (watched)");
     cli::add_duration(app, "--limits-poll", c.limits_poll_ms, 0, 3600000,
                       "how often the limits file is checked for changes (0: on SIGHUP only)");
     cli::add_text(app, "--metrics-bind", c.metrics_bind, "HOST:PORT",
@@ -95,6 +96,12 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
         error =
             "CURVE options (--curve-clients, --curve-server-key, --curve-admin-clients) need "
             "--curve-keypair";
+    } else if (daemon::etcd::is_url(c.limits_file)) {
+        c.limits_etcd = daemon::etcd::parse_url(c.limits_file, error);
+        if (c.limits_etcd)
+            error = check(c);
+        else
+            error = "--limits: " + error;
     } else {
         error = check(c);
     }

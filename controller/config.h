@@ -10,6 +10,7 @@
 #include "grl/control.h"
 #include "grl/daemon/cli.h"
 #include "grl/daemon/curve.h"
+#include "grl/daemon/etcd.h"
 #include "grl/daemon/log.h"
 
 namespace grl::controller {
@@ -20,10 +21,11 @@ struct Config {
     std::string usage_bind = "tcp://127.0.0.1:7201";
     std::string publish_bind = "tcp://127.0.0.1:7202";
     std::string admin_bind = "tcp://127.0.0.1:7203";
-    bool insecure = false;           // --insecure: bind beyond loopback without CURVE
-    std::vector<std::string> peers;  // other controllers' publish endpoints
-    std::string limits_file;         // empty: none
-    std::string state_file;          // overrides kept across restarts; empty: none
+    bool insecure = false;                         // --insecure: bind beyond loopback without CURVE
+    std::vector<std::string> peers;                // other controllers' publish endpoints
+    std::string limits_file;                       // empty: none; a path, or etcd://HOST:PORT/KEY
+    std::optional<daemon::etcd::Url> limits_etcd;  // set when limits_file is an etcd URL
+    std::string state_file;                        // overrides kept across restarts; empty: none
     std::uint64_t limits_poll_ms = 1000;
     std::string metrics_bind;
     std::string endpoints_file;

@@ -4,7 +4,6 @@
 #include <stdexcept>
 
 #include "grl/daemon/files.h"
-#include "grl/daemon/limits_file.h"
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
 
@@ -95,7 +94,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     peers_.set(ZMQ_SUBSCRIBE, wire::kPeerTopic);
     for (const std::string& ep : cfg_.peers) peers_.connect(ep);
 
-    if (!cfg_.limits_file.empty()) {
+    if (cfg_.limits_etcd) {
+        start_etcd();
+    } else if (!cfg_.limits_file.empty()) {
         daemon::LimitsLoad l = daemon::load_limits_file(cfg_.limits_file);
         if (!l.ok) throw std::runtime_error("limits file rejected: " + l.error);
         limits_id_ = limits_file_id();
@@ -126,10 +127,12 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         ", peers: " + (peers.empty() ? "none" : peers) + ", interval " +
         std::to_string(cfg_.opts.interval_ms) + " ms, ttl " + std::to_string(cfg_.opts.ttl_ms) +
         " ms, window " + std::to_string(cfg_.opts.window) +
-        (cfg_.limits_file.empty() ? ""
-                                  : ", limits " + cfg_.limits_file + " (" +
-                                        std::to_string(ctl_.limits().buckets.size()) +
-                                        " buckets, digest " + ctl_.limits_digest() + ")") +
+        (cfg_.limits_file.empty()
+             ? ""
+             : ", limits " + cfg_.limits_file + " (" +
+                   std::to_string(ctl_.limits().buckets.size()) + " buckets, version " +
+                   (ctl_.limits().version.empty() ? std::string("-") : ctl_.limits().version) +
+                   ", digest " + ctl_.limits_digest() + ")") +
         (zap_ ? ", CURVE on" : ""));
     if (!zap_) {
         daemon::log_warn("CURVE is off (no --curve-keypair): anyone who can reach " + usage_ep_ +
@@ -310,6 +313,8 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& 
             r.limits.digest = ctl_.limits_digest();
             r.limits.loaded_ms = limits_loaded_wall_;
             r.limits.buckets = ctl_.limits().buckets.size();
+            r.limits.version = ctl_.limits().version;
+            if (cfg_.limits_etcd && !etcd_up_) r.limits.store_error = etcd_error_;
             return r;
         case wire::AdminOp::Buckets: r.buckets = ctl_.status(q.bucket, q.hosts); return r;
         case wire::AdminOp::Set:
@@ -478,26 +483,112 @@ void Daemon::reload_limits(const char* why) {
         daemon::log_info(std::string(why) + ": no limits file configured");
         return;
     }
+    if (cfg_.limits_etcd) {
+        daemon::log_info(std::string(why) + ": the limits come from " + cfg_.limits_file +
+                         ", watched: nothing to reload");
+        return;
+    }
     limits_id_ =
         limits_file_id();  // read before loading: a write during the load is seen next time
-    daemon::LimitsLoad l = daemon::load_limits_file(cfg_.limits_file);
+    take_limits(daemon::load_limits_file(cfg_.limits_file), why);
+}
+
+bool Daemon::take_limits(daemon::LimitsLoad l, const std::string& why) {
+    const char* what = cfg_.limits_etcd ? "limits" : "limits file";
     if (!l.ok) {
         ++limits_reloads_rejected_;
         limits_ok_ = false;
         limits_error_ = l.error;
-        daemon::log_error("limits file rejected (" + std::string(why) +
+        daemon::log_error(std::string(what) + " rejected (" + why +
                           "), the last good limits stay in force: " + l.error);
-        return;
+        return false;
     }
     std::string old = ctl_.limits_digest();
+    std::string old_version = ctl_.limits().version;
     ctl_.set_limits(std::move(l.limits), now());
     ++limits_reloads_ok_;
     limits_ok_ = true;
     limits_error_.clear();
     limits_loaded_wall_ = wall_ms();
-    daemon::log_info("limits file loaded (" + std::string(why) +
+    const std::string& version = ctl_.limits().version;
+    daemon::log_info(std::string(what) + " loaded (" + why +
                      "): " + std::to_string(ctl_.limits().buckets.size()) + " buckets, digest " +
-                     ctl_.limits_digest() + (old == ctl_.limits_digest() ? " (unchanged)" : ""));
+                     ctl_.limits_digest() + ", version " + (version.empty() ? "-" : version) +
+                     (old == ctl_.limits_digest() && old_version == version ? " (unchanged)" : ""));
+    return true;
+}
+
+// The key is read once here, synchronously: a value that does not parse is fatal (as a bad
+// file is: there is no last good one). A missing key or an unreachable etcd is not: the
+// controller starts with nginx.conf's limits (and overrides), says so, and the watch takes
+// the key when it appears or etcd comes back. A region whose controllers cannot restart
+// during an etcd outage would fail open entirely.
+void Daemon::start_etcd() {
+    const daemon::etcd::Url& url = *cfg_.limits_etcd;
+    std::optional<daemon::etcd::RangeReply> r;
+    try {
+        r = daemon::etcd::Client(url).get();
+    } catch (const std::runtime_error& e) {
+        etcd_error_ = e.what();
+        ++etcd_losses_;
+        daemon::log_warn(
+            "limits: etcd unreachable at start, nginx.conf's limits apply until it answers "
+            "(retrying): " +
+            etcd_error_);
+    }
+    etcd_up_ = r.has_value();
+    if (r && r->kv.exists) {
+        daemon::LimitsLoad l = daemon::parse_limits(
+            r->kv.value, url.text() + "@" + std::to_string(r->kv.mod_revision));
+        if (!l.ok) throw std::runtime_error("limits rejected: " + l.error);
+        ctl_.set_limits(std::move(l.limits), now());
+        limits_loaded_wall_ = wall_ms();
+        etcd_revision_ = r->kv.mod_revision;
+    } else if (r) {
+        etcd_revision_ = 0;
+        daemon::log_warn("limits: no key " + url.key + " in etcd at " + url.host + ":" +
+                         std::to_string(url.port) +
+                         " yet: nginx.conf's limits apply until it is written");
+    }
+    etcd_ = std::make_unique<daemon::etcd::KeyWatch>(
+        loop_, url, r ? r->revision : 0, [this](const daemon::etcd::WatchEvent& e) { on_etcd(e); });
+}
+
+// Runs in the loop's thread (KeyWatch hands events over). One line when etcd is lost, one
+// when it answers again; values already in force (a get after a reconnection) are skipped.
+void Daemon::on_etcd(const daemon::etcd::WatchEvent& e) {
+    const std::string& url = cfg_.limits_file;
+    if (e.kind == daemon::etcd::WatchEvent::Kind::Lost) {
+        if (etcd_up_) {
+            ++etcd_losses_;
+            daemon::log_warn("limits: " + url +
+                             " unreachable, the last good limits stay in force (version " +
+                             (ctl_.limits().version.empty() ? "-" : ctl_.limits().version) +
+                             ", digest " + ctl_.limits_digest() + "): " + e.error);
+        }
+        etcd_up_ = false;
+        etcd_error_ = e.error;
+        return;
+    }
+    if (!etcd_up_) {
+        etcd_up_ = true;
+        etcd_error_.clear();
+        daemon::log_info("limits: " + url + " reachable again");
+    }
+    if (e.kv.exists && e.kv.mod_revision == etcd_revision_) return;  // in force already
+    if (!e.kv.exists) {
+        if (etcd_revision_ > 0) {
+            // A deleted key is more likely a mistake than an intent: keep the last good limits
+            // (an empty value or "buckets: {}" clears them).
+            daemon::log_warn("limits: key " + cfg_.limits_etcd->key +
+                             " deleted in etcd: the last good limits stay in force");
+            etcd_revision_ = 0;
+        }
+        return;
+    }
+    etcd_revision_ = e.kv.mod_revision;
+    take_limits(daemon::parse_limits(e.kv.value, url + "@" + std::to_string(e.kv.mod_revision)),
+                "etcd revision " + std::to_string(e.kv.mod_revision));
 }
 
 std::string Daemon::metrics() {
@@ -643,6 +734,19 @@ std::string Daemon::metrics() {
              static_cast<double>(limits_reloads_ok_));
     m.sample("grl_controller_limits_reloads_total", {{"result", "rejected"}},
              static_cast<double>(limits_reloads_rejected_));
+    m.family("grl_controller_limits_info", "gauge",
+             "The limits in force: their version label (\"\" without one) and digest (always 1).");
+    m.sample("grl_controller_limits_info",
+             {{"version", ctl_.limits().version}, {"digest", ctl_.limits_digest()}}, 1);
+    if (cfg_.limits_etcd) {
+        m.family("grl_controller_limits_store_up", "gauge",
+                 "1 while etcd (--limits etcd://...) answers; 0: the last good limits stay in "
+                 "force.");
+        m.sample("grl_controller_limits_store_up", etcd_up_ ? 1 : 0);
+        m.family("grl_controller_limits_store_losses_total", "counter",
+                 "Times etcd became unreachable (at start included).");
+        m.sample("grl_controller_limits_store_losses_total", static_cast<double>(etcd_losses_));
+    }
     std::size_t overrides = 0, runtime = 0;
     for (const auto& [name, o] : ctl_.overrides()) {
         bool active = !o.tombstone() && (o.expires_ms == 0 || t.wall_ms < o.expires_ms);

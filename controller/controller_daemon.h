@@ -2,7 +2,7 @@
 // (PULL), exchanges region usage and overrides with peer controllers (PUB/SUB, topic
 // "grl/p/"), computes ratios (grl::control) and publishes instructions on the same PUB
 // every interval; serves grlctl on an admin ROUTER; reloads the limits file on SIGHUP and
-// when it changes. See docs/control-plane.md.
+// when it changes, or watches it in etcd (--limits etcd://...). See docs/control-plane.md.
 #pragma once
 
 #include <sys/stat.h>
@@ -19,6 +19,8 @@
 #include "grl/control.h"
 #include "grl/key_bindings.h"
 #include "grl/daemon/curve.h"
+#include "grl/daemon/etcd_watch.h"
+#include "grl/daemon/limits_file.h"
 #include "grl/daemon/http.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
@@ -42,6 +44,10 @@ class Daemon {
     void tick();
     void publish(control::TickOutput& out);
     void watch_limits();
+    // A new limits set (file or etcd): taken whole, or rejected whole with the last good kept.
+    bool take_limits(daemon::LimitsLoad l, const std::string& why);
+    void start_etcd();
+    void on_etcd(const daemon::etcd::WatchEvent& e);
     wire::AdminReply handle(const wire::AdminRequest& q, const std::string& who);
     void admin_tick();
     // The state file (--state-file): overrides and run-time buckets across restarts.
@@ -85,6 +91,12 @@ class Daemon {
     std::uint64_t limits_loaded_wall_ = 0;
     std::uint64_t limits_reloads_ok_ = 0;
     std::uint64_t limits_reloads_rejected_ = 0;
+    // --limits etcd://: the watch (its own thread), the revision in force and etcd's state.
+    std::unique_ptr<daemon::etcd::KeyWatch> etcd_;
+    std::int64_t etcd_revision_ = -1;  // mod_revision of the value in force (0: no key yet)
+    bool etcd_up_ = false;
+    std::string etcd_error_;  // why etcd is unreachable ("" while up)
+    std::uint64_t etcd_losses_ = 0;
 
     // Counters for /metrics, by message kind.
     std::map<std::string, std::uint64_t> received_;

@@ -186,6 +186,7 @@ std::string to_json(const wire::AdminReply& r) {
         .str(r.limits.error);
     j.key("digest").str(r.limits.digest).key("loaded_ms").uint(r.limits.loaded_ms);
     j.key("buckets").uint(r.limits.buckets);
+    j.key("version").str(r.limits.version).key("store_error").str(r.limits.store_error);
     j.end_object();
     j.end_object();
     return j.text();
@@ -269,11 +270,16 @@ void print_status(const wire::AdminReply& r) {
         std::printf("limits file: none\n");
     } else {
         std::printf(
-            "limits file: %s: %" PRIu64 " buckets, digest %s, loaded %s%s%s\n",
-            r.limits.file.c_str(), r.limits.buckets, r.limits.digest.c_str(),
-            when(r.limits.loaded_ms).c_str(),
+            "limits file: %s: %" PRIu64 " buckets, version %s, digest %s, loaded %s%s%s%s%s\n",
+            r.limits.file.c_str(), r.limits.buckets,
+            r.limits.version.empty() ? "-" : r.limits.version.c_str(), r.limits.digest.c_str(),
+            r.limits.loaded_ms ? when(r.limits.loaded_ms).c_str() : "never",
             r.limits.ok ? "" : "\n  LAST RELOAD REJECTED (the limits above stay in force): ",
-            r.limits.ok ? "" : r.limits.error.c_str());
+            r.limits.ok ? "" : r.limits.error.c_str(),
+            r.limits.store_error.empty()
+                ? ""
+                : "\n  LIMITS STORE UNREACHABLE (the limits above stay in force): ",
+            r.limits.store_error.c_str());
     }
     std::vector<std::vector<std::string>> zones = {
         {"ZONE", "COLLECTOR", "HOSTS", "STALE", "AGE", "STATE"}};

@@ -1,5 +1,7 @@
 #include "apply.h"
 
+#include <stdexcept>
+
 #include "grl/daemon/limits_file.h"
 
 namespace grl::rlc {
@@ -30,7 +32,7 @@ std::string checked_text(const control::Limits& l, const std::string& path) {
 void record_baseline(VersionStore& store, const std::string& path, const std::string& author,
                      std::int64_t now_s) {
     if (store.latest()) return;
-    auto text = read_text_file(path);
+    auto text = read_limits_text(path);
     if (!text) return;
     auto parsed = daemon::parse_limits(*text, path);
     if (!parsed.ok) return;  // the controllers reject it too: nothing to roll back to
@@ -45,10 +47,38 @@ void record_baseline(VersionStore& store, const std::string& path, const std::st
     store.commit(c, now_s, nullptr);
 }
 
+// The id the next version will get: written into the content (`version:`) before the
+// commit, and checked inside the commit's transaction (next_version_is).
+std::int64_t next_version(const VersionStore& store) {
+    auto v = store.latest();
+    return v ? v->id + 1 : 1;
+}
+
+void next_version_is(const VersionStore& store, std::int64_t id) {
+    auto v = store.latest();  // inside the transaction: the version just inserted
+    if (!v || v->id != id)
+        throw ConfigError(
+            "another grl-rlc recorded a version meanwhile, nothing applied: run "
+            "again");
+}
+
+// Pushes to every target: etcd first when there is an additional one (the remote target is
+// the likelier to fail, and a failure there leaves the file and the store as they were).
+void push_all(const std::string& limits_file, const std::string& etcd, const std::string& text) {
+    if (etcd.empty()) return push_limits(limits_file, text);
+    push_limits(etcd, text);
+    try {
+        push_limits(limits_file, text);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string(e.what()) + " (nothing recorded, but " + etcd +
+                                 " already holds the new limits: apply again or roll back)");
+    }
+}
+
 }  // namespace
 
 control::Limits read_limits(const std::string& path) {
-    auto text = read_text_file(path);
+    auto text = read_limits_text(path);
     if (!text) return {};
     auto r = daemon::parse_limits(*text, path);
     if (!r.ok) throw ConfigError("the current limits file does not parse: " + r.error);
@@ -76,11 +106,16 @@ Applied apply_plan(const Config& cfg, VersionStore& store, const Plan& plan,
     out.events = c.events.size();
     bool file_changes = !plan.changes.empty();
     std::string text;
+    std::int64_t id = 0;
     if (file_changes) {
-        text = checked_text(plan.after, cfg.limits_file);
+        checked_text(plan.after, cfg.limits_file);  // refused before anything is recorded
         record_baseline(store, cfg.limits_file, author, plan.now_s);
-        c.version = Version{
-            0, 0, author, reason, control::digest(plan.after), render_diff(plan.changes), text};
+        id = next_version(store);
+        control::Limits after = plan.after;
+        after.version = std::to_string(id);
+        text = checked_text(after, cfg.limits_file);
+        c.version =
+            Version{0, 0, author, reason, control::digest(after), render_diff(plan.changes), text};
     }
     if (!file_changes && c.states.empty() && c.events.empty()) return out;
     out.version = store.commit(c, plan.now_s, [&] {
@@ -91,13 +126,16 @@ Applied apply_plan(const Config& cfg, VersionStore& store, const Plan& plan,
                 cfg.limits_file +
                 ": changed since this cycle read it, nothing applied: run the cycle again");
         }
-        if (file_changes) write_atomically(cfg.limits_file, text);
+        if (file_changes) {
+            next_version_is(store, id);
+            push_all(cfg.limits_file, cfg.etcd, text);
+        }
     });
     return out;
 }
 
-Applied rollback(const std::string& limits_file, VersionStore& store, std::int64_t id,
-                 const std::string& author, std::int64_t now_s) {
+Applied rollback(const std::string& limits_file, const std::string& etcd, VersionStore& store,
+                 std::int64_t id, const std::string& author, std::int64_t now_s) {
     auto v = store.get(id);
     if (!v)
         throw ConfigError(store.path() + ": no version " + std::to_string(id) +
@@ -107,6 +145,11 @@ Applied rollback(const std::string& limits_file, VersionStore& store, std::int64
         throw ConfigError("version " + std::to_string(id) +
                           " does not parse, nothing applied: " + parsed.error);
     control::Limits now = read_limits(limits_file);
+    // Version id's limits under the new version's label (the controllers then report the
+    // version number they run); the content is rendered again, so its comments are not kept.
+    const std::int64_t new_id = next_version(store);
+    parsed.limits.version = std::to_string(new_id);
+    const std::string text = checked_text(parsed.limits, limits_file);
     Commit c;
     c.version = Version{0,
                         0,
@@ -114,13 +157,16 @@ Applied rollback(const std::string& limits_file, VersionStore& store, std::int64
                         "rollback to " + std::to_string(id),
                         control::digest(parsed.limits),
                         render_diff(diff_limits(now, parsed.limits)),
-                        v->content};
+                        text};
     c.clear_states = true;
     c.events.push_back(
         RolloutEvent{now_s, "", "rollback", 0, "to version " + std::to_string(id), 0});
     Applied out;
     out.events = 1;
-    out.version = store.commit(c, now_s, [&] { write_atomically(limits_file, v->content); });
+    out.version = store.commit(c, now_s, [&] {
+        next_version_is(store, new_id);
+        push_all(limits_file, etcd, text);
+    });
     return out;
 }
 

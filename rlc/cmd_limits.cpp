@@ -173,7 +173,7 @@ void cmd_rollback(const Options& o, std::int64_t id) {
     guarded([&] {
         Config cfg = load_config(o.config);
         VersionStore store(store_path(o, &cfg));
-        Applied a = rollback(cfg.limits_file, store, id, author_of(o), now_of(o));
+        Applied a = rollback(cfg.limits_file, cfg.etcd, store, id, author_of(o), now_of(o));
         std::cout << "rolled back to version " << id << ": version " << a.version << " written to "
                   << cfg.limits_file << "\n"
                   << store.get(a.version)->diff;

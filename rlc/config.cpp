@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "grl/daemon/etcd.h"
+
 namespace grl::rlc {
 
 namespace {
@@ -124,8 +126,16 @@ Config parse_config(const std::string& text, const std::string& file, const std:
         std::string where = at(file, v) + ": field \"" + key + "\"";
         if (key == "store") {
             cfg.store = resolve(base_dir, scalar(where, v));
-        } else if (key == "limits_file") {
-            cfg.limits_file = resolve(base_dir, scalar(where, v));
+        } else if (key == "limits_file" || key == "etcd") {
+            std::string target = scalar(where, v);
+            if (key == "etcd" || daemon::etcd::is_url(target)) {
+                std::string error;
+                if (!daemon::etcd::parse_url(target, error))
+                    throw ConfigError(where + ": " + error);
+            } else {
+                target = resolve(base_dir, target);
+            }
+            (key == "etcd" ? cfg.etcd : cfg.limits_file) = target;
         } else if (key == "quota_file") {
             cfg.quota_file = resolve(base_dir, scalar(where, v));
         } else if (key == "window") {
@@ -162,9 +172,10 @@ Config parse_config(const std::string& text, const std::string& file, const std:
             def = v;
             has_default = true;
         } else {
-            throw ConfigError(at(file, kv.first) + ": unknown field \"" + key +
-                              "\" (expected store, limits_file, window, quota_file, step_guard, "
-                              "rollout, default, rules)");
+            throw ConfigError(
+                at(file, kv.first) + ": unknown field \"" + key +
+                "\" (expected store, limits_file, etcd, window, quota_file, step_guard, "
+                "rollout, default, rules)");
         }
     }
     if (cfg.limits_file.empty()) throw ConfigError(file + ": field \"limits_file\" is required");

@@ -30,7 +30,8 @@ struct Rule {
 struct Config {
     std::string file;         // rlc.yaml's own path
     std::string store;        // SQLite file: history and versions ("" if not set)
-    std::string limits_file;  // the controllers' limits file this writes
+    std::string limits_file;  // the controllers' limits file this writes, or etcd://HOST:PORT/KEY
+    std::string etcd;         // "" or etcd://HOST:PORT/KEY: every version is also put there
     std::int64_t window_s = 28 * 86400;
     std::string quota_file;  // "" if none
     double step_guard = 0.5;

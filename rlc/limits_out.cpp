@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "grl/bucket.h"
+#include "grl/daemon/etcd.h"
 #include "policy.h"
 
 namespace grl::rlc {
@@ -62,7 +63,12 @@ std::string render_limits(const control::Limits& limits, const std::string& head
             out << YAML::Key << "candidate" << YAML::Value << format_limit(*f.candidate_mrps);
         out << YAML::EndMap;
     }
-    out << YAML::EndMap << YAML::EndMap;
+    out << YAML::EndMap;
+    // A label the controllers report (grlctl status, grl_controller_limits_info); quoted so
+    // that YAML reads "7" back as the string it is.
+    if (!limits.version.empty())
+        out << YAML::Key << "version" << YAML::Value << YAML::DoubleQuoted << limits.version;
+    out << YAML::EndMap;
     std::string text;
     if (!header.empty()) text += "# " + header + "\n";
     text += out.c_str();
@@ -166,6 +172,33 @@ std::optional<std::string> read_text_file(const std::string& path) {
     std::stringstream ss;
     ss << f.rdbuf();
     return ss.str();
+}
+
+}  // namespace grl::rlc
+
+namespace grl::rlc {
+
+namespace {
+daemon::etcd::Url etcd_url(const std::string& target) {
+    std::string error;
+    auto u = daemon::etcd::parse_url(target, error);
+    if (!u) throw std::runtime_error(error);
+    return *u;
+}
+}  // namespace
+
+std::optional<std::string> read_limits_text(const std::string& target) {
+    if (!daemon::etcd::is_url(target)) return read_text_file(target);
+    daemon::etcd::Client c(etcd_url(target));
+    daemon::etcd::RangeReply r = c.get();
+    if (!r.kv.exists) return std::nullopt;
+    return r.kv.value;
+}
+
+void push_limits(const std::string& target, const std::string& content) {
+    if (!daemon::etcd::is_url(target)) return write_atomically(target, content);
+    daemon::etcd::Client c(etcd_url(target));
+    c.put(content);
 }
 
 }  // namespace grl::rlc

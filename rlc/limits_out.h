@@ -34,4 +34,10 @@ void write_atomically(const std::string& path, const std::string& content);
 // The file's text, or none when it does not exist; throws when it exists but cannot be read.
 std::optional<std::string> read_text_file(const std::string& path);
 
+// Where a limits set is pushed: a file path (written atomically) or an etcd v3 key
+// (etcd://HOST:PORT/KEY, a put). Reading gives none when the file or key does not exist;
+// both throw std::runtime_error naming the target when it cannot be reached.
+std::optional<std::string> read_limits_text(const std::string& target);
+void push_limits(const std::string& target, const std::string& content);
+
 }  // namespace grl::rlc

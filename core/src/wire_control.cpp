@@ -426,6 +426,11 @@ bool decode_admin_reply(std::string_view bytes, AdminReply& out, std::string& er
         !l.u64("loaded_ms", m.limits.loaded_ms) || !l.u64("buckets", m.limits.buckets)) {
         return false;
     }
+    // Optional: controllers before limits versions and etcd do not send them.
+    if (l.present("version") && !l.str("version", m.limits.version, kMaxLimitsVersionLen))
+        return false;
+    if (l.present("store_error") && !l.str("store_error", m.limits.store_error, kMaxErrorLen))
+        return false;
     out = std::move(m);
     return true;
 }
@@ -570,13 +575,15 @@ void encode(const AdminReply& m, std::string& out) {
         p.kv_bool("fresh", s.fresh);
     }
     p.str("limits");
-    p.map(6);
+    p.map(8);
     p.kv("file", m.limits.file);
     p.kv_bool("ok", m.limits.ok);
     p.kv("error", m.limits.error);
     p.kv("digest", m.limits.digest);
     p.kv("loaded_ms", m.limits.loaded_ms);
     p.kv("buckets", m.limits.buckets);
+    p.kv("version", m.limits.version);
+    p.kv("store_error", m.limits.store_error);
     p.append_to(out);
 }
 

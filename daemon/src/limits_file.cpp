@@ -8,6 +8,7 @@
 
 #include "grl/bucket.h"
 #include "grl/parse.h"
+#include "grl/wire_control.h"
 
 namespace grl::daemon {
 
@@ -62,6 +63,18 @@ void take_match(const std::string& file, const std::string& where, const std::st
     f.has_match = true;
 }
 
+// A version label ends up in a Prometheus label and in grlctl's status line: short, printable.
+std::string check_version(const std::string& v) {
+    if (v.empty() || v.size() > wire::kMaxLimitsVersionLen)
+        return "invalid version \"" + v + "\", expected 1-" +
+               std::to_string(wire::kMaxLimitsVersionLen) + " characters";
+    for (char c : v) {
+        if (c < 0x21 || c > 0x7e)
+            return "invalid version \"" + v + "\", expected printable ASCII without spaces";
+    }
+    return {};
+}
+
 control::Limits parse_tree(const YAML::Node& root, const std::string& file) {
     control::Limits out;
     if (!root || root.IsNull()) return out;  // an empty file: no overrides
@@ -69,7 +82,15 @@ control::Limits parse_tree(const YAML::Node& root, const std::string& file) {
     YAML::Node buckets;
     for (const auto& kv : root) {
         std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
-        if (key != "buckets") throw Reject{at(file, kv.first) + ": unknown field \"" + key + "\""};
+        if (key == "version") {
+            out.version = scalar(file, "field \"version\"", kv.second);
+            std::string err = check_version(out.version);
+            if (!err.empty()) throw Reject{at(file, kv.second) + ": field \"version\": " + err};
+            continue;
+        }
+        if (key != "buckets")
+            throw Reject{at(file, kv.first) + ": unknown field \"" + key +
+                         "\" (expected buckets, version)"};
         buckets = kv.second;
     }
     if (!buckets || buckets.IsNull()) return out;

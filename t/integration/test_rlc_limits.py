@@ -125,6 +125,7 @@ def test_cycle_apply_promote_rollback_through_a_real_controller(tmp_path, fleet)
     text = open(limits).read()
     assert "api:\n    limit: 500r/s\n    mode: deny\n    candidate: %dr/s" % candidate in text, text
     assert "caller_prefix: bot-" in text  # the run-time bucket is kept
+    assert f.grlctl(ctl, "status")["limits"]["version"] == "2"
 
     # Two hours later: api enforced 500 r/s and its candidate would have dropped nothing:
     # promoted.
@@ -145,7 +146,10 @@ def test_cycle_apply_promote_rollback_through_a_real_controller(tmp_path, fleet)
     v = versions(cfg)
     assert v[4] == v[1]
     wait_digest(ctl, v[1])
-    assert open(limits).read() == ORIGINAL
+    # Version 1's limits, labelled with the version they now are (grlctl status shows it).
+    text = open(limits).read()
+    assert 'version: "4"' in text and "api:\n    limit: 500r/s\n" in text, text
+    assert f.grlctl(ctl, "status")["limits"]["version"] == "4"
     _, out, _ = rlc("versions", "--config", cfg, "--show", 1)
     assert out == ORIGINAL
     _, out, _ = rlc("diff", 2, 4, "--config", cfg)

@@ -113,6 +113,7 @@ TEST(ControllerConfig, EveryOptionReachesItsField) {
     EXPECT_DOUBLE_EQ(c.opts.fast_attack, 0.0);
     EXPECT_EQ(c.opts.stale_intervals, 5u);
     EXPECT_EQ(c.limits_file, "/etc/l.yaml");
+    EXPECT_FALSE(c.limits_etcd);
     EXPECT_EQ(c.limits_poll_ms, 0u);
     EXPECT_EQ(c.metrics_bind, "127.0.0.1:0");
     EXPECT_EQ(c.endpoints_file, "/tmp/e.json");
@@ -128,6 +129,15 @@ TEST(ControllerConfig, TtlDefaultsToThreeIntervals) {
     EXPECT_DOUBLE_EQ(p.config->opts.fast_attack, 0.5);
 }
 
+TEST(ControllerConfig, LimitsFromEtcd) {
+    auto p = parse({"--limits", "etcd://10.0.0.5:2379/grl/limits"});
+    ASSERT_TRUE(p.config) << p.text;
+    ASSERT_TRUE(p.config->limits_etcd);
+    EXPECT_EQ(p.config->limits_etcd->host, "10.0.0.5");
+    EXPECT_EQ(p.config->limits_etcd->port, 2379);
+    EXPECT_EQ(p.config->limits_etcd->key, "grl/limits");
+}
+
 TEST(ControllerConfig, BadValuesNameTheOptionAndTheValue) {
     EXPECT_MENTIONS(error_of({"--interval", "5x"}), "--interval: invalid duration \"5x\"");
     EXPECT_MENTIONS(error_of({"--interval", "2m"}), "--interval: \"2m\" is out of range 50ms..1m");
@@ -141,6 +151,8 @@ TEST(ControllerConfig, BadValuesNameTheOptionAndTheValue) {
                     "--stale-intervals: \"0\" is out of range");
     EXPECT_MENTIONS(error_of({"--limits-poll", "1.5s"}),
                     "--limits-poll: invalid duration \"1.5s\"");
+    EXPECT_MENTIONS(error_of({"--limits", "etcd://127.0.0.1/grl/limits"}),
+                    "--limits: invalid etcd URL \"etcd://127.0.0.1/grl/limits\": no port");
     EXPECT_MENTIONS(error_of({"--log-level", "verbose"}), "--log-level: invalid level \"verbose\"");
     EXPECT_MENTIONS(error_of({"--region", "eu west", "--name", "c"}, false),
                     "--region: invalid name \"eu west\"");

@@ -103,7 +103,8 @@ TEST(LimitsFile, RejectionsNameLineAndField) {
     expect_error(
         "buckets:\n  \"bad name\":\n    limit: 5r/s\n",
         "limits.yaml:2: invalid bucket name \"bad name\", expected 1-63 of [A-Za-z0-9_.:-]");
-    expect_error("bucket:\n  api:\n    limit: 5r/s\n", "limits.yaml:1: unknown field \"bucket\"");
+    expect_error("bucket:\n  api:\n    limit: 5r/s\n",
+                 "limits.yaml:1: unknown field \"bucket\" (expected buckets, version)");
     expect_error("buckets:\n  api: 5r/s\n",
                  "limits.yaml:2: bucket \"api\": expected a map of fields (limit, mode, ...)");
     expect_error(
@@ -130,6 +131,30 @@ TEST(LimitsFile, RejectionsNameLineAndField) {
     expect_error("- a\n- b\n", "limits.yaml:1: expected a map with a \"buckets\" key");
     expect_error("buckets:\n  - api\n",
                  "limits.yaml:2: \"buckets\": expected a map of bucket names");
+}
+
+TEST(LimitsFile, AVersionLabel) {
+    LimitsLoad l = parse("version: 42\nbuckets:\n  api:\n    limit: 5r/s\n");
+    ASSERT_TRUE(l.ok) << l.error;
+    EXPECT_EQ(l.limits.version, "42");
+    l = parse("buckets: {}\nversion: \"2026-11-30.a\"\n");
+    ASSERT_TRUE(l.ok) << l.error;
+    EXPECT_EQ(l.limits.version, "2026-11-30.a");
+    // A label, not a limit: two sets that differ only by it have one digest.
+    LimitsLoad a = parse("version: 1\nbuckets:\n  api:\n    limit: 5r/s\n");
+    LimitsLoad b = parse("buckets:\n  api:\n    limit: 5r/s\n");
+    EXPECT_EQ(control::digest(a.limits), control::digest(b.limits));
+    EXPECT_EQ(b.limits.version, "");
+    expect_error("version: [1, 2]\nbuckets: {}\n",
+                 "limits.yaml:1: field \"version\": expected a single value");
+    expect_error("version: \"two words\"\n",
+                 "limits.yaml:1: field \"version\": invalid version \"two words\", expected "
+                 "printable ASCII without spaces");
+    expect_error("version: " + std::string(65, '9') + "\n",
+                 "limits.yaml:1: field \"version\": invalid version \"" + std::string(65, '9') +
+                     "\", expected 1-64 characters");
+    expect_error("versoin: 1\n",
+                 "limits.yaml:1: unknown field \"versoin\" (expected buckets, version)");
 }
 
 TEST(LimitsFile, DuplicateBucketsRejected) {

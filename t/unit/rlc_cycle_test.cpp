@@ -211,6 +211,7 @@ TEST(Apply, VersionsSoakPromotionAndRollback) {
     auto written = daemon::load_limits_file(limits);
     ASSERT_TRUE(written.ok) << written.error;
     EXPECT_EQ(versions[1].digest, control::digest(written.limits));
+    EXPECT_EQ(written.limits.version, "2");  // what the controllers will report
     // api was enforcing 200 r/s: it keeps enforcing it, 120 soaks as its candidate.
     EXPECT_EQ(written.limits.buckets.at("api").limit_mrps, 200000u);
     EXPECT_EQ(*written.limits.buckets.at("api").mode, Mode::Deny);
@@ -252,14 +253,18 @@ TEST(Apply, VersionsSoakPromotionAndRollback) {
     EXPECT_EQ(store.counters().at("raise"), 2);
 
     // Rollback to the file as found: written again as version 4, rollout forgotten.
-    Applied r = rollback(limits, store, 1, "bob", kNow + 2 * kHour);
+    Applied r = rollback(limits, "", store, 1, "bob", kNow + 2 * kHour);
     EXPECT_EQ(r.version, 4);
-    EXPECT_EQ(slurp(limits), kLimits);
+    auto back = daemon::load_limits_file(limits);
+    ASSERT_TRUE(back.ok) << back.error;
+    EXPECT_EQ(back.limits.version, "4");  // version 1's limits, under the new version's label
+    EXPECT_EQ(control::digest(back.limits), store.get(1)->digest);
+    EXPECT_EQ(store.get(4)->content, slurp(limits));
     EXPECT_EQ(store.get(4)->reason, "rollback to 1");
     EXPECT_EQ(store.get(4)->digest, store.get(1)->digest);
     EXPECT_TRUE(store.states().empty());
     EXPECT_EQ(store.counters().at("rollback"), 1);
-    EXPECT_THROW(rollback(limits, store, 99, "bob", kNow), ConfigError);
+    EXPECT_THROW(rollback(limits, "", store, 99, "bob", kNow), ConfigError);
 }
 
 TEST(Apply, AVersionTheControllersWouldRejectIsNotApplied) {

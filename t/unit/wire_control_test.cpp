@@ -287,7 +287,14 @@ AdminReply sample_reply() {
     m.buckets = {b, r};
     m.zones = {{"eu-1a", "col-a", 2, 0, 120, true}};
     m.peers = {{"ctl-us-1", "us", 800, "abcd", true}};
-    m.limits = {"/etc/grl/limits.yaml", false, "limits.yaml:3: bad", "0011", 12345, 4};
+    m.limits = {"etcd://127.0.0.1:2379/grl/limits",
+                false,
+                "limits.yaml:3: bad",
+                "0011",
+                12345,
+                4,
+                "17",
+                "etcd://127.0.0.1:2379/grl/limits: no answer"};
     return m;
 }
 
@@ -389,6 +396,8 @@ TEST(WireControl, AdminRoundTrips) {
     EXPECT_EQ(dr.limits.error, "limits.yaml:3: bad");
     EXPECT_FALSE(dr.limits.ok);
     EXPECT_EQ(dr.limits.buckets, 4u);
+    EXPECT_EQ(dr.limits.version, "17");
+    EXPECT_EQ(dr.limits.store_error, "etcd://127.0.0.1:2379/grl/limits: no answer");
 }
 
 TEST(WireControl, ExactlyTheDocumentedKeys) {
@@ -425,6 +434,9 @@ TEST(WireControl, ExactlyTheDocumentedKeys) {
                                                 "zones", "peers", "limits"}));
     EXPECT_EQ(rep.find("v")->u, 1u);
     EXPECT_EQ(rep.find("type")->s, "admin_reply");
+    EXPECT_EQ(keys(*rep.find("limits")),
+              (std::set<std::string>{"file", "ok", "error", "digest", "loaded_ms", "buckets",
+                                     "version", "store_error"}));
 }
 
 // ---------------------------------------------------------------------------------------------

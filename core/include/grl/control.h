@@ -84,10 +84,13 @@ struct FileLimit {
 
 struct Limits {
     std::map<std::string, FileLimit> buckets;
+    // The file's top-level `version:` ("" when it has none): a label (grl-rlc writes its
+    // version number) reported by the controller, not part of the digest.
+    std::string version;
 };
 
 // Canonical 64-bit FNV-1a digest of a limits set, as 16 hex digits ("" for no file). Equal
-// digests mean equal limits, whatever the file's layout or comments.
+// digests mean equal limits, whatever the file's layout, comments or `version:` label.
 std::string digest(const Limits& l);
 
 // One log-worthy change found by a tick or an admin operation.

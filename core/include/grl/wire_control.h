@@ -21,6 +21,7 @@ inline constexpr std::size_t kMaxDefinitions = 16;         // per bucket entry
 inline constexpr std::size_t kMaxOverrides = 4096;         // per region_usage message
 inline constexpr std::size_t kMaxStatusEntries = 65536;    // per admin_reply array
 inline constexpr std::size_t kMaxErrorLen = 4096;          // admin_reply "error"
+inline constexpr std::size_t kMaxLimitsVersionLen = 64;    // admin_reply limits "version"
 inline constexpr std::size_t kMaxDigestLen = 64;           // region_usage "limits_digest"
 inline constexpr std::size_t kMaxSourceLen = kMaxNameLen;  // "source" names
 
@@ -175,6 +176,8 @@ struct LimitsStatus {
     std::string digest;
     std::uint64_t loaded_ms = 0;  // wall clock of the last good load
     std::uint64_t buckets = 0;
+    std::string version;      // the limits' `version:` label, "" without one
+    std::string store_error;  // --limits etcd://: why etcd is unreachable, "" while it answers
 };
 
 struct AdminReply {

@@ -10,6 +10,7 @@
 //       procedure_regex: ^/search
 //       scope: zone
 //       limit: 10r/s
+//   version: 42            # optional label (string or number; grl-rlc writes its version)
 #pragma once
 
 #include <string>
