@@ -262,7 +262,9 @@ def test_grl_rlc_pushes_versions_to_etcd(fleet, etcd, tmp_path, target):  # noqa
     versions = rlc("versions", "--config", cfg)
     digest = re.search(r"^2\s+\S+\s+([0-9a-f]{16})\s", versions, re.M).group(1)
     assert f.grlctl(ctl, "status")["limits"]["digest"] == digest
-    assert "mode: shadow" in etcd.get()  # lowered: shadow first
+    # Lowered: it soaks as a candidate beside the enforced 500 r/s (docs/rlc.md, "Rollout").
+    pushed = etcd.get()
+    assert "limit: 500r/s" in pushed and "mode: deny" in pushed and "candidate: " in pushed, pushed
 
     # Rollback to the key as found (version 1): written again as version 3, labelled so.
     out = rlc("rollback", 1, "--config", cfg, "--author", "bob")
