@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 
@@ -219,16 +220,76 @@ std::vector<InstanceKey> Store::instances() {
     return out;
 }
 
-std::vector<Series> Store::read(std::int64_t since_s, std::int64_t until_s) {
+std::vector<std::string> Store::buckets(std::int64_t since_s, std::int64_t until_s) {
+    std::vector<std::string> out;
+    // Per instance one seek into samples' primary key (instance, start_s): cheap whatever
+    // the size of the history.
+    Stmt q(db_,
+           "SELECT DISTINCT i.bucket FROM instances i WHERE EXISTS (SELECT 1 FROM samples s "
+           "WHERE s.instance = i.id AND s.start_s >= ?1 AND s.start_s < ?2) ORDER BY i.bucket");
+    q.bind(1, since_s).bind(2, until_s);
+    while (q.step()) out.push_back(q.text(0));
+    return out;
+}
+
+namespace {
+
+// A JSON array of strings, for json_each(): one parameter whatever the slice's size, so one
+// prepared statement serves every slice.
+std::string json_array(const std::vector<std::string>& names) {
+    std::string out = "[";
+    for (const std::string& n : names) {
+        if (out.size() > 1) out += ',';
+        out += '"';
+        for (char c : n) {
+            if (c == '"' || c == '\\') {
+                out += '\\';
+                out += c;
+            } else if (static_cast<unsigned char>(c) < 0x20) {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+                out += buf;
+            } else {
+                out += c;
+            }
+        }
+        out += '"';
+    }
+    return out + "]";
+}
+
+}  // namespace
+
+std::string slice_read_sql() {
+    return std::string("SELECT i.id, i.bucket, i.scope, i.region, i.zone, ") + kColumns +
+           " FROM instances i JOIN samples s ON s.instance = i.id"
+           " WHERE i.bucket IN (SELECT value FROM json_each(?1))"
+           " AND s.start_s >= ?2 AND s.start_s < ?3"
+           " ORDER BY i.bucket, i.scope, i.region, i.zone, s.start_s";
+}
+
+std::vector<Series> Store::read(std::int64_t since_s, std::int64_t until_s,
+                                const std::vector<std::string>& buckets) {
     std::vector<Series> out;
-    // One snapshot for the whole read, so that a concurrent writer cannot make instances
-    // and samples disagree.
+    if (buckets.empty()) return out;
+    if (!slice_read_) {
+        // The names go through instances' UNIQUE (bucket, scope, region, zone) index, which
+        // also gives the InstanceKey order; each instance's samples come from the primary
+        // key (instance, start_s) in start order: no sort (EXPLAIN QUERY PLAN in
+        // rlc_store_test.cpp).
+        slice_read_ = std::make_unique<Stmt>(db_, slice_read_sql());
+    }
+    Stmt& q = *slice_read_;
+    // One snapshot for the slice, so that a concurrent writer cannot make instances and
+    // samples disagree.
     db_.exec("BEGIN");
     try {
-        std::vector<std::pair<std::int64_t, InstanceKey>> ids;
-        {
-            Stmt q(db_, "SELECT id, bucket, scope, region, zone FROM instances ORDER BY id");
-            while (q.step()) {
+        q.bind(1, json_array(buckets)).bind(2, since_s).bind(3, until_s);
+        std::int64_t id = -1;
+        while (q.step()) {
+            if (q.int64(0) != id) {
+                // A new instance: its key is decoded once, not per row.
+                id = q.int64(0);
                 InstanceKey k;
                 k.bucket = q.text(1);
                 std::optional<Scope> sc = parse_scope(q.text(2));
@@ -238,35 +299,32 @@ std::vector<Series> Store::read(std::int64_t since_s, std::int64_t until_s) {
                 k.scope = *sc;
                 k.region = q.text(3);
                 k.zone = q.text(4);
-                ids.emplace_back(q.int64(0), std::move(k));
+                out.emplace_back().key = std::move(k);
             }
-        }
-        Stmt q(db_, std::string("SELECT ") + kColumns +
-                        " FROM samples WHERE instance = ?1 AND start_s >= ?2 AND start_s < ?3 "
-                        "ORDER BY start_s");
-        for (auto& [id, key] : ids) {
-            Series s;
-            s.key = key;
-            q.bind(1, id).bind(2, since_s).bind(3, until_s);
-            while (q.step()) {
-                Sample x;
-                x.start_s = q.int64(0);
-                x.length_s = static_cast<std::int32_t>(q.int64(1));
-                x.ticks = static_cast<std::int32_t>(q.int64(2));
-                int col = 3;
-                for (Rate* r : {&x.offered, &x.admitted, &x.dropped, &x.shadow_dropped}) {
-                    r->mean = from_milli(q.int64(col++));
-                    r->peak = from_milli(q.int64(col++));
-                }
-                x.limit_rps = q.is_null(11) ? -1 : from_milli(q.int64(11));
-                x.mode = q.int64(12) == 1 ? Mode::Shadow : Mode::Deny;
-                x.ratio = static_cast<double>(q.int64(13)) / 1e6;
-                s.samples.push_back(x);
+            std::vector<Sample>& samples = out.back().samples;
+            const std::int64_t start = q.int64(5);
+            const auto length = static_cast<std::int32_t>(q.int64(6));
+            if (samples.empty() && length > 0) {
+                // At most this many samples of this length fit before until_s: one
+                // allocation instead of doublings that would leave up to half of it unused.
+                samples.reserve(static_cast<std::size_t>((until_s - start) / length + 1));
             }
-            q.reset();
-            if (!s.samples.empty()) out.push_back(std::move(s));
+            Sample& x = samples.emplace_back();
+            x.start_s = start;
+            x.length_s = length;
+            x.ticks = static_cast<std::int32_t>(q.int64(7));
+            int col = 8;
+            for (Rate* r : {&x.offered, &x.admitted, &x.dropped, &x.shadow_dropped}) {
+                r->mean = from_milli(q.int64(col++));
+                r->peak = from_milli(q.int64(col++));
+            }
+            x.limit_rps = q.is_null(16) ? -1 : from_milli(q.int64(16));
+            x.mode = q.int64(17) == 1 ? Mode::Shadow : Mode::Deny;
+            x.ratio = static_cast<double>(q.int64(18)) / 1e6;
         }
+        q.reset();
     } catch (...) {
+        q.reset();
         db_.exec("ROLLBACK");
         throw;
     }

@@ -36,7 +36,13 @@ class Store : public HistorySource {
 
     // Writes every sample of every series in one transaction (all or nothing).
     void write(const std::vector<Series>& batch, WriteMode mode);
-    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) override;
+    // One indexed query each (instances' UNIQUE index, then samples' primary key); each
+    // read() sees one snapshot, so a concurrent writer cannot make instances and samples
+    // disagree within a slice.
+    std::vector<std::string> buckets(std::int64_t since_s, std::int64_t until_s) override;
+    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s,
+                             const std::vector<std::string>& buckets) override;
+    using HistorySource::read;
     std::vector<InstanceKey> instances();
 
     // Deletes the samples that start before `before_s`, and the instances left without
@@ -57,7 +63,12 @@ class Store : public HistorySource {
     std::int64_t instance_id(const InstanceKey& key);
 
     Db db_;
+    std::unique_ptr<Stmt> slice_read_;  // prepared once, reused by every slice
 };
+
+// The query of Store::read for a slice: ?1 a JSON array of bucket names, [?2, ?3) the
+// range. Public so that a test checks its plan (indexes, no sort).
+std::string slice_read_sql();
 
 // The history at `path` for the readers of grl-rlc (policies, what-if): a store file, which
 // must exist (grl-rlc record, synth and import create it: a mistyped path is an error, not
