@@ -63,12 +63,15 @@ class Store : public HistorySource {
     std::int64_t instance_id(const InstanceKey& key);
 
     Db db_;
-    std::unique_ptr<Stmt> slice_read_;  // prepared once, reused by every slice
+    // Prepared once, reused by every slice.
+    std::unique_ptr<Stmt> slice_instances_, slice_samples_;
 };
 
-// The query of Store::read for a slice: ?1 a JSON array of bucket names, [?2, ?3) the
-// range. Public so that a test checks its plan (indexes, no sort).
-std::string slice_read_sql();
+// The queries of Store::read for a slice, public so that a test checks their plans
+// (indexes, no sort): the instances of ?1, a JSON array of bucket names; the samples in
+// [?2, ?3) of ?1, a JSON array of instance ids.
+std::string slice_instances_sql();
+std::string slice_samples_sql();
 
 // The history at `path` for the readers of grl-rlc (policies, what-if): a store file, which
 // must exist (grl-rlc record, synth and import create it: a mistyped path is an error, not
