@@ -65,6 +65,9 @@ class Store : public HistorySource {
     Db db_;
     // Prepared once, reused by every slice.
     std::unique_ptr<Stmt> slice_instances_, slice_samples_;
+    // A second connection, used only by read()'s helper thread while read() waits for it.
+    std::unique_ptr<Db> helper_db_;
+    std::unique_ptr<Stmt> helper_samples_;
 };
 
 // The queries of Store::read for a slice, public so that a test checks their plans
