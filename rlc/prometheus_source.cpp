@@ -205,12 +205,14 @@ std::vector<std::string> PrometheusSource::buckets(std::int64_t since_s, std::in
     httplib::Client http(host_, port_);
     http.set_connection_timeout(std::chrono::milliseconds(opt_.timeout_ms));
     http.set_read_timeout(std::chrono::milliseconds(opt_.timeout_ms));
-    // Windows end up to interval_s after their start: ask up to then.
-    httplib::Params params{{"match[]", "grl_bucket_offered_rps"},
-                           {"start", std::to_string(since_s)},
-                           {"end", std::to_string(until_s + opt_.interval_s)}};
+    // Windows end up to interval_s after their start: ask up to then. GET only (a POST is
+    // 405 for this endpoint).
+    const std::string query =
+        "/api/v1/label/bucket/values?match%5B%5D=grl_bucket_offered_rps"
+        "&start=" +
+        std::to_string(since_s) + "&end=" + std::to_string(until_s + opt_.interval_s);
     const std::string what = opt_.url + " label values of bucket";
-    httplib::Result res = http.Post("/api/v1/label/bucket/values", params);
+    httplib::Result res = http.Get(query);
     if (!res)
         throw std::runtime_error(what + ": no answer (" + httplib::to_string(res.error()) + ")");
     if (res->status != 200 && res->status != 400 && res->status != 422)
