@@ -39,6 +39,7 @@ struct Options {
     std::int64_t show = 0;  // versions --show N
     bool apply = false;
     bool force = false;
+    std::size_t slice = kSliceBuckets;  // buckets per history read (run, serve, whatif)
     // whatif
     std::string limits;
     std::string since = "14d";
@@ -78,6 +79,14 @@ void add_common(CLI::App* sub, Options& o, bool config_required) {
                     "SQLite store (history and versions); default: rlc.yaml's store");
 }
 
+// Memory follows one slice's history (history.h, kSliceBuckets).
+void add_slice(CLI::App* sub, Options& o) {
+    sub->add_option("--slice", o.slice,
+                    "buckets whose history is read at a time (default: " +
+                        std::to_string(kSliceBuckets) + "; fewer for buckets with many zones)")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
+}
+
 // Runs `body`, turning the errors a user can fix into one line and exit status 1.
 template <typename F>
 void guarded(F&& body) {
@@ -96,10 +105,9 @@ void cmd_run(const Options& o) {
         std::int64_t now = now_of(o);
         // History first: it checks that the file is a history store before our tables go in.
         auto history = open_history(store_path(o, &cfg));
-        auto series = history->read(now - cfg.window_s, now);
         VersionStore store(store_path(o, &cfg));
-        Plan plan =
-            plan_cycle(cfg, series, read_limits(cfg.limits_file), store.states(), now, o.force);
+        Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file), store.states(), now,
+                               o.force, o.slice);
         std::cout << render_plan(plan);
         if (!o.apply) {
             std::cout << "\n(not applied: --apply writes " << cfg.limits_file << ")\n";
@@ -190,9 +198,8 @@ void cmd_whatif(const Options& o) {
         if (!proposed.ok) fail(proposed.error);
         std::int64_t now = now_of(o);
         auto history = open_history(store_path(o, &cfg));
-        auto series = history->read(now - *since, now);
-        WhatIf w =
-            what_if(series, read_limits(cfg.limits_file), proposed.limits, now - *since, now);
+        WhatIf w = what_if(*history, read_limits(cfg.limits_file), proposed.limits, now - *since,
+                           now, o.slice);
         std::cout << (o.json ? render_whatif_json(w) : render_whatif_table(w));
         if (!o.html.empty()) {
             write_atomically(o.html, render_whatif_html(w));
@@ -214,11 +221,11 @@ void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
                  std::set<std::string>& known) {
     std::int64_t now = now_of(o);
     auto history = open_history(store_path(o, &cfg));
-    auto series = history->read(now - cfg.window_s, now);
     VersionStore store(store_path(o, &cfg));
     known.clear();
-    for (const auto& s : series) known.insert(s.key.bucket);
-    Plan plan = plan_cycle(cfg, series, read_limits(cfg.limits_file), store.states(), now, false);
+    for (auto& b : history->buckets(now - cfg.window_s, now)) known.insert(std::move(b));
+    Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file), store.states(), now, false,
+                           o.slice);
     Applied a = apply_plan(cfg, store, plan, author_of(o), "grl-rlc serve: " + why);
     std::size_t proposals = 0, declined = 0;
     for (const auto& r : plan.rows) {
@@ -295,9 +302,10 @@ void cmd_serve(const Options& o) {
             last_poll = t;
             try {
                 std::int64_t now = now_of(o);
-                auto recent = open_history(store_path(o, cfg.get()))->read(now - *poll - 300, now);
-                for (const auto& s : recent)
-                    if (!known.count(s.key.bucket)) why = "new bucket " + s.key.bucket;
+                auto recent =
+                    open_history(store_path(o, cfg.get()))->buckets(now - *poll - 300, now);
+                for (const auto& b : recent)
+                    if (!known.count(b)) why = "new bucket " + b;
             } catch (const std::exception& e) {
                 daemon::log_error(std::string("cannot read history: ") + e.what());
             }
@@ -331,6 +339,7 @@ void add_limits_commands(CLI::App& app) {
     run->add_option("--reason", o->reason, "why (recorded with the version)");
     run->add_option("--author", o->author, "who (recorded with the version; default: $USER)");
     run->add_option("--at", o->at_s, "compute as of this time (unix seconds) instead of now");
+    add_slice(run, *o);
     run->callback([o] { cmd_run(*o); });
 
     auto* whatif = app.add_subcommand("whatif", "Replay recorded history against proposed limits");
@@ -342,6 +351,7 @@ void add_limits_commands(CLI::App& app) {
     whatif->add_option("--html", o->html,
                        "also write a chart of history against old and new limits (HTML, SVG)");
     whatif->add_option("--at", o->at_s, "replay up to this time (unix seconds) instead of now");
+    add_slice(whatif, *o);
     whatif->callback([o] { cmd_whatif(*o); });
 
     auto* serve = app.add_subcommand(
@@ -351,6 +361,7 @@ void add_limits_commands(CLI::App& app) {
     serve->add_option("--poll", o->poll,
                       "how often to look for new buckets in the history (default: 1m)");
     serve->add_option("--author", o->author, "recorded with each version (default: $USER)");
+    add_slice(serve, *o);
     serve->callback([o] { cmd_serve(*o); });
 
     auto* versions = app.add_subcommand(

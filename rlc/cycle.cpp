@@ -61,91 +61,144 @@ Current current_limit(const std::string& bucket, const std::vector<const Series*
     return c;
 }
 
-Plan plan_cycle(const Config& cfg, const std::vector<Series>& history,
-                const control::Limits& current, const std::map<std::string, BucketState>& states,
-                std::int64_t now_s, bool force) {
+namespace {
+
+// The buckets a cycle plans even without history: those with a rollout state, and those of
+// the quota file under a fixed rule (a quota is proposed before any traffic is seen).
+std::set<std::string> planned_without_history(const Config& cfg,
+                                              const std::map<std::string, BucketState>& states) {
+    std::set<std::string> names;
+    for (const auto& [b, _] : states) names.insert(b);
+    if (!cfg.quota_file.empty()) {
+        for (const auto& [b, _] : load_quota_file(cfg.quota_file))
+            if (cfg.rule_for(b).policy == "fixed") names.insert(b);
+    }
+    return names;
+}
+
+Plan empty_plan(const Config& cfg, const control::Limits& current, std::int64_t now_s) {
     Plan plan;
     plan.now_s = now_s;
     plan.since_s = now_s - cfg.window_s;
     plan.before = current;
     plan.after = current;
+    return plan;
+}
 
-    std::map<std::string, std::vector<const Series*>> by_bucket;
-    for (const auto& s : history) by_bucket[s.key.bucket].push_back(&s);
-    std::set<std::string> names;
-    for (const auto& [b, _] : by_bucket) names.insert(b);
-    for (const auto& [b, _] : states) names.insert(b);
-    // A bucket under a fixed rule gets its quota even before it has any history.
-    if (!cfg.quota_file.empty()) {
-        for (const auto& [b, _] : load_quota_file(cfg.quota_file))
-            if (cfg.rule_for(b).policy == "fixed") names.insert(b);
+// One bucket's row (or its "not managed" line): proposal, replay, rollout step, and its
+// entry of the limits file after the cycle.
+void plan_bucket(const Config& cfg, const std::string& name,
+                 const std::vector<const Series*>& instances, const control::Limits& current,
+                 const std::map<std::string, BucketState>& states, bool force, Plan& plan) {
+    const std::int64_t now_s = plan.now_s;
+    auto file_entry = current.buckets.find(name);
+    if (file_entry != current.buckets.end() && file_entry->second.has_match) {
+        plan.skipped.push_back(name + ": run-time bucket of the limits file, not managed");
+        return;
     }
+    const Rule& rule = cfg.rule_for(name);
+    PolicyInput in;
+    in.bucket = name;
+    in.instances = instances;
+    in.since_s = plan.since_s;
+    in.until_s = now_s;
+    in.current = current_limit(name, instances, current);
+    in.force = force;
 
+    CycleRow row;
+    row.proposal = rule.impl->propose(in);
+    if (row.proposal.new_mrps && !instances.empty()) {
+        // What the proposed limit would have done to the window's traffic (what-if).
+        Replay r = replay(instances, *row.proposal.new_mrps, plan.since_s, now_s);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "would drop %.3f%%, %.0f min over", r.drop_fraction * 100,
+                      r.minutes_over);
+        row.proposal.evidence.notes.emplace_back("replayed", buf);
+    }
+    auto st = states.find(name);
+    if (st != states.end()) {
+        // Someone changed the bucket's entry by hand since the last cycle: the file is
+        // what is in force, so the rollout starts again from it instead of overwriting it.
+        const BucketState& b = st->second;
+        bool same = file_entry != current.buckets.end() &&
+                    file_entry->second.limit_mrps == b.published_mrps() &&
+                    file_entry->second.mode.value_or(Mode::Deny) == b.mode() &&
+                    file_entry->second.candidate_mrps ==
+                        (b.beside ? std::optional<std::uint64_t>(b.limit_mrps) : std::nullopt);
+        if (same) {
+            row.before = b;
+        } else {
+            plan.notes.push_back(
+                name + ": the limits file no longer says " + format_limit(b.published_mrps()) +
+                " " + std::string(to_string(b.mode())) +
+                (b.beside ? ", candidate " + format_limit(b.limit_mrps) : "") + " (" +
+                to_string(b.stage) + "): changed by hand, the rollout starts again from the file");
+        }
+    }
+    ShadowMeasure m;
+    if (row.before && row.before->stage != Stage::Enforced) {
+        const std::int64_t since = measure_since(*row.before, now_s, cfg.rollout);
+        m = row.before->beside ? measure_candidate(instances, row.before->limit_mrps, since, now_s)
+                               : measure_shadow(instances, row.before->limit_mrps, since, now_s);
+    }
+    row.step = advance(row.before, &row.proposal, m, now_s, cfg.rollout, force);
+    if (row.step.next) {
+        // The whole entry is written, so that a promotion also removes the candidate.
+        const BucketState& next = *row.step.next;
+        control::FileLimit f;
+        f.limit_mrps = next.published_mrps();
+        f.mode = next.mode();
+        if (next.beside) f.candidate_mrps = next.limit_mrps;
+        plan.after.buckets[name] = f;
+    }
+    plan.rows.push_back(std::move(row));
+}
+
+std::map<std::string, std::vector<const Series*>> by_bucket(const std::vector<Series>& history) {
+    std::map<std::string, std::vector<const Series*>> out;
+    for (const auto& s : history) out[s.key.bucket].push_back(&s);
+    return out;
+}
+
+}  // namespace
+
+Plan plan_cycle(const Config& cfg, const std::vector<Series>& history,
+                const control::Limits& current, const std::map<std::string, BucketState>& states,
+                std::int64_t now_s, bool force) {
+    Plan plan = empty_plan(cfg, current, now_s);
+    auto instances = by_bucket(history);
+    std::set<std::string> names = planned_without_history(cfg, states);
+    for (const auto& [b, _] : instances) names.insert(b);
+    static const std::vector<const Series*> kNone;
     for (const auto& name : names) {
-        auto file_entry = current.buckets.find(name);
-        if (file_entry != current.buckets.end() && file_entry->second.has_match) {
-            plan.skipped.push_back(name + ": run-time bucket of the limits file, not managed");
-            continue;
-        }
-        const auto& instances = by_bucket[name];
-        const Rule& rule = cfg.rule_for(name);
-        PolicyInput in;
-        in.bucket = name;
-        in.instances = instances;
-        in.since_s = plan.since_s;
-        in.until_s = now_s;
-        in.current = current_limit(name, instances, current);
-        in.force = force;
+        auto it = instances.find(name);
+        plan_bucket(cfg, name, it == instances.end() ? kNone : it->second, current, states, force,
+                    plan);
+    }
+    plan.changes = diff_limits(plan.before, plan.after);
+    return plan;
+}
 
-        CycleRow row;
-        row.proposal = rule.impl->propose(in);
-        if (row.proposal.new_mrps && !instances.empty()) {
-            // What the proposed limit would have done to the window's traffic (what-if).
-            Replay r = replay(instances, *row.proposal.new_mrps, plan.since_s, now_s);
-            char buf[96];
-            std::snprintf(buf, sizeof buf, "would drop %.3f%%, %.0f min over",
-                          r.drop_fraction * 100, r.minutes_over);
-            row.proposal.evidence.notes.emplace_back("replayed", buf);
+Plan plan_cycle(const Config& cfg, HistorySource& history, const control::Limits& current,
+                const std::map<std::string, BucketState>& states, std::int64_t now_s, bool force,
+                std::size_t slice) {
+    Plan plan = empty_plan(cfg, current, now_s);
+    const std::set<std::string> without = planned_without_history(cfg, states);
+    std::set<std::string> names = without;
+    for (auto& b : history.buckets(plan.since_s, now_s)) names.insert(std::move(b));
+    static const std::vector<const Series*> kNone;
+    for (const auto& part : slices({names.begin(), names.end()}, slice)) {
+        // Only this slice's history is in memory; the rows keep none of it.
+        const std::vector<Series> series = history.read(plan.since_s, now_s, part);
+        auto instances = by_bucket(series);
+        for (const auto& name : part) {
+            auto it = instances.find(name);
+            // Listed but nothing read (a Prometheus index is coarser than its samples): not
+            // planned, as a bucket without history is not.
+            if (it == instances.end() && !without.count(name)) continue;
+            plan_bucket(cfg, name, it == instances.end() ? kNone : it->second, current, states,
+                        force, plan);
         }
-        auto st = states.find(name);
-        if (st != states.end()) {
-            // Someone changed the bucket's entry by hand since the last cycle: the file is
-            // what is in force, so the rollout starts again from it instead of overwriting it.
-            const BucketState& b = st->second;
-            bool same = file_entry != current.buckets.end() &&
-                        file_entry->second.limit_mrps == b.published_mrps() &&
-                        file_entry->second.mode.value_or(Mode::Deny) == b.mode() &&
-                        file_entry->second.candidate_mrps ==
-                            (b.beside ? std::optional<std::uint64_t>(b.limit_mrps) : std::nullopt);
-            if (same) {
-                row.before = b;
-            } else {
-                plan.notes.push_back(name + ": the limits file no longer says " +
-                                     format_limit(b.published_mrps()) + " " +
-                                     std::string(to_string(b.mode())) +
-                                     (b.beside ? ", candidate " + format_limit(b.limit_mrps) : "") +
-                                     " (" + to_string(b.stage) +
-                                     "): changed by hand, the rollout starts again from the file");
-            }
-        }
-        ShadowMeasure m;
-        if (row.before && row.before->stage != Stage::Enforced) {
-            const std::int64_t since = measure_since(*row.before, now_s, cfg.rollout);
-            m = row.before->beside
-                    ? measure_candidate(instances, row.before->limit_mrps, since, now_s)
-                    : measure_shadow(instances, row.before->limit_mrps, since, now_s);
-        }
-        row.step = advance(row.before, &row.proposal, m, now_s, cfg.rollout, force);
-        if (row.step.next) {
-            // The whole entry is written, so that a promotion also removes the candidate.
-            const BucketState& next = *row.step.next;
-            control::FileLimit f;
-            f.limit_mrps = next.published_mrps();
-            f.mode = next.mode();
-            if (next.beside) f.candidate_mrps = next.limit_mrps;
-            plan.after.buckets[name] = f;
-        }
-        plan.rows.push_back(std::move(row));
     }
     plan.changes = diff_limits(plan.before, plan.after);
     return plan;

@@ -4,6 +4,7 @@
 // apply.h writes the result.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include "config.h"
 #include "grl/control.h"
+#include "history.h"
 #include "limits_out.h"
 #include "rollout.h"
 
@@ -37,6 +39,12 @@ struct Plan {
 Plan plan_cycle(const Config& cfg, const std::vector<Series>& history,
                 const control::Limits& current, const std::map<std::string, BucketState>& states,
                 std::int64_t now_s, bool force);
+
+// The same plan, reading `history` `slice` buckets at a time (in name order) and keeping
+// only the rows: memory is bounded by one slice's history, not the fleet's.
+Plan plan_cycle(const Config& cfg, HistorySource& history, const control::Limits& current,
+                const std::map<std::string, BucketState>& states, std::int64_t now_s, bool force,
+                std::size_t slice = kSliceBuckets);
 
 // The limit in force for a bucket: the limits file's, else the last one recorded.
 Current current_limit(const std::string& bucket, const std::vector<const Series*>& instances,

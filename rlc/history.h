@@ -4,6 +4,8 @@
 // them. Schema and meaning: docs/rlc.md.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -60,12 +62,42 @@ struct Series {
 };
 
 // Where policies and what-if read history from: the SQLite store, a Prometheus server, or
-// (in unit tests) memory. Returns every instance with at least one sample in
-// [since_s, until_s), samples restricted to that range.
+// (in unit tests) memory. Readers go bucket slice by bucket slice (buckets(), then read()
+// of ~50 names at a time) so that memory is bounded by a slice, not by the fleet: five
+// weeks at 60 s are 50,400 samples, ~5 MB, per instance.
 class HistorySource {
   public:
     virtual ~HistorySource() = default;
-    virtual std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) = 0;
+    // The names of the buckets with at least one sample in [since_s, until_s), ascending,
+    // each once. A source may list a name whose read() then finds nothing (Prometheus'
+    // series index is coarser than a sample); none leaves out a bucket it has samples of.
+    virtual std::vector<std::string> buckets(std::int64_t since_s, std::int64_t until_s) = 0;
+    // Every instance of the named buckets with at least one sample in [since_s, until_s),
+    // samples restricted to that range, in InstanceKey order. A name without samples
+    // (or unknown) contributes nothing.
+    virtual std::vector<Series> read(std::int64_t since_s, std::int64_t until_s,
+                                     const std::vector<std::string>& buckets) = 0;
+    // Every bucket at once: for small histories (tests, import); cycles read slices.
+    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) {
+        return read(since_s, until_s, buckets(since_s, until_s));
+    }
 };
+
+// Buckets per read() of a cycle and of what-if. Memory follows a slice's history: 50
+// buckets x 5 weeks at 60 s, one instance each, are 2.5 M samples, ~260 MB (docs/rlc.md,
+// "Measured"); buckets with many zones want smaller slices (--slice).
+inline constexpr std::size_t kSliceBuckets = 50;
+
+// `names` cut into consecutive slices of at most `size` names (1 if `size` is 0).
+inline std::vector<std::vector<std::string>> slices(const std::vector<std::string>& names,
+                                                    std::size_t size) {
+    size = std::max<std::size_t>(1, size);
+    std::vector<std::vector<std::string>> out;
+    for (std::size_t i = 0; i < names.size(); i += size)
+        out.emplace_back(
+            names.begin() + static_cast<std::ptrdiff_t>(i),
+            names.begin() + static_cast<std::ptrdiff_t>(std::min(names.size(), i + size)));
+    return out;
+}
 
 }  // namespace grl::rlc

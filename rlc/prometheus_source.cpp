@@ -23,52 +23,100 @@ std::string window(std::int32_t s) {
 
 }  // namespace
 
-std::string prom_query(PromField f, std::int32_t w, std::int32_t scrape_s) {
+std::string prom_query(PromField f, std::int32_t w, std::int32_t scrape_s,
+                       const std::string& selector) {
+    const std::string& sel = selector;
     std::string q;
     switch (f) {
         case PromField::OfferedMean:
-            q = "avg_over_time(grl_bucket_offered_rps" + window(w) + ")";
+            q = "avg_over_time(grl_bucket_offered_rps" + sel + window(w) + ")";
             break;
         case PromField::OfferedPeak:
-            q = "max_over_time(grl_bucket_offered_rps" + window(w) + ")";
+            q = "max_over_time(grl_bucket_offered_rps" + sel + window(w) + ")";
             break;
         case PromField::AdmittedMean:
-            q = "avg_over_time(grl_bucket_admitted_rps" + window(w) + ")";
+            q = "avg_over_time(grl_bucket_admitted_rps" + sel + window(w) + ")";
             break;
         case PromField::AdmittedPeak:
-            q = "max_over_time(grl_bucket_admitted_rps" + window(w) + ")";
+            q = "max_over_time(grl_bucket_admitted_rps" + sel + window(w) + ")";
             break;
         case PromField::DroppedPeak:
             // Dropped is offered - admitted (the controller exports no dropped rate); its
             // peak needs a subquery at the scrape resolution.
-            q = "max_over_time((grl_bucket_offered_rps - grl_bucket_admitted_rps)[" +
-                std::to_string(w) + "s:" + std::to_string(scrape_s) + "s])";
+            q = "max_over_time((grl_bucket_offered_rps" + sel + " - grl_bucket_admitted_rps" + sel +
+                ")[" + std::to_string(w) + "s:" + std::to_string(scrape_s) + "s])";
             break;
         case PromField::ShadowMean:
-            q = "avg_over_time(grl_bucket_shadow_dropped_rps" + window(w) + ")";
+            q = "avg_over_time(grl_bucket_shadow_dropped_rps" + sel + window(w) + ")";
             break;
         case PromField::ShadowPeak:
-            q = "max_over_time(grl_bucket_shadow_dropped_rps" + window(w) + ")";
+            q = "max_over_time(grl_bucket_shadow_dropped_rps" + sel + window(w) + ")";
             break;
-        case PromField::Limit: q = "last_over_time(grl_bucket_limit_rps" + window(w) + ")"; break;
-        case PromField::Shadow: q = "last_over_time(grl_bucket_shadow" + window(w) + ")"; break;
-        case PromField::Ratio: q = "avg_over_time(grl_bucket_ratio" + window(w) + ")"; break;
+        case PromField::Limit:
+            q = "last_over_time(grl_bucket_limit_rps" + sel + window(w) + ")";
+            break;
+        case PromField::Shadow:
+            q = "last_over_time(grl_bucket_shadow" + sel + window(w) + ")";
+            break;
+        case PromField::Ratio: q = "avg_over_time(grl_bucket_ratio" + sel + window(w) + ")"; break;
         case PromField::Ticks:
-            q = "count_over_time(grl_bucket_offered_rps" + window(w) + ")";
+            q = "count_over_time(grl_bucket_offered_rps" + sel + window(w) + ")";
             break;
         case PromField::CandidateLimit:
-            q = "last_over_time(grl_bucket_candidate_limit_rps" + window(w) + ")";
+            q = "last_over_time(grl_bucket_candidate_limit_rps" + sel + window(w) + ")";
             break;
         case PromField::CandidateMean:
-            q = "avg_over_time(grl_bucket_candidate_would_drop_rps" + window(w) + ")";
+            q = "avg_over_time(grl_bucket_candidate_would_drop_rps" + sel + window(w) + ")";
             break;
         case PromField::CandidatePeak:
-            q = "max_over_time(grl_bucket_candidate_would_drop_rps" + window(w) + ")";
+            q = "max_over_time(grl_bucket_candidate_would_drop_rps" + sel + window(w) + ")";
             break;
     }
     // The controller's region, for region and zone instances, from its info metric (always
     // 1, so the product is the left side's value).
     return q + " * on(instance, job) group_left(region) grl_controller_info";
+}
+
+std::string prom_selector(const std::vector<std::string>& buckets) {
+    if (buckets.empty()) return "";
+    // First the regex (metacharacters escaped: names match literally), then the regex as
+    // the text of a PromQL string literal, whose own escape is the backslash too.
+    std::string re;
+    for (const std::string& b : buckets) {
+        if (!re.empty()) re += '|';
+        for (char c : b) {
+            if (std::string_view("\\.+*?()|[]{}^$").find(c) != std::string_view::npos) re += '\\';
+            re += c;
+        }
+    }
+    std::string lit;
+    for (char c : re) {
+        if (c == '\\' || c == '"') lit += '\\';
+        lit += c;
+    }
+    return "{bucket=~\"" + lit + "\"}";
+}
+
+std::vector<std::string> prom_label_values(std::string_view body, const std::string& what) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(body);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(what + ": answer is not JSON: " + e.what());
+    }
+    if (j.value("status", "") != "success" || !j.contains("data") || !j["data"].is_array())
+        throw std::runtime_error(what + ": " + j.value("errorType", "error") + ": " +
+                                 j.value("error", body.size() > 200
+                                                      ? std::string(body.substr(0, 200))
+                                                      : std::string(body)));
+    std::vector<std::string> out;
+    for (const auto& v : j["data"]) {
+        if (!v.is_string()) throw std::runtime_error(what + ": a label value is not a string");
+        out.push_back(v.get<std::string>());
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
 }
 
 void PromAssembler::add(PromField f, std::string_view body, const std::string& what) {
@@ -166,7 +214,27 @@ PrometheusSource::PrometheusSource(PrometheusOptions o) : opt_(std::move(o)) {
     if (opt_.interval_s < 1) throw std::runtime_error("Prometheus source: interval must be >= 1 s");
 }
 
-std::vector<Series> PrometheusSource::read(std::int64_t since_s, std::int64_t until_s) {
+std::vector<std::string> PrometheusSource::buckets(std::int64_t since_s, std::int64_t until_s) {
+    httplib::Client http(host_, port_);
+    http.set_connection_timeout(std::chrono::milliseconds(opt_.timeout_ms));
+    http.set_read_timeout(std::chrono::milliseconds(opt_.timeout_ms));
+    // Windows end up to interval_s after their start: ask up to then. GET only (a POST is
+    // 405 for this endpoint).
+    const std::string query =
+        "/api/v1/label/bucket/values?match%5B%5D=grl_bucket_offered_rps"
+        "&start=" +
+        std::to_string(since_s) + "&end=" + std::to_string(until_s + opt_.interval_s);
+    const std::string what = opt_.url + " label values of bucket";
+    httplib::Result res = http.Get(query);
+    if (!res)
+        throw std::runtime_error(what + ": no answer (" + httplib::to_string(res.error()) + ")");
+    if (res->status != 200 && res->status != 400 && res->status != 422)
+        throw std::runtime_error(what + ": HTTP status " + std::to_string(res->status));
+    return prom_label_values(res->body, what);
+}
+
+std::vector<Series> PrometheusSource::read(std::int64_t since_s, std::int64_t until_s,
+                                           const std::vector<std::string>& buckets) {
     const std::int64_t w = opt_.interval_s;
     const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
@@ -176,8 +244,9 @@ std::vector<Series> PrometheusSource::read(std::int64_t since_s, std::int64_t un
     std::int64_t first_start = (since_s + w - 1) / w * w;
     std::int64_t last_end = std::min((until_s - 1) / w * w + w, now / w * w);
     PromAssembler acc(opt_.interval_s);
-    if (last_end < first_start + w) return acc.series();
+    if (buckets.empty() || last_end < first_start + w) return acc.series();
 
+    const std::string selector = prom_selector(buckets);
     httplib::Client http(host_, port_);
     http.set_connection_timeout(std::chrono::milliseconds(opt_.timeout_ms));
     http.set_read_timeout(std::chrono::milliseconds(opt_.timeout_ms));
@@ -185,10 +254,11 @@ std::vector<Series> PrometheusSource::read(std::int64_t since_s, std::int64_t un
         std::int64_t to = std::min(last_end, from + (kMaxPoints - 1) * w);
         for (int fi = 0; fi < kPromFields; ++fi) {
             PromField f = static_cast<PromField>(fi);
-            httplib::Params params{{"query", prom_query(f, opt_.interval_s, opt_.scrape_s)},
-                                   {"start", std::to_string(from)},
-                                   {"end", std::to_string(to)},
-                                   {"step", std::to_string(w)}};
+            httplib::Params params{
+                {"query", prom_query(f, opt_.interval_s, opt_.scrape_s, selector)},
+                {"start", std::to_string(from)},
+                {"end", std::to_string(to)},
+                {"step", std::to_string(w)}};
             const std::string what = opt_.url + " query_range " + params.find("query")->second;
             httplib::Result res = http.Post("/api/v1/query_range", params);
             if (!res)

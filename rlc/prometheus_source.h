@@ -41,8 +41,17 @@ inline constexpr int kPromFields = 14;
 
 // The PromQL of one field for `interval_s` windows: e.g. the offered peak is
 // max_over_time(grl_bucket_offered_rps[60s]), joined with grl_controller_info for the
-// controller's region.
-std::string prom_query(PromField f, std::int32_t interval_s, std::int32_t scrape_s);
+// controller's region. `selector` (prom_selector) restricts it to some buckets.
+std::string prom_query(PromField f, std::int32_t interval_s, std::int32_t scrape_s,
+                       const std::string& selector = "");
+
+// A label matcher for exactly these buckets: {bucket=~"api|search\\.v2"} (regex
+// metacharacters escaped, Prometheus anchors the regex). "" for no names.
+std::string prom_selector(const std::vector<std::string>& buckets);
+
+// The names of a /api/v1/label/bucket/values answer, ascending. Throws std::runtime_error
+// naming `what` when it is not a successful list of strings.
+std::vector<std::string> prom_label_values(std::string_view body, const std::string& what);
 
 // Folds query_range answers into series: pure, so that it is tested without a server.
 class PromAssembler {
@@ -67,9 +76,15 @@ class PromAssembler {
 class PrometheusSource : public HistorySource {
   public:
     explicit PrometheusSource(PrometheusOptions o);
-    // Windows whose start is in [since_s, until_s) and that have ended; throws
-    // std::runtime_error naming the server when it cannot be asked or answers an error.
-    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) override;
+    // The bucket label values of grl_bucket_offered_rps series with data in the range
+    // (Prometheus' index: it may name a bucket whose windows then hold nothing).
+    std::vector<std::string> buckets(std::int64_t since_s, std::int64_t until_s) override;
+    // Windows whose start is in [since_s, until_s) and that have ended, of the named
+    // buckets only (a label matcher in every query); throws std::runtime_error naming the
+    // server when it cannot be asked or answers an error.
+    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s,
+                             const std::vector<std::string>& buckets) override;
+    using HistorySource::read;
 
   private:
     PrometheusOptions opt_;

@@ -18,6 +18,7 @@ class StoreError : public std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// One thread at a time: opened without SQLite's per-connection mutex (sqlite.cpp).
 class Db {
   public:
     // Opens (create: or creates) `path`. busy_timeout_ms: how long a statement waits for

@@ -36,7 +36,13 @@ class Store : public HistorySource {
 
     // Writes every sample of every series in one transaction (all or nothing).
     void write(const std::vector<Series>& batch, WriteMode mode);
-    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) override;
+    // One indexed query each (instances' UNIQUE index, then samples' primary key); each
+    // read() sees one snapshot, so a concurrent writer cannot make instances and samples
+    // disagree within a slice.
+    std::vector<std::string> buckets(std::int64_t since_s, std::int64_t until_s) override;
+    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s,
+                             const std::vector<std::string>& buckets) override;
+    using HistorySource::read;
     std::vector<InstanceKey> instances();
 
     // Deletes the samples that start before `before_s`, and the instances left without
@@ -58,7 +64,18 @@ class Store : public HistorySource {
     std::int64_t instance_id(const InstanceKey& key);
 
     Db db_;
+    // Prepared once, reused by every slice.
+    std::unique_ptr<Stmt> slice_instances_, slice_samples_;
+    // A second connection, used only by read()'s helper thread while read() waits for it.
+    std::unique_ptr<Db> helper_db_;
+    std::unique_ptr<Stmt> helper_samples_;
 };
+
+// The queries of Store::read for a slice, public so that a test checks their plans
+// (indexes, no sort): the instances of ?1, a JSON array of bucket names; the samples in
+// [?2, ?3) of ?1, a JSON array of instance ids.
+std::string slice_instances_sql();
+std::string slice_samples_sql();
 
 // The history at `path` for the readers of grl-rlc (policies, what-if): a store file, which
 // must exist (grl-rlc record, synth and import create it: a mistyped path is an error, not

@@ -68,21 +68,12 @@ std::string summary(const std::optional<Replay>& r) {
 }
 
 // One chart: the busiest instance's peak (and mean) offered rate per time step, at most
-// kBins steps, against the old (grey, dashed) and the new (red) limit.
+// kChartSteps steps, against the old (grey, dashed) and the new (red) limit.
 std::string chart(const WhatIfRow& r, std::int64_t since_s, std::int64_t until_s) {
-    constexpr int kW = 900, kH = 220, kPad = 40, kBins = 450;
-    std::vector<double> peak(kBins, -1), mean(kBins, -1);
-    const double span = static_cast<double>(std::max<std::int64_t>(1, until_s - since_s));
-    for (const Series* s : r.instances) {
-        for (const Sample& smp : s->samples) {
-            if (smp.ticks <= 0 || smp.start_s < since_s || smp.start_s >= until_s) continue;
-            auto b =
-                static_cast<std::size_t>(static_cast<double>(smp.start_s - since_s) / span * kBins);
-            b = std::min<std::size_t>(b, kBins - 1);
-            peak[b] = std::max(peak[b], smp.offered.peak);
-            mean[b] = std::max(mean[b], smp.offered.mean);
-        }
-    }
+    constexpr int kW = 900, kH = 220, kPad = 40;
+    constexpr std::size_t kBins = kChartSteps;
+    const std::vector<double>& peak = r.chart_peak;
+    const std::vector<double>& mean = r.chart_mean;
     double ymax = 1;
     for (double v : peak) ymax = std::max(ymax, v);
     for (const auto& m : {r.old_mrps, r.new_mrps})
@@ -154,18 +145,19 @@ Replay replay(const std::vector<const Series*>& instances, std::uint64_t limit_m
     return r;
 }
 
-WhatIf what_if(const std::vector<Series>& history, const control::Limits& current,
-               const control::Limits& proposed, std::int64_t since_s, std::int64_t until_s) {
-    WhatIf w;
-    w.since_s = since_s;
-    w.until_s = until_s;
+namespace {
+
+// Appends a row per bucket of `history` (one slice or all of it), in name order.
+void add_rows(WhatIf& w, const std::vector<Series>& history, const control::Limits& current,
+              const control::Limits& proposed) {
+    const std::int64_t since_s = w.since_s, until_s = w.until_s;
     std::map<std::string, std::vector<const Series*>> by_bucket;
     for (const auto& s : history) by_bucket[s.key.bucket].push_back(&s);
+    const double span = static_cast<double>(std::max<std::int64_t>(1, until_s - since_s));
     for (const auto& [name, instances] : by_bucket) {
         WhatIfRow row;
         row.bucket = name;
         row.scope = instances.front()->key.scope;
-        row.instances = instances;
         row.old_mrps = current_limit(name, instances, current).limit_mrps;
         row.new_mrps = row.old_mrps;
         auto p = proposed.buckets.find(name);
@@ -173,8 +165,42 @@ WhatIf what_if(const std::vector<Series>& history, const control::Limits& curren
             row.new_mrps = p->second.limit_mrps;
         if (row.old_mrps) row.old_replay = replay(instances, *row.old_mrps, since_s, until_s);
         if (row.new_mrps) row.new_replay = replay(instances, *row.new_mrps, since_s, until_s);
+        row.chart_peak.assign(kChartSteps, -1);
+        row.chart_mean.assign(kChartSteps, -1);
+        for (const Series* s : instances) {
+            for (const Sample& smp : s->samples) {
+                if (smp.ticks <= 0 || smp.start_s < since_s || smp.start_s >= until_s) continue;
+                auto b = static_cast<std::size_t>(static_cast<double>(smp.start_s - since_s) /
+                                                  span * kChartSteps);
+                b = std::min<std::size_t>(b, kChartSteps - 1);
+                row.chart_peak[b] = std::max(row.chart_peak[b], smp.offered.peak);
+                row.chart_mean[b] = std::max(row.chart_mean[b], smp.offered.mean);
+            }
+        }
         w.rows.push_back(std::move(row));
     }
+}
+
+}  // namespace
+
+WhatIf what_if(const std::vector<Series>& history, const control::Limits& current,
+               const control::Limits& proposed, std::int64_t since_s, std::int64_t until_s) {
+    WhatIf w;
+    w.since_s = since_s;
+    w.until_s = until_s;
+    add_rows(w, history, current, proposed);
+    return w;
+}
+
+WhatIf what_if(HistorySource& history, const control::Limits& current,
+               const control::Limits& proposed, std::int64_t since_s, std::int64_t until_s,
+               std::size_t slice) {
+    WhatIf w;
+    w.since_s = since_s;
+    w.until_s = until_s;
+    // Slices in name order, each's rows in name order: the rows come out as from one read.
+    for (const auto& part : slices(history.buckets(since_s, until_s), slice))
+        add_rows(w, history.read(since_s, until_s, part), current, proposed);
     return w;
 }
 

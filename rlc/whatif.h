@@ -3,6 +3,7 @@
 // JSON, HTML with inline SVG) are strings.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,8 +33,13 @@ struct WhatIfRow {
     std::optional<Scope> scope;
     std::optional<std::uint64_t> old_mrps, new_mrps;  // none: no limit known / proposed
     std::optional<Replay> old_replay, new_replay;
-    std::vector<const Series*> instances;  // for the chart (point into the history passed in)
+    // For the chart, per time step (kChartSteps over the window): the highest peak and mean
+    // offered rate of any instance, -1 where none has a sample. Kept instead of the
+    // history, which what-if reads a slice at a time.
+    std::vector<double> chart_peak, chart_mean;
 };
+
+inline constexpr std::size_t kChartSteps = 450;
 
 struct WhatIf {
     std::int64_t since_s = 0, until_s = 0;
@@ -41,9 +47,13 @@ struct WhatIf {
 };
 
 // Old limits: the current limits file's, else the last recorded. New: the proposed file's,
-// else the old (unchanged). `history` must outlive the result.
+// else the old (unchanged).
 WhatIf what_if(const std::vector<Series>& history, const control::Limits& current,
                const control::Limits& proposed, std::int64_t since_s, std::int64_t until_s);
+// The same, reading `history` `slice` buckets at a time: memory is bounded by a slice.
+WhatIf what_if(HistorySource& history, const control::Limits& current,
+               const control::Limits& proposed, std::int64_t since_s, std::int64_t until_s,
+               std::size_t slice = kSliceBuckets);
 
 std::string render_whatif_table(const WhatIf& w);
 std::string render_whatif_json(const WhatIf& w);

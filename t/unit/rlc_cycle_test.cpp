@@ -176,6 +176,48 @@ TEST(Cycle, AHandEditedEntryRestartsTheRolloutFromTheFile) {
     EXPECT_TRUE(p.notes.empty());
 }
 
+TEST(Cycle, ASlicedCycleIsTheWholeCycleReadAFewBucketsAtATime) {
+    TempDir d;
+    Config cfg = config(d);
+    auto current = daemon::parse_limits(kLimits, "limits.yaml");
+    ASSERT_TRUE(current.ok) << current.error;
+    std::vector<Series> h = history();
+    h.push_back(make_series(zone("edge", "eu", "a"), kSince, kNow, flat(40)));
+    h.push_back(make_series(zone("edge", "eu", "b"), kSince, kNow, flat(60)));
+    h.push_back(make_series(global("gone"), kSince - kWeek, kSince, flat(9)));  // before the window
+    // A bucket with a rollout state but no history any more: planned all the same.
+    BucketState s;
+    s.bucket = "retired";
+    s.stage = Stage::Shadow;
+    s.limit_mrps = 50000;
+    s.since_s = kNow - kDay;
+    current.limits.buckets["retired"].limit_mrps = 50000;
+    current.limits.buckets["retired"].mode = Mode::Shadow;
+    const std::map<std::string, BucketState> states = {{"retired", s}};
+
+    // The whole window at once, as cycles read it before slices.
+    const std::vector<Series> window = MemoryHistory(h).read(kSince, kNow);
+    const Plan whole = plan_cycle(cfg, window, current.limits, states, kNow, false);
+    ASSERT_EQ(whole.rows.size(), 6u);  // api edge partner-acme retired search young; bots skipped
+    for (std::size_t slice : {1, 2, 3, 100}) {
+        MemoryHistory source(h);
+        Plan p = plan_cycle(cfg, source, current.limits, states, kNow, false, slice);
+        EXPECT_EQ(render_plan(p), render_plan(whole)) << "slice " << slice;
+        EXPECT_TRUE(p.after.buckets == whole.after.buckets);
+        // Every name once, in order, no read larger than a slice, and only what it needs:
+        // "gone" has nothing in the window.
+        std::vector<std::string> names;
+        for (const auto& r : source.reads) {
+            EXPECT_LE(r.size(), slice);
+            EXPECT_FALSE(r.empty());
+            names.insert(names.end(), r.begin(), r.end());
+        }
+        EXPECT_EQ(names, (std::vector<std::string>{"api", "bots", "edge", "partner-acme", "retired",
+                                                   "search", "young"}))
+            << "slice " << slice;
+    }
+}
+
 TEST(Cycle, CurrentLimitIsTheFilesElseTheLastRecorded) {
     Series s = make_series(global("api"), kSince, kNow, flat(100));
     s.samples.back().limit_rps = 250;

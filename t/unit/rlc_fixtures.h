@@ -3,10 +3,12 @@
 // peak offered = mean offered = f(sample start) unless the shape says otherwise.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -75,13 +77,31 @@ inline std::function<double(std::int64_t)> spike(double base, std::int64_t at_s,
     return [=](std::int64_t t) { return t >= at_s && t < at_s + len_s ? height : base; };
 }
 
-// In memory, as the store would answer: instances with a sample in [since, until).
+// In memory, as the store would answer: instances with a sample in [since, until), in
+// InstanceKey order; counts the slice reads so that tests can check how a caller reads.
 class MemoryHistory : public HistorySource {
   public:
-    explicit MemoryHistory(std::vector<Series> s) : series_(std::move(s)) {}
-    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s) override {
+    explicit MemoryHistory(std::vector<Series> s) : series_(std::move(s)) {
+        std::sort(series_.begin(), series_.end(),
+                  [](const Series& a, const Series& b) { return a.key < b.key; });
+    }
+    std::vector<std::string> buckets(std::int64_t since_s, std::int64_t until_s) override {
+        std::set<std::string> names;
+        for (const auto& s : series_)
+            for (const auto& smp : s.samples)
+                if (smp.start_s >= since_s && smp.start_s < until_s) {
+                    names.insert(s.key.bucket);
+                    break;
+                }
+        return {names.begin(), names.end()};
+    }
+    std::vector<Series> read(std::int64_t since_s, std::int64_t until_s,
+                             const std::vector<std::string>& buckets) override {
+        reads.push_back(buckets);
+        std::set<std::string> wanted(buckets.begin(), buckets.end());
         std::vector<Series> out;
         for (const auto& s : series_) {
+            if (!wanted.count(s.key.bucket)) continue;
             Series r;
             r.key = s.key;
             for (const auto& smp : s.samples)
@@ -90,6 +110,9 @@ class MemoryHistory : public HistorySource {
         }
         return out;
     }
+    using HistorySource::read;
+
+    std::vector<std::vector<std::string>> reads;  // the names of every read(), in order
 
   private:
     std::vector<Series> series_;

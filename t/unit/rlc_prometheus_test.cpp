@@ -99,6 +99,39 @@ TEST(RlcPrometheus, AnswersFoldIntoOneSeriesPerInstanceAtWindowStarts) {
     EXPECT_EQ(s[1].samples[0].mode, Mode::Shadow);
 }
 
+TEST(RlcPrometheus, ASliceIsALabelMatcherInEveryQuery) {
+    EXPECT_EQ(prom_selector({}), "");
+    // Prometheus anchors the regex; a dot is a literal dot (escaped once for the regex,
+    // once more for the PromQL string).
+    EXPECT_EQ(prom_selector({"api", "search.v2"}), R"({bucket=~"api|search\\.v2"})");
+    std::string sel = prom_selector({"api"});
+    EXPECT_EQ(prom_query(PromField::OfferedMean, 60, 15, sel).substr(0, 62),
+              R"(avg_over_time(grl_bucket_offered_rps{bucket=~"api"}[60s]) * on)");
+    std::string dropped = prom_query(PromField::DroppedPeak, 60, 15, sel);
+    EXPECT_NE(dropped.find(R"(grl_bucket_offered_rps{bucket=~"api"} - )"
+                           R"(grl_bucket_admitted_rps{bucket=~"api"})[60s:15s])"),
+              std::string::npos)
+        << dropped;
+    for (int f = 0; f < kPromFields; ++f)
+        EXPECT_NE(prom_query(static_cast<PromField>(f), 60, 15, sel).find(sel), std::string::npos)
+            << f;
+}
+
+TEST(RlcPrometheus, LabelValuesAreTheBucketNamesInOrder) {
+    EXPECT_EQ(prom_label_values(R"({"status":"success","data":["search","api","api"]})", "q"),
+              (std::vector<std::string>{"api", "search"}));
+    EXPECT_TRUE(prom_label_values(R"({"status":"success","data":[]})", "q").empty());
+    try {
+        prom_label_values(R"({"status":"error","errorType":"bad_data","error":"bad match[]"})",
+                          "http://p:9090 label values of bucket");
+        FAIL();
+    } catch (const std::runtime_error& e) {
+        EXPECT_STREQ(e.what(), "http://p:9090 label values of bucket: bad_data: bad match[]");
+    }
+    EXPECT_THROW(prom_label_values("<html>", "q"), std::runtime_error);
+    EXPECT_THROW(prom_label_values(R"({"status":"success","data":[1]})", "q"), std::runtime_error);
+}
+
 TEST(RlcPrometheus, AnErrorAnswerIsAnErrorNamingTheQuery) {
     PromAssembler a(60);
     try {

@@ -317,6 +317,127 @@ TEST(RlcStore, RollupFoldsWholeOldHoursAndLeavesTheRestAlone) {
     EXPECT_EQ(st.rollup(2 * 3600 + 1800), 0);  // idempotent
 }
 
+// The store in bucket slices (cycles and what-if read ~50 buckets at a time): buckets()
+// lists exactly the buckets with samples in the range; read() of a slice returns exactly
+// the rows of its buckets, instances in key order, samples ascending, gaps kept as gaps.
+std::vector<Series> slice_fixture() {
+    std::vector<Series> out;
+    auto instance = [&](InstanceKey k, std::vector<std::int64_t> starts) {
+        Series s{std::move(k), {}};
+        for (std::int64_t t : starts) s.samples.push_back(sample(t, 10 + t / 60, 20 + t / 60));
+        out.push_back(std::move(s));
+    };
+    // Written out of key and time order, so that the order read is the store's doing.
+    instance({"search", Scope::Global, "", ""}, {300, 60, 120});
+    instance({"api", Scope::Zone, "eu", "b"}, {120, 60, 240});  // 180 missing: a gap
+    instance({"api", Scope::Global, "", ""}, {60, 120, 180});
+    instance({"api", Scope::Zone, "eu", "a"}, {60});
+    instance({"api.v2", Scope::Region, "eu", ""}, {60, 120});
+    instance({"old", Scope::Global, "", ""}, {0});  // before the range read below
+    return out;
+}
+
+TEST(RlcStore, BucketsListsExactlyThoseWithSamplesInTheRangeInNameOrder) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    st.write(slice_fixture(), WriteMode::Replace);
+    EXPECT_EQ(st.buckets(60, 1000), (std::vector<std::string>{"api", "api.v2", "search"}));
+    EXPECT_EQ(st.buckets(0, 60), (std::vector<std::string>{"old"}));
+    EXPECT_EQ(st.buckets(250, 300), (std::vector<std::string>{}));  // [since, until)
+    EXPECT_EQ(st.buckets(240, 301), (std::vector<std::string>{"api", "search"}));
+}
+
+TEST(RlcStore, ASliceReadReturnsExactlyTheRowsOfItsBuckets) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    const std::vector<Series> written = slice_fixture();
+    st.write(written, WriteMode::Replace);
+
+    std::vector<Series> got = st.read(60, 1000, {"api", "search"});
+    ASSERT_EQ(got.size(), 4u);
+    // Instances in InstanceKey order: bucket, then global < region < zone, region, zone.
+    EXPECT_EQ(got[0].key, (InstanceKey{"api", Scope::Global, "", ""}));
+    EXPECT_EQ(got[1].key, (InstanceKey{"api", Scope::Zone, "eu", "a"}));
+    EXPECT_EQ(got[2].key, (InstanceKey{"api", Scope::Zone, "eu", "b"}));
+    EXPECT_EQ(got[3].key, (InstanceKey{"search", Scope::Global, "", ""}));
+    auto starts = [](const Series& s) {
+        std::vector<std::int64_t> out;
+        for (const Sample& x : s.samples) out.push_back(x.start_s);
+        return out;
+    };
+    EXPECT_EQ(starts(got[0]), (std::vector<std::int64_t>{60, 120, 180}));
+    EXPECT_EQ(starts(got[1]), (std::vector<std::int64_t>{60}));
+    EXPECT_EQ(starts(got[2]), (std::vector<std::int64_t>{60, 120, 240}));  // the gap stays one
+    EXPECT_EQ(starts(got[3]), (std::vector<std::int64_t>{60, 120, 300}));
+    // Every field as written (the sample of eu/b at 240 carries its own figures).
+    const Sample& x = got[2].samples[2];
+    EXPECT_DOUBLE_EQ(x.offered.mean, 14);
+    EXPECT_DOUBLE_EQ(x.offered.peak, 24);
+    EXPECT_DOUBLE_EQ(x.admitted.mean, 14 * 0.75);
+    EXPECT_DOUBLE_EQ(x.dropped.peak, 24 * 0.5);
+    EXPECT_DOUBLE_EQ(x.shadow_dropped.peak, 2.5);
+    EXPECT_DOUBLE_EQ(x.limit_rps, 300);
+    EXPECT_DOUBLE_EQ(x.ratio, 0.125);
+    EXPECT_EQ(x.ticks, 60);
+
+    // A slice is the whole read restricted to its buckets, sample for sample.
+    std::vector<Series> all = st.read(60, 1000);
+    std::vector<Series> rest = st.read(60, 1000, {"api.v2"});
+    ASSERT_EQ(all.size(), got.size() + rest.size());
+    ASSERT_EQ(rest.size(), 1u);
+    EXPECT_EQ(all[3].key, rest[0].key);  // "api" < "api.v2" < "search"
+    EXPECT_EQ(starts(all[3]), starts(rest[0]));
+
+    // The range applies within a slice too; an instance with nothing in it is left out.
+    std::vector<Series> late = st.read(200, 1000, {"api"});
+    ASSERT_EQ(late.size(), 1u);
+    EXPECT_EQ(late[0].key, (InstanceKey{"api", Scope::Zone, "eu", "b"}));
+    EXPECT_EQ(starts(late[0]), (std::vector<std::int64_t>{240}));
+}
+
+TEST(RlcStore, ASliceOfUnknownNamesOrNoNamesReadsNothing) {
+    TempDir d;
+    Store st(d.file("h.db"));
+    st.write(slice_fixture(), WriteMode::Replace);
+    EXPECT_TRUE(st.read(0, 1000, {"nope", "ap", "api%", "\"api\""}).empty());
+    EXPECT_TRUE(st.read(0, 1000, {}).empty());
+    EXPECT_TRUE(st.read(60, 1000, {"old"}).empty());  // known, but nothing in the range
+    // The statement is reused: a read after an empty one still answers.
+    EXPECT_EQ(st.read(0, 1000, {"old"}).size(), 1u);
+}
+
+std::string query_plan(const std::string& file, const std::string& sql) {
+    sqlite3* db = nullptr;
+    if (sqlite3_open(file.c_str(), &db) != SQLITE_OK) return "cannot open " + file;
+    sqlite3_stmt* q = nullptr;
+    std::string full = "EXPLAIN QUERY PLAN " + sql, plan;
+    if (sqlite3_prepare_v2(db, full.c_str(), -1, &q, nullptr) != SQLITE_OK)
+        plan = std::string("cannot prepare: ") + sqlite3_errmsg(db);
+    while (q && sqlite3_step(q) == SQLITE_ROW)
+        plan += reinterpret_cast<const char*>(sqlite3_column_text(q, 3)) + std::string("\n");
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return plan;
+}
+
+TEST(RlcStore, ASliceReadIsTwoIndexedQueriesWithoutASort) {
+    TempDir d;
+    { Store st(d.file("h.db")); }
+    std::string plan = query_plan(d.file("h.db"), slice_instances_sql());
+    EXPECT_NE(plan.find("SEARCH instances USING COVERING INDEX sqlite_autoindex_instances_1 "
+                        "(bucket=?)"),
+              std::string::npos)
+        << plan;
+    EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;  // no sort
+    plan = query_plan(d.file("h.db"), slice_samples_sql());
+    EXPECT_NE(plan.find("SEARCH samples USING PRIMARY KEY (instance=? AND start_s>? AND "
+                        "start_s<?)"),
+              std::string::npos)
+        << plan;
+    EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
+    EXPECT_EQ(plan.find("SCAN samples"), std::string::npos) << plan;
+}
+
 TEST(RlcStore, ErrorsNameTheFile) {
     TempDir d;
     try {
