@@ -151,8 +151,8 @@ void add_synth(CLI::App& app) {
             std::int64_t start = synth_start_s(spec);
             std::cout << "synth: " << o->buckets.size() << " bucket(s), " << samples
                       << " samples from " << format_time(start) << " to "
-                      << format_time(start + spec.weeks * 7 * 86400) << " written to " << o->store
-                      << "\n";
+                      << format_time(start + std::int64_t{spec.weeks} * 7 * 86400) << " written to "
+                      << o->store << "\n";
         });
     });
 }

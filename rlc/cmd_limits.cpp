@@ -162,7 +162,8 @@ void cmd_diff(const Options& o, std::int64_t a, std::int64_t b) {
         if (!o.config.empty()) cfg = std::make_unique<Config>(load_config(o.config));
         VersionStore store(store_path(o, cfg.get()));
         control::Limits la, lb;
-        for (auto [id, out] : {std::pair{a, &la}, std::pair{b, &lb}}) {
+        for (auto [which, out] : {std::pair{a, &la}, std::pair{b, &lb}}) {
+            const auto id = which;  // a plain variable: lambdas cannot capture bindings (C++17)
             auto v = store.get(id);
             if (!v)
                 fail(store.path() + ": no version " + std::to_string(id) +

@@ -32,7 +32,7 @@ struct Config {
     std::string store;        // SQLite file: history and versions ("" if not set)
     std::string limits_file;  // the controllers' limits file this writes, or etcd://HOST:PORT/KEY
     std::string etcd;         // "" or etcd://HOST:PORT/KEY: every version is also put there
-    std::int64_t window_s = 28 * 86400;
+    std::int64_t window_s = 28LL * 86400;
     std::string quota_file;  // "" if none
     double step_guard = 0.5;
     RolloutOptions rollout;

@@ -177,7 +177,7 @@ Sample parse_sample(const Row& r, InstanceKey& key) {
     if (!t) r.fail(kStart, t.error);
     s.start_s = t.value;
     s.length_s = static_cast<std::int32_t>(r.integer(kLength, 60, 1, 86400));
-    s.ticks = static_cast<std::int32_t>(r.integer(kTicks, s.length_s, 1, 86400 * 1000));
+    s.ticks = static_cast<std::int32_t>(r.integer(kTicks, s.length_s, 1, 86400LL * 1000));
     if (!r.cell(kOfferedMean)) r.fail(kOfferedMean, "missing");
     s.offered = rate(r, kOfferedMean, kOfferedPeak, 0, 0);
     s.dropped = rate(r, kDroppedMean, kDroppedPeak, 0, 0);

@@ -4,11 +4,19 @@
 
 #include "commands.h"
 
+#include <cstdio>
+#include <exception>
+
 int main(int argc, char** argv) {
-    CLI::App app{"grl-rlc: limits that follow real traffic (docs/rlc.md)"};
-    app.require_subcommand(1);
-    grl::rlc::add_history_commands(app);
-    grl::rlc::add_limits_commands(app);
-    CLI11_PARSE(app, argc, argv);
-    return 0;
+    try {
+        CLI::App app{"grl-rlc: limits that follow real traffic (docs/rlc.md)"};
+        app.require_subcommand(1);
+        grl::rlc::add_history_commands(app);
+        grl::rlc::add_limits_commands(app);
+        CLI11_PARSE(app, argc, argv);
+        return 0;
+    } catch (const std::exception& e) {  // the commands report their own errors; a last guard
+        std::fprintf(stderr, "grl-rlc: %s\n", e.what());
+        return 1;
+    }
 }

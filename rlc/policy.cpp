@@ -60,7 +60,7 @@ std::optional<std::int64_t> parse_duration_s(const std::string& s) {
     else if (unit == "d")
         mult = 86400;
     else if (unit == "w")
-        mult = 7 * 86400;
+        mult = 7LL * 86400;
     else
         return std::nullopt;
     return n * mult;

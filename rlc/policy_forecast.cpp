@@ -25,7 +25,7 @@ namespace grl::rlc {
 
 namespace {
 
-constexpr std::int64_t kWeek = 7 * 86400;
+constexpr std::int64_t kWeek = 7LL * 86400;
 constexpr int kHours = 168;
 
 struct Forecast {
@@ -95,7 +95,7 @@ std::string fmt(double v, int digits = 1) {
 
 class ForecastPolicy : public Policy {
   public:
-    ForecastPolicy(PeakParams p, int min_weeks) : p_(std::move(p)), min_weeks_(min_weeks) {}
+    ForecastPolicy(const PeakParams& p, int min_weeks) : p_(p), min_weeks_(min_weeks) {}
 
     Proposal propose(const PolicyInput& in) const override {
         // Whole weeks of history: the window's, and every live instance's own.
@@ -179,7 +179,7 @@ std::unique_ptr<Policy> make_forecast_policy(const Params& params, const PolicyE
     PeakParams p = read_peak_params(r, env);
     int min_weeks = r.count("min_weeks", 2, 1, 52);
     r.finish();
-    return std::make_unique<ForecastPolicy>(std::move(p), min_weeks);
+    return std::make_unique<ForecastPolicy>(p, min_weeks);
 }
 
 }  // namespace grl::rlc

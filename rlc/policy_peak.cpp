@@ -18,7 +18,7 @@ std::string pct_name(double p) {
 
 class PeakPolicy : public Policy {
   public:
-    explicit PeakPolicy(PeakParams p) : p_(std::move(p)) {}
+    explicit PeakPolicy(const PeakParams& p) : p_(p) {}
     Proposal propose(const PolicyInput& in) const override { return propose_peak(p_, in, "peak"); }
 
   private:
@@ -35,7 +35,7 @@ PeakParams read_peak_params(ParamReader& r, const PolicyEnv& env) {
     p.clamps.ceiling_rps = r.rate("ceiling", std::nullopt);
     p.clamps.step = r.fraction("step", env.step_guard, 0, 100);
     p.clamps.min_change = r.fraction("min_change", p.clamps.min_change, 0, 1);
-    p.screen.min_history_s = static_cast<double>(r.duration("min_history", 7 * 86400));
+    p.screen.min_history_s = static_cast<double>(r.duration("min_history", 7LL * 86400));
     p.screen.min_coverage = r.fraction("min_coverage", p.screen.min_coverage, 0, 1);
     return p;
 }
@@ -90,7 +90,7 @@ std::unique_ptr<Policy> make_peak_policy(const Params& params, const PolicyEnv& 
     ParamReader r(params, "policy peak");
     PeakParams p = read_peak_params(r, env);
     r.finish();
-    return std::make_unique<PeakPolicy>(std::move(p));
+    return std::make_unique<PeakPolicy>(p);
 }
 
 }  // namespace grl::rlc

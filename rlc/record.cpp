@@ -254,7 +254,7 @@ int run_record(const RecordOptions& opt) {
 
         if (opt.retention_s > 0 && mono_ms() >= next_prune) {
             // Hourly: retention is in days, and a pass over the whole file is not free.
-            next_prune = mono_ms() + 3600 * 1000;
+            next_prune = mono_ms() + 3600ULL * 1000;
             try {
                 std::int64_t n = store.prune(t / 1000 - opt.retention_s);
                 if (n > 0)

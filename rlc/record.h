@@ -13,7 +13,7 @@ struct RecordOptions {
     std::vector<std::string> controllers;  // HOST:PORT of each controller's --metrics-bind
     std::int32_t interval_s = 60;
     std::int64_t poll_ms = 1000;
-    std::int64_t retention_s = 35 * 86400;
+    std::int64_t retention_s = 35LL * 86400;
     std::int64_t rollup_after_s = 0;  // fold older samples into hourly rows (0: never)
     // Stop after this long (0: until a signal); for tests and benchmarks.
     std::int64_t duration_ms = 0;

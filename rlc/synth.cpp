@@ -39,7 +39,7 @@ std::int64_t day0_s(const SynthSpec& spec) {
 bool in_gap(const SynthSpec& spec, std::int64_t t) {
     const std::int64_t d0 = day0_s(spec);
     for (const Gap& g : spec.gaps) {
-        std::int64_t from = d0 + g.day * kDay + g.hour * 3600;
+        std::int64_t from = d0 + g.day * kDay + std::int64_t{g.hour} * 3600;
         if (t >= from && t < from + static_cast<std::int64_t>(g.hours) * 3600) return true;
     }
     return false;
@@ -104,7 +104,7 @@ double synth_level(const SynthSpec& spec, std::int64_t t) {
                    (1.0 + spec.weekly * std::cos(2.0 * kPi * (week_pos - 2.5) / 7.0));
     const std::int64_t d0 = day0_s(spec);
     for (const Spike& sp : spec.spikes) {
-        std::int64_t from = d0 + sp.day * kDay + sp.hour * 3600;
+        std::int64_t from = d0 + sp.day * kDay + std::int64_t{sp.hour} * 3600;
         if (t >= from && t < from + 3600) level *= sp.factor;
     }
     return std::max(0.0, level);

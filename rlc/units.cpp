@@ -9,9 +9,9 @@ namespace grl::rlc {
 namespace {
 
 template <typename T>
-Parsed<T> fail(std::string msg) {
+Parsed<T> fail(const std::string& msg) {
     Parsed<T> p;
-    p.error = std::move(msg);
+    p.error = msg;
     return p;
 }
 
@@ -76,7 +76,8 @@ Parsed<std::int64_t> parse_time_s(std::string_view s) {
         return fail<std::int64_t>(bad + " (only UTC: end with Z or +00:00)");
     if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60)
         return fail<std::int64_t>(bad);
-    std::int64_t t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+    std::int64_t t =
+        days_from_civil(y, mo, d) * 86400 + std::int64_t{h} * 3600 + std::int64_t{mi} * 60 + se;
     if (t < 0) return fail<std::int64_t>(bad + " (before 1970)");
     return ok(t);
 }
