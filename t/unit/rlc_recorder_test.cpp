@@ -137,7 +137,8 @@ TEST(RlcRecorder, LimitAndModeAreThoseAtTheEndOfTheInterval) {
     b.mode = Mode::Shadow;
     rec.poll(1000, {report("c", {a})});
     rec.poll(2000, {report("c", {b})});
-    const Sample& s = rec.take_closed(10000).at(0).samples.at(0);
+    const Sample s =
+        rec.take_closed(10000).at(0).samples.at(0);  // a copy: the rows are a temporary
     EXPECT_EQ(s.limit_rps, 80);
     EXPECT_EQ(s.mode, Mode::Shadow);
 }
@@ -153,13 +154,14 @@ TEST(RlcRecorder, CandidateWouldDropsFoldIntoMeanAndPeakAndItsLimitIsTheNewest) 
     rec.poll(1000, {report("c", {a})});
     rec.poll(2000, {report("c", {b})});
     rec.poll(3000, {report("c", {c})});
-    const Sample& s = rec.take_closed(10000).at(0).samples.at(0);
+    const Sample s =
+        rec.take_closed(10000).at(0).samples.at(0);  // a copy: the rows are a temporary
     EXPECT_EQ(s.candidate_limit_rps, 80);
     EXPECT_DOUBLE_EQ(s.candidate_would_drop.mean, 20);
     EXPECT_DOUBLE_EQ(s.candidate_would_drop.peak, 30);
     // Without a candidate: -1 and zeros.
     rec.poll(11000, {report("c", {obs(kApi, 100)})});
-    const Sample& none = rec.take_closed(20000).at(0).samples.at(0);
+    const Sample none = rec.take_closed(20000).at(0).samples.at(0);
     EXPECT_EQ(none.candidate_limit_rps, -1);
     EXPECT_DOUBLE_EQ(none.candidate_would_drop.peak, 0);
 }
