@@ -57,6 +57,17 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_duration(app, "--peer-hold", c.opts.peer_hold_ms, 0, 24ULL * 3600000,
                       "a region whose peers all went silent (a partition) keeps its last usage "
                       "in global sums this long (0: leaves with its peers)");
+    cli::add_duration(app, "--max-skew", c.opts.max_skew_ms, 1000, 3600000,
+                      "refuse usage and overrides stamped further ahead of this clock (they would "
+                      "win over every genuine message)");
+    cli::add_count(app, "--max-zone-hosts", c.opts.max_zone_hosts, 1, 100000000,
+                   "refuse a zone usage claiming more hosts");
+    cli::add_count(app, "--max-region-hosts", c.opts.max_region_hosts, 1, 1000000000,
+                   "refuse a region usage claiming more hosts");
+    cli::add_count(app, "--max-zones", c.opts.max_zones, 1, 1000000,
+                   "zones held at once; usage from a new zone is refused while full");
+    cli::add_count(app, "--max-peers", c.opts.max_peers, 1, 100000,
+                   "peer controllers held at once; usage from a new peer is refused while full");
     cli::add_text(app, "--state-file", c.state_file, "FILE",
                   "keep overrides and run-time buckets here across restarts (written atomically "
                   "at each change)");

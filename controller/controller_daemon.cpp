@@ -58,6 +58,7 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       ignored_log_(10000),
       future_log_(10000),
       hosts_log_(10000),
+      full_log_(10000),
       overrides_log_(10000),
       send_log_(10000),
       // A binding lapses when its zone would have left the sums.
@@ -244,6 +245,7 @@ void Daemon::log_refusal(control::Accepted a, const control::Clock& t) {
         case control::Accepted::TooManyHosts:
             hosts_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
             break;
+        case control::Accepted::Full: full_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms); break;
         default: break;
     }
 }
@@ -703,9 +705,11 @@ std::string Daemon::metrics() {
     for (const char* k : {"zone_usage", "region_usage", "admin_request"})
         m.sample("grl_controller_messages_malformed_total", {{"kind", k}},
                  static_cast<double>(malformed_[k]));
-    m.family("grl_controller_messages_ignored_total", "counter",
-             "Valid messages not used (older than the one held, other region, our own) or "
-             "refused (future: stamped too far ahead of our clock; too_many_hosts).");
+    m.family(
+        "grl_controller_messages_ignored_total", "counter",
+        "Valid messages not used (older than the one held, other region, our own) or "
+        "refused (future: stamped too far ahead of our clock; too_many_hosts; full: a new zone or "
+        "peer while --max-zones / --max-peers are held).");
     for (const auto& [k, n] : ignored_) {
         auto slash = k.find('/');
         m.sample("grl_controller_messages_ignored_total",

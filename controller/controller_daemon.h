@@ -122,6 +122,7 @@ class Daemon {
     daemon::LogLimiter ignored_log_;
     daemon::LogLimiter future_log_;     // messages stamped too far ahead
     daemon::LogLimiter hosts_log_;      // messages claiming too many hosts
+    daemon::LogLimiter full_log_;       // a new zone or peer while the table is full
     daemon::LogLimiter overrides_log_;  // override entries stamped too far ahead
     daemon::LogLimiter send_log_;
     // With CURVE: which zone each collector key sends usage for (first come, one to one).

@@ -337,6 +337,41 @@ def test_untrusted_stamps_and_counts_are_refused_counted_and_logged(fleet):
         ctx.destroy(0)
 
 
+def test_a_full_zone_table_refuses_new_zones_and_keeps_the_held_ones(fleet):
+    """--max-zones bounds what a flood of made-up zone names can cost the controller: usage
+    from a zone beyond the bound is refused, counted and logged (rate-limited); the zone it
+    already holds keeps its ratio."""
+    ctl = fleet.controller(extra=["--max-zones", "1"])
+    col = fleet.collector("z1", [ctl])
+    ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
+    fleet.wait_hosts(ctl, 2)
+    load = f.Load([(ns[0], 2), (ns[1], 1)], "150:20", "/g/x")
+    ctx = zmq.Context()
+    try:
+        f.wait_nginx_bucket(ns, "g", lambda b: near(b["ratio"], 1 / 3), 10)
+        push_ctl = ctx.socket(zmq.PUSH)
+        push_ctl.connect(ctl.usage)
+        n = 50
+        for i in range(n):
+            push_ctl.send(zone_usage(ts_ms=int(time.time() * 1000), zone="flood%d" % i, seq=1))
+        f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_messages_ignored_total",
+                                        kind="zone_usage", reason="full") == n,
+                       5, what="every zone beyond --max-zones counted")
+        time.sleep(1)
+        m = ctl.metrics()
+        assert f.metric(m, "grl_controller_zones", state="fresh") == 1
+        assert near(f.metric(m, "grl_bucket_ratio", bucket="g", scope="global"), 1 / 3)
+        for x in ns:
+            assert near(x.bucket("g")["ratio"], 1 / 3)
+        log = ctl.log()
+        assert ("zone usage from evil (zone flood0) refused: this controller already holds 1 "
+                "zones (--max-zones)") in log
+        assert log.count("already holds 1 zones") <= 2
+    finally:
+        load.stop()
+        ctx.destroy(0)
+
+
 def test_reload_storm_counts_every_request_once(fleet):
     """20 reloads of an nginx with grl under load, beside a plain nginx (no bucket) reloaded
     the same way: the bucket's counters only grow and count each request that reached nginx
