@@ -48,6 +48,7 @@ struct Options {
     // serve
     std::string every = "1h";
     std::string poll = "1m";
+    RecordArgs rec;  // serve --controller ...: record the fleet too
 };
 
 // An error already explained on stderr: the command exits with `code`.
@@ -275,6 +276,28 @@ void cmd_serve(const Options& o) {
     guarded([&] { cfg = std::make_unique<Config>(load_config(o.config)); });
     std::signal(SIGINT, [](int) { g_stop = true; });
     std::signal(SIGTERM, [](int) { g_stop = true; });
+    // With --controller, serve is the whole configurator in one process: a thread records the
+    // controllers into the same store (its own SQLite connection; WAL lets the cycles read
+    // meanwhile) while this one runs the cycles.
+    std::thread recorder;
+    std::atomic<int> record_status{0};
+    if (!o.rec.controllers.empty()) {
+        RecordOptions r = to_record_options("serve", o.rec, "record-");
+        r.store = store_path(o, cfg.get());
+        r.stop = &g_stop;
+        // Created here, before the first cycle reads it; a store that cannot be opened is
+        // an error now rather than a thread's.
+        guarded([&] { Store created(r.store); });
+        recorder = std::thread([r, &record_status] {
+            try {
+                record_status = run_record(r);
+            } catch (const std::exception& e) {
+                daemon::log_error(std::string("recording stopped: ") + e.what());
+                record_status = 1;
+            }
+            if (record_status != 0) g_stop = true;  // no history, no cycles worth running
+        });
+    }
     std::int64_t cfg_mtime = mtime_of(o.config), quota_mtime = mtime_of(cfg->quota_file);
     std::set<std::string> known;
     std::string why = "start";
@@ -323,7 +346,9 @@ void cmd_serve(const Options& o) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+    if (recorder.joinable()) recorder.join();
     daemon::log_info("stopped");
+    if (record_status != 0) throw CLI::RuntimeError(record_status);
 }
 
 }  // namespace
@@ -362,6 +387,7 @@ void add_limits_commands(CLI::App& app) {
     serve->add_option("--poll", o->poll,
                       "how often to look for new buckets in the history (default: 1m)");
     serve->add_option("--author", o->author, "recorded with each version (default: $USER)");
+    add_record_args(serve, o->rec, false, "record-");
     add_slice(serve, *o);
     serve->callback([o] { cmd_serve(*o); });
 
