@@ -37,8 +37,17 @@ class Daemon {
     void reload_limits(const char* why);  // SIGHUP
 
   private:
+    // One SUB socket per --peer: what arrives on a connection comes from that endpoint (and,
+    // with CURVE, from the holder of the server key), so each connection is bound to the one
+    // controller it first speaks for and cannot speak for another (peer_sources_).
+    struct Peer {
+        std::string endpoint;
+        daemon::Socket sock;
+        std::unique_ptr<daemon::HandshakeWatch> watch;  // with CURVE
+    };
+
     void on_usage();
-    void on_peers();
+    void on_peers(Peer& p);
     void on_admin();
     void log_refusal(control::Accepted a, const control::Clock& t);
     void tick();
@@ -63,8 +72,7 @@ class Daemon {
     daemon::Socket pull_;
     daemon::Socket pub_;
     daemon::Socket admin_;
-    daemon::Socket peers_;
-    std::unique_ptr<daemon::HandshakeWatch> peers_watch_;  // with CURVE to the peers
+    std::vector<std::unique_ptr<Peer>> peers_;
     std::unique_ptr<daemon::MetricsServer> http_;
     std::string usage_ep_, publish_ep_, admin_ep_;
 
@@ -127,6 +135,8 @@ class Daemon {
     daemon::LogLimiter send_log_;
     // With CURVE: which zone each collector key sends usage for (first come, one to one).
     KeyBindings zone_keys_;
+    // Which controller (source) each peer connection speaks for.
+    KeyBindings peer_sources_;
 };
 
 }  // namespace grl::controller
