@@ -202,11 +202,9 @@ void Daemon::on_usage() {
         }
         bool early = ctl_.brings_new_rates(zone_usage_, t);
         control::Accepted a = ctl_.on_zone_usage(zone_usage_, t, &why_);
-        if (a == control::Accepted::Yes && early &&
-            t.mono_ms >= last_early_tick_ + cfg_.opts.interval_ms / 4) {
+        if (a == control::Accepted::Yes && early && early_tick_.due(t.mono_ms)) {
             // First rates of a bucket (after a start or a restart): publish now, not at the
             // next tick. Rate-limited to four extra ticks per interval.
-            last_early_tick_ = t.mono_ms;
             tick();
         }
         if (a != control::Accepted::Yes) {

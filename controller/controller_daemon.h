@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "grl/control.h"
+#include "grl/early.h"
 #include "grl/key_bindings.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/etcd_watch.h"
@@ -117,7 +118,7 @@ class Daemon {
     bool state_ok_ = true;     // false: the last write failed, or the file read at start was bad
     std::uint64_t state_writes_ = 0;
     std::uint64_t last_publish_mono_ = 0;
-    std::uint64_t last_early_tick_ = 0;
+    EarlyTick early_tick_{cfg_.opts.interval_ms};  // first rates of a bucket: tick at once
     std::uint64_t admin_requests_ = 0;
     std::uint64_t admin_changes_ = 0;
     // Admin changes publish at once, but at most one tick per kAdminTickGapDivisor-th of an
