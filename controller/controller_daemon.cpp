@@ -560,7 +560,7 @@ void Daemon::start_etcd() {
     const daemon::etcd::Url& url = *cfg_.limits_etcd;
     std::optional<daemon::etcd::RangeReply> r;
     try {
-        r = daemon::etcd::Client(url).get();
+        r = daemon::etcd::Client(url, cfg_.etcd_access).get();
     } catch (const std::runtime_error& e) {
         etcd_error_ = e.what();
         ++etcd_losses_;
@@ -584,7 +584,8 @@ void Daemon::start_etcd() {
                          " yet: nginx.conf's limits apply until it is written");
     }
     etcd_ = std::make_unique<daemon::etcd::KeyWatch>(
-        loop_, url, r ? r->revision : 0, [this](const daemon::etcd::WatchEvent& e) { on_etcd(e); });
+        loop_, url, cfg_.etcd_access, r ? r->revision : 0,
+        [this](const daemon::etcd::WatchEvent& e) { on_etcd(e); });
 }
 
 // Runs in the loop's thread (KeyWatch hands events over). One line when etcd is lost, one

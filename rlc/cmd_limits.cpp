@@ -107,8 +107,8 @@ void cmd_run(const Options& o) {
         // History first: it checks that the file is a history store before our tables go in.
         auto history = open_history(store_path(o, &cfg));
         VersionStore store(store_path(o, &cfg));
-        Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file), store.states(), now,
-                               o.force, o.slice);
+        Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file, cfg.etcd_access),
+                               store.states(), now, o.force, o.slice);
         std::cout << render_plan(plan);
         if (!o.apply) {
             std::cout << "\n(not applied: --apply writes " << cfg.limits_file << ")\n";
@@ -183,7 +183,8 @@ void cmd_rollback(const Options& o, std::int64_t id) {
     guarded([&] {
         Config cfg = load_config(o.config);
         VersionStore store(store_path(o, &cfg));
-        Applied a = rollback(cfg.limits_file, cfg.etcd, store, id, author_of(o), now_of(o));
+        Applied a = rollback(cfg.limits_file, cfg.etcd, cfg.etcd_access, store, id, author_of(o),
+                             now_of(o));
         std::cout << "rolled back to version " << id << ": version " << a.version << " written to "
                   << cfg.limits_file << "\n"
                   << store.get(a.version)->diff;
@@ -200,8 +201,8 @@ void cmd_whatif(const Options& o) {
         if (!proposed.ok) fail(proposed.error);
         std::int64_t now = now_of(o);
         auto history = open_history(store_path(o, &cfg));
-        WhatIf w = what_if(*history, read_limits(cfg.limits_file), proposed.limits, now - *since,
-                           now, o.slice);
+        WhatIf w = what_if(*history, read_limits(cfg.limits_file, cfg.etcd_access), proposed.limits,
+                           now - *since, now, o.slice);
         std::cout << (o.json ? render_whatif_json(w) : render_whatif_table(w));
         if (!o.html.empty()) {
             write_atomically(o.html, render_whatif_html(w));
@@ -226,8 +227,8 @@ void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
     VersionStore store(store_path(o, &cfg));
     known.clear();
     for (auto& b : history->buckets(now - cfg.window_s, now)) known.insert(std::move(b));
-    Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file), store.states(), now, false,
-                           o.slice);
+    Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file, cfg.etcd_access),
+                           store.states(), now, false, o.slice);
     Applied a = apply_plan(cfg, store, plan, author_of(o), "grl-rlc serve: " + why);
     std::size_t proposals = 0, declined = 0;
     for (const auto& r : plan.rows) {

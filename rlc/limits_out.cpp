@@ -187,17 +187,19 @@ daemon::etcd::Url etcd_url(const std::string& target) {
 }
 }  // namespace
 
-std::optional<std::string> read_limits_text(const std::string& target) {
+std::optional<std::string> read_limits_text(const std::string& target,
+                                            const daemon::etcd::Access& access) {
     if (!daemon::etcd::is_url(target)) return read_text_file(target);
-    daemon::etcd::Client c(etcd_url(target));
+    daemon::etcd::Client c(etcd_url(target), access);
     daemon::etcd::RangeReply r = c.get();
     if (!r.kv.exists) return std::nullopt;
     return r.kv.value;
 }
 
-void push_limits(const std::string& target, const std::string& content) {
+void push_limits(const std::string& target, const std::string& content,
+                 const daemon::etcd::Access& access) {
     if (!daemon::etcd::is_url(target)) return write_atomically(target, content);
-    daemon::etcd::Client c(etcd_url(target));
+    daemon::etcd::Client c(etcd_url(target), access);
     c.put(content);
 }
 

@@ -4,6 +4,8 @@
 // parser: one reader for one format.
 #pragma once
 
+#include "grl/daemon/etcd.h"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,7 +39,9 @@ std::optional<std::string> read_text_file(const std::string& path);
 // Where a limits set is pushed: a file path (written atomically) or an etcd v3 key
 // (etcd://HOST:PORT/KEY, a put). Reading gives none when the file or key does not exist;
 // both throw std::runtime_error naming the target when it cannot be reached.
-std::optional<std::string> read_limits_text(const std::string& target);
-void push_limits(const std::string& target, const std::string& content);
+std::optional<std::string> read_limits_text(const std::string& target,
+                                            const daemon::etcd::Access& access = {});
+void push_limits(const std::string& target, const std::string& content,
+                 const daemon::etcd::Access& access = {});
 
 }  // namespace grl::rlc

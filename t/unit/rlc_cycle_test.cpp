@@ -295,7 +295,7 @@ TEST(Apply, VersionsSoakPromotionAndRollback) {
     EXPECT_EQ(store.counters().at("raise"), 2);
 
     // Rollback to the file as found: written again as version 4, rollout forgotten.
-    Applied r = rollback(limits, "", store, 1, "bob", kNow + 2 * kHour);
+    Applied r = rollback(limits, "", {}, store, 1, "bob", kNow + 2 * kHour);
     EXPECT_EQ(r.version, 4);
     auto back = daemon::load_limits_file(limits);
     ASSERT_TRUE(back.ok) << back.error;
@@ -306,7 +306,7 @@ TEST(Apply, VersionsSoakPromotionAndRollback) {
     EXPECT_EQ(store.get(4)->digest, store.get(1)->digest);
     EXPECT_TRUE(store.states().empty());
     EXPECT_EQ(store.counters().at("rollback"), 1);
-    EXPECT_THROW(rollback(limits, "", store, 99, "bob", kNow), ConfigError);
+    EXPECT_THROW(rollback(limits, "", {}, store, 99, "bob", kNow), ConfigError);
 }
 
 TEST(Apply, AVersionTheControllersWouldRejectIsNotApplied) {
