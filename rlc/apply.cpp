@@ -149,11 +149,16 @@ Applied rollback(const std::string& limits_file, const std::string& etcd,
         throw ConfigError("version " + std::to_string(id) +
                           " does not parse, nothing applied: " + parsed.error);
     control::Limits now = read_limits(limits_file, access);
-    // Version id's limits under the new version's label (the controllers then report the
-    // version number they run); the content is rendered again, so its comments are not kept.
+    // Version id's text under the new version's label (the controllers then report the
+    // version number they run), comments and layout kept; rendered afresh only if the
+    // relabelled text would not read back as the same limits.
     const std::int64_t new_id = next_version(store);
     parsed.limits.version = std::to_string(new_id);
-    const std::string text = checked_text(parsed.limits, limits_file);
+    std::string text = relabel(v->content, parsed.limits.version);
+    auto again = daemon::parse_limits(text, limits_file);
+    if (!again.ok || again.limits.version != parsed.limits.version ||
+        control::digest(again.limits) != control::digest(parsed.limits))
+        text = checked_text(parsed.limits, limits_file);
     Commit c;
     c.version = Version{0,
                         0,

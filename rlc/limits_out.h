@@ -17,6 +17,11 @@ namespace grl::rlc {
 // YAML the controllers accept, buckets in name order, after a comment line `header`.
 std::string render_limits(const control::Limits& limits, const std::string& header);
 
+// `content` (a limits file as written by hand or by an earlier version) with its top-level
+// `version:` label set to `version`, everything else, comments included, kept byte for byte:
+// the line replaced where there is one, else added after the leading comment lines.
+std::string relabel(const std::string& content, const std::string& version);
+
 // One bucket that differs between two limits sets.
 struct LimitChange {
     std::string bucket;
