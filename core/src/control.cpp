@@ -815,12 +815,14 @@ void Controller::update_instance(const std::string& name, const std::string& zon
     inst.own_zones = std::move(s.own_zones);
     // A run-time bucket that lost its definition while hosts still report it: it is not a
     // bucket of nginx.conf, whatever the hosts' definitions say, until they drop it.
-    if (rule.match || rule.active_override || rule.file) {
+    // Past the grace, a name still reported is a bucket of nginx.conf by that name now.
+    const bool defined = rule.match || rule.active_override || rule.file;
+    const bool grace_over =
+        inst.removed_mono && now.mono_ms >= inst.removed_mono + removed_grace_ms();
+    if (defined || grace_over) {
         inst.removed_mono = 0;
     } else if (inst.runtime) {
         inst.removed_mono = std::max<std::uint64_t>(now.mono_ms, 1);
-    } else if (inst.removed_mono && now.mono_ms >= inst.removed_mono + removed_grace_ms()) {
-        inst.removed_mono = 0;  // still reported: a bucket of nginx.conf by that name now
     }
     inst.runtime = rule.match != nullptr;
     inst.match = rule.match ? *rule.match : wire::RuntimeMatch{};
