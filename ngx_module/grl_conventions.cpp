@@ -94,7 +94,8 @@ ngx_int_t header_filter(ngx_http_request_t* r) noexcept {
     if (!l->ratelimit_headers) return g_next_header_filter(r);
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
     const RequestCtx* ctx = m->zone_base ? find_ctx(r) : nullptr;
-    if (ctx && !ctx->dry_run && add_fields(r, m, *ctx) != NGX_OK) return NGX_ERROR;
+    // Out of memory: the response goes out without the fields rather than failing over a hint.
+    if (ctx && !ctx->dry_run) (void)add_fields(r, m, *ctx);
     return g_next_header_filter(r);
 }
 
