@@ -21,12 +21,20 @@ std::string_view slot_name(const zone::View& z, std::uint16_t slot) {
     return {s, strnlen(s, kMaxNameLen + 1)};
 }
 
-ngx_int_t push_header(ngx_http_request_t* r, ngx_str_t key, const u_char* value, size_t len) {
+ngx_str_t as_ngx_str(std::string_view s) {
+    return {s.size(), reinterpret_cast<u_char*>(const_cast<char*>(s.data()))};
+}
+
+// Adds the header `key` with a copy of [begin, end) in the request's pool.
+ngx_int_t push_header(ngx_http_request_t* r, ngx_str_t key, const char* begin, const char* end) {
+    auto len = static_cast<size_t>(end - begin);
+    auto* value = static_cast<u_char*>(ngx_pnalloc(r->pool, len));
     auto* h = static_cast<ngx_table_elt_t*>(ngx_list_push(&r->headers_out.headers));
-    if (h == nullptr) return NGX_ERROR;
+    if (value == nullptr || h == nullptr) return NGX_ERROR;
+    ngx_memcpy(value, begin, len);
     h->hash = 1;
     h->key = key;
-    h->value.data = const_cast<u_char*>(value);
+    h->value.data = value;
     h->value.len = len;
     return NGX_OK;
 }
@@ -40,9 +48,10 @@ ngx_int_t push_header(ngx_http_request_t* r, ngx_str_t key, const u_char* value,
 ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx& ctx) {
     zone::View z(m->zone_base);
     const std::uint64_t now = ngx_current_msec;
-    auto* policy = static_cast<char*>(ngx_pnalloc(r->pool, 2 * kFieldMax));
-    if (policy == nullptr) return NGX_ERROR;
-    char* limit = policy + kFieldMax;
+    // Composed on the stack, then copied to the pool at their size: the pool's first block
+    // (4 KiB) usually has room for that, not for the worst case.
+    char policy[kFieldMax];
+    char limit[kFieldMax];
     char* pp = policy;
     char* lp = limit;
     for (std::uint8_t i = 0; i < ctx.n; ++i) {
@@ -73,18 +82,10 @@ ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx&
         np = fields::append_exhausted(limit, lp, limit + kFieldMax, name, t);
         if (np != nullptr) lp = np;
     }
-    if (pp != policy) {
-        ngx_str_t key = ngx_string("RateLimit-Policy");
-        if (push_header(r, key, reinterpret_cast<u_char*>(policy),
-                        static_cast<size_t>(pp - policy)) != NGX_OK)
-            return NGX_ERROR;
-    }
-    if (lp != limit) {
-        ngx_str_t key = ngx_string("RateLimit");
-        if (push_header(r, key, reinterpret_cast<u_char*>(limit),
-                        static_cast<size_t>(lp - limit)) != NGX_OK)
-            return NGX_ERROR;
-    }
+    if (pp != policy && push_header(r, as_ngx_str("RateLimit-Policy"), policy, pp) != NGX_OK)
+        return NGX_ERROR;
+    if (lp != limit && push_header(r, as_ngx_str("RateLimit"), limit, lp) != NGX_OK)
+        return NGX_ERROR;
     return NGX_OK;
 }
 
