@@ -132,6 +132,8 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
 
     Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng, l->dry_run != 0);
 
+    // The record: read by the $grl_* variables and, where MainConf::record_needed says so, by
+    // the RateLimit header fields and problem+json bodies (grl_conventions.cpp).
     auto* ctx = static_cast<RequestCtx*>(ngx_palloc(r->pool, sizeof(RequestCtx)));
     ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, 0);
     if (ctx && cln) {
