@@ -385,6 +385,12 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& 
         admin_tick();
     }
     r.buckets = ctl_.status(q.bucket, false);
+    // An override of a name no host reports is kept (the bucket may be deployed later), but a
+    // typo must not pass for done: say so in the reply's note.
+    if (q.op == wire::AdminOp::Set && r.buckets.empty()) {
+        r.error = "no host reports bucket \"" + q.bucket +
+                  "\": the override waits until one does (a typo? see grlctl buckets)";
+    }
     return r;
 }
 

@@ -254,6 +254,10 @@ void print_show(const wire::AdminReply& r, const std::string& name) {
                     std::string(to_string(b.mode)).c_str(), b.mode_source.c_str(),
                     ratio(b.ratio_ppm).c_str());
         if (b.expires_ms) std::printf("  override expires %s\n", when(b.expires_ms).c_str());
+        if (b.limit_source == "removed")
+            std::printf(
+                "  removed    a run-time bucket no longer published; its hosts drop it "
+                "when its ratio expires there\n");
         if (b.has_match) std::printf("  run-time bucket: %s\n", match_text(b.match).c_str());
         std::printf("  hosts      %" PRIu64 "\n", b.hosts);
         for (const auto& d : b.definitions) {
@@ -390,8 +394,12 @@ int main(int argc, char** argv) {
             }
             break;
         default:
-            std::printf("done: %s %s on controller %s (published at once)\n", cmd, q.bucket.c_str(),
-                        r.source.c_str());
+            // A set that lists nothing: no host reports the bucket, so nothing is published
+            // yet (the controller's note above says so).
+            std::printf("done: %s %s on controller %s (%s)\n", cmd, q.bucket.c_str(),
+                        r.source.c_str(),
+                        q.op == wire::AdminOp::Set && r.buckets.empty() ? "nothing published yet"
+                                                                        : "published at once");
             if (!r.buckets.empty()) print_buckets(r, false);
             break;
     }

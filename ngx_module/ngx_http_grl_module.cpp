@@ -1,5 +1,6 @@
 // ngx_http_grl_module: tables and lifecycle only. Directives live in
-// grl_conf.cpp, the request path in grl_handler.cpp, the status page in
+// grl_conf.cpp, the request path in grl_handler.cpp, the RateLimit header fields and
+// problem+json rejections in grl_conventions.cpp, the status page in
 // grl_status.cpp and the ZeroMQ reporter in grl_reporter.cpp.
 
 #include <signal.h>
@@ -32,7 +33,8 @@ ngx_int_t postconfiguration(ngx_conf_t* cf) noexcept {
         ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers));
     if (h == nullptr) return NGX_ERROR;
     *h = preaccess_handler;
-    return NGX_OK;
+    // RateLimit header fields (grl_ratelimit_headers), added to every kind of response.
+    return install_header_filter(cf);
 }
 
 ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
@@ -72,7 +74,7 @@ void exit_process(ngx_cycle_t* cycle) noexcept {
 
 ngx_http_module_t module_ctx = {
     preconfiguration,   // preconfiguration: register $grl_* variables
-    postconfiguration,  // postconfiguration: install the preaccess handler
+    postconfiguration,  // postconfiguration: install the preaccess handler, header filter
     create_main_conf,   // create main configuration
     init_main_conf,     // init main configuration: defaults, bucket table
     nullptr,            // create server configuration

@@ -262,6 +262,23 @@ TEST_F(ZoneFixture, ShadowPassesAndCountsWouldBeDrops) {
     expect_binomial(shadow, n, 0.33);
 }
 
+// grl_dry_run: a deny bucket is evaluated as shadow; the same bucket enforces without it.
+TEST_F(ZoneFixture, DryRunEvaluatesDenyBucketsInShadow) {
+    Prng rng(11);
+    set_ratio(z, 0, 1000000, Mode::Deny, 5000);
+    std::uint16_t m[] = {0};
+    for (int i = 0; i < 10; ++i) {
+        Outcome o = decide(z, m, 1, 0, 1000, rng, true);
+        EXPECT_EQ(o.decision, Decision::ShadowDrop);
+        EXPECT_EQ(o.threshold, ppm_to_threshold(1000000));
+    }
+    EXPECT_EQ(decide(z, m, 1, 0, 1000, rng).decision, Decision::Drop);
+    auto t = z.totals(0);
+    EXPECT_EQ(t.offered, 11u);
+    EXPECT_EQ(t.dropped, 1u);
+    EXPECT_EQ(t.shadow_dropped, 10u);
+}
+
 TEST_F(ZoneFixture, ExpiredRatioFailsOpen) {
     Prng rng(3);
     set_ratio(z, 0, 1000000, Mode::Deny, 5000);
