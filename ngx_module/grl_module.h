@@ -63,6 +63,14 @@ struct MainConf {
     ngx_msec_t report_interval;
     ngx_msec_t instruction_ttl;
     ngx_uint_t has_host;  // grl_host was given
+
+    // The request path (grl_handler.cpp). The per-request record (RequestCtx) is
+    // kept in the request's slot of an internal variable at `record_index`; it is
+    // allocated only when `record_needed`: a $grl_* variable is named in the
+    // configuration (found at init_module), or a feature that reads it sets it.
+    ngx_uint_t record_index;
+    ngx_flag_t record_needed;
+    ngx_flag_t procedure_is_uri;  // grl_procedure is $uri (the default): read r->uri
 };
 
 struct LocConf {
@@ -74,7 +82,8 @@ struct LocConf {
     ngx_flag_t status_handler;  // grl_status in this location
 };
 
-// What the handler decided, kept for the $grl_* variables.
+// What the handler decided, kept for the $grl_* variables; n = 0 in the shared
+// records of requests decided while the record was not needed.
 struct RequestCtx {
     Outcome outcome;
     std::uint8_t n;
@@ -101,6 +110,10 @@ char* merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
 // grl_handler.cpp
 ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept;
 ngx_int_t add_variables(ngx_conf_t* cf) noexcept;
+// postconfiguration: the index of the variable slot that holds the per-request record.
+ngx_int_t index_record(ngx_conf_t* cf, MainConf* m) noexcept;
+// init_module: what the request path needs, once the whole configuration is known.
+void settle_request_path(ngx_cycle_t* cycle) noexcept;
 
 // grl_status.cpp
 ngx_int_t status_handler(ngx_http_request_t* r) noexcept;
