@@ -174,8 +174,9 @@ inline __attribute__((always_inline)) bool Matcher::matches(const Literal& l, st
     return l.len <= 8 || std::memcmp(v.data() + 8, l.data + 8, l.len - 8) == 0;
 }
 
-bool Matcher::candidate(std::size_t i, const RequestKey& key, std::uint64_t caller_head,
-                        std::uint64_t procedure_head) const {
+inline __attribute__((always_inline)) bool Matcher::candidate(std::size_t i, const RequestKey& key,
+                                                              std::uint64_t caller_head,
+                                                              std::uint64_t procedure_head) const {
     const Prefilter& p = prefilter_[i];
     if (((caller_head & p.caller_mask) ^ p.caller_head) |
         ((procedure_head & p.procedure_mask) ^ p.procedure_head)) {
@@ -201,7 +202,28 @@ std::size_t Matcher::match_linear(const RequestKey& key, std::uint16_t* out,
     return n;
 }
 
-std::uint64_t Matcher::hash(Tag tag, const char* data, std::size_t len) {
+namespace {
+
+// Equality of short byte strings without a call to memcmp.
+inline __attribute__((always_inline)) bool same_bytes(const char* a, const char* b,
+                                                      std::size_t len) {
+    std::size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        std::uint64_t x, y;
+        std::memcpy(&x, a + i, 8);
+        std::memcpy(&y, b + i, 8);
+        if (x != y) return false;
+    }
+    for (; i < len; ++i) {
+        if (a[i] != b[i]) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+inline __attribute__((always_inline)) std::uint64_t Matcher::hash(Tag tag, const char* data,
+                                                                  std::size_t len) {
     constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ULL;
     std::uint64_t h = (static_cast<std::uint64_t>(tag) << 56) ^ (len * 0xC2B2AE3D27D4EB4FULL);
     std::size_t i = 0;
@@ -215,30 +237,30 @@ std::uint64_t Matcher::hash(Tag tag, const char* data, std::size_t len) {
         std::memcpy(&w, data + i, len - i);
         h = (h ^ w) * kMul;
     }
-    h ^= h >> 31;
-    return h | 1;  // never 0
+    // Finalise (MurmurHash3's fmix64): a product's low bits depend only on the
+    // inputs' low bytes, which paths share ("/api"), and the table uses low bits.
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    return h;
 }
 
-const std::vector<std::uint16_t>* Matcher::lookup(Tag tag, const char* data,
-                                                  std::size_t len) const {
+inline __attribute__((always_inline)) const Matcher::List* Matcher::lookup(Tag tag,
+                                                                           const char* data,
+                                                                           std::size_t len) const {
     const std::uint64_t h = hash(tag, data, len);
     const std::size_t mask = table_.size() - 1;
     for (std::size_t s = h & mask;; s = (s + 1) & mask) {
         const IndexKey& k = table_[s];
         if (k.list == 0) return nullptr;
         if (k.hash != h) continue;
-        const std::size_t l = k.list - 1;
-        if (list_tag_[l] == tag && list_key_[l].size() == len &&
-            (len == 0 || std::memcmp(list_key_[l].data(), data, len) == 0)) {
-            return &lists_[l];
-        }
+        const List& l = lists_[k.list - 1];
+        if (l.tag == tag && l.len == len && same_bytes(l.key, data, len)) return &l;
     }
 }
 
 void Matcher::build_index() {
     table_.clear();
-    list_tag_.clear();
-    list_key_.clear();
     lists_.clear();
     scan_.clear();
     for (auto& l : lengths_) l.clear();
@@ -261,15 +283,16 @@ void Matcher::build_index() {
             scan_.push_back(static_cast<std::uint16_t>(i));
             continue;
         }
-        const auto* found = lookup(tag, key.data(), key.size());
+        const List* found = lookup(tag, key.data(), key.size());
         if (found) {
-            lists_[static_cast<std::size_t>(found - lists_.data())].push_back(
+            lists_[static_cast<std::size_t>(found - lists_.data())].buckets.push_back(
                 static_cast<std::uint16_t>(i));
             continue;
         }
-        lists_.push_back({static_cast<std::uint16_t>(i)});
-        list_tag_.push_back(tag);
-        list_key_.push_back(key);
+        lists_.push_back(List{key.data(),
+                              static_cast<std::uint32_t>(key.size()),
+                              tag,
+                              {static_cast<std::uint16_t>(i)}});
         const std::uint64_t h = hash(tag, key.data(), key.size());
         std::size_t s = h & (size - 1);
         while (table_[s].list != 0) s = (s + 1) & (size - 1);
@@ -285,15 +308,18 @@ std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_
     std::uint16_t cand[kMaxMatchCandidates];
     std::size_t c = 0;
     bool overflow = false;
-    auto take = [&](const std::vector<std::uint16_t>* list) {
-        if (list == nullptr) return;
-        for (std::uint16_t i : *list) {
+    if (entries_.size() <= kLinearMatchBuckets) return match_linear(key, out, max);
+    auto take_list = [&](const std::vector<std::uint16_t>& list) {
+        for (std::uint16_t i : list) {
             if (c == kMaxMatchCandidates) {
                 overflow = true;
                 return;
             }
             cand[c++] = i;
         }
+    };
+    auto take = [&](const List* list) {
+        if (list) take_list(list->buckets);
     };
     auto probe = [&](Tag exact, Tag prefix, std::string_view v) {
         if (!lengths_[exact].empty()) take(lookup(exact, v.data(), v.size()));
@@ -304,7 +330,7 @@ std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_
     };
     probe(kProcedureExact, kProcedurePrefix, key.procedure);
     if (key.has_caller) probe(kCallerExact, kCallerPrefix, key.caller);
-    take(&scan_);
+    take_list(scan_);
     if (overflow) return match_linear(key, out, max);
     // Lists are ascending; merging a few short ones by insertion keeps definition order.
     for (std::size_t i = 1; i < c; ++i) {

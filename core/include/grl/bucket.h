@@ -43,6 +43,10 @@ inline constexpr std::size_t kMaxMatchesPerRequest = 16;
 // where one value selects more buckets), it falls back to match_linear().
 inline constexpr std::size_t kMaxMatchCandidates = 64;
 
+// Up to this many buckets, match() scans them linearly: a few compares of
+// 8-byte heads cost less than hashing the request's values.
+inline constexpr std::size_t kLinearMatchBuckets = 4;
+
 // Immutable after construction; one per configuration per process. Regexes are
 // compiled once (PCRE2, JIT where available) with preallocated match data, so
 // match() never allocates. Not thread-safe (nginx workers are single-threaded).
@@ -124,13 +128,17 @@ class Matcher {
         std::uint64_t hash = 0;
         std::uint32_t list = 0;  // 1 + index into lists_; 0: empty slot
     };
+    struct List {
+        const char* key = nullptr;  // into Entry::def
+        std::uint32_t len = 0;
+        Tag tag = kProcedureExact;
+        std::vector<std::uint16_t> buckets;  // ascending
+    };
     static std::uint64_t hash(Tag tag, const char* data, std::size_t len);
-    const std::vector<std::uint16_t>* lookup(Tag tag, const char* data, std::size_t len) const;
+    const List* lookup(Tag tag, const char* data, std::size_t len) const;
     void build_index();
     std::vector<IndexKey> table_;  // open addressing, a power of two
-    std::vector<std::uint8_t> list_tag_;
-    std::vector<std::string_view> list_key_;         // into Entry::def
-    std::vector<std::vector<std::uint16_t>> lists_;  // bucket indices, ascending
+    std::vector<List> lists_;
     std::vector<std::uint16_t> scan_;
     std::vector<std::uint32_t> lengths_[4];  // distinct key lengths per tag, ascending
 
