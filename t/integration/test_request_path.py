@@ -130,3 +130,37 @@ def test_grl_counts_the_real_client_and_runs_once_per_request(nginx_factory):
     assert {(e["decision"], e["buckets"]) for e in by_uri["/ir/b"]} == {("pass", "balancer,ir")}
     assert {(e["decision"], e["buckets"]) for e in by_uri["/ep/b"]} == {("pass", "balancer,ep")}
     assert len(by_uri["/ar"]) == 4 and len(by_uri["/mi"]) == 4
+
+
+def test_without_grl_variables_a_redirected_request_is_still_counted_once(nginx_factory):
+    """No $grl_* variable named anywhere: no per-request record is allocated, and the
+    marker left in its place still stops a second count after an internal redirect."""
+    n = nginx_factory(start=False)
+    n.write_raw_conf("""
+load_module {module};
+worker_processes 2;
+daemon off;
+error_log {prefix}/error.log info;
+pid {prefix}/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+    access_log {prefix}/plain.log;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    {grl}
+    server {{
+        listen 127.0.0.1:{port};
+        location = /grl {{ grl_status; }}
+        location /ir/a {{ grl on; try_files /nonexistent /ir/b; }}
+        location /ir/b {{ grl on; empty_gif; }}
+    }}
+}}
+""".format(module=h.MODULE, prefix=n.prefix, port=n.port,
+           grl=h.grl_conf(["ir procedure_prefix=/ir/ rate=1000r/s"]).replace("\n", "\n    ")))
+    n._start(10)
+    for _ in range(5):
+        assert h.http_get(n.port, "/ir/a").status == 200
+    assert offered(n)["ir"] == 5
