@@ -24,9 +24,10 @@ struct Setup {
 
     // `buckets` procedure-prefix buckets on distinct paths plus, if `regex`,
     // one regex bucket; `ratio_ppm` in force on every bucket.
+    // With `mixed`, every other bucket matches one exact path instead.
     Setup(int buckets, std::uint32_t ratio_ppm, bool regex,
-          const char* pattern = "^/api/v[0-9]+/users/[0-9]+$") {
-        const std::uint32_t cap = 64;
+          const char* pattern = "^/api/v[0-9]+/users/[0-9]+$", bool mixed = false) {
+        const auto cap = static_cast<std::uint32_t>(buckets < 64 ? 64 : buckets + 32);
         // bytes_for() is a multiple of 64, as aligned_alloc requires.
         mem.reset(std::aligned_alloc(64, grl::zone::bytes_for(cap)));
         z = grl::zone::View(mem.get());
@@ -36,6 +37,9 @@ struct Setup {
             grl::BucketDef d;
             d.name = "b" + std::to_string(i);
             d.procedure = {grl::MatchKind::Prefix, "/api/v" + std::to_string(i) + "/"};
+            if (mixed && i % 2 == 1) {
+                d.procedure = {grl::MatchKind::Exact, "/svc/" + std::to_string(i) + "/status"};
+            }
             d.limit_mrps = 1000000;
             matcher.add(d);
             names.push_back(d.name);
@@ -56,10 +60,11 @@ struct Setup {
         }
     }
 
-    grl::Decision one(std::string_view procedure) {
+    grl::Decision one(std::string_view procedure, bool linear = false) {
         grl::RequestKey key{"", false, procedure};
         std::uint16_t idx[grl::kMaxMatchesPerRequest];
-        std::size_t n = matcher.match(key, idx, grl::kMaxMatchesPerRequest);
+        std::size_t n = linear ? matcher.match_linear(key, idx, grl::kMaxMatchesPerRequest)
+                               : matcher.match(key, idx, grl::kMaxMatchesPerRequest);
         std::uint16_t s[grl::kMaxMatchesPerRequest];
         for (std::size_t i = 0; i < n; ++i) s[i] = slots[idx[i]];
         return grl::decide(z, s, n, 0, 1000, rng).decision;
@@ -110,7 +115,22 @@ void BM_DecisionNBuckets(benchmark::State& state) {
     Setup s(static_cast<int>(state.range(0)), 0, false);
     for (auto _ : state) benchmark::DoNotOptimize(s.one("/api/v0/users/42"));
 }
-BENCHMARK(BM_DecisionNBuckets)->Arg(1)->Arg(10)->Arg(50);
+BENCHMARK(BM_DecisionNBuckets)->Arg(1)->Arg(10)->Arg(50)->Arg(500);
+
+// An edge gateway with a bucket per route: half exact paths, half prefixes; the
+// request matches one prefix bucket (issue 11: 500 within 2x of 10, same run).
+void BM_DecisionMixedBuckets(benchmark::State& state) {
+    Setup s(static_cast<int>(state.range(0)), 0, false, "", true);
+    for (auto _ : state) benchmark::DoNotOptimize(s.one("/api/v4/users/42"));
+}
+BENCHMARK(BM_DecisionMixedBuckets)->Arg(10)->Arg(500);
+
+// The same through the linear scan (the matcher before the index), for comparison.
+void BM_DecisionMixedBucketsLinear(benchmark::State& state) {
+    Setup s(static_cast<int>(state.range(0)), 0, false, "", true);
+    for (auto _ : state) benchmark::DoNotOptimize(s.one("/api/v4/users/42", true));
+}
+BENCHMARK(BM_DecisionMixedBucketsLinear)->Arg(10)->Arg(500);
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // The request path: find buckets, count, sample, decide, record the decision
 // for the $grl_* variables. No lock, no syscall, no logging unless dropping;
-// the only memory taken is one small request-pool record when a bucket matched.
+// the only memory taken is the per-request record, and only when a $grl_*
+// variable or another feature reads it (MainConf::record_needed).
 
 #include <cstring>
 #include <vector>
@@ -11,24 +12,60 @@
 namespace grl::ngx {
 namespace {
 
-// Marks our request record in the pool's cleanup list, where it survives
-// internal redirects (which clear module contexts), as the realip module does.
-void ctx_marker(void*) noexcept {}
+// A request decided while nothing needs the per-request record points at one of
+// these: no allocation, and $grl_decision (read by name, e.g. by SSI) still
+// shows the decision; n = 0 marks them.
+RequestCtx g_decided[] = {{{Decision::None, 0, 0}, 0, 0, 0, {}},
+                          {{Decision::Pass, 0, 0}, 0, 0, 0, {}},
+                          {{Decision::Drop, 0, 0}, 0, 0, 0, {}},
+                          {{Decision::ShadowDrop, 0, 0}, 0, 0, 0, {}}};
+
+// The request's slot of our internal variable (see record_slot_index): it lives
+// in r->variables, which internal redirects keep (they clear module contexts)
+// and subrequests share with their main request.
+ngx_http_variable_value_t& record_slot(ngx_http_request_t* r, const MainConf* m) {
+    return r->main->variables[m->record_index];
+}
+
+// The request's record, or null when no decision was made; for a request decided
+// while the record was not needed, a record holding only the decision.
+const RequestCtx* find_record(ngx_http_request_t* r, const MainConf* m) {
+    if (m->record_index == NGX_CONF_UNSET_UINT) return nullptr;
+    return reinterpret_cast<const RequestCtx*>(record_slot(r, m).data);
+}
 
 // Reads a request attribute; false when the variable is not found or empty.
+// Values other modules change later in the request (realip's $remote_addr, a
+// `set` in a later phase) must not stay frozen: what this read cached, it flushes.
 bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) {
     if (s.index >= 0) {
-        ngx_http_variable_value_t* v =
-            ngx_http_get_indexed_variable(r, static_cast<ngx_uint_t>(s.index));
-        if (v == nullptr || v->not_found || v->len == 0) return false;
-        out = {reinterpret_cast<const char*>(v->data), v->len};
-        return true;
+        const auto index = static_cast<ngx_uint_t>(s.index);
+        ngx_http_variable_value_t& slot = r->variables[index];
+        const bool was_cached = slot.valid || slot.not_found;
+        ngx_http_variable_value_t* v = ngx_http_get_indexed_variable(r, index);
+        const bool ok = v != nullptr && !v->not_found && v->len != 0;
+        if (ok) out = {reinterpret_cast<const char*>(v->data), v->len};
+        if (!was_cached) slot.valid = slot.not_found = 0;  // the data stays where it is
+        return ok;
     }
     if (s.cv == nullptr) return false;
+    // ngx_http_complex_value() flushes non-cacheable variables before evaluating
+    // but leaves cacheable ones cached: remember which of them we evaluate first.
+    std::uint64_t cached = 0;
+    const ngx_uint_t* flushes = s.cv->flushes;
+    for (std::size_t i = 0; flushes && flushes[i] != static_cast<ngx_uint_t>(-1) && i < 64; ++i) {
+        const ngx_http_variable_value_t& slot = r->variables[flushes[i]];
+        if (slot.valid || slot.not_found) cached |= std::uint64_t{1} << i;
+    }
     ngx_str_t val;
-    if (ngx_http_complex_value(r, s.cv, &val) != NGX_OK || val.len == 0) return false;
-    out = {reinterpret_cast<const char*>(val.data), val.len};
-    return true;
+    const bool ok = ngx_http_complex_value(r, s.cv, &val) == NGX_OK && val.len != 0;
+    if (ok) out = {reinterpret_cast<const char*>(val.data), val.len};  // a copy in the pool
+    for (std::size_t i = 0; flushes && flushes[i] != static_cast<ngx_uint_t>(-1) && i < 64; ++i) {
+        if ((cached >> i) & 1) continue;
+        ngx_http_variable_value_t& slot = r->variables[flushes[i]];
+        slot.valid = slot.not_found = 0;
+    }
+    return ok;
 }
 
 // This process's copy of the run-time bucket definitions, rebuilt when the
@@ -84,16 +121,10 @@ ngx_int_t set_retry_after(ngx_http_request_t* r, const LocConf* l, ngx_uint_t& s
 }  // namespace
 
 RequestCtx* find_ctx(ngx_http_request_t* r) noexcept {
-    auto* ctx = static_cast<RequestCtx*>(ngx_http_get_module_ctx(r, ngx_http_grl_module));
-    if (ctx || !r->internal) return ctx;
-    for (ngx_pool_cleanup_t* c = r->pool->cleanup; c; c = c->next) {
-        if (c->handler == ctx_marker) {
-            ctx = static_cast<RequestCtx*>(c->data);
-            ngx_http_set_ctx(r, ctx, ngx_http_grl_module);
-            return ctx;
-        }
-    }
-    return nullptr;
+    auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
+    const RequestCtx* ctx = find_record(r, m);
+    // A shared record (n = 0) holds only the decision: no bucket to speak of.
+    return ctx != nullptr && ctx->n > 0 ? const_cast<RequestCtx*>(ctx) : nullptr;
 }
 
 ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
@@ -101,7 +132,8 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     if (!l->enable || r != r->main) return NGX_DECLINED;
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
     if (m->zone_base == nullptr || m->cpp->table.defs.empty()) return NGX_DECLINED;
-    if (find_ctx(r)) return NGX_DECLINED;  // already decided before an internal redirect
+    ngx_http_variable_value_t& record = record_slot(r, m);
+    if (record.data) return NGX_DECLINED;  // decided before an internal redirect: count once
 
     zone::View z(m->zone_base);
     std::uint32_t worker = static_cast<std::uint32_t>(ngx_worker);
@@ -116,7 +148,12 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
             key.has_caller = true;
         }
     }
-    if (!read_source(r, m->procedure, key.procedure)) key.procedure = {};
+    if (m->procedure_is_uri) {
+        // What $uri's handler returns, without a call through the variables table.
+        key.procedure = {reinterpret_cast<const char*>(r->uri.data), r->uri.len};
+    } else if (!read_source(r, m->procedure, key.procedure)) {
+        key.procedure = {};
+    }
 
     std::uint16_t idx[kMaxMatchesPerRequest];
     std::uint16_t slots[kMaxMatchesPerRequest];
@@ -134,18 +171,21 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
 
     // The record: read by the $grl_* variables and, where MainConf::record_needed says so, by
     // the RateLimit header fields and problem+json bodies (grl_conventions.cpp).
-    auto* ctx = static_cast<RequestCtx*>(ngx_palloc(r->pool, sizeof(RequestCtx)));
-    ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (ctx && cln) {
-        ctx->outcome = out;
-        ctx->n = static_cast<std::uint8_t>(n);
-        ctx->dry_run = l->dry_run ? 1 : 0;
-        ctx->retry_after_s = 0;
-        for (std::size_t i = 0; i < n; ++i) ctx->matched[i] = slots[i];
-        cln->handler = ctx_marker;
-        cln->data = ctx;
-        ngx_http_set_ctx(r, ctx, ngx_http_grl_module);
+    RequestCtx* ctx = &g_decided[static_cast<std::size_t>(out.decision)];
+    RequestCtx* full = nullptr;
+    if (m->record_needed) {
+        full = static_cast<RequestCtx*>(ngx_palloc(r->pool, sizeof(RequestCtx)));
+        if (full) {
+            full->outcome = out;
+            full->n = static_cast<std::uint8_t>(n);
+            full->dry_run = l->dry_run ? 1 : 0;
+            full->retry_after_s = 0;
+            for (std::size_t i = 0; i < n; ++i) full->matched[i] = slots[i];
+            ctx = full;
+        }
     }
+    record.data = reinterpret_cast<u_char*>(ctx);
+    record.not_found = 1;  // so that nginx never calls the slot's handler over our pointer
 
     if (out.decision == Decision::Pass || out.decision == Decision::None) return NGX_DECLINED;
     const char* name = z.slot(slots[out.decided_by]).name;
@@ -161,8 +201,8 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
                   ppm % kPpmOne);
     ngx_uint_t secs = 0;
     if (set_retry_after(r, l, secs) != NGX_OK) return NGX_ERROR;
-    if (ctx && cln) ctx->retry_after_s = static_cast<std::uint32_t>(secs);
-    if (l->problem_json && ctx && cln) return send_problem(r, *ctx, l->reject_status);
+    if (full) full->retry_after_s = static_cast<std::uint32_t>(secs);
+    if (l->problem_json && full) return send_problem(r, *full, l->reject_status);
     return static_cast<ngx_int_t>(l->reject_status);
 }
 
@@ -186,8 +226,8 @@ std::string_view status_word(Decision d) {
 
 ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
                        uintptr_t data) noexcept {
-    RequestCtx* ctx = find_ctx(r->main);
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
+    const RequestCtx* ctx = find_record(r, m);
     v->valid = 1;
     v->no_cacheable = 0;
     v->not_found = 0;
@@ -197,17 +237,17 @@ ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
         return NGX_OK;
     };
     if (data == kVarDecision) return set(to_string(ctx ? ctx->outcome.decision : Decision::None));
-    if (ctx == nullptr) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
-    if (data == kVarStatus) {
-        std::string_view w = status_word(ctx->outcome.decision);
+    if (data == kVarStatus) {  // the decision alone: a shared record holds it too
+        std::string_view w = status_word(ctx ? ctx->outcome.decision : Decision::None);
         if (w.empty()) {
             v->not_found = 1;
             return NGX_OK;
         }
         return set(w);
+    }
+    if (ctx == nullptr || ctx->n == 0) {  // no decision, or no record kept
+        v->not_found = 1;
+        return NGX_OK;
     }
     // Names are read from the zone slots, which serve configured and run-time buckets alike.
     zone::View z(m->zone_base);
@@ -256,6 +296,16 @@ VarDef var_defs[] = {{ngx_string("grl_decision"), kVarDecision},
                      {ngx_string("grl_ratio"), kVarRatio},
                      {ngx_string("grl_status"), kVarStatus}};
 
+// The per-request record lives in the request's slot of this variable. It is
+// internal (not hashed: a name lookup at run time, e.g. by SSI, never finds it);
+// a configuration that names it reads it as not found.
+ngx_str_t record_var_name = ngx_string("grl_internal_record");
+
+ngx_int_t record_var_get(ngx_http_request_t*, ngx_http_variable_value_t* v, uintptr_t) noexcept {
+    v->not_found = 1;
+    return NGX_OK;
+}
+
 }  // namespace
 
 ngx_int_t add_variables(ngx_conf_t* cf) noexcept {
@@ -265,7 +315,42 @@ ngx_int_t add_variables(ngx_conf_t* cf) noexcept {
         var->get_handler = get_variable;
         var->data = d.kind;
     }
+    ngx_http_variable_t* var = ngx_http_add_variable(cf, &record_var_name, NGX_HTTP_VAR_NOHASH);
+    if (var == nullptr) return NGX_ERROR;
+    var->get_handler = record_var_get;
     return NGX_OK;
+}
+
+ngx_int_t index_record(ngx_conf_t* cf, MainConf* m) noexcept {
+    const ngx_int_t index = ngx_http_get_variable_index(cf, &record_var_name);
+    if (index == NGX_ERROR) return NGX_ERROR;
+    m->record_index = static_cast<ngx_uint_t>(index);
+    return NGX_OK;
+}
+
+void settle_request_path(ngx_cycle_t* cycle) noexcept {
+    auto* m =
+        static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
+    auto* cmcf = static_cast<ngx_http_core_main_conf_t*>(
+        ngx_http_cycle_get_module_main_conf(cycle, ngx_http_core_module));
+    if (m == nullptr || cmcf == nullptr) return;
+    // Every variable named anywhere in the configuration (log formats, headers,
+    // maps, scripts) has an index by now.
+    auto* vars = static_cast<ngx_http_variable_t*>(cmcf->variables.elts);
+    auto named = [](const ngx_str_t& s, std::string_view want) {
+        return std::string_view(reinterpret_cast<const char*>(s.data), s.len) == want;
+    };
+    for (ngx_uint_t i = 0; i < cmcf->variables.nelts; ++i) {
+        if (i == m->record_index) continue;
+        for (const VarDef& d : var_defs) {
+            if (named(vars[i].name, {reinterpret_cast<const char*>(d.name.data), d.name.len})) {
+                m->record_needed = 1;
+            }
+        }
+    }
+    m->procedure_is_uri = m->procedure.index >= 0 &&
+                          static_cast<ngx_uint_t>(m->procedure.index) < cmcf->variables.nelts &&
+                          named(vars[m->procedure.index].name, "uri");
 }
 
 }  // namespace grl::ngx

@@ -66,10 +66,16 @@ struct MainConf {
     ngx_msec_t report_interval;
     ngx_msec_t instruction_ttl;
     ngx_uint_t has_host;  // grl_host was given
-    // Some location needs the per-request record beyond $grl_* variables: the RateLimit
-    // header fields and problem+json bodies read it (grl_ratelimit_headers,
-    // grl_problem_json), and so does $grl_status with grl_dry_run.
+
+    // The request path (grl_handler.cpp). The per-request record (RequestCtx) is
+    // kept in the request's slot of an internal variable at `record_index`; it is
+    // allocated only when `record_needed`: a $grl_* variable is named in the
+    // configuration (found at init_module), or a feature that reads it sets it (the
+    // RateLimit header fields and problem+json bodies: grl_ratelimit_headers,
+    // grl_problem_json; and grl_dry_run).
+    ngx_uint_t record_index;
     ngx_flag_t record_needed;
+    ngx_flag_t procedure_is_uri;  // grl_procedure is $uri (the default): read r->uri
 };
 
 struct LocConf {
@@ -84,7 +90,8 @@ struct LocConf {
     ngx_flag_t problem_json;       // grl_problem_json: application/problem+json rejections
 };
 
-// What the handler decided, kept for the $grl_* variables.
+// What the handler decided, kept for the $grl_* variables; n = 0 in the shared
+// records of requests decided while the record was not needed.
 struct RequestCtx {
     Outcome outcome;
     std::uint8_t n;
@@ -117,6 +124,10 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept;
 // The request's record, also after internal redirects; nullptr when no bucket matched.
 RequestCtx* find_ctx(ngx_http_request_t* r) noexcept;
 ngx_int_t add_variables(ngx_conf_t* cf) noexcept;
+// postconfiguration: the index of the variable slot that holds the per-request record.
+ngx_int_t index_record(ngx_conf_t* cf, MainConf* m) noexcept;
+// init_module: what the request path needs, once the whole configuration is known.
+void settle_request_path(ngx_cycle_t* cycle) noexcept;
 
 // grl_conventions.cpp: the RateLimit header fields and problem+json rejections
 ngx_int_t install_header_filter(ngx_conf_t* cf) noexcept;

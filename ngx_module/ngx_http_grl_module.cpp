@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "grl_module.h"
 
@@ -27,14 +28,27 @@ ngx_int_t preconfiguration(ngx_conf_t* cf) noexcept {
 ngx_int_t postconfiguration(ngx_conf_t* cf) noexcept {
     auto* cmcf = static_cast<ngx_http_core_main_conf_t*>(
         ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module));
-    // Preaccess, like limit_req: after rewrites have settled $uri, before
-    // access checks and content.
-    auto* h = static_cast<ngx_http_handler_pt*>(
-        ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers));
-    if (h == nullptr) return NGX_ERROR;
-    *h = preaccess_handler;
+    auto* m = static_cast<MainConf*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_grl_module));
+    if (index_record(cf, m) != NGX_OK) return NGX_ERROR;
+    // Preaccess, like limit_req: after rewrites have settled $uri, before access
+    // checks and content. nginx runs a phase's handlers last registered first,
+    // and a dynamic module's postconfiguration runs after the built-in ones', so
+    // a pushed handler would run before realip's (grl would count the load
+    // balancer's address) and limit_req's. First in the array runs last in the
+    // phase: grl sees the request as limit_req does, and a request limit_req or
+    // limit_conn rejects is not counted.
+    ngx_array_t& handlers = cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers;
+    if (ngx_array_push(&handlers) == nullptr) return NGX_ERROR;
+    auto* h = static_cast<ngx_http_handler_pt*>(handlers.elts);
+    std::memmove(h + 1, h, (handlers.nelts - 1) * sizeof(ngx_http_handler_pt));
+    h[0] = preaccess_handler;
     // RateLimit header fields (grl_ratelimit_headers), added to every kind of response.
     return install_header_filter(cf);
+}
+
+ngx_int_t init_module(ngx_cycle_t* cycle) noexcept {
+    settle_request_path(cycle);
+    return NGX_OK;
 }
 
 ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
@@ -93,7 +107,7 @@ ngx_module_t ngx_http_grl_module = {
     grl::ngx::commands,      // module directives
     NGX_HTTP_MODULE,         // module type
     nullptr,                 // init master
-    nullptr,                 // init module
+    grl::ngx::init_module,   // init module: what the request path needs (record, $uri)
     grl::ngx::init_process,  // init process: PRNG seed, reporter in worker 0
     nullptr,                 // init thread
     nullptr,                 // exit thread

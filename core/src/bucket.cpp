@@ -1,5 +1,6 @@
 #include "grl/bucket.h"
 
+#include <algorithm>
 #include <cstring>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -125,6 +126,7 @@ std::string Matcher::add(const BucketDef& def) {
                               literal_only(h.procedure, h.procedure.head)});
         hot_.push_back(h);
     }
+    build_index();
     return {};
 }
 
@@ -172,23 +174,176 @@ inline __attribute__((always_inline)) bool Matcher::matches(const Literal& l, st
     return l.len <= 8 || std::memcmp(v.data() + 8, l.data + 8, l.len - 8) == 0;
 }
 
-std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_t max) const {
+inline __attribute__((always_inline)) bool Matcher::candidate(std::size_t i, const RequestKey& key,
+                                                              std::uint64_t caller_head,
+                                                              std::uint64_t procedure_head) const {
+    const Prefilter& p = prefilter_[i];
+    if (((caller_head & p.caller_mask) ^ p.caller_head) |
+        ((procedure_head & p.procedure_mask) ^ p.procedure_head)) {
+        return false;  // a literal's first bytes differ: most buckets stop here
+    }
+    const Hot& h = hot_[i];
+    if (h.caller.kind != MatchKind::Any) {
+        if (!key.has_caller || !matches(h.caller, key.caller, caller_head)) return false;
+    }
+    return matches(h.procedure, key.procedure, procedure_head);
+}
+
+std::size_t Matcher::match_linear(const RequestKey& key, std::uint16_t* out,
+                                  std::size_t max) const {
     const std::uint64_t caller_head = key.has_caller ? head8(key.caller) : 0;
     const std::uint64_t procedure_head = head8(key.procedure);
     std::size_t n = 0;
     const std::size_t count = prefilter_.size();
     for (std::size_t i = 0; i < count && n < max; ++i) {
-        const Prefilter& p = prefilter_[i];
-        if (((caller_head & p.caller_mask) ^ p.caller_head) |
-            ((procedure_head & p.procedure_mask) ^ p.procedure_head)) {
-            continue;  // a literal's first bytes differ: most buckets stop here
+        if (candidate(i, key, caller_head, procedure_head))
+            out[n++] = static_cast<std::uint16_t>(i);
+    }
+    return n;
+}
+
+namespace {
+
+// Equality of short byte strings without a call to memcmp.
+inline __attribute__((always_inline)) bool same_bytes(const char* a, const char* b,
+                                                      std::size_t len) {
+    std::size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        std::uint64_t x, y;
+        std::memcpy(&x, a + i, 8);
+        std::memcpy(&y, b + i, 8);
+        if (x != y) return false;
+    }
+    for (; i < len; ++i) {
+        if (a[i] != b[i]) return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+inline __attribute__((always_inline)) std::uint64_t Matcher::hash(Tag tag, const char* data,
+                                                                  std::size_t len) {
+    constexpr std::uint64_t kMul = 0x9E3779B97F4A7C15ULL;
+    std::uint64_t h = (static_cast<std::uint64_t>(tag) << 56) ^ (len * 0xC2B2AE3D27D4EB4FULL);
+    std::size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        std::uint64_t w;
+        std::memcpy(&w, data + i, 8);
+        h = (h ^ w) * kMul;
+    }
+    if (i < len) {
+        std::uint64_t w = 0;
+        std::memcpy(&w, data + i, len - i);
+        h = (h ^ w) * kMul;
+    }
+    // Finalise (MurmurHash3's fmix64): a product's low bits depend only on the
+    // inputs' low bytes, which paths share ("/api"), and the table uses low bits.
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    return h;
+}
+
+inline __attribute__((always_inline)) const Matcher::List* Matcher::lookup(Tag tag,
+                                                                           const char* data,
+                                                                           std::size_t len) const {
+    const std::uint64_t h = hash(tag, data, len);
+    const std::size_t mask = table_.size() - 1;
+    for (std::size_t s = h & mask;; s = (s + 1) & mask) {
+        const IndexKey& k = table_[s];
+        if (k.list == 0) return nullptr;
+        if (k.hash != h) continue;
+        const List& l = lists_[k.list - 1];
+        if (l.tag == tag && l.len == len && same_bytes(l.key, data, len)) return &l;
+    }
+}
+
+void Matcher::build_index() {
+    table_.clear();
+    lists_.clear();
+    scan_.clear();
+    for (auto& l : lengths_) l.clear();
+    std::size_t size = 16;
+    while (size < 2 * entries_.size()) size *= 2;
+    table_.assign(size, IndexKey{});
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+        const BucketDef& d = entries_[i].def;
+        Tag tag;
+        std::string_view key;
+        if (d.procedure.kind == MatchKind::Exact) {
+            tag = kProcedureExact, key = d.procedure.value;
+        } else if (d.caller.kind == MatchKind::Exact) {
+            tag = kCallerExact, key = d.caller.value;
+        } else if (d.procedure.kind == MatchKind::Prefix) {
+            tag = kProcedurePrefix, key = d.procedure.value;
+        } else if (d.caller.kind == MatchKind::Prefix) {
+            tag = kCallerPrefix, key = d.caller.value;
+        } else {
+            scan_.push_back(static_cast<std::uint16_t>(i));
+            continue;
         }
-        const Hot& h = hot_[i];
-        if (h.caller.kind != MatchKind::Any) {
-            if (!key.has_caller || !matches(h.caller, key.caller, caller_head)) continue;
+        const List* found = lookup(tag, key.data(), key.size());
+        if (found) {
+            lists_[static_cast<std::size_t>(found - lists_.data())].buckets.push_back(
+                static_cast<std::uint16_t>(i));
+            continue;
         }
-        if (!matches(h.procedure, key.procedure, procedure_head)) continue;
-        out[n++] = static_cast<std::uint16_t>(i);
+        lists_.push_back(List{key.data(),
+                              static_cast<std::uint32_t>(key.size()),
+                              tag,
+                              {static_cast<std::uint16_t>(i)}});
+        const std::uint64_t h = hash(tag, key.data(), key.size());
+        std::size_t s = h & (size - 1);
+        while (table_[s].list != 0) s = (s + 1) & (size - 1);
+        table_[s] = {h, static_cast<std::uint32_t>(lists_.size())};
+        auto& lens = lengths_[tag];
+        const auto len = static_cast<std::uint32_t>(key.size());
+        auto at = std::lower_bound(lens.begin(), lens.end(), len);
+        if (at == lens.end() || *at != len) lens.insert(at, len);
+    }
+}
+
+std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_t max) const {
+    std::uint16_t cand[kMaxMatchCandidates];
+    std::size_t c = 0;
+    bool overflow = false;
+    if (entries_.size() <= kLinearMatchBuckets) return match_linear(key, out, max);
+    auto take_list = [&](const std::vector<std::uint16_t>& list) {
+        for (std::uint16_t i : list) {
+            if (c == kMaxMatchCandidates) {
+                overflow = true;
+                return;
+            }
+            cand[c++] = i;
+        }
+    };
+    auto take = [&](const List* list) {
+        if (list) take_list(list->buckets);
+    };
+    auto probe = [&](Tag exact, Tag prefix, std::string_view v) {
+        if (!lengths_[exact].empty()) take(lookup(exact, v.data(), v.size()));
+        for (std::uint32_t len : lengths_[prefix]) {
+            if (len > v.size()) break;
+            take(lookup(prefix, v.data(), len));
+        }
+    };
+    probe(kProcedureExact, kProcedurePrefix, key.procedure);
+    if (key.has_caller) probe(kCallerExact, kCallerPrefix, key.caller);
+    take_list(scan_);
+    if (overflow) return match_linear(key, out, max);
+    // Lists are ascending; merging a few short ones by insertion keeps definition order.
+    for (std::size_t i = 1; i < c; ++i) {
+        const std::uint16_t v = cand[i];
+        std::size_t j = i;
+        for (; j > 0 && cand[j - 1] > v; --j) cand[j] = cand[j - 1];
+        cand[j] = v;
+    }
+    const std::uint64_t caller_head = key.has_caller ? head8(key.caller) : 0;
+    const std::uint64_t procedure_head = head8(key.procedure);
+    std::size_t n = 0;
+    for (std::size_t k = 0; k < c && n < max; ++k) {
+        if (candidate(cand[k], key, caller_head, procedure_head)) out[n++] = cand[k];
     }
     return n;
 }

@@ -3,7 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-
+#include <random>
+#include <string>
 #include <vector>
 
 namespace grl {
@@ -123,6 +124,88 @@ TEST(Matcher, RespectsMaxMatches) {
     RequestKey k{"", false, "/"};
     EXPECT_EQ(m.match(k, out, 4), 4u);
     EXPECT_EQ(out[3], 3);
+}
+
+// The indexed match() against the linear scan (the matcher before the index) and
+// against the definition written out naively: random configurations of up to
+// 600 buckets over a small alphabet, so that values share prefixes, exact values
+// repeat and prefixes nest; requests derived from the buckets' own values.
+bool naive(const MatchSpec& s, bool present, std::string_view v) {
+    switch (s.kind) {
+        case MatchKind::Any: return true;
+        case MatchKind::Exact: return present && v == s.value;
+        case MatchKind::Prefix: return present && v.substr(0, s.value.size()) == s.value;
+        case MatchKind::Regex: return false;  // not generated for the naive reference
+    }
+    return false;
+}
+
+TEST(Matcher, IndexedMatchEqualsLinearScanOnRandomConfigurations) {
+    std::mt19937_64 rng(20261201);
+    auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+    auto word = [&](std::size_t max_len) {
+        std::string w;
+        const std::size_t len = pick(max_len + 1);
+        for (std::size_t i = 0; i < len; ++i) w += "/ab9x"[pick(5)];
+        return w;
+    };
+    const char* regexes[] = {"^/a", "b$", "^/[ab]+/9", "x"};
+    std::size_t compared = 0, nonempty = 0, truncated = 0;
+    for (int config = 0; config < 300; ++config) {
+        const bool with_regex = config % 3 == 0;
+        const std::size_t size = 1 + pick(config % 10 == 0 ? 600 : 40);
+        Matcher m;
+        std::vector<BucketDef> defs;
+        auto spec = [&]() -> MatchSpec {
+            switch (pick(with_regex ? 4 : 3)) {
+                case 0: return {};
+                case 1: return {MatchKind::Exact, word(12)};
+                case 2: return {MatchKind::Prefix, word(12)};
+                default: return {MatchKind::Regex, regexes[pick(4)]};
+            }
+        };
+        for (std::size_t i = 0; i < size; ++i) {
+            BucketDef d = make("b" + std::to_string(i), spec(), spec());
+            ASSERT_EQ(m.add(d), "");
+            defs.push_back(d);
+        }
+        for (int q = 0; q < 200; ++q) {
+            auto value = [&]() {
+                const BucketDef& d = defs[pick(defs.size())];
+                std::string v = pick(2) ? d.procedure.value : d.caller.value;
+                if (pick(3) == 0) v += word(6);
+                if (pick(4) == 0) v = v.substr(0, pick(v.size() + 1));
+                return pick(8) == 0 ? word(16) : v;
+            };
+            const std::string caller = value(), procedure = value();
+            const bool has_caller = pick(5) != 0;
+            const std::size_t max =
+                pick(4) == 0 ? 1 + pick(kMaxMatchesPerRequest) : kMaxMatchesPerRequest;
+            std::uint16_t a[kMaxMatchesPerRequest], b[kMaxMatchesPerRequest];
+            const RequestKey key{caller, has_caller, procedure};
+            const std::size_t na = m.match(key, a, max);
+            const std::size_t nb = m.match_linear(key, b, max);
+            ASSERT_EQ(V(a, a + na), V(b, b + nb))
+                << "config " << config << ": caller \"" << caller << "\" (" << has_caller
+                << "), procedure \"" << procedure << "\", max " << max;
+            if (!with_regex) {
+                V want;
+                for (std::size_t i = 0; i < defs.size() && want.size() < max; ++i) {
+                    if (naive(defs[i].caller, has_caller, caller) &&
+                        naive(defs[i].procedure, true, procedure)) {
+                        want.push_back(static_cast<std::uint16_t>(i));
+                    }
+                }
+                ASSERT_EQ(V(a, a + na), want) << "config " << config;
+            }
+            ++compared;
+            nonempty += na > 0;
+            truncated += na == max;
+        }
+    }
+    // The comparison saw matches, and truncation at `max`, not only empty answers.
+    EXPECT_GT(nonempty, compared / 4);
+    EXPECT_GT(truncated, compared / 50);
 }
 
 TEST(Names, Validity) {

@@ -39,6 +39,14 @@ struct RequestKey {
 
 inline constexpr std::size_t kMaxMatchesPerRequest = 16;
 
+// Candidates match() verifies per request at most; beyond (a configuration
+// where one value selects more buckets), it falls back to match_linear().
+inline constexpr std::size_t kMaxMatchCandidates = 64;
+
+// Up to this many buckets, match() scans them linearly: a few compares of
+// 8-byte heads cost less than hashing the request's values.
+inline constexpr std::size_t kLinearMatchBuckets = 4;
+
 // Immutable after construction; one per configuration per process. Regexes are
 // compiled once (PCRE2, JIT where available) with preallocated match data, so
 // match() never allocates. Not thread-safe (nginx workers are single-threaded).
@@ -54,8 +62,15 @@ class Matcher {
     std::string add(const BucketDef& def);
 
     // Writes the indices of all matching buckets (in definition order, at most
-    // `max`) to `out` and returns how many.
+    // `max`) to `out` and returns how many. Its cost does not grow with the number
+    // of buckets: exact values and prefixes are looked up in a hash index, and
+    // only buckets matching on neither caller nor procedure literally (regexes,
+    // catch-alls) are tried one by one.
     std::size_t match(const RequestKey& key, std::uint16_t* out, std::size_t max) const;
+
+    // The same answer by trying every bucket in turn: the reference match() must
+    // equal (t/unit/bucket_test.cpp), and its fallback.
+    std::size_t match_linear(const RequestKey& key, std::uint16_t* out, std::size_t max) const;
 
     std::size_t size() const { return entries_.size(); }
     const BucketDef& def(std::size_t i) const { return entries_[i].def; }
@@ -101,6 +116,31 @@ class Matcher {
     struct Prefilter {
         std::uint64_t caller_mask, caller_head, procedure_mask, procedure_head;
     };
+
+    bool candidate(std::size_t i, const RequestKey& key, std::uint64_t caller_head,
+                   std::uint64_t procedure_head) const;
+
+    // The index: each bucket is filed once, under the most selective literal it
+    // has (procedure exact, caller exact, procedure prefix, caller prefix), or
+    // else in scan_. A prefix is looked up once per distinct prefix length.
+    enum Tag : std::uint8_t { kProcedureExact, kCallerExact, kProcedurePrefix, kCallerPrefix };
+    struct IndexKey {
+        std::uint64_t hash = 0;
+        std::uint32_t list = 0;  // 1 + index into lists_; 0: empty slot
+    };
+    struct List {
+        const char* key = nullptr;  // into Entry::def
+        std::uint32_t len = 0;
+        Tag tag = kProcedureExact;
+        std::vector<std::uint16_t> buckets;  // ascending
+    };
+    static std::uint64_t hash(Tag tag, const char* data, std::size_t len);
+    const List* lookup(Tag tag, const char* data, std::size_t len) const;
+    void build_index();
+    std::vector<IndexKey> table_;  // open addressing, a power of two
+    std::vector<List> lists_;
+    std::vector<std::uint16_t> scan_;
+    std::vector<std::uint32_t> lengths_[4];  // distinct key lengths per tag, ascending
 
     std::vector<Entry> entries_;
     std::vector<Hot> hot_;              // parallel to entries_, rebuilt by add()
