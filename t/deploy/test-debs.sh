@@ -106,7 +106,7 @@ done
 getent passwd grl >/dev/null || bad "no user grl after install"
 [ "$(stat -c %G /etc/grl)" = grl ] || bad "/etc/grl is not group grl (grl-rlc serve writes limits.yaml)"
 # The installed controller accepts the shipped options and the shipped limits file: it
-# starts, binds (loopback, ports chosen here) and stops on SIGTERM.
+# starts, binds (loopback, ports chosen here) and answers grlctl.
 # shellcheck disable=SC1091
 . /etc/grl/controller.env
 ctl_args=()
@@ -131,8 +131,26 @@ if [ -s "$ep" ]; then
 else
   bad "the installed grl-controller with /etc/grl/controller.env did not start:"$'\n'"$(tail -5 "$tmp/ctl.log")"
 fi
-kill "$pid" 2>/dev/null || true
-wait "$pid" 2>/dev/null || true
+# The collector likewise, with collector-example.env's options (as the template unit runs it).
+# shellcheck disable=SC1091
+. /etc/grl/collector-example.env
+col_args=()
+read -r -a shipped <<<"$GRL_COLLECTOR_ARGS"
+for ((i = 0; i < ${#shipped[@]}; i++)); do
+  case "${shipped[$i]}" in
+    --metrics-bind | --report-bind | --publish-bind) i=$((i + 1)) ;;
+    *) col_args+=("${shipped[$i]}") ;;
+  esac
+done
+cep="$tmp/col.json"
+/usr/bin/grl-collector --zone zone-a "${col_args[@]}" --metrics-bind 127.0.0.1:0 \
+  --report-bind 'tcp://127.0.0.1:*' --publish-bind 'tcp://127.0.0.1:*' --endpoints-file "$cep" \
+  >"$tmp/col.log" 2>&1 &
+cpid=$!
+for _ in $(seq 1 100); do [ -s "$cep" ] && break; sleep 0.05; done
+[ -s "$cep" ] || bad "the installed grl-collector with /etc/grl/collector-example.env did not start:"$'\n'"$(tail -5 "$tmp/col.log")"
+kill "$cpid" "$pid" 2>/dev/null || true
+wait "$cpid" "$pid" 2>/dev/null || true
 if command -v systemd-analyze >/dev/null; then
   cp /lib/systemd/system/grl-collector@.service "$tmp/grl-collector@zone-a.service"
   out=$(cd "$tmp" && systemd-analyze verify ./grl-collector@zone-a.service \
