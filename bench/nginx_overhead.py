@@ -44,10 +44,11 @@ def free_port():
 
 
 def conf(variant, port, module, pub_endpoint):
-    load = f"load_module {module};\n" if variant == "grl" else ""
+    grl = variant.startswith("grl")  # grl, or grl_headers: grl with grl_ratelimit_headers on
+    load = f"load_module {module};\n" if grl else ""
     http = ""
     loc = ""
-    if variant == "grl":
+    if grl:
         buckets = "\n".join(
             f"    grl_bucket b{i} procedure_prefix=/api/v{i}/ rate=1000000r/s;" for i in range(10))
         http = f"""
@@ -57,7 +58,7 @@ def conf(variant, port, module, pub_endpoint):
     grl_instructions {pub_endpoint};
     grl_instruction_ttl 60s;
 """
-        loc = "grl on;"
+        loc = "grl on; grl_ratelimit_headers on;" if variant == "grl_headers" else "grl on;"
     elif variant == "limit_req":
         http = "    limit_req_zone $binary_remote_addr zone=one:10m rate=10000000r/s;\n"
         loc = "limit_req zone=one burst=1000 nodelay;"
@@ -75,7 +76,7 @@ http {{
     server {{
         listen 127.0.0.1:{port};
         location / {{ {loc} empty_gif; }}
-        {"location = /grl { grl_status; }" if variant == "grl" else ""}
+        {"location = /grl { grl_status; }" if grl else ""}
     }}
 }}
 """

@@ -202,7 +202,7 @@ void print_buckets(const wire::AdminReply& r, bool hosts) {
     }
     std::vector<std::vector<std::string>> rows = {{"BUCKET", "SCOPE", "WHERE", "OFFERED",
                                                    "ADMITTED", "LIMIT", "RATIO", "MODE", "HOSTS",
-                                                   "FROM"}};
+                                                   "FROM", "CANDIDATE"}};
     for (const auto& b : r.buckets) {
         std::string from =
             b.limit_source == b.mode_source ? b.limit_source : b.limit_source + "/" + b.mode_source;
@@ -211,9 +211,14 @@ void print_buckets(const wire::AdminReply& r, bool hosts) {
         std::string mode(to_string(b.mode));
         if (b.mode == Mode::Shadow && b.shadow_dropped_mrps)
             mode += " (" + rps(b.shadow_dropped_mrps) + " r/s)";
+        // A limit soaking beside the enforced one (grl-rlc's rollout): what it would drop.
+        std::string candidate = "-";
+        if (b.candidate_limit_mrps)
+            candidate = rps(*b.candidate_limit_mrps) + " (would drop " +
+                        rps(b.candidate_would_drop_mrps) + ")";
         rows.push_back({b.name, std::string(to_string(b.scope)), where(b), rps(b.offered_mrps),
                         rps(b.admitted_mrps), rps(b.limit_mrps), ratio(b.ratio_ppm), mode,
-                        std::to_string(b.hosts), from});
+                        std::to_string(b.hosts), from, candidate});
     }
     print_table(rows);
     std::printf("(rates in requests per second, averaged over the controller's window)\n");
@@ -249,6 +254,10 @@ void print_show(const wire::AdminReply& r, const std::string& name) {
                     std::string(to_string(b.mode)).c_str(), b.mode_source.c_str(),
                     ratio(b.ratio_ppm).c_str());
         if (b.expires_ms) std::printf("  override expires %s\n", when(b.expires_ms).c_str());
+        if (b.limit_source == "removed")
+            std::printf(
+                "  removed    a run-time bucket no longer published; its hosts drop it "
+                "when its ratio expires there\n");
         if (b.has_match) std::printf("  run-time bucket: %s\n", match_text(b.match).c_str());
         std::printf("  hosts      %" PRIu64 "\n", b.hosts);
         for (const auto& d : b.definitions) {
@@ -385,8 +394,12 @@ int main(int argc, char** argv) {
             }
             break;
         default:
-            std::printf("done: %s %s on controller %s (published at once)\n", cmd, q.bucket.c_str(),
-                        r.source.c_str());
+            // A set that lists nothing: no host reports the bucket, so nothing is published
+            // yet (the controller's note above says so).
+            std::printf("done: %s %s on controller %s (%s)\n", cmd, q.bucket.c_str(),
+                        r.source.c_str(),
+                        q.op == wire::AdminOp::Set && r.buckets.empty() ? "nothing published yet"
+                                                                        : "published at once");
             if (!r.buckets.empty()) print_buckets(r, false);
             break;
     }

@@ -441,6 +441,21 @@ char* set_status(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     return NGX_CONF_OK;
 }
 
+// ---- grl_dry_run / grl_ratelimit_headers / grl_problem_json on | off --------
+
+// A flag whose "on" needs the per-request record (grl_module.h, MainConf::record_needed).
+char* set_record_flag(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    char* rv = ngx_conf_set_flag_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) return rv;
+    auto* flag = reinterpret_cast<ngx_flag_t*>(static_cast<char*>(conf) + cmd->offset);
+    if (*flag) {
+        auto* m =
+            static_cast<MainConf*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_grl_module));
+        m->record_needed = 1;
+    }
+    return NGX_CONF_OK;
+}
+
 ngx_conf_enum_t log_levels[] = {{ngx_string("info"), NGX_LOG_INFO},
                                 {ngx_string("notice"), NGX_LOG_NOTICE},
                                 {ngx_string("warn"), NGX_LOG_WARN},
@@ -496,11 +511,15 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         }
         std::vector<std::string> names;
         for (const BucketDef& d : m->cpp->table.defs) names.push_back(d.name);
-        err = z.assign(names, m->cpp->table.slots, m->config_gen);
+        err = z.assign(names, m->cpp->table.slots, m->config_gen, pid_alive);
         if (!err.empty()) {
             ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\": %s", &shm_zone->shm.name,
                           err.c_str());
             return NGX_ERROR;
+        }
+        m->cpp->def_of_slot.assign(z.header().capacity, -1);
+        for (std::size_t i = 0; i < m->cpp->table.slots.size(); ++i) {
+            m->cpp->def_of_slot[m->cpp->table.slots[i]] = static_cast<int>(i);
         }
         return NGX_OK;
     } catch (const std::exception& e) {
@@ -555,6 +574,15 @@ ngx_command_t commands[] = {
      ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(LocConf, log_level), log_levels},
     {ngx_string("grl_status"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, set_status,
      NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
+    {ngx_string("grl_dry_run"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG, set_record_flag,
+     NGX_HTTP_LOC_CONF_OFFSET, offsetof(LocConf, dry_run), nullptr},
+    {ngx_string("grl_ratelimit_headers"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG, set_record_flag,
+     NGX_HTTP_LOC_CONF_OFFSET, offsetof(LocConf, ratelimit_headers), nullptr},
+    {ngx_string("grl_problem_json"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG, set_record_flag,
+     NGX_HTTP_LOC_CONF_OFFSET, offsetof(LocConf, problem_json), nullptr},
     ngx_null_command};
 
 // ---- configuration create / init / merge -------------------------------------
@@ -645,6 +673,9 @@ void* create_loc_conf(ngx_conf_t* cf) noexcept {
     l->retry_after = NGX_CONF_UNSET_MSEC;
     l->retry_after_jitter = NGX_CONF_UNSET_MSEC;
     l->log_level = NGX_CONF_UNSET_UINT;
+    l->dry_run = NGX_CONF_UNSET;
+    l->ratelimit_headers = NGX_CONF_UNSET;
+    l->problem_json = NGX_CONF_UNSET;
     return l;
 }
 
@@ -659,6 +690,9 @@ char* merge_loc_conf(ngx_conf_t*, void* parent, void* child) noexcept {
             prev->retry_after_jitter == NGX_CONF_UNSET_MSEC ? 1000 : prev->retry_after_jitter;
     }
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_INFO);
+    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
+    ngx_conf_merge_value(conf->ratelimit_headers, prev->ratelimit_headers, 0);
+    ngx_conf_merge_value(conf->problem_json, prev->problem_json, 0);
     return NGX_CONF_OK;
 }
 

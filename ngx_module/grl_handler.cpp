@@ -15,19 +15,6 @@ namespace {
 // internal redirects (which clear module contexts), as the realip module does.
 void ctx_marker(void*) noexcept {}
 
-RequestCtx* find_ctx(ngx_http_request_t* r) {
-    auto* ctx = static_cast<RequestCtx*>(ngx_http_get_module_ctx(r, ngx_http_grl_module));
-    if (ctx || !r->internal) return ctx;
-    for (ngx_pool_cleanup_t* c = r->pool->cleanup; c; c = c->next) {
-        if (c->handler == ctx_marker) {
-            ctx = static_cast<RequestCtx*>(c->data);
-            ngx_http_set_ctx(r, ctx, ngx_http_grl_module);
-            return ctx;
-        }
-    }
-    return nullptr;
-}
-
 // Reads a request attribute; false when the variable is not found or empty.
 bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) {
     if (s.index >= 0) {
@@ -77,9 +64,11 @@ const RuntimeCache* runtime_buckets(const MainConf* m, const zone::View& z) {
     return g_runtime;
 }
 
-ngx_int_t set_retry_after(ngx_http_request_t* r, const LocConf* l) {
+// Adds Retry-After to a rejection; `secs` receives the delay sent (0: none).
+ngx_int_t set_retry_after(ngx_http_request_t* r, const LocConf* l, ngx_uint_t& secs) {
+    secs = 0;
     if (l->retry_after == 0) return NGX_OK;
-    ngx_uint_t secs = l->retry_after / 1000;
+    secs = l->retry_after / 1000;
     ngx_uint_t jitter = l->retry_after_jitter / 1000;
     if (jitter) secs += g_prng.next32() % (jitter + 1);
     auto* h = static_cast<ngx_table_elt_t*>(ngx_list_push(&r->headers_out.headers));
@@ -93,6 +82,19 @@ ngx_int_t set_retry_after(ngx_http_request_t* r, const LocConf* l) {
 }
 
 }  // namespace
+
+RequestCtx* find_ctx(ngx_http_request_t* r) noexcept {
+    auto* ctx = static_cast<RequestCtx*>(ngx_http_get_module_ctx(r, ngx_http_grl_module));
+    if (ctx || !r->internal) return ctx;
+    for (ngx_pool_cleanup_t* c = r->pool->cleanup; c; c = c->next) {
+        if (c->handler == ctx_marker) {
+            ctx = static_cast<RequestCtx*>(c->data);
+            ngx_http_set_ctx(r, ctx, ngx_http_grl_module);
+            return ctx;
+        }
+    }
+    return nullptr;
+}
 
 ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     auto* l = static_cast<LocConf*>(ngx_http_get_module_loc_conf(r, ngx_http_grl_module));
@@ -128,13 +130,17 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     }
     if (n == 0) return NGX_DECLINED;
 
-    Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng);
+    Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng, l->dry_run != 0);
 
+    // The record: read by the $grl_* variables and, where MainConf::record_needed says so, by
+    // the RateLimit header fields and problem+json bodies (grl_conventions.cpp).
     auto* ctx = static_cast<RequestCtx*>(ngx_palloc(r->pool, sizeof(RequestCtx)));
     ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, 0);
     if (ctx && cln) {
         ctx->outcome = out;
         ctx->n = static_cast<std::uint8_t>(n);
+        ctx->dry_run = l->dry_run ? 1 : 0;
+        ctx->retry_after_s = 0;
         for (std::size_t i = 0; i < n; ++i) ctx->matched[i] = slots[i];
         cln->handler = ctx_marker;
         cln->data = ctx;
@@ -146,14 +152,17 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     std::uint32_t ppm = threshold_to_ppm(out.threshold);
     if (out.decision == Decision::ShadowDrop) {
         ngx_log_error(l->log_level, r->connection->log, 0,
-                      "grl: bucket \"%s\" would drop the request (shadow), ratio %uD.%06uD", name,
-                      ppm / kPpmOne, ppm % kPpmOne);
+                      "grl: bucket \"%s\" would drop the request (%s), ratio %uD.%06uD", name,
+                      l->dry_run ? "dry run" : "shadow", ppm / kPpmOne, ppm % kPpmOne);
         return NGX_DECLINED;
     }
     ngx_log_error(l->log_level, r->connection->log, 0,
                   "grl: request dropped by bucket \"%s\", ratio %uD.%06uD", name, ppm / kPpmOne,
                   ppm % kPpmOne);
-    if (set_retry_after(r, l) != NGX_OK) return NGX_ERROR;
+    ngx_uint_t secs = 0;
+    if (set_retry_after(r, l, secs) != NGX_OK) return NGX_ERROR;
+    if (ctx && cln) ctx->retry_after_s = static_cast<std::uint32_t>(secs);
+    if (l->problem_json && ctx && cln) return send_problem(r, *ctx, l->reject_status);
     return static_cast<ngx_int_t>(l->reject_status);
 }
 
@@ -161,7 +170,19 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
 
 namespace {
 
-enum VarKind : uintptr_t { kVarDecision, kVarBucket, kVarBuckets, kVarRatio };
+enum VarKind : uintptr_t { kVarDecision, kVarBucket, kVarBuckets, kVarRatio, kVarStatus };
+
+// $grl_status in limit_req's words ($limit_req_status); a shadow drop, by a mode=shadow bucket
+// or under grl_dry_run, is what limit_req calls REJECTED_DRY_RUN.
+std::string_view status_word(Decision d) {
+    switch (d) {
+        case Decision::Pass: return "PASSED";
+        case Decision::Drop: return "REJECTED";
+        case Decision::ShadowDrop: return "REJECTED_DRY_RUN";
+        case Decision::None: break;
+    }
+    return {};
+}
 
 ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
                        uintptr_t data) noexcept {
@@ -179,6 +200,14 @@ ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
     if (ctx == nullptr) {
         v->not_found = 1;
         return NGX_OK;
+    }
+    if (data == kVarStatus) {
+        std::string_view w = status_word(ctx->outcome.decision);
+        if (w.empty()) {
+            v->not_found = 1;
+            return NGX_OK;
+        }
+        return set(w);
     }
     // Names are read from the zone slots, which serve configured and run-time buckets alike.
     zone::View z(m->zone_base);
@@ -224,7 +253,8 @@ struct VarDef {
 VarDef var_defs[] = {{ngx_string("grl_decision"), kVarDecision},
                      {ngx_string("grl_bucket"), kVarBucket},
                      {ngx_string("grl_buckets"), kVarBuckets},
-                     {ngx_string("grl_ratio"), kVarRatio}};
+                     {ngx_string("grl_ratio"), kVarRatio},
+                     {ngx_string("grl_status"), kVarStatus}};
 
 }  // namespace
 

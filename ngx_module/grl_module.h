@@ -46,6 +46,9 @@ struct Config {
     std::string curve_server_key;
     std::string curve_server_key_file;
     bool curve() const { return !curve_keypair_file.empty(); }  // validated: both or neither
+    // def_of_slot[slot] is the index into table.defs of the configured bucket in that zone
+    // slot, -1 for none (set by init_zone): the RateLimit-Policy field's configured limit.
+    std::vector<int> def_of_slot;
 };
 
 struct MainConf {
@@ -63,6 +66,10 @@ struct MainConf {
     ngx_msec_t report_interval;
     ngx_msec_t instruction_ttl;
     ngx_uint_t has_host;  // grl_host was given
+    // Some location needs the per-request record beyond $grl_* variables: the RateLimit
+    // header fields and problem+json bodies read it (grl_ratelimit_headers,
+    // grl_problem_json), and so does $grl_status with grl_dry_run.
+    ngx_flag_t record_needed;
 };
 
 struct LocConf {
@@ -71,13 +78,18 @@ struct LocConf {
     ngx_msec_t retry_after;  // NGX_CONF_UNSET_MSEC; 0 = off
     ngx_msec_t retry_after_jitter;
     ngx_uint_t log_level;
-    ngx_flag_t status_handler;  // grl_status in this location
+    ngx_flag_t status_handler;     // grl_status in this location
+    ngx_flag_t dry_run;            // grl_dry_run: every bucket evaluated in shadow
+    ngx_flag_t ratelimit_headers;  // grl_ratelimit_headers: RateLimit-Policy, RateLimit
+    ngx_flag_t problem_json;       // grl_problem_json: application/problem+json rejections
 };
 
 // What the handler decided, kept for the $grl_* variables.
 struct RequestCtx {
     Outcome outcome;
     std::uint8_t n;
+    std::uint8_t dry_run;         // decided under grl_dry_run: nothing was enforced
+    std::uint32_t retry_after_s;  // the Retry-After sent with a rejection, 0 none
     std::uint16_t matched[kMaxMatchesPerRequest];  // zone slots of the matched buckets
 };
 
@@ -90,6 +102,8 @@ inline std::string to_std(const ngx_str_t& s) {
 
 // Per-process PRNG for drop sampling, seeded in init_process.
 extern Prng g_prng;
+// kill(pid, 0): whether a process (a registered worker) still runs.
+bool pid_alive(std::uint32_t pid) noexcept;
 
 // grl_conf.cpp
 extern ngx_command_t commands[];
@@ -100,7 +114,13 @@ char* merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
 
 // grl_handler.cpp
 ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept;
+// The request's record, also after internal redirects; nullptr when no bucket matched.
+RequestCtx* find_ctx(ngx_http_request_t* r) noexcept;
 ngx_int_t add_variables(ngx_conf_t* cf) noexcept;
+
+// grl_conventions.cpp: the RateLimit header fields and problem+json rejections
+ngx_int_t install_header_filter(ngx_conf_t* cf) noexcept;
+ngx_int_t send_problem(ngx_http_request_t* r, const RequestCtx& ctx, ngx_uint_t status) noexcept;
 
 // grl_status.cpp
 ngx_int_t status_handler(ngx_http_request_t* r) noexcept;

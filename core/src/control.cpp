@@ -94,6 +94,7 @@ std::string_view to_string(LimitSource s) {
         case LimitSource::Conf: return "conf";
         case LimitSource::File: return "file";
         case LimitSource::Override: return "override";
+        case LimitSource::Removed: return "removed";
     }
     return "?";
 }
@@ -232,6 +233,7 @@ std::string_view to_string(Accepted a) {
         case Accepted::Self: return "self";
         case Accepted::Future: return "future";
         case Accepted::TooManyHosts: return "too_many_hosts";
+        case Accepted::Full: return "full";
     }
     return "?";
 }
@@ -267,6 +269,12 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now, s
         return Accepted::TooManyHosts;
     }
     auto it = zones_.find(u.zone);
+    if (it == zones_.end() && zones_.size() >= opt_.max_zones) {
+        refuse(why, "zone usage from " + u.source + " (zone " + u.zone +
+                        ") refused: this controller already holds " +
+                        std::to_string(zones_.size()) + " zones (--max-zones)");
+        return Accepted::Full;
+    }
     if (it != zones_.end()) {
         const wire::ZoneUsage& held = it->second.usage;
         // Newer by the sender's clock, then by seq: a duplicate or a late message loses, a
@@ -321,6 +329,12 @@ Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& no
                         ") refused: it claims " + std::to_string(u.hosts) + " hosts (at most " +
                         std::to_string(opt_.max_region_hosts) + " per region)");
         return Accepted::TooManyHosts;
+    }
+    if (peers_.size() >= opt_.max_peers && peers_.count(u.source) == 0) {
+        refuse(why, "region usage from " + u.source + " (region " + u.region +
+                        ") refused: this controller already holds " +
+                        std::to_string(peers_.size()) + " peer controllers (--max-peers)");
+        return Accepted::Full;
     }
     // The override table is a last-writer-wins map: merging is idempotent and
     // order-independent, so even an older message's entries are merged.
@@ -551,9 +565,9 @@ TickOutput Controller::tick(const Clock& now) {
         std::optional<BucketRule> rule = bucket_rule(name, u, now);
         if (!rule) continue;
         if (rule->scope == Scope::Zone) {
-            sample_zones(name, u, *rule, in, out.events);
+            sample_zones(name, u, *rule, in, now, out.events);
         } else {
-            sample_wide(name, u, *rule, out.events);
+            sample_wide(name, u, *rule, now, out.events);
         }
     }
     forget_instances();
@@ -729,7 +743,7 @@ bool partial(const wire::UsageBucket& b) {
 // A run-time bucket also gets an instance in every other fresh zone: nginx creates it from the
 // instruction, so it must be published before any host reports it.
 void Controller::sample_zones(const std::string& name, const BucketUsage& u, const BucketRule& rule,
-                              const Inputs& in, std::vector<Event>& events) {
+                              const Inputs& in, const Clock& now, std::vector<Event>& events) {
     for (const auto& [z, b] : u.own) {
         const std::string& zone = z->usage.zone;
         Sample s;
@@ -741,7 +755,7 @@ void Controller::sample_zones(const std::string& name, const BucketUsage& u, con
         s.hosts = s.own_hosts = b->hosts;
         s.domain = b->definitions;
         s.own_zones.push_back(zone);
-        update_instance(name, zone, rule, std::move(s), events);
+        update_instance(name, zone, rule, std::move(s), now, events);
     }
     if (!rule.match) return;
     for (const ZoneEntry* z : in.zones) {
@@ -749,7 +763,7 @@ void Controller::sample_zones(const std::string& name, const BucketUsage& u, con
         if (done && done->tick == tick_) continue;  // has usage, updated above
         Sample s;
         s.own_zones.push_back(z->usage.zone);
-        update_instance(name, z->usage.zone, rule, std::move(s), events);
+        update_instance(name, z->usage.zone, rule, std::move(s), now, events);
     }
 }
 
@@ -758,7 +772,7 @@ void Controller::sample_zones(const std::string& name, const BucketUsage& u, con
 // without rates yet), an existing instance holds its last samples rather than counting that
 // part as zero; a new one starts from what is known, unless nothing is.
 void Controller::sample_wide(const std::string& name, const BucketUsage& u, const BucketRule& rule,
-                             std::vector<Event>& events) {
+                             const Clock& now, std::vector<Event>& events) {
     const bool global = rule.scope == Scope::Global;
     Sample s;
     std::size_t rated = 0, missing = 0, incomplete = 0;
@@ -791,13 +805,14 @@ void Controller::sample_wide(const std::string& name, const BucketUsage& u, cons
     s.provisional = incomplete > 0;
     s.own_zones.reserve(u.own.size());
     for (const auto& [z, b] : u.own) s.own_zones.push_back(z->usage.zone);
-    update_instance(name, "", rule, std::move(s), events);
+    update_instance(name, "", rule, std::move(s), now, events);
 }
 
 // One instance's tick: the definition in force, the smoothed rates and the ratio, and the
 // events its change of state deserves. Instances are created here, on first use.
 void Controller::update_instance(const std::string& name, const std::string& zone,
-                                 const BucketRule& rule, Sample&& s, std::vector<Event>& events) {
+                                 const BucketRule& rule, Sample&& s, const Clock& now,
+                                 std::vector<Event>& events) {
     auto it = instances_.find(InstanceKeyRef{name, rule.scope, zone});
     if (it == instances_.end()) {
         it = instances_.emplace(InstanceKey{name, rule.scope, zone}, Instance{}).first;
@@ -811,11 +826,23 @@ void Controller::update_instance(const std::string& name, const std::string& zon
     inst.hosts = s.hosts;
     inst.own_hosts = s.own_hosts;
     inst.own_zones = std::move(s.own_zones);
+    // A run-time bucket that lost its definition while hosts still report it: it is not a
+    // bucket of nginx.conf, whatever the hosts' definitions say, until they drop it.
+    // Past the grace, a name still reported is a bucket of nginx.conf by that name now.
+    const bool defined = rule.match || rule.active_override || rule.file;
+    const bool grace_over =
+        inst.removed_mono && now.mono_ms >= inst.removed_mono + removed_grace_ms();
+    if (defined || grace_over) {
+        inst.removed_mono = 0;
+    } else if (inst.runtime) {
+        inst.removed_mono = std::max<std::uint64_t>(now.mono_ms, 1);
+    }
     inst.runtime = rule.match != nullptr;
     inst.match = rule.match ? *rule.match : wire::RuntimeMatch{};
     inst.has_usage = s.has_usage;
     const std::optional<wire::Definition> conf =
         resolve_definition(inst, rule, std::move(s.domain));
+    if (inst.removed_mono) inst.limit_source = inst.mode_source = LimitSource::Removed;
     smooth(inst, s);
     evaluate_candidate(inst, rule);
     announce(inst, before, conf, events);
@@ -997,7 +1024,7 @@ std::vector<wire::Instructions> Controller::instructions(const Inputs& in, const
                 break;
             }
         }
-        inst.published = inst.own_hosts > 0 || inst.runtime;
+        inst.published = (inst.own_hosts > 0 || inst.runtime) && inst.removed_mono == 0;
         if (!inst.published) continue;
         wire::Instruction e;
         e.name = inst.bucket;

@@ -169,6 +169,13 @@ BAD = [
      '"grl_curve_keypair" directive is duplicate', "host.key ;"),
     ("duplicate-grl_retry_after", ["grl_retry_after 1s;", "grl_retry_after 2s;"],
      '"grl_retry_after" directive is duplicate', "grl_retry_after 2s"),
+    ("bad-grl_dry_run", ["grl_dry_run maybe;"],
+     'invalid value "maybe" in "grl_dry_run" directive, it must be "on" or "off"', "grl_dry_run"),
+    ("duplicate-grl_ratelimit_headers", ["grl_ratelimit_headers on;", "grl_ratelimit_headers off;"],
+     '"grl_ratelimit_headers" directive is duplicate', "grl_ratelimit_headers off"),
+    ("bad-grl_problem_json", ["grl_problem_json yes;"],
+     'invalid value "yes" in "grl_problem_json" directive, it must be "on" or "off"',
+     "grl_problem_json"),
 ]
 
 
@@ -212,6 +219,9 @@ grl_missing_caller value=anonymous;
 grl_reject_status 503;
 grl_retry_after 2s jitter=3s;
 grl_log_level warn;
+grl_dry_run off;
+grl_ratelimit_headers on;
+grl_problem_json on;
 grl_bucket all rate=1000r/s;
 grl_bucket alice caller=alice rate=600r/m scope=zone;
 grl_bucket svc caller_prefix=svc- procedure_prefix=/api/ rate=50r/s scope=region mode=shadow;

@@ -135,6 +135,17 @@ def test_grlctl_overrides_limit_and_mode_with_expiry(fleet, tmp_path):
         assert time.monotonic() - t0 > 1.0
         assert "bucket=g: override expired" in ctl.log()
 
+        # A bucket no host reports (a typo): accepted, but not as if it were published.
+        rc, out, err = f.grlctl(ctl, "set", "nope", "--limit", "5r/s", json_out=False)
+        assert rc == 0 and "done: set nope" in out and "nothing published yet" in out, out
+        assert 'no host reports bucket "nope": the override waits until one does' in err, err
+        r = f.grlctl(ctl, "set", "nope", "--limit", "6r/s")
+        assert r["ok"] and r["buckets"] == [] and 'no host reports bucket "nope"' in r["error"], r
+        r = f.grlctl(ctl, "set", "g", "--limit", "100r/s")  # a reported bucket: no note
+        assert r["ok"] and r["error"] == "" and r["buckets"], r
+        f.grlctl(ctl, "clear", "g")
+        f.grlctl(ctl, "clear", "nope")
+
         # Refusals are explained and change nothing.
         rc, out, err = f.grlctl(ctl, "clear", "g", check=False, json_out=False)
         assert rc == 1 and 'no override for bucket "g"' in err, (rc, out, err)
@@ -170,9 +181,21 @@ def test_emergency_bucket_reaches_every_nginx_without_reload(fleet, tmp_path):
         time.sleep(8 - (time.monotonic() - bots.started))
         t_remove = time.monotonic() - bots.started
         f.grlctl(ctl, "remove", "bots")
-        # nginx drops it when its ratio expires (ttl 2 s): the bots pass again.
-        f.h.wait_until(lambda: all("bots" not in [b["name"] for b in n.status()["buckets"]] for n in ns),
-                       5, what="the removed run-time bucket to expire on every nginx")
+        rc, out, _ = f.grlctl(ctl, "buckets", "bots", json_out=False)
+        assert rc == 0 and [l.split()[-1] for l in out.splitlines() if l.startswith("bots ")] == \
+            ["removed"], out  # FROM of its instance in zone z1
+        # nginx drops it when its ratio expires (ttl 2 s): the bots pass again. Meanwhile the
+        # hosts still report it, and grlctl lists it as removed, never as a bucket of nginx.conf.
+        sources = set()
+
+        def expired_everywhere():
+            for b in f.grlctl(ctl, "buckets", "bots")["buckets"]:
+                sources.add((b["limit_source"], b["mode_source"]))
+            return all("bots" not in [b["name"] for b in n.status()["buckets"]] for n in ns)
+
+        f.h.wait_until(expired_everywhere, 5, interval=0.1,
+                       what="the removed run-time bucket to expire on every nginx")
+        assert sources == {("removed", "removed")}, sources
         rb, rh, rc = bots.result(), humans.result(), crawl.result()
         assert f.window(rb, 1, t_add)["ok"] > 95, "before: the bots pass"
         during = f.window(rb, t_add + 0.5, t_remove)

@@ -686,12 +686,79 @@ TEST(Controller, RunTimeBucketIsPublishedWithItsMatchAndRemoved) {
     EXPECT_EQ(entry(out, Scope::Zone, "bots", "z1")->ratio_ppm, 500000u);
     EXPECT_EQ(entry(out, Scope::Zone, "bots", "z2")->ratio_ppm, 0u);
     EXPECT_EQ(inst(c, "bots", "z1")->disagreeing_hosts, 0u);
-    // Removed: no longer published.
+    // Removed: no longer published, not even without its match (nginx would count it as an
+    // instruction for an unknown bucket), although z1's hosts still report it.
     EXPECT_NE(c.remove_runtime("api", f.now), "");
     ASSERT_EQ(c.remove_runtime("bots", f.now), "");
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 10), ub("bots", 40, 1, Scope::Zone, 20)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 10)}, f.now), f.now);
     out = c.tick(f.now);
+    EXPECT_EQ(entry(out, Scope::Zone, "bots", "z1"), nullptr);
+    EXPECT_NE(entry(out, Scope::Global, "api"), nullptr);
     for (const auto& msg : out.instructions) {
         for (const auto& e : msg.buckets) EXPECT_FALSE(e.has_match) << e.name;
+    }
+}
+
+// After `grlctl remove` the hosts report a run-time bucket until its ratio expires there: it
+// is listed as removed (not as a bucket of nginx.conf) for that while, and only that while.
+TEST(Controller, RemovedRunTimeBucketIsListedAsRemovedUntilHostsDropIt) {
+    Fleet f;
+    Controller c(opts());
+    wire::RuntimeMatch m;
+    m.caller = "bot-";
+    m.caller_kind = MatchKind::Prefix;
+    ASSERT_EQ(c.add_runtime("bots", m, 20000, std::nullopt, 0, f.now), "");
+    auto report = [&] {
+        c.on_zone_usage(zu("z1", {ub("bots", 40, 2, Scope::Global, 20)}, f.now), f.now);
+    };
+    report();
+    c.tick(f.now);
+    auto from = [&] {
+        std::vector<wire::BucketStatus> st = c.status("bots", false);
+        return st.size() == 1 ? st[0].limit_source + "/" + st[0].mode_source : std::string("-");
+    };
+    EXPECT_EQ(from(), "override/override");
+    ASSERT_EQ(c.remove_runtime("bots", f.now), "");
+    f.advance(1000);
+    report();
+    TickOutput out = c.tick(f.now);
+    EXPECT_EQ(from(), "removed/removed");
+    EXPECT_EQ(entry(out, Scope::Global, "bots"), nullptr);
+    EXPECT_EQ(inst(c, "bots")->hosts, 2u);
+    // Within the grace (TTL 3 s + 3 intervals) it stays removed...
+    f.advance(4000);
+    report();
+    out = c.tick(f.now);
+    EXPECT_EQ(from(), "removed/removed");
+    EXPECT_EQ(entry(out, Scope::Global, "bots"), nullptr);
+    // ...and once the hosts stop reporting it, it is gone.
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {}, f.now), f.now);
+    c.tick(f.now);
+    EXPECT_EQ(from(), "-");
+}
+
+// A name still reported long after its run-time bucket went is a bucket of nginx.conf now
+// (the operator defined it there): it is published again as one.
+TEST(Controller, RemovedRunTimeBucketStillReportedAfterTheGraceIsConf) {
+    Fleet f;
+    Controller c(opts());
+    wire::RuntimeMatch m;
+    m.procedure = "/x";
+    ASSERT_EQ(c.add_runtime("x", m, 20000, std::nullopt, 2000, f.now), "");  // --for 2s
+    for (int i = 0; i < 12; ++i) {
+        c.on_zone_usage(zu("z1", {ub("x", 40, 1, Scope::Global, 20)}, f.now), f.now);
+        TickOutput out = c.tick(f.now);
+        const std::vector<wire::BucketStatus> st = c.status("x", false);
+        ASSERT_EQ(st.size(), 1u) << i;
+        // Ticks 0-1: the override; 2-7: expired, removed (grace 6 s); 8 on: conf.
+        const char* want = i < 2 ? "override" : i < 8 ? "removed" : "conf";
+        EXPECT_EQ(st[0].limit_source, want) << "tick " << i;
+        EXPECT_EQ(entry(out, Scope::Global, "x") != nullptr, std::string(want) != "removed")
+            << "tick " << i;
+        f.advance(1000);
     }
 }
 
@@ -977,6 +1044,52 @@ TEST(Hardening, OneMessageCannotOutvoteTheFleet) {
               Accepted::Yes);
     EXPECT_EQ(d.on_region_usage(peer_usage("p2", "r2", {ub("api", 50, 21)}, f.now), f.now),
               Accepted::TooManyHosts);
+}
+
+TEST(Hardening, ZoneAndPeerTablesAreBounded) {
+    Fleet f;
+    Options o = opts();
+    o.max_zones = 2;
+    o.max_peers = 1;
+    o.peer_hold_ms = 0;
+    Controller c(o);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("api", 50)}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("api", 50)}, f.now), f.now), Accepted::Yes);
+    // A third zone is refused whole, with a reason naming the option; the held ones go on.
+    std::string why;
+    EXPECT_EQ(c.on_zone_usage(zu("z3", {ub("api", 500)}, f.now), f.now, &why), Accepted::Full);
+    EXPECT_EQ(why,
+              "zone usage from col-z3 (zone z3) refused: this controller already holds 2 zones "
+              "(--max-zones)");
+    f.advance(1000);
+    EXPECT_EQ(c.on_zone_usage(zu("z1", {ub("api", 60)}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_EQ(c.fresh_zones(), 2u);
+    EXPECT_EQ(inst(c, "api")->hosts, 2u);
+    // A peer beyond max_peers is refused before its overrides are merged.
+    ASSERT_EQ(c.on_region_usage(peer_usage("ctl-b", "r2", {ub("api", 10)}, f.now), f.now),
+              Accepted::Yes);
+    wire::RegionUsage extra = peer_usage("ctl-c", "r3", {ub("api", 10)}, f.now);
+    wire::Override ov;
+    ov.name = "web";
+    ov.limit_mrps = 1;
+    ov.set_ms = f.now.wall_ms;
+    ov.origin = "ctl-c";
+    extra.overrides.push_back(ov);
+    EXPECT_EQ(c.on_region_usage(extra, f.now, &why), Accepted::Full);
+    EXPECT_EQ(why,
+              "region usage from ctl-c (region r3) refused: this controller already holds 1 peer "
+              "controllers (--max-peers)");
+    EXPECT_EQ(c.overrides().count("web"), 0u);
+    // A departed zone frees its place once forgotten (60 intervals of 1 s).
+    for (int i = 0; i < 61; ++i) {
+        f.advance(1000);
+        c.on_zone_usage(zu("z1", {ub("api", 60)}, f.now), f.now);
+        c.tick(f.now);
+    }
+    EXPECT_EQ(c.on_zone_usage(zu("z3", {ub("api", 50)}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(c.on_region_usage(peer_usage("ctl-c", "r3", {ub("api", 10)}, f.now), f.now),
+              Accepted::Yes);
 }
 
 TEST(Hardening, SumsOfRatesSaturate) {

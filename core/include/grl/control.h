@@ -57,8 +57,12 @@ struct Options {
     // Untrusted input (docs/control-plane.md). A message or override entry stamped further
     // ahead of our wall clock than this is refused: held, it would win over every genuine one.
     std::uint64_t max_skew_ms = 60000;
-    std::uint64_t max_zone_hosts = 100000;     // hosts (and stale hosts) one zone_usage may claim
-    std::uint64_t max_region_hosts = 1000000;  // hosts one region_usage may claim
+    std::uint32_t max_zone_hosts = 100000;     // hosts (and stale hosts) one zone_usage may claim
+    std::uint32_t max_region_hosts = 1000000;  // hosts one region_usage may claim
+    // Table bounds: a zone (or a peer controller) not yet known is refused while this many are
+    // held; the ones held keep working, and a departed one frees its place once forgotten.
+    std::uint32_t max_zones = 1000;
+    std::uint32_t max_peers = 256;
     // Partition between regions: a region whose peers all went silent keeps its last usage in
     // the global sums this long (its share of every global limit stays reserved, so the two
     // sides of a partition together still admit about L, not L per side); after it, the
@@ -109,6 +113,7 @@ enum class Accepted : std::uint8_t {
     Self,          // our own region_usage, back from a peer
     Future,        // stamped more than max_skew_ms ahead of our clock: it would pin the sender
     TooManyHosts,  // claims more hosts than max_zone_hosts / max_region_hosts
+    Full,          // a new zone or peer while max_zones / max_peers are held
 };
 std::string_view to_string(Accepted a);
 
@@ -126,6 +131,10 @@ enum class LimitSource : std::uint8_t {
     Conf,      // nginx.conf: the definition the instance's hosts vote for
     File,      // the limits file
     Override,  // a grlctl override or run-time bucket
+    // A run-time bucket that was removed (grlctl remove, --for ran out, gone from the limits
+    // file) and that hosts still report until its ratio expires there: nothing is published
+    // for it, and the limit and mode shown are the last the hosts had.
+    Removed,
 };
 std::string_view to_string(LimitSource s);
 
@@ -176,6 +185,9 @@ struct Instance {
     std::uint64_t disagreeing_hosts = 0;  // hosts whose definition is not the one in force
     bool runtime = false;
     wire::RuntimeMatch match;
+    // Monotonic ms when this instance stopped being a run-time bucket while hosts still
+    // reported it (limit_source Removed until then + removed_grace_ms()); 0 otherwise.
+    std::uint64_t removed_mono = 0;
     bool has_usage = false;  // some fresh usage was summed (runtime buckets may have none)
     bool published = false;  // sent to this region's nginx (global: the region has such hosts)
     std::vector<std::string> own_zones;  // this region's zones that reported the bucket
@@ -304,11 +316,14 @@ class Controller {
     std::optional<BucketRule> bucket_rule(const std::string& name, const BucketUsage& u,
                                           const Clock& now) const;
     void sample_zones(const std::string& name, const BucketUsage& u, const BucketRule& rule,
-                      const Inputs& in, std::vector<Event>& events);
+                      const Inputs& in, const Clock& now, std::vector<Event>& events);
     void sample_wide(const std::string& name, const BucketUsage& u, const BucketRule& rule,
-                     std::vector<Event>& events);
+                     const Clock& now, std::vector<Event>& events);
     void update_instance(const std::string& name, const std::string& zone, const BucketRule& rule,
-                         Sample&& s, std::vector<Event>& events);
+                         Sample&& s, const Clock& now, std::vector<Event>& events);
+    // How long hosts may go on reporting a removed run-time bucket: nginx drops it one TTL
+    // after its last instruction, then a report, a collector and a controller interval pass.
+    std::uint64_t removed_grace_ms() const { return opt_.ttl_ms + 3 * opt_.interval_ms; }
     std::optional<wire::Definition> resolve_definition(
         Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const;
     void smooth(Instance& inst, const Sample& s) const;

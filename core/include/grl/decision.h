@@ -33,8 +33,9 @@ struct Outcome {
 // A request is dropped if any bucket whose effective mode is deny samples a
 // drop; shadow buckets always sample and count would-be drops. Every matched
 // bucket counts the request as offered, and as dropped when it was rejected.
+// `dry_run` (grl_dry_run): every bucket is evaluated as if its mode were shadow.
 inline Outcome decide(const zone::View& z, const std::uint16_t* matched, std::size_t n,
-                      std::uint32_t worker, std::uint64_t now_ms, Prng& rng) {
+                      std::uint32_t worker, std::uint64_t now_ms, Prng& rng, bool dry_run = false) {
     Outcome out;
     if (n == 0) return out;
     out.decision = Decision::Pass;
@@ -43,8 +44,8 @@ inline Outcome decide(const zone::View& z, const std::uint16_t* matched, std::si
         if (now_ms >= s.expires_ms.load(std::memory_order_relaxed)) continue;  // fail open
         std::uint64_t t = s.threshold.load(std::memory_order_relaxed);
         if (t == 0) continue;
-        bool deny =
-            s.mode.load(std::memory_order_relaxed) == static_cast<std::uint32_t>(Mode::Deny);
+        bool deny = !dry_run && s.mode.load(std::memory_order_relaxed) ==
+                                    static_cast<std::uint32_t>(Mode::Deny);
         if (deny && out.decision == Decision::Drop) continue;  // already rejected
         if (out.decision == Decision::Pass && t > out.threshold) out.threshold = t;
         if (rng.next32() >= t) continue;
