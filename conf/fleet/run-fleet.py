@@ -65,6 +65,20 @@ def metrics(addr):
     return out
 
 
+def shipped_limit():
+    """Bucket api's rate in grl-buckets.conf: the load steps around it."""
+    path = os.path.join(HERE, "grl-buckets.conf")
+    with open(path) as fh:
+        m = re.search(r"^grl_bucket api .*\brate=(\d+)r/s", fh.read(), re.M)
+    if not m:
+        sys.exit("run-fleet: %s: no \"grl_bucket api ... rate=Nr/s\" line" % path)
+    return int(m.group(1))
+
+
+SHIPPED_LIMIT = shipped_limit()
+
+# nginx.conf of each nginx with the module: the loopback parts (ports, paths, this host's
+# place); its buckets and locations are the shipped files included from conf/fleet/.
 NGINX_CONF = """\
 load_module {module};
 worker_processes 2;
@@ -83,25 +97,17 @@ http {{
     keepalive_timeout 60s;
     upstream backend {{ server 127.0.0.1:{backend}; keepalive 32; }}
 
-    grl_zone grl:1m;
-    grl_caller $http_x_caller;
+    # the buckets and locations docker/compose.yaml and the packages ship (docs/operations.md)
+    include {conf}/grl-buckets.conf;
     grl_host id={host} zone={zone} region=local;
     grl_collector {report};
     grl_instructions {publish};
     grl_report_interval {interval};
     grl_instruction_ttl 3s;
-    grl_bucket api procedure_prefix=/api rate={limit}r/s;
-    grl_bucket api-zone procedure_prefix=/api rate={zone_limit}r/s scope=zone mode=shadow;
 
     server {{
         listen 127.0.0.1:{port} reuseport;
-        location = /grl {{ grl off; grl_status; }}
-        location / {{
-            grl on;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_pass http://backend;
-        }}
+        include {conf}/grl-locations.conf;
     }}
 }}
 """
@@ -211,10 +217,16 @@ class Fleet:
         ctl_ep = {k: "tcp://127.0.0.1:%d" % free_port() for k in ("usage", "publish", "admin")}
         self.ctl_endpoints = os.path.join(self.dir, "controller.json")
         # The limits file grl-rlc proposes changes to (--apply would write it; the controller
-        # hot-reloads it). Empty: nginx.conf's limits hold.
+        # hot-reloads it): a copy of the shipped one, so that nothing writes into the repository.
+        # A --limit other than grl-buckets.conf's goes into it, the way an operator changes a
+        # limit without touching nginx.conf.
         self.limits = os.path.join(self.dir, "limits.yaml")
-        with open(self.limits, "w") as fh:
-            fh.write("buckets: {}\n")
+        shutil.copyfile(os.path.join(HERE, "limits.yaml"), self.limits)
+        if a.limit != SHIPPED_LIMIT:
+            with open(self.limits, "w") as fh:
+                fh.write("# run-fleet.py --limit %d (grl-buckets.conf says %d)\nbuckets:\n"
+                         "  api:\n    limit: %dr/s\n  api-zone:\n    limit: %dr/s\n"
+                         % (a.limit, SHIPPED_LIMIT, a.limit, a.limit // 2))
         p = self.spawn("controller", [self.bin["controller"], "--region", "local", "--name", "ctl-local",
                                       "--usage-bind", ctl_ep["usage"], "--publish-bind", ctl_ep["publish"],
                                       "--admin-bind", ctl_ep["admin"], "--metrics-bind", "127.0.0.1:0",
@@ -237,9 +249,9 @@ class Fleet:
             for i in (1, 2):
                 host = "%s-nginx%d" % (zone, i)
                 port = free_port()
-                conf = NGINX_CONF.format(module=self.bin["module"], dir="{dir}", host=host, zone=zone,
-                                         report=report, publish=publish, interval=iv, limit=a.limit,
-                                         zone_limit=a.limit // 2, backend=backend, port=port)
+                conf = NGINX_CONF.format(module=self.bin["module"], dir="{dir}", conf=HERE, host=host,
+                                         zone=zone, report=report, publish=publish, interval=iv,
+                                         backend=backend, port=port)
                 self.start_nginx(host, conf, port)
                 self.hosts.append((host, port))
 
@@ -289,10 +301,8 @@ class Fleet:
             self.rlc("synth", *common, "--bucket", "api-zone", "--scope", "zone", "--region",
                      "local", "--zone", zone, "--base", str(share * a.limit), "--limit",
                      str(a.limit // 2), "--mode", "shadow", "--seed", seed)
-        with open(os.path.join(self.dir, "rlc.yaml"), "w") as fh:
-            fh.write("store: rlc.db\nlimits_file: limits.yaml\nwindow: 4w\n"
-                     "default:\n  policy: peak\n  percentile: 99\n  buffer: 20%\n"
-                     "rules:\n  - match: api-zone\n    policy: forecast\n")
+        # the shipped rlc.yaml (store and limits file beside it: the run directory's)
+        shutil.copyfile(os.path.join(HERE, "rlc.yaml"), os.path.join(self.dir, "rlc.yaml"))
         self.spawn("rlc-record", [self.bin["rlc"], "record", "--store", self.store, "--controller",
                                   self.ctl["metrics"], "--interval", "5s", "--poll", "250ms"])
         self.proposals = self.rlc("run", "--config", os.path.join(self.dir, "rlc.yaml"))
@@ -410,7 +420,9 @@ class Fleet:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--limit", type=int, default=300, help="global limit of bucket api (r/s)")
+    ap.add_argument("--limit", type=int, default=SHIPPED_LIMIT,
+                    help="global limit of bucket api (r/s; default: grl-buckets.conf's; another "
+                         "goes into the limits file)")
     ap.add_argument("--multiple", type=float, default=1.5, help="offered load after the step, x limit")
     ap.add_argument("--surge", action="store_true", help="add a 10 s surge to 15x the limit")
     ap.add_argument("--interval", default="250ms", help="report and control interval")
