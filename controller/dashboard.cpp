@@ -252,29 +252,36 @@ void Dashboard::run() {
     bool history_current = false;  // history_json_ holds the newest point
     for (;;) {
         std::optional<DashboardSnapshot> snap;
+        bool asked = false;  // the page asked for a history not rendered: render it now
         {
             std::unique_lock<std::mutex> l(mu_);
-            cv_.wait(l, [this] { return stop_ || pending_.has_value(); });
+            cv_.wait(l, [this] { return stop_ || pending_.has_value() || history_asked_; });
             if (stop_) return;
             snap = std::move(pending_);
             pending_.reset();
+            asked = history_asked_;
+            history_asked_ = false;
         }
-        auto points = history_points(*snap);
-        const bool took = history_.record(snap->mono_ms, snap->wall_ms, points);
-        if (took) last_point = std::move(points);
-        series_refused_.store(history_.series_refused());
-        auto state = text(render_state(*snap, history_, last_point));
+        std::shared_ptr<const std::string> state;
+        bool took = false;
+        if (snap) {
+            auto points = history_points(*snap);
+            took = history_.record(snap->mono_ms, snap->wall_ms, points);
+            if (took) last_point = std::move(points);
+            series_refused_.store(history_.series_refused());
+            state = text(render_state(*snap, history_, last_point));
+        }
         std::shared_ptr<const std::string> hist;
         const std::uint64_t wanted = history_wanted_.load();
-        const bool watched = wanted != 0 && snap->mono_ms < wanted + kHistoryWatchedMs;
-        if (watched && (took || !history_current)) {
+        const bool watched = wanted != 0 && daemon::mono_ms() < wanted + kHistoryWatchedMs;
+        if (asked || (watched && (took || !history_current))) {
             hist = text(render_history(history_));
             history_current = true;
         } else if (took) {
             history_current = false;
         }
         std::lock_guard<std::mutex> l(mu_);
-        state_ = std::move(state);
+        if (state) state_ = std::move(state);
         if (hist) {
             history_json_ = std::move(hist);
         } else if (!history_current) {
@@ -310,13 +317,17 @@ std::optional<daemon::HttpResponse> Dashboard::route(const daemon::RequestHead& 
         history_wanted_.store(daemon::mono_ms());
         std::lock_guard<std::mutex> l(mu_);
         body = history_json_;
+        if (!body) {
+            history_asked_ = true;  // rendered at once, not at the next tick
+            cv_.notify_one();
+        }
     } else {
         return std::nullopt;
     }
     daemon::HttpResponse r;
     if (!body) {
-        // Before the first tick, or the history was not rendered while nobody watched: it is
-        // at the next tick.
+        // Before the first tick, or the history was not rendered while nobody watched: the
+        // dashboard's thread renders it now.
         r.status = 503;
         r.body = text("not ready yet: retry in a second\n");
         r.headers = "Retry-After: 1\r\n" + kNoStore;

@@ -84,10 +84,11 @@ class Dashboard {
   private:
     void run();
 
-    std::mutex mu_;  // guards pending_, stop_, state_, history_json_
+    std::mutex mu_;  // guards pending_, stop_, history_asked_, state_, history_json_
     std::condition_variable cv_;
     std::optional<DashboardSnapshot> pending_;
     bool stop_ = false;
+    bool history_asked_ = false;
     std::shared_ptr<const std::string> state_;
     std::shared_ptr<const std::string> history_json_;
     // When the page last asked for the history (monotonic ms): it is rendered only while

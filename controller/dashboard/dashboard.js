@@ -14,7 +14,7 @@ const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&l
 const rate = (v) => (v == null ? "-" : v.toFixed(1));
 const ratio = (v) => (v == null ? "-" : v.toFixed(3));
 const secs = (ms) => (ms == null ? "-" : (ms / 1000).toFixed(1) + " s");
-const when = (ms) => (ms ? new Date(ms).toISOString().replace(".000Z", "Z") : "-");
+const when = (ms) => (ms ? new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z") : "-");
 const id = (o) => o.bucket + "\u0000" + o.scope + "\u0000" + o.zone;
 const where = (b) => (b.scope === "global" ? "-" : b.scope === "region" ? b.region : b.zone);
 
