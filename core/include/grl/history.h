@@ -27,9 +27,9 @@ struct HistoryPoint {
 class History {
   public:
     struct Options {
-        std::uint64_t span_ms = 15 * 60 * 1000;  // how far back
-        std::uint64_t step_ms = 1000;            // one point per step at most
-        std::size_t max_series = 500;            // instances charted at most
+        std::uint64_t span_ms = std::uint64_t{15} * 60 * 1000;  // how far back
+        std::uint64_t step_ms = 1000;                           // one point per step at most
+        std::size_t max_series = 500;                           // instances charted at most
     };
     explicit History(Options o);
 
