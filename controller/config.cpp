@@ -88,7 +88,7 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_duration(app, "--limits-poll", c.limits_poll_ms, 0, 3600000,
                       "how often the limits file is checked for changes (0: on SIGHUP only)");
     cli::add_text(app, "--metrics-bind", c.metrics_bind, "HOST:PORT",
-                  "serve Prometheus /metrics here");
+                  "serve Prometheus /metrics and the dashboard (/) here");
     cli::add_text(app, "--endpoints-file", c.endpoints_file, "PATH",
                   "write the bound endpoints here as JSON (after binding)");
     cli::add_log_level(app, c.log_level);

@@ -129,15 +129,23 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         if (admin_tick_pending_) admin_tick();
     });
     if (!cfg_.metrics_bind.empty()) {
-        http_ = std::make_unique<daemon::MetricsServer>(loop_, cfg_.metrics_bind,
-                                                        [this] { return metrics(); });
+        // History: one point per interval, at least a second apart, for 15 minutes (at most
+        // 900 points of 500 instances: under 9 MB, docs/dashboard.md).
+        control::History::Options h;
+        h.step_ms = std::max<std::uint64_t>(cfg_.opts.interval_ms, 1000);
+        dashboard_ = std::make_unique<Dashboard>(h);
+        http_ = std::make_unique<daemon::MetricsServer>(
+            loop_, cfg_.metrics_bind, [this] { return metrics(); },
+            [d = dashboard_.get()](const daemon::RequestHead& r) { return d->route(r); });
     }
     std::string peers;
     for (const std::string& p : cfg_.peers) peers += (peers.empty() ? "" : ", ") + p;
     daemon::log_info(
         "controller " + cfg_.opts.name + " for region " + cfg_.opts.region + ": usage on " +
         usage_ep_ + ", publish on " + publish_ep_ + ", admin on " + admin_ep_ +
-        (http_ ? ", metrics on http://" + http_->address() + "/metrics" : "") +
+        (http_ ? ", metrics on http://" + http_->address() + "/metrics, dashboard on http://" +
+                     http_->address() + "/"
+               : "") +
         ", peers: " + (peers.empty() ? "none" : peers) + ", interval " +
         std::to_string(cfg_.opts.interval_ms) + " ms, ttl " + std::to_string(cfg_.opts.ttl_ms) +
         " ms, window " + std::to_string(cfg_.opts.window) +
@@ -340,14 +348,7 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& 
         case wire::AdminOp::Status:
             r.zones = ctl_.zones(t);
             r.peers = ctl_.peers(t);
-            r.limits.file = cfg_.limits_file;
-            r.limits.ok = limits_ok_;
-            r.limits.error = limits_error_;
-            r.limits.digest = ctl_.limits_digest();
-            r.limits.loaded_ms = limits_loaded_wall_;
-            r.limits.buckets = ctl_.limits().buckets.size();
-            r.limits.version = ctl_.limits().version;
-            if (cfg_.limits_etcd && !etcd_up_) r.limits.store_error = etcd_error_;
+            r.limits = limits_status();
             return r;
         case wire::AdminOp::Buckets: r.buckets = ctl_.status(q.bucket, q.hosts); return r;
         case wire::AdminOp::Set:
@@ -481,6 +482,44 @@ void Daemon::tick() {
     }
     publish(out);
     save_state();  // admin changes, peers' changes and expiries all pass through a tick
+    publish_dashboard();
+}
+
+// The tick's whole share of the dashboard: a copy of what `grlctl buckets` and `grlctl status`
+// would answer, moved to the dashboard's thread (controller/dashboard.h).
+void Daemon::publish_dashboard() {
+    if (!dashboard_) return;
+    const control::Clock t = now();
+    DashboardSnapshot s;
+    s.mono_ms = t.mono_ms;
+    s.wall_ms = t.wall_ms;
+    s.controller = cfg_.opts.name;
+    s.region = cfg_.opts.region;
+    s.interval_ms = cfg_.opts.interval_ms;
+    s.ttl_ms = cfg_.opts.ttl_ms;
+    s.buckets = ctl_.status("", false);
+    s.zones = ctl_.zones(t);
+    s.peers = ctl_.peers(t);
+    s.limits = limits_status();
+    s.hosts_fresh = ctl_.fresh_hosts();
+    s.hosts_stale = ctl_.stale_hosts();
+    if (last_publish_mono_) s.instruction_age_ms = t.mono_ms - last_publish_mono_;
+    s.held_regions = ctl_.held_regions();
+    for (const auto& [name, o] : ctl_.overrides()) {
+        if (!o.tombstone() && (o.expires_ms == 0 || t.wall_ms < o.expires_ms))
+            s.overrides.push_back(o);
+    }
+    dashboard_->publish(std::move(s));
+    // The history's one degraded mode: more instances than it charts.
+    const std::uint64_t uncharted = dashboard_->series_refused();
+    if (uncharted != 0 && dashboard_uncharted_ == 0) {
+        daemon::log_warn("dashboard: " + std::to_string(uncharted) +
+                         " bucket instances get no history chart (the history holds 500 at most; "
+                         "they stay in the table)");
+    } else if (uncharted == 0 && dashboard_uncharted_ != 0) {
+        daemon::log_info("dashboard: every bucket instance has its history chart again");
+    }
+    dashboard_uncharted_ = uncharted;
 }
 
 void Daemon::publish(control::TickOutput& out) {
@@ -500,6 +539,19 @@ void Daemon::publish(control::TickOutput& out) {
     wire::encode(out.region_usage, buf_);
     if (!pub_.send_frames({wire::kPeerTopic, buf_})) ++messages_dropped_;
     last_publish_mono_ = mono_ms();
+}
+
+wire::LimitsStatus Daemon::limits_status() const {
+    wire::LimitsStatus l;
+    l.file = cfg_.limits_file;
+    l.ok = limits_ok_;
+    l.error = limits_error_;
+    l.digest = ctl_.limits_digest();
+    l.loaded_ms = limits_loaded_wall_;
+    l.buckets = ctl_.limits().buckets.size();
+    l.version = ctl_.limits().version;
+    if (cfg_.limits_etcd && !etcd_up_) l.store_error = etcd_error_;
+    return l;
 }
 
 Daemon::FileId Daemon::limits_file_id() const {
@@ -830,6 +882,16 @@ std::string Daemon::metrics() {
              "changes within an eighth of an interval).");
     m.sample("grl_controller_admin_ticks_deferred_total",
              static_cast<double>(admin_ticks_deferred_));
+    if (dashboard_) {
+        m.family("grl_controller_dashboard_uncharted_instances", "gauge",
+                 "Bucket instances the dashboard's history leaves out (it charts 500 at most).");
+        m.sample("grl_controller_dashboard_uncharted_instances",
+                 static_cast<double>(dashboard_->series_refused()));
+        m.family("grl_controller_dashboard_snapshots_skipped_total", "counter",
+                 "Tick snapshots replaced before the dashboard's thread took them (it lags).");
+        m.sample("grl_controller_dashboard_snapshots_skipped_total",
+                 static_cast<double>(dashboard_->snapshots_skipped()));
+    }
     std::vector<const daemon::HandshakeWatch*> peer_watches;
     for (const auto& p : peers_)
         if (p->watch) peer_watches.push_back(p->watch.get());

@@ -28,6 +28,7 @@
 #include "grl/daemon/zmq.h"
 #include "grl/wire_control.h"
 #include "config.h"
+#include "dashboard.h"
 
 namespace grl::controller {
 
@@ -53,6 +54,7 @@ class Daemon {
     void log_refusal(control::Accepted a, const control::Clock& t);
     void tick();
     void publish(control::TickOutput& out);
+    void publish_dashboard();
     void watch_limits();
     // A new limits set (file or etcd): taken whole, or rejected whole with the last good kept.
     bool take_limits(daemon::LimitsLoad l, const std::string& why);
@@ -74,6 +76,8 @@ class Daemon {
     daemon::Socket pub_;
     daemon::Socket admin_;
     std::vector<std::unique_ptr<Peer>> peers_;
+    // Declared before http_: the server's routes call into it, so it must outlive the server.
+    std::unique_ptr<Dashboard> dashboard_;
     std::unique_ptr<daemon::MetricsServer> http_;
     std::string usage_ep_, publish_ep_, admin_ep_;
 
@@ -94,6 +98,7 @@ class Daemon {
         }
     };
     FileId limits_file_id() const;
+    wire::LimitsStatus limits_status() const;  // for grlctl status and the dashboard
     FileId limits_id_;
     bool limits_ok_ = true;
     std::string limits_error_;
@@ -126,6 +131,8 @@ class Daemon {
     std::uint64_t last_admin_tick_ = 0;  // monotonic ms
     bool admin_tick_pending_ = false;
     std::uint64_t admin_ticks_deferred_ = 0;
+
+    std::uint64_t dashboard_uncharted_ = 0;  // as last logged
 
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter ignored_log_;

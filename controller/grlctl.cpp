@@ -4,14 +4,20 @@
 //
 // Exit status: 0 done, 1 the controller refused (the reason is printed), 2 usage error,
 // 3 no answer from the controller.
+#include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/time.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "grl/daemon/curve.h"
@@ -19,6 +25,7 @@
 #include "grl/daemon/zmq.h"
 #include "grl/wire_control.h"
 #include "grlctl_config.h"
+#include "grlctl_top.h"
 
 using namespace grl;
 
@@ -312,6 +319,95 @@ void print_status(const wire::AdminReply& r) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// One request, one reply
+
+// Sends `q` (stamped now) and waits for the reply: 0, or 3 with `err` saying why. A REQ socket
+// per request: after a timeout it cannot be used again.
+int ask(daemon::Context& ctx, const grlctl::Config& c, wire::AdminRequest& q, wire::AdminReply& r,
+        std::string& err) {
+    q.ts_ms = now_ms();
+    q.seq = q.ts_ms;
+    const std::string& ep = c.controller;
+    try {
+        daemon::Socket s(ctx, ZMQ_REQ);
+        s.set(ZMQ_LINGER, 0);
+        s.set(ZMQ_RCVTIMEO, static_cast<int>(c.timeout_ms));
+        s.set(ZMQ_SNDTIMEO, static_cast<int>(c.timeout_ms));
+        s.set(ZMQ_MAXMSGSIZE, static_cast<std::int64_t>(wire::kMaxMessageBytes));
+        if (c.keypair) daemon::make_curve_client(s, *c.keypair, c.server_key);
+        s.connect(ep);
+        std::string body;
+        wire::encode(q, body);
+        if (zmq_send(s.get(), body.data(), body.size(), 0) < 0) {
+            err = "cannot send to " + ep + ": " + daemon::zmq_error();
+            return 3;
+        }
+        daemon::Frame reply;
+        if (zmq_msg_recv(reply.get(), s.get(), 0) < 0) {
+            err = "no answer from " + ep + " within " + daemon::cli::format_duration(c.timeout_ms);
+            return 3;
+        }
+        std::string e;
+        if (!wire::decode(reply.view(), r, e)) {
+            err = "malformed reply from " + ep + ": " + e;
+            return 3;
+        }
+    } catch (const std::exception& e) {
+        err = e.what();
+        return 3;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// grlctl top
+
+std::atomic<bool> top_stop{false};
+
+// Screens until Ctrl-C (or --count): the buckets and the status every --interval. On a
+// terminal each screen replaces the last one; otherwise screens follow each other, separated
+// by a blank line (or, with --json, one buckets reply per line).
+int top(const grlctl::Config& c) {
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { top_stop = true; };
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    const bool tty = isatty(STDOUT_FILENO) != 0;
+    daemon::Context ctx;
+    for (std::uint32_t n = 0; !top_stop && (c.top_count == 0 || n < c.top_count); ++n) {
+        const auto started = std::chrono::steady_clock::now();
+        wire::AdminRequest qb = c.request;
+        wire::AdminRequest qs;
+        qs.op = wire::AdminOp::Status;
+        wire::AdminReply buckets, status;
+        grlctl::TopView view;
+        view.controller_endpoint = c.controller;
+        view.interval_ms = c.top_interval_ms;
+        const bool have_buckets = ask(ctx, c, qb, buckets, view.error) == 0;
+        const bool have_status = have_buckets && ask(ctx, c, qs, status, view.error) == 0;
+        view.now_ms = now_ms();
+        if (c.json) {
+            if (have_buckets) std::printf("%s\n", to_json(buckets).c_str());
+        } else {
+            struct winsize ws {};
+            if (tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0) {
+                view.width = ws.ws_col;
+                view.height = ws.ws_row;
+            }
+            const std::string screen = grlctl::render_top(have_buckets ? &buckets : nullptr,
+                                                          have_status ? &status : nullptr, view);
+            // Home, the screen, then clear what the last one left below it.
+            std::printf("%s%s%s", tty ? "\x1b[H" : (n ? "\n" : ""), screen.c_str(),
+                        tty ? "\x1b[J" : "");
+        }
+        std::fflush(stdout);
+        if (c.top_count != 0 && n + 1 >= c.top_count) break;
+        const auto next = started + std::chrono::milliseconds(c.top_interval_ms);
+        while (!top_stop && std::chrono::steady_clock::now() < next)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return 0;
+}
 
 }  // namespace
 
@@ -338,40 +434,17 @@ int main(int argc, char** argv) {
         return 0;
     }
 
+    if (c.command == grlctl::Command::Top) return top(c);
+
     wire::AdminRequest q = c.request;
-    q.ts_ms = now_ms();
-    q.seq = q.ts_ms;
-    const std::string& ep = c.controller;
-    std::string err;
     wire::AdminReply r;
-    try {
+    std::string err;
+    {
         daemon::Context ctx;
-        daemon::Socket s(ctx, ZMQ_REQ);
-        s.set(ZMQ_RCVTIMEO, static_cast<int>(c.timeout_ms));
-        s.set(ZMQ_SNDTIMEO, static_cast<int>(c.timeout_ms));
-        s.set(ZMQ_MAXMSGSIZE, static_cast<std::int64_t>(wire::kMaxMessageBytes));
-        if (c.keypair) daemon::make_curve_client(s, *c.keypair, c.server_key);
-        s.connect(ep);
-        std::string body;
-        wire::encode(q, body);
-        if (zmq_send(s.get(), body.data(), body.size(), 0) < 0) {
-            std::fprintf(stderr, "grlctl: cannot send to %s: %s\n", ep.c_str(),
-                         daemon::zmq_error().c_str());
-            return 3;
+        if (int rc = ask(ctx, c, q, r, err); rc != 0) {
+            std::fprintf(stderr, "grlctl: %s\n", err.c_str());
+            return rc;
         }
-        daemon::Frame reply;
-        if (zmq_msg_recv(reply.get(), s.get(), 0) < 0) {
-            std::fprintf(stderr, "grlctl: no answer from %s within %s\n", ep.c_str(),
-                         daemon::cli::format_duration(c.timeout_ms).c_str());
-            return 3;
-        }
-        if (!wire::decode(reply.view(), r, err)) {
-            std::fprintf(stderr, "grlctl: malformed reply from %s: %s\n", ep.c_str(), err.c_str());
-            return 3;
-        }
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "grlctl: %s\n", e.what());
-        return 3;
     }
 
     if (c.json) {

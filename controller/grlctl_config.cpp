@@ -68,6 +68,7 @@ const char* to_string(Command c) {
         case Command::Add: return "add";
         case Command::Remove: return "remove";
         case Command::Keygen: return "keygen";
+        case Command::Top: return "top";
     }
     return "?";
 }
@@ -119,6 +120,12 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv,
     add_bucket(*show, q.bucket, true);
 
     sub(Command::Status, "", "zones, peer controllers, the limits file");
+
+    CLI::App* top = sub(Command::Top, "[--interval DURATION] [--count N]",
+                        "a live view of the busiest bucket instances, refreshed until Ctrl-C");
+    cli::add_duration(*top, "--interval", c.top_interval_ms, 100, 3600000, "how often to refresh");
+    cli::add_count(*top, "--count", c.top_count, 0, 1000000,
+                   "stop after N screens (0: until Ctrl-C)");
 
     CLI::App* set = sub(Command::Set, "BUCKET [--limit RATE] [--mode deny|shadow] [--for DURATION]",
                         "override a bucket's limit and/or mode (expires after --for)");
@@ -214,6 +221,7 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv,
             q.hosts = true;
             break;
         case Command::Status: q.op = wire::AdminOp::Status; break;
+        case Command::Top: q.op = wire::AdminOp::Buckets; break;
         case Command::Set:
             q.op = wire::AdminOp::Set;
             if (!q.limit_mrps && !q.mode) error = "set needs --limit and/or --mode";

@@ -343,6 +343,8 @@ class Fleet:
               % (a.limit, a.limit // 2))
         print("  load: %s (r/s:seconds), weights 5:2:2:1 over the 4 nginx" % ", ".join(self.schedule))
         print("  logs and configs: %s ; grlctl --controller %s buckets" % (self.dir, self.ctl["admin"]))
+        print("  dashboard: http://%s/ ; live table: grlctl --controller %s top"
+              % (self.ctl["metrics"], self.ctl["admin"]))
         print("  Ctrl-C to stop\n")
         print("%6s %9s %9s %7s %9s %9s %s" % ("t", "offered", "admitted", "limit", "ratio", "applied",
                                               "zone shadow drops"))

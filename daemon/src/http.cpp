@@ -20,18 +20,33 @@ constexpr std::size_t kMaxClients = 64;
 constexpr std::size_t kMaxRequest = 8192;
 constexpr std::uint64_t kClientTimeoutMs = 5000;
 
+std::string status_head(int code, const char* reason, std::size_t length, const std::string& type,
+                        const std::string& headers = {}) {
+    return "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
+           "\r\nContent-Length: " + std::to_string(length) + "\r\n" + headers +
+           "Connection: close\r\n\r\n";
+}
+
 std::string response(int code, const char* reason, const std::string& body,
                      const char* type = "text/plain; charset=utf-8") {
-    std::string r =
-        "HTTP/1.0 " + std::to_string(code) + " " + reason + "\r\nContent-Type: " + type +
-        "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
-    return r + body;
+    return status_head(code, reason, body.size(), type) + body;
+}
+
+const char* reason_of(int code) {
+    switch (code) {
+        case 200: return "OK";
+        case 304: return "Not Modified";
+        case 400: return "Bad Request";
+        case 404: return "Not Found";
+        case 503: return "Service Unavailable";
+        default: return code < 400 ? "OK" : "Error";
+    }
 }
 }  // namespace
 
 MetricsServer::MetricsServer(Loop& loop, const std::string& address,
-                             std::function<std::string()> render)
-    : loop_(loop), render_(std::move(render)) {
+                             std::function<std::string()> render, Routes routes)
+    : loop_(loop), render_(std::move(render)), routes_(std::move(routes)) {
     auto colon = address.rfind(':');
     if (colon == std::string::npos) {
         throw std::runtime_error("metrics address \"" + address + "\": expected host:port");
@@ -125,8 +140,12 @@ void MetricsServer::on_client(int fd, short revents) {
         respond(fd, c);
         loop_.set_fd_events(fd, POLLOUT);
     }
-    while (c.sent < c.out.size()) {
-        ssize_t n = write(fd, c.out.data() + c.sent, c.out.size() - c.sent);
+    const std::size_t total = c.out.size() + (c.body ? c.body->size() : 0);
+    while (c.sent < total) {
+        const bool in_out = c.sent < c.out.size();
+        const char* p = in_out ? c.out.data() + c.sent : c.body->data() + (c.sent - c.out.size());
+        const std::size_t left = in_out ? c.out.size() - c.sent : total - c.sent;
+        ssize_t n = write(fd, p, left);
         if (n > 0) {
             c.sent += static_cast<std::size_t>(n);
             continue;
@@ -148,7 +167,9 @@ RequestHead parse_request_head(std::string_view in) {
     if (sp1 != std::string_view::npos) {
         std::string_view path = line.substr(sp1 + 1);
         path = path.substr(0, path.find(' '));
-        h.path = std::string(path.substr(0, path.find('?')));
+        const auto q = path.find('?');
+        h.path = std::string(path.substr(0, q));
+        if (q != std::string_view::npos) h.query = std::string(path.substr(q + 1));
     }
     return h;
 }
@@ -160,7 +181,20 @@ void MetricsServer::respond(int, Client& c) {
     if (method != "GET" && method != "HEAD") {
         c.out = response(405, "Method Not Allowed", "only GET\n");
     } else if (path != "/metrics") {
-        c.out = response(404, "Not Found", "try /metrics\n");
+        std::optional<HttpResponse> r;
+        try {
+            if (routes_) r = routes_(head);
+        } catch (const std::exception& e) {
+            c.out = response(500, "Internal Server Error", std::string(e.what()) + "\n");
+            return;
+        }
+        if (!r) {
+            c.out = response(404, "Not Found", "try /metrics\n");
+            return;
+        }
+        const std::size_t length = r->body ? r->body->size() : 0;
+        c.out = status_head(r->status, reason_of(r->status), length, r->type, r->headers);
+        if (method != "HEAD") c.body = std::move(r->body);
     } else {
         std::string body;
         try {

@@ -45,6 +45,20 @@ TEST(GrlctlConfig, Defaults) {
     EXPECT_EQ(p.config->controller, "tcp://other:1");
 }
 
+TEST(GrlctlConfig, TopAsksForTheBucketsEveryInterval) {
+    Config c = ok({"top"});
+    EXPECT_EQ(c.command, Command::Top);
+    EXPECT_EQ(c.request.op, wire::AdminOp::Buckets);
+    EXPECT_EQ(c.top_interval_ms, 1000u);
+    EXPECT_EQ(c.top_count, 0u);
+    c = ok({"top", "--interval", "500ms", "--count", "3", "--controller", "tcp://ctl:9"});
+    EXPECT_EQ(c.top_interval_ms, 500u);
+    EXPECT_EQ(c.top_count, 3u);
+    EXPECT_EQ(c.controller, "tcp://ctl:9");
+    EXPECT_MENTIONS(error_of({"top", "--interval", "10ms"}), "--interval");
+    EXPECT_MENTIONS(error_of({"top", "--count", "x"}), "--count");
+}
+
 TEST(GrlctlConfig, GlobalOptionsBeforeOrAfterTheCommand) {
     for (const auto& args : std::vector<std::vector<std::string>>{
              {"--controller", "tcp://c:1", "--json", "--timeout", "1s", "buckets", "--hosts"},

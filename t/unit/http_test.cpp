@@ -11,7 +11,9 @@ TEST(RequestHead, MethodAndPathWithoutQuery) {
     EXPECT_TRUE(h.complete);
     EXPECT_EQ(h.method, "GET");
     EXPECT_EQ(h.path, "/metrics");
+    EXPECT_EQ(h.query, "x=1");
     h = parse_request_head("HEAD /metrics HTTP/1.0\n\n");
+    EXPECT_EQ(h.query, "");
     EXPECT_TRUE(h.complete);
     EXPECT_EQ(h.method, "HEAD");
     EXPECT_EQ(h.path, "/metrics");

@@ -1,0 +1,342 @@
+#include "dashboard.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "grl/daemon/json.h"
+#include "grl/daemon/loop.h"
+
+namespace grl::controller {
+
+namespace {
+
+// The page keeps asking for the history while it is open (after a gap, or a missed point);
+// nobody has asked for this long: stop rendering it.
+constexpr std::uint64_t kHistoryWatchedMs = 60000;
+
+float rps(std::uint64_t mrps) {
+    return static_cast<float>(static_cast<double>(mrps) / 1000.0);
+}
+
+void key_fields(daemon::Json& j, const control::InstanceKey& k) {
+    j.key("bucket").str(k.bucket).key("scope").str(to_string(k.scope)).key("zone").str(k.zone);
+}
+
+std::string match_text(const wire::RuntimeMatch& m) {
+    auto kind = [](MatchKind k) {
+        return k == MatchKind::Prefix ? "_prefix" : k == MatchKind::Regex ? "_regex" : "";
+    };
+    std::string s;
+    if (!m.caller.empty()) s += std::string("caller") + kind(m.caller_kind) + "=" + m.caller;
+    if (!m.procedure.empty()) {
+        if (!s.empty()) s += " ";
+        s += std::string("procedure") + kind(m.procedure_kind) + "=" + m.procedure;
+    }
+    return s;
+}
+
+// Arrays of floats are most of /api/history: written directly, 7 significant digits (a
+// float's), null where absent.
+void float_array(std::string& out, const std::vector<control::HistoryPoint>& points,
+                 float control::HistoryPoint::*field) {
+    out += '[';
+    char buf[32];
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        if (i) out += ',';
+        const float v = points[i].*field;
+        if (std::isfinite(v)) {
+            std::snprintf(buf, sizeof(buf), "%.7g", static_cast<double>(v));
+            out += buf;
+        } else {
+            out += "null";
+        }
+    }
+    out += ']';
+}
+
+std::string quoted(std::string_view s) {
+    daemon::Json j;
+    j.str(s);
+    return j.text();
+}
+
+std::shared_ptr<const std::string> text(std::string s) {
+    return std::make_shared<const std::string>(std::move(s));
+}
+
+}  // namespace
+
+std::vector<std::pair<control::InstanceKey, control::HistoryPoint>> history_points(
+    const DashboardSnapshot& s) {
+    std::vector<std::pair<control::InstanceKey, control::HistoryPoint>> out;
+    out.reserve(s.buckets.size());
+    for (const wire::BucketStatus& b : s.buckets) {
+        control::HistoryPoint p;
+        p.offered_rps = rps(b.offered_mrps);
+        p.admitted_rps = rps(b.admitted_mrps);
+        p.limit_rps = rps(b.limit_mrps);
+        p.ratio = static_cast<float>(b.ratio_ppm / 1e6);
+        p.shadow_dropped_rps = rps(b.shadow_dropped_mrps);
+        out.emplace_back(control::InstanceKey{b.name, b.scope, b.zone}, p);
+    }
+    return out;
+}
+
+std::string render_state(
+    const DashboardSnapshot& s, const control::History& h,
+    const std::vector<std::pair<control::InstanceKey, control::HistoryPoint>>& last_point) {
+    daemon::Json j;
+    j.begin_object();
+    j.key("controller").str(s.controller).key("region").str(s.region);
+    j.key("time_ms").uint(s.wall_ms);
+    j.key("interval_ms").uint(s.interval_ms).key("ttl_ms").uint(s.ttl_ms);
+    j.key("hosts").begin_object();
+    j.key("fresh").uint(s.hosts_fresh).key("stale").uint(s.hosts_stale);
+    j.end_object();
+    j.key("instruction_age_ms");
+    if (s.instruction_age_ms) {
+        j.uint(*s.instruction_age_ms);
+    } else {
+        j.null();
+    }
+    j.key("held_regions").uint(s.held_regions);
+    j.key("zones").begin_array();
+    for (const wire::ZoneStatus& z : s.zones) {
+        j.begin_object();
+        j.key("zone").str(z.zone).key("collector").str(z.source).key("hosts").uint(z.hosts);
+        j.key("stale_hosts").uint(z.stale_hosts).key("age_ms").uint(z.age_ms);
+        j.key("fresh").boolean(z.fresh);
+        j.end_object();
+    }
+    j.end_array();
+    j.key("peers").begin_array();
+    for (const wire::PeerStatus& p : s.peers) {
+        j.begin_object();
+        j.key("controller").str(p.source).key("region").str(p.region).key("age_ms").uint(p.age_ms);
+        j.key("fresh").boolean(p.fresh);
+        j.key("same_limits").boolean(p.limits_digest == s.limits.digest);
+        j.end_object();
+    }
+    j.end_array();
+    j.key("limits").begin_object();
+    j.key("source").str(s.limits.file).key("ok").boolean(s.limits.ok);
+    j.key("error").str(s.limits.error).key("version").str(s.limits.version);
+    j.key("digest").str(s.limits.digest).key("loaded_ms").uint(s.limits.loaded_ms);
+    j.key("buckets").uint(s.limits.buckets).key("store_error").str(s.limits.store_error);
+    j.end_object();
+    j.key("buckets").begin_array();
+    for (const wire::BucketStatus& b : s.buckets) {
+        j.begin_object();
+        j.key("bucket").str(b.name).key("scope").str(to_string(b.scope));
+        j.key("region").str(b.region).key("zone").str(b.zone);
+        j.key("offered_rps").num(b.offered_mrps / 1000.0);
+        j.key("admitted_rps").num(b.admitted_mrps / 1000.0);
+        j.key("limit_rps").num(b.limit_mrps / 1000.0);
+        j.key("ratio").num(b.ratio_ppm / 1e6);
+        j.key("shadow_dropped_rps").num(b.shadow_dropped_mrps / 1000.0);
+        if (b.candidate_limit_mrps) {
+            j.key("candidate_limit_rps").num(*b.candidate_limit_mrps / 1000.0);
+            j.key("candidate_would_drop_rps").num(b.candidate_would_drop_mrps / 1000.0);
+        }
+        j.key("mode").str(to_string(b.mode));
+        j.key("limit_source").str(b.limit_source).key("mode_source").str(b.mode_source);
+        j.key("expires_ms").uint(b.expires_ms).key("hosts").uint(b.hosts);
+        j.key("definitions").uint(b.definitions.size());
+        j.key("runtime").boolean(b.has_match);
+        if (b.has_match) j.key("match").str(match_text(b.match));
+        j.end_object();
+    }
+    j.end_array();
+    j.key("overrides").begin_array();
+    for (const wire::Override& o : s.overrides) {
+        j.begin_object();
+        j.key("bucket").str(o.name).key("runtime").boolean(o.has_match);
+        j.key("limit_rps");
+        if (o.limit_mrps) {
+            j.num(*o.limit_mrps / 1000.0);
+        } else {
+            j.null();
+        }
+        j.key("mode");
+        if (o.mode) {
+            j.str(to_string(*o.mode));
+        } else {
+            j.null();
+        }
+        if (o.has_match) {
+            j.key("match").str(match_text(o.match)).key("scope").str(to_string(o.match.scope));
+        }
+        j.key("expires_ms").uint(o.expires_ms).key("set_ms").uint(o.set_ms);
+        j.key("origin").str(o.origin);
+        j.end_object();
+    }
+    j.end_array();
+    j.key("history").begin_object();
+    j.key("recorded").uint(h.recorded()).key("points").uint(h.points());
+    j.key("capacity").uint(h.capacity()).key("series").uint(h.series());
+    j.key("series_refused").uint(h.series_refused()).key("max_bytes").uint(h.max_bytes());
+    const std::vector<std::uint64_t> times = h.times();
+    j.key("last_ms").uint(times.empty() ? 0 : times.back());
+    j.key("last").begin_array();
+    for (const auto& [key, p] : last_point) {
+        j.begin_object();
+        key_fields(j, key);
+        j.key("offered").num(p.offered_rps).key("admitted").num(p.admitted_rps);
+        j.key("limit").num(p.limit_rps).key("ratio").num(p.ratio);
+        j.key("shadow_dropped").num(p.shadow_dropped_rps);
+        j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+    j.end_object();
+    return j.text();
+}
+
+std::string render_history(const control::History& h) {
+    std::string out = "{\"recorded\":" + std::to_string(h.recorded()) + ",\"times\":[";
+    const std::vector<std::uint64_t> times = h.times();
+    for (std::size_t i = 0; i < times.size(); ++i) {
+        if (i) out += ',';
+        out += std::to_string(times[i]);
+    }
+    out += "],\"series\":[";
+    bool first = true;
+    for (const control::History::Series& s : h.all()) {
+        if (!first) out += ',';
+        first = false;
+        out += "{\"bucket\":" + quoted(s.key->bucket) +
+               ",\"scope\":" + quoted(to_string(s.key->scope)) + ",\"zone\":" + quoted(s.key->zone);
+        using P = control::HistoryPoint;
+        const std::pair<const char*, float P::*> fields[] = {
+            {"offered", &P::offered_rps},
+            {"admitted", &P::admitted_rps},
+            {"limit", &P::limit_rps},
+            {"ratio", &P::ratio},
+            {"shadow_dropped", &P::shadow_dropped_rps}};
+        for (const auto& [name, field] : fields) {
+            out += ",\"";
+            out += name;
+            out += "\":";
+            float_array(out, s.points, field);
+        }
+        out += '}';
+    }
+    out += "]}";
+    return out;
+}
+
+Dashboard::Dashboard(control::History::Options o) : history_(o), max_bytes_(history_.max_bytes()) {
+    thread_ = std::thread([this] { run(); });
+}
+
+Dashboard::~Dashboard() {
+    {
+        std::lock_guard<std::mutex> l(mu_);
+        stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+}
+
+void Dashboard::publish(DashboardSnapshot s) {
+    {
+        std::lock_guard<std::mutex> l(mu_);
+        if (pending_) ++skipped_;
+        pending_ = std::move(s);
+    }
+    cv_.notify_one();
+}
+
+void Dashboard::run() {
+    std::vector<std::pair<control::InstanceKey, control::HistoryPoint>> last_point;
+    bool history_current = false;  // history_json_ holds the newest point
+    for (;;) {
+        std::optional<DashboardSnapshot> snap;
+        bool asked = false;  // the page asked for a history not rendered: render it now
+        {
+            std::unique_lock<std::mutex> l(mu_);
+            cv_.wait(l, [this] { return stop_ || pending_.has_value() || history_asked_; });
+            if (stop_) return;
+            snap = std::move(pending_);
+            pending_.reset();
+            asked = history_asked_;
+            history_asked_ = false;
+        }
+        std::shared_ptr<const std::string> state;
+        bool took = false;
+        if (snap) {
+            auto points = history_points(*snap);
+            took = history_.record(snap->mono_ms, snap->wall_ms, points);
+            if (took) last_point = std::move(points);
+            series_refused_.store(history_.series_refused());
+            state = text(render_state(*snap, history_, last_point));
+        }
+        std::shared_ptr<const std::string> hist;
+        const std::uint64_t wanted = history_wanted_.load();
+        const bool watched = wanted != 0 && daemon::mono_ms() < wanted + kHistoryWatchedMs;
+        if (asked || (watched && (took || !history_current))) {
+            hist = text(render_history(history_));
+            history_current = true;
+        } else if (took) {
+            history_current = false;
+        }
+        std::lock_guard<std::mutex> l(mu_);
+        if (state) state_ = std::move(state);
+        if (hist) {
+            history_json_ = std::move(hist);
+        } else if (!history_current) {
+            history_json_.reset();  // never serve a history that misses points
+        }
+    }
+}
+
+std::optional<daemon::HttpResponse> Dashboard::route(const daemon::RequestHead& h) {
+    static const std::string kNoStore = "Cache-Control: no-store\r\n";
+    const std::string path = h.path == "/dashboard" ? "/" : h.path;
+    // The files, copied once into shared bodies.
+    static const std::vector<std::pair<const DashboardAsset*, std::shared_ptr<const std::string>>>
+        files = [] {
+            std::vector<std::pair<const DashboardAsset*, std::shared_ptr<const std::string>>> f;
+            for (const DashboardAsset& a : dashboard_assets()) f.emplace_back(&a, text(a.body));
+            return f;
+        }();
+    for (const auto& [a, b] : files) {
+        if (path == a->path) {
+            daemon::HttpResponse r;
+            r.type = a->type;
+            r.body = b;
+            r.headers = kNoStore;
+            return r;
+        }
+    }
+    std::shared_ptr<const std::string> body;
+    if (path == "/api/state") {
+        std::lock_guard<std::mutex> l(mu_);
+        body = state_;
+    } else if (path == "/api/history") {
+        history_wanted_.store(daemon::mono_ms());
+        std::lock_guard<std::mutex> l(mu_);
+        body = history_json_;
+        if (!body) {
+            history_asked_ = true;  // rendered at once, not at the next tick
+            cv_.notify_one();
+        }
+    } else {
+        return std::nullopt;
+    }
+    daemon::HttpResponse r;
+    if (!body) {
+        // Before the first tick, or the history was not rendered while nobody watched: the
+        // dashboard's thread renders it now.
+        r.status = 503;
+        r.body = text("not ready yet: retry in a second\n");
+        r.headers = "Retry-After: 1\r\n" + kNoStore;
+        return r;
+    }
+    r.type = "application/json";
+    r.body = std::move(body);
+    r.headers = kNoStore;
+    return r;
+}
+
+}  // namespace grl::controller

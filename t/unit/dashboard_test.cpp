@@ -1,0 +1,175 @@
+// Unit tests of the controller's dashboard (controller/dashboard.h): the JSON it renders, its
+// routes, and the hand-over from the tick to its thread.
+#include "dashboard.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace grl::controller {
+namespace {
+
+using nlohmann::json;
+
+DashboardSnapshot snapshot(std::uint64_t mono_ms, std::uint64_t offered_mrps) {
+    DashboardSnapshot s;
+    s.mono_ms = mono_ms;
+    s.wall_ms = 1'800'000'000'000 + mono_ms;
+    s.controller = "ctl-1";
+    s.region = "eu";
+    s.interval_ms = 250;
+    s.ttl_ms = 750;
+    wire::BucketStatus api;
+    api.name = "api";
+    api.offered_mrps = offered_mrps;
+    api.admitted_mrps = 300000;
+    api.limit_mrps = 300000;
+    api.ratio_ppm = 333333;
+    api.limit_source = "conf";
+    api.mode_source = "conf";
+    api.hosts = 4;
+    wire::BucketStatus zone;
+    zone.name = "api-zone";
+    zone.scope = Scope::Zone;
+    zone.region = "eu";
+    zone.zone = "z\"1";  // quoted in JSON
+    zone.offered_mrps = 200000;
+    zone.limit_mrps = 150000;
+    zone.shadow_dropped_mrps = 50000;
+    zone.mode = Mode::Shadow;
+    s.buckets = {api, zone};
+    wire::ZoneStatus z;
+    z.zone = "z\"1";
+    z.source = "col-1";
+    z.hosts = 2;
+    z.age_ms = 120;
+    z.fresh = true;
+    s.zones = {z};
+    s.limits.file = "/etc/grl/limits.yaml";
+    s.limits.ok = false;
+    s.limits.error = "line 3: invalid rate";
+    s.limits.version = "v7";
+    s.hosts_fresh = 4;
+    s.instruction_age_ms = 40;
+    wire::Override o;
+    o.name = "emergency";
+    o.limit_mrps = 5000;
+    o.has_match = true;
+    o.match.procedure = "/api/emergency";
+    o.match.procedure_kind = MatchKind::Prefix;
+    o.origin = "ctl-1";
+    s.overrides = {o};
+    return s;
+}
+
+TEST(Dashboard, StateCarriesEveryInstanceLoopHealthOverridesAndTheNewestPoint) {
+    control::History h{control::History::Options{}};
+    DashboardSnapshot s = snapshot(1000, 450000);
+    auto points = history_points(s);
+    ASSERT_TRUE(h.record(s.mono_ms, s.wall_ms, points));
+    json j = json::parse(render_state(s, h, points));
+    EXPECT_EQ(j["controller"], "ctl-1");
+    ASSERT_EQ(j["buckets"].size(), 2u);
+    EXPECT_EQ(j["buckets"][0]["bucket"], "api");
+    EXPECT_DOUBLE_EQ(j["buckets"][0]["offered_rps"].get<double>(), 450.0);
+    EXPECT_DOUBLE_EQ(j["buckets"][0]["limit_rps"].get<double>(), 300.0);
+    EXPECT_NEAR(j["buckets"][0]["ratio"].get<double>(), 0.333333, 1e-6);
+    EXPECT_EQ(j["buckets"][1]["zone"], "z\"1");
+    EXPECT_EQ(j["buckets"][1]["mode"], "shadow");
+    EXPECT_DOUBLE_EQ(j["buckets"][1]["shadow_dropped_rps"].get<double>(), 50.0);
+    EXPECT_EQ(j["zones"][0]["collector"], "col-1");
+    EXPECT_EQ(j["limits"]["ok"], false);
+    EXPECT_EQ(j["limits"]["error"], "line 3: invalid rate");
+    EXPECT_EQ(j["instruction_age_ms"], 40);
+    EXPECT_EQ(j["overrides"][0]["bucket"], "emergency");
+    EXPECT_EQ(j["overrides"][0]["match"], "procedure_prefix=/api/emergency");
+    EXPECT_TRUE(j["overrides"][0]["mode"].is_null());
+    EXPECT_EQ(j["history"]["recorded"], 1);
+    EXPECT_EQ(j["history"]["capacity"], 900);
+    ASSERT_EQ(j["history"]["last"].size(), 2u);
+    EXPECT_DOUBLE_EQ(j["history"]["last"][1]["shadow_dropped"].get<double>(), 50.0);
+
+    s.instruction_age_ms.reset();
+    EXPECT_TRUE(json::parse(render_state(s, h, points))["instruction_age_ms"].is_null());
+}
+
+TEST(Dashboard, HistoryHasOneArrayPerFieldAndNullWhereAbsent) {
+    control::History::Options o;
+    o.step_ms = 1000;
+    control::History h(o);
+    DashboardSnapshot s = snapshot(1000, 450000);
+    h.record(1000, 5000, history_points(s));
+    s.buckets.pop_back();  // the zone instance left
+    s.buckets[0].offered_mrps = 460500;
+    h.record(2000, 6000, history_points(s));
+    json j = json::parse(render_history(h));
+    EXPECT_EQ(j["recorded"], 2);
+    EXPECT_EQ(j["times"], json::array({5000, 6000}));
+    ASSERT_EQ(j["series"].size(), 2u);
+    EXPECT_EQ(j["series"][0]["bucket"], "api");
+    EXPECT_EQ(j["series"][0]["offered"], json::array({450, 460.5}));
+    EXPECT_EQ(j["series"][0]["limit"], json::array({300, 300}));
+    EXPECT_EQ(j["series"][1]["zone"], "z\"1");
+    EXPECT_EQ(j["series"][1]["shadow_dropped"][0], 50);
+    EXPECT_TRUE(j["series"][1]["shadow_dropped"][1].is_null());
+}
+
+daemon::RequestHead get(const std::string& path) {
+    daemon::RequestHead h;
+    h.complete = true;
+    h.method = "GET";
+    h.path = path;
+    return h;
+}
+
+// Polls a route until it answers 200 (the dashboard's thread works on its own time).
+daemon::HttpResponse wait_ok(Dashboard& d, const std::string& path) {
+    for (int i = 0; i < 400; ++i) {
+        auto r = d.route(get(path));
+        if (r && r->status == 200) return *r;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ADD_FAILURE() << path << " never answered 200";
+    return {};
+}
+
+TEST(Dashboard, RoutesServeThePageAndTheDocumentsTheThreadRendered) {
+    Dashboard d{control::History::Options{}};
+    auto page = d.route(get("/"));
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200);
+    EXPECT_EQ(page->type, "text/html; charset=utf-8");
+    EXPECT_NE(page->body->find("/dashboard.js"), std::string::npos);
+    auto js = d.route(get("/dashboard.js"));
+    ASSERT_TRUE(js);
+    EXPECT_NE(js->body->find("/api/state"), std::string::npos);
+    EXPECT_FALSE(d.route(get("/nothing")));
+
+    // Nothing published yet: 503, retry.
+    auto early = d.route(get("/api/state"));
+    ASSERT_TRUE(early);
+    EXPECT_EQ(early->status, 503);
+    EXPECT_NE(early->headers.find("Retry-After: 1"), std::string::npos);
+
+    d.publish(snapshot(1000, 450000));
+    daemon::HttpResponse state = wait_ok(d, "/api/state");
+    EXPECT_EQ(state.type, "application/json");
+    EXPECT_EQ(json::parse(*state.body)["buckets"][0]["bucket"], "api");
+
+    // The history is rendered on demand (the first request wakes the thread), then with every
+    // new point while the page watches.
+    daemon::HttpResponse hist = wait_ok(d, "/api/history");
+    EXPECT_EQ(json::parse(*hist.body)["recorded"], 1);
+    d.publish(snapshot(2000, 470000));
+    for (int i = 0; i < 400; ++i) {
+        auto r = d.route(get("/api/history"));
+        if (r && r->status == 200 && json::parse(*r->body)["recorded"] == 2) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ADD_FAILURE() << "the second point never reached /api/history";
+}
+
+}  // namespace
+}  // namespace grl::controller
