@@ -52,4 +52,9 @@ void MetricsText::sample(std::string_view name, std::initializer_list<Label> lab
     out_ += buf;
 }
 
+void write_build_info(MetricsText& m, std::string_view component) {
+    m.family("grl_build_info", "gauge", "The grl version this process runs (always 1).");
+    m.sample("grl_build_info", {{"version", GRL_VERSION}, {"component", component}}, 1);
+}
+
 }  // namespace grl::daemon
