@@ -284,6 +284,9 @@ class ServeMetrics {
         loop_.every(100, [this] {
             if (stop_) loop_.stop();
         });
+        // The Loop's signalfd may read a SIGINT/SIGTERM before the process's handler runs:
+        // whichever thread takes it, serving stops.
+        for (int sig : {SIGINT, SIGTERM}) loop_.on_signal(sig, [] { g_stop = true; });
         thread_ = std::thread([this] { loop_.run(); });
     }
     ~ServeMetrics() {
