@@ -47,7 +47,8 @@ void MetricsText::sample(std::string_view name, std::initializer_list<Label> lab
     } else if (value == std::floor(value) && std::fabs(value) < 1e15) {
         std::snprintf(buf, sizeof(buf), " %.0f\n", value);
     } else {
-        std::snprintf(buf, sizeof(buf), " %.9g\n", value);
+        // 15 digits: a Unix timestamp keeps its milliseconds (%.9g rounded it to 10 s).
+        std::snprintf(buf, sizeof(buf), " %.15g\n", value);
     }
     out_ += buf;
 }
