@@ -41,6 +41,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       identity_log_(10000) {
     if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     start_mono_ = mono_ms();
+    early_ = EarlyUsage(cfg_.interval_ms, start_mono_);
     daemon::Socket pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
     daemon::Socket sub(ctx, ZMQ_SUB);
 
@@ -218,21 +219,13 @@ void Collector::on_reports() {
     // Warming up (just started, or hosts new to us): the last usage sent had buckets that
     // lacked some hosts' rates. Send as soon as more rates exist instead of waiting for the
     // tick, so that enforcement resumes within a report interval after a restart.
-    if (accepted_in_batch && warming_) early_pending_ = true;
+    if (accepted_in_batch) early_.rates_arrived();
     maybe_send_early();
 }
 
-// An early usage goes out at most eight times per interval, and not in the first half
-// interval after a start: hosts reconnect within nginx's 100 ms and report at once, and a
-// first usage with only some of them would publish a ratio from part of the load.
+// The rule (when, how often) is grl::EarlyUsage's, in core/include/grl/early.h.
 void Collector::maybe_send_early() {
-    const std::uint64_t now = mono_ms();
-    if (!early_pending_ || now < start_mono_ + cfg_.interval_ms / 2 ||
-        now < last_early_send_ + cfg_.interval_ms / 8) {
-        return;
-    }
-    last_early_send_ = now;
-    send_usage();  // clears early_pending_
+    if (early_.due(mono_ms())) send_usage();
 }
 
 void Collector::tick() {
@@ -292,14 +285,13 @@ void Collector::send_usage() {
         ++usage_truncated_;
         send_log_.hit(LogLevel::Warn, {}, "zone usage too large: host names left out", mono_ms());
     }
-    early_pending_ = false;
     usage_bytes_ = buf_.size();
     usage_build_us_ = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count());
-    // Also warming for the first two intervals: hosts not heard from yet are not in `u`.
-    warming_ = mono_ms() < start_mono_ + 2 * cfg_.interval_ms;
-    for (const auto& b : u.buckets) warming_ = warming_ || b.rated_hosts < b.hosts;
+    bool unrated = false;
+    for (const auto& b : u.buckets) unrated = unrated || b.rated_hosts < b.hosts;
+    early_.sent(mono_ms(), unrated);
     for (auto& c : controllers_) {
         if (c->push.send(buf_)) {
             ++c->sent;

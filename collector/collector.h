@@ -18,6 +18,7 @@
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
 #include "grl/key_bindings.h"
+#include "grl/early.h"
 #include "grl/rates.h"
 #include "grl/report_reader.h"
 #include "grl/wire.h"
@@ -74,9 +75,7 @@ class Collector {
     std::uint64_t last_report_mono_ = 0;
     std::uint64_t start_mono_ = 0;
     bool instructions_flowing_ = false;
-    bool warming_ = true;  // the last usage sent had buckets without any rate
-    std::uint64_t last_early_send_ = 0;
-    bool early_pending_ = false;  // rates arrived that an early usage should carry
+    EarlyUsage early_{cfg_.interval_ms, start_mono_};  // usage before the tick when warming
     std::size_t last_fresh_ = 0;
 
     daemon::LogLimiter malformed_log_;

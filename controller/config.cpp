@@ -57,12 +57,34 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_duration(app, "--peer-hold", c.opts.peer_hold_ms, 0, 24ULL * 3600000,
                       "a region whose peers all went silent (a partition) keeps its last usage "
                       "in global sums this long (0: leaves with its peers)");
+    cli::add_duration(app, "--max-skew", c.opts.max_skew_ms, 1000, 3600000,
+                      "refuse usage and overrides stamped further ahead of this clock (they would "
+                      "win over every genuine message)");
+    cli::add_count(app, "--max-zone-hosts", c.opts.max_zone_hosts, 1, 100000000,
+                   "refuse a zone usage claiming more hosts");
+    cli::add_count(app, "--max-region-hosts", c.opts.max_region_hosts, 1, 1000000000,
+                   "refuse a region usage claiming more hosts");
+    cli::add_count(app, "--max-zones", c.opts.max_zones, 1, 1000000,
+                   "zones held at once; usage from a new zone is refused while full");
+    cli::add_count(app, "--max-peers", c.opts.max_peers, 1, 100000,
+                   "peer controllers held at once; usage from a new peer is refused while full");
     cli::add_text(app, "--state-file", c.state_file, "FILE",
                   "keep overrides and run-time buckets here across restarts (written atomically "
                   "at each change)");
     cli::add_text(app, "--limits", c.limits_file, "FILE|etcd://HOST:PORT/KEY",
                   "YAML limits file (reloaded on SIGHUP and when it changes), or an etcd v3 key "
                   "holding it (watched)");
+    cli::add_text(app, "--etcd-ca", c.etcd_access.ca_file, "FILE",
+                  "CA certificate(s) that signed etcd's (etcds://; default: the system's)");
+    cli::add_text(app, "--etcd-cert", c.etcd_access.cert_file, "FILE",
+                  "client certificate for etcd (etcds://, with --etcd-key)");
+    cli::add_text(app, "--etcd-key", c.etcd_access.key_file, "FILE",
+                  "the client certificate's private key");
+    cli::add_text(app, "--etcd-user", c.etcd_access.user, "NAME",
+                  "etcd user (etcd's authentication; with --etcd-password-file)");
+    std::string password_file;
+    cli::add_text(app, "--etcd-password-file", password_file, "FILE",
+                  "file whose first line is the etcd user's password");
     cli::add_duration(app, "--limits-poll", c.limits_poll_ms, 0, 3600000,
                       "how often the limits file is checked for changes (0: on SIGHUP only)");
     cli::add_text(app, "--metrics-bind", c.metrics_bind, "HOST:PORT",
@@ -98,10 +120,24 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
             "--curve-keypair";
     } else if (daemon::etcd::is_url(c.limits_file)) {
         c.limits_etcd = daemon::etcd::parse_url(c.limits_file, error);
-        if (c.limits_etcd)
-            error = check(c);
-        else
+        if (!c.limits_etcd) {
             error = "--limits: " + error;
+        } else if (c.etcd_access.user.empty() != password_file.empty()) {
+            error = "--etcd-user and --etcd-password-file go together";
+        } else if (c.etcd_access.cert_file.empty() != c.etcd_access.key_file.empty()) {
+            error = "--etcd-cert and --etcd-key go together";
+        } else if (!c.limits_etcd->tls &&
+                   !(c.etcd_access.ca_file.empty() && c.etcd_access.cert_file.empty())) {
+            error = "--etcd-ca and --etcd-cert need an etcds:// URL in --limits";
+        } else if (!password_file.empty() && !daemon::etcd::read_password_file(
+                                                 password_file, c.etcd_access.password, error)) {
+            error = "--etcd-password-file: " + error;
+        } else {
+            error = check(c);
+        }
+    } else if (!c.etcd_access.user.empty() || !c.etcd_access.ca_file.empty() ||
+               !c.etcd_access.cert_file.empty() || !password_file.empty()) {
+        error = "--etcd-* options need an etcd:// or etcds:// URL in --limits";
     } else {
         error = check(c);
     }

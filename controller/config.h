@@ -25,6 +25,7 @@ struct Config {
     std::vector<std::string> peers;                // other controllers' publish endpoints
     std::string limits_file;                       // empty: none; a path, or etcd://HOST:PORT/KEY
     std::optional<daemon::etcd::Url> limits_etcd;  // set when limits_file is an etcd URL
+    daemon::etcd::Access etcd_access;              // TLS files and user for a secured etcd
     std::string state_file;                        // overrides kept across restarts; empty: none
     std::uint64_t limits_poll_ms = 1000;
     std::string metrics_bind;

@@ -53,15 +53,20 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       pull_(ctx, ZMQ_PULL),
       pub_(ctx, ZMQ_PUB),
       admin_(ctx, ZMQ_ROUTER),
-      peers_(ctx, ZMQ_SUB),
       malformed_log_(10000),
       ignored_log_(10000),
       future_log_(10000),
       hosts_log_(10000),
+      full_log_(10000),
       overrides_log_(10000),
       send_log_(10000),
       // A binding lapses when its zone would have left the sums.
-      zone_keys_(kMaxZoneKeys, std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms) {
+      zone_keys_(kMaxZoneKeys, std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms),
+      // A connection's controller may be replaced by another name once it has been silent
+      // as long as a peer is held in the global sums.
+      peer_sources_(std::max<std::size_t>(cfg_.peers.size(), 1),
+                    std::max(std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms,
+                             cfg_.opts.peer_hold_ms)) {
     if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     const std::int64_t max = daemon::kTransportMaxBytes;
     pull_.set(ZMQ_MAXMSGSIZE, max);
@@ -69,8 +74,12 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     pub_.set(ZMQ_SNDHWM, 10000);
     admin_.set(ZMQ_MAXMSGSIZE, max);
     admin_.set(ZMQ_ROUTER_MANDATORY, 0);
-    peers_.set(ZMQ_MAXMSGSIZE, max);
-    peers_.set(ZMQ_RCVHWM, 1000);
+    for (const std::string& ep : cfg_.peers) {
+        auto p = std::make_unique<Peer>(Peer{ep, daemon::Socket(ctx, ZMQ_SUB), nullptr});
+        p->sock.set(ZMQ_MAXMSGSIZE, max);
+        p->sock.set(ZMQ_RCVHWM, 1000);
+        peers_.push_back(std::move(p));
+    }
     if (zap_) {
         zap_->allow("collector", cfg_.clients);
         zap_->allow("subscriber", cfg_.clients);
@@ -79,11 +88,11 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         daemon::make_curve_server(pull_, *cfg_.keypair, "collector");
         daemon::make_curve_server(pub_, *cfg_.keypair, "subscriber");
         daemon::make_curve_server(admin_, *cfg_.keypair, "admin");
-        if (!cfg_.peers.empty()) {
-            daemon::make_curve_client(peers_, *cfg_.keypair, cfg_.server_key);
-            peers_watch_ = std::make_unique<daemon::HandshakeWatch>(ctx, peers_.get(),
-                                                                    "peer controller", cfg_.peers);
-            daemon::HandshakeWatch* w = peers_watch_.get();
+        for (auto& p : peers_) {
+            daemon::make_curve_client(p->sock, *cfg_.keypair, cfg_.server_key);
+            p->watch = std::make_unique<daemon::HandshakeWatch>(
+                ctx, p->sock.get(), "peer controller", std::vector<std::string>{p->endpoint});
+            daemon::HandshakeWatch* w = p->watch.get();
             loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
             loop_.every(250, [w] { w->handle(daemon::mono_ms()); });
         }
@@ -91,8 +100,10 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     usage_ep_ = pull_.bind(cfg_.usage_bind);
     publish_ep_ = pub_.bind(cfg_.publish_bind);
     admin_ep_ = admin_.bind(cfg_.admin_bind);
-    peers_.set(ZMQ_SUBSCRIBE, wire::kPeerTopic);
-    for (const std::string& ep : cfg_.peers) peers_.connect(ep);
+    for (auto& p : peers_) {
+        p->sock.set(ZMQ_SUBSCRIBE, wire::kPeerTopic);
+        p->sock.connect(p->endpoint);
+    }
 
     if (cfg_.limits_etcd) {
         start_etcd();
@@ -108,7 +119,10 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     restore_state();
 
     loop_.on_socket(pull_.get(), [this] { on_usage(); });
-    loop_.on_socket(peers_.get(), [this] { on_peers(); });
+    for (auto& p : peers_) {
+        Peer* peer = p.get();
+        loop_.on_socket(peer->sock.get(), [this, peer] { on_peers(*peer); });
+    }
     loop_.on_socket(admin_.get(), [this] { on_admin(); });
     loop_.every(cfg_.opts.interval_ms, [this] { tick(); });
     loop_.every(std::max<std::uint64_t>(cfg_.opts.interval_ms / kAdminTickGapDivisor, 1), [this] {
@@ -188,11 +202,9 @@ void Daemon::on_usage() {
         }
         bool early = ctl_.brings_new_rates(zone_usage_, t);
         control::Accepted a = ctl_.on_zone_usage(zone_usage_, t, &why_);
-        if (a == control::Accepted::Yes && early &&
-            t.mono_ms >= last_early_tick_ + cfg_.opts.interval_ms / 4) {
+        if (a == control::Accepted::Yes && early && early_tick_.due(t.mono_ms)) {
             // First rates of a bucket (after a start or a restart): publish now, not at the
             // next tick. Rate-limited to four extra ticks per interval.
-            last_early_tick_ = t.mono_ms;
             tick();
         }
         if (a != control::Accepted::Yes) {
@@ -209,10 +221,10 @@ void Daemon::on_usage() {
     }
 }
 
-void Daemon::on_peers() {
+void Daemon::on_peers(Peer& p) {
     std::string error;
     for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
-        std::size_t n = peers_.recv_frames(frames_, 2);
+        std::size_t n = p.sock.recv_frames(frames_, 2);
         if (n == 0) return;
         control::Clock t = now();
         bool ok = n == 2 && frames_[0].view() == wire::kPeerTopic;
@@ -225,6 +237,26 @@ void Daemon::on_peers() {
             continue;
         }
         ++received_["region_usage"];
+        // A connection speaks for one controller: a message naming another (a peer speaking
+        // for someone else), or naming a controller another connection speaks for, is
+        // refused whole, overrides included.
+        KeyBindings::Result b = peer_sources_.check(p.endpoint, region_usage_.source, t.mono_ms);
+        if (b != KeyBindings::Result::Ok) {
+            ++ignored_[std::string("region_usage/") + std::string(to_string(b))];
+            ignored_log_.hit(
+                LogLevel::Warn, {},
+                "region usage from " + region_usage_.source + " (region " + region_usage_.region +
+                    ") on the connection to " + p.endpoint +
+                    " ignored: " + std::string(to_string(b)) +
+                    (b == KeyBindings::Result::KeyTaken
+                         ? " (that connection speaks for \"" + peer_sources_.name_of(p.endpoint) +
+                               "\")"
+                     : b == KeyBindings::Result::NameTaken
+                         ? " (" + region_usage_.source + " speaks on another connection)"
+                         : std::string(" (--max-peers connections bound)")),
+                t.mono_ms);
+            continue;
+        }
         const std::uint64_t refused_before = ctl_.overrides_rejected();
         control::Accepted a = ctl_.on_region_usage(region_usage_, t, &why_);
         if (a != control::Accepted::Yes)
@@ -244,6 +276,7 @@ void Daemon::log_refusal(control::Accepted a, const control::Clock& t) {
         case control::Accepted::TooManyHosts:
             hosts_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
             break;
+        case control::Accepted::Full: full_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms); break;
         default: break;
     }
 }
@@ -527,7 +560,7 @@ void Daemon::start_etcd() {
     const daemon::etcd::Url& url = *cfg_.limits_etcd;
     std::optional<daemon::etcd::RangeReply> r;
     try {
-        r = daemon::etcd::Client(url).get();
+        r = daemon::etcd::Client(url, cfg_.etcd_access).get();
     } catch (const std::runtime_error& e) {
         etcd_error_ = e.what();
         ++etcd_losses_;
@@ -551,7 +584,8 @@ void Daemon::start_etcd() {
                          " yet: nginx.conf's limits apply until it is written");
     }
     etcd_ = std::make_unique<daemon::etcd::KeyWatch>(
-        loop_, url, r ? r->revision : 0, [this](const daemon::etcd::WatchEvent& e) { on_etcd(e); });
+        loop_, url, cfg_.etcd_access, r ? r->revision : 0,
+        [this](const daemon::etcd::WatchEvent& e) { on_etcd(e); });
 }
 
 // Runs in the loop's thread (KeyWatch hands events over). One line when etcd is lost, one
@@ -704,9 +738,11 @@ std::string Daemon::metrics() {
     for (const char* k : {"zone_usage", "region_usage", "admin_request"})
         m.sample("grl_controller_messages_malformed_total", {{"kind", k}},
                  static_cast<double>(malformed_[k]));
-    m.family("grl_controller_messages_ignored_total", "counter",
-             "Valid messages not used (older than the one held, other region, our own) or "
-             "refused (future: stamped too far ahead of our clock; too_many_hosts).");
+    m.family(
+        "grl_controller_messages_ignored_total", "counter",
+        "Valid messages not used (older than the one held, other region, our own) or "
+        "refused (future: stamped too far ahead of our clock; too_many_hosts; full: a new zone or "
+        "peer while --max-zones / --max-peers are held).");
     for (const auto& [k, n] : ignored_) {
         auto slash = k.find('/');
         m.sample("grl_controller_messages_ignored_total",
@@ -790,7 +826,10 @@ std::string Daemon::metrics() {
              "changes within an eighth of an interval).");
     m.sample("grl_controller_admin_ticks_deferred_total",
              static_cast<double>(admin_ticks_deferred_));
-    if (peers_watch_) daemon::write_client_metrics(m, "peer", {peers_watch_.get()});
+    std::vector<const daemon::HandshakeWatch*> peer_watches;
+    for (const auto& p : peers_)
+        if (p->watch) peer_watches.push_back(p->watch.get());
+    if (!peer_watches.empty()) daemon::write_client_metrics(m, "peer", peer_watches);
     if (zap_) zap_->write_metrics(m);
     return m.text();
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "grl/control.h"
+#include "grl/early.h"
 #include "grl/key_bindings.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/etcd_watch.h"
@@ -37,8 +38,17 @@ class Daemon {
     void reload_limits(const char* why);  // SIGHUP
 
   private:
+    // One SUB socket per --peer: what arrives on a connection comes from that endpoint (and,
+    // with CURVE, from the holder of the server key), so each connection is bound to the one
+    // controller it first speaks for and cannot speak for another (peer_sources_).
+    struct Peer {
+        std::string endpoint;
+        daemon::Socket sock;
+        std::unique_ptr<daemon::HandshakeWatch> watch;  // with CURVE
+    };
+
     void on_usage();
-    void on_peers();
+    void on_peers(Peer& p);
     void on_admin();
     void log_refusal(control::Accepted a, const control::Clock& t);
     void tick();
@@ -63,8 +73,7 @@ class Daemon {
     daemon::Socket pull_;
     daemon::Socket pub_;
     daemon::Socket admin_;
-    daemon::Socket peers_;
-    std::unique_ptr<daemon::HandshakeWatch> peers_watch_;  // with CURVE to the peers
+    std::vector<std::unique_ptr<Peer>> peers_;
     std::unique_ptr<daemon::MetricsServer> http_;
     std::string usage_ep_, publish_ep_, admin_ep_;
 
@@ -109,7 +118,7 @@ class Daemon {
     bool state_ok_ = true;     // false: the last write failed, or the file read at start was bad
     std::uint64_t state_writes_ = 0;
     std::uint64_t last_publish_mono_ = 0;
-    std::uint64_t last_early_tick_ = 0;
+    EarlyTick early_tick_{cfg_.opts.interval_ms};  // first rates of a bucket: tick at once
     std::uint64_t admin_requests_ = 0;
     std::uint64_t admin_changes_ = 0;
     // Admin changes publish at once, but at most one tick per kAdminTickGapDivisor-th of an
@@ -122,10 +131,13 @@ class Daemon {
     daemon::LogLimiter ignored_log_;
     daemon::LogLimiter future_log_;     // messages stamped too far ahead
     daemon::LogLimiter hosts_log_;      // messages claiming too many hosts
+    daemon::LogLimiter full_log_;       // a new zone or peer while the table is full
     daemon::LogLimiter overrides_log_;  // override entries stamped too far ahead
     daemon::LogLimiter send_log_;
     // With CURVE: which zone each collector key sends usage for (first come, one to one).
     KeyBindings zone_keys_;
+    // Which controller (source) each peer connection speaks for.
+    KeyBindings peer_sources_;
 };
 
 }  // namespace grl::controller

@@ -202,7 +202,7 @@ void print_buckets(const wire::AdminReply& r, bool hosts) {
     }
     std::vector<std::vector<std::string>> rows = {{"BUCKET", "SCOPE", "WHERE", "OFFERED",
                                                    "ADMITTED", "LIMIT", "RATIO", "MODE", "HOSTS",
-                                                   "FROM"}};
+                                                   "FROM", "CANDIDATE"}};
     for (const auto& b : r.buckets) {
         std::string from =
             b.limit_source == b.mode_source ? b.limit_source : b.limit_source + "/" + b.mode_source;
@@ -211,9 +211,14 @@ void print_buckets(const wire::AdminReply& r, bool hosts) {
         std::string mode(to_string(b.mode));
         if (b.mode == Mode::Shadow && b.shadow_dropped_mrps)
             mode += " (" + rps(b.shadow_dropped_mrps) + " r/s)";
+        // A limit soaking beside the enforced one (grl-rlc's rollout): what it would drop.
+        std::string candidate = "-";
+        if (b.candidate_limit_mrps)
+            candidate = rps(*b.candidate_limit_mrps) + " (would drop " +
+                        rps(b.candidate_would_drop_mrps) + ")";
         rows.push_back({b.name, std::string(to_string(b.scope)), where(b), rps(b.offered_mrps),
                         rps(b.admitted_mrps), rps(b.limit_mrps), ratio(b.ratio_ppm), mode,
-                        std::to_string(b.hosts), from});
+                        std::to_string(b.hosts), from, candidate});
     }
     print_table(rows);
     std::printf("(rates in requests per second, averaged over the controller's window)\n");

@@ -496,7 +496,7 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         }
         std::vector<std::string> names;
         for (const BucketDef& d : m->cpp->table.defs) names.push_back(d.name);
-        err = z.assign(names, m->cpp->table.slots, m->config_gen);
+        err = z.assign(names, m->cpp->table.slots, m->config_gen, pid_alive);
         if (!err.empty()) {
             ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\": %s", &shm_zone->shm.name,
                           err.c_str());

@@ -90,6 +90,8 @@ inline std::string to_std(const ngx_str_t& s) {
 
 // Per-process PRNG for drop sampling, seeded in init_process.
 extern Prng g_prng;
+// kill(pid, 0): whether a process (a registered worker) still runs.
+bool pid_alive(std::uint32_t pid) noexcept;
 
 // grl_conf.cpp
 extern ngx_command_t commands[];

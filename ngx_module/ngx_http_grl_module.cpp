@@ -2,13 +2,20 @@
 // grl_conf.cpp, the request path in grl_handler.cpp, the status page in
 // grl_status.cpp and the ZeroMQ reporter in grl_reporter.cpp.
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include "grl_module.h"
 
 namespace grl::ngx {
 
 Prng g_prng;
+
+bool pid_alive(std::uint32_t pid) noexcept {
+    return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
 
 namespace {
 
@@ -39,6 +46,13 @@ ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
     if (m && m->zone_base) {
         zone::View z(m->zone_base);
         z.activate(m->config_gen);
+        // Until this worker exits, no reload frees a slot its configuration uses.
+        if (!z.register_worker(static_cast<std::uint32_t>(ngx_pid), m->config_gen, pid_alive)) {
+            ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                          "grl: the zone's worker registry is full (%ui entries): slots of "
+                          "buckets this worker counts are protected for one reload only",
+                          static_cast<ngx_uint_t>(zone::kWorkerRegs));
+        }
         m->cpp->matcher.count_limit_hits_in(
             &z.header()
                  .worker[static_cast<std::uint32_t>(ngx_worker) % zone::kWorkerSlots]
@@ -49,6 +63,11 @@ ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
 
 void exit_process(ngx_cycle_t* cycle) noexcept {
     reporter_stop(cycle);
+    if (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE) return;
+    auto* m =
+        static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
+    if (m && m->zone_base)
+        zone::View(m->zone_base).unregister_worker(static_cast<std::uint32_t>(ngx_pid));
 }
 
 ngx_http_module_t module_ctx = {

@@ -29,10 +29,11 @@ std::string checked_text(const control::Limits& l, const std::string& path) {
     return text;
 }
 
-void record_baseline(VersionStore& store, const std::string& path, const std::string& author,
+void record_baseline(VersionStore& store, const std::string& path,
+                     const daemon::etcd::Access& access, const std::string& author,
                      std::int64_t now_s) {
     if (store.latest()) return;
-    auto text = read_limits_text(path);
+    auto text = read_limits_text(path, access);
     if (!text) return;
     auto parsed = daemon::parse_limits(*text, path);
     if (!parsed.ok) return;  // the controllers reject it too: nothing to roll back to
@@ -64,11 +65,12 @@ void next_version_is(const VersionStore& store, std::int64_t id) {
 
 // Pushes to every target: etcd first when there is an additional one (the remote target is
 // the likelier to fail, and a failure there leaves the file and the store as they were).
-void push_all(const std::string& limits_file, const std::string& etcd, const std::string& text) {
-    if (etcd.empty()) return push_limits(limits_file, text);
-    push_limits(etcd, text);
+void push_all(const std::string& limits_file, const std::string& etcd,
+              const daemon::etcd::Access& access, const std::string& text) {
+    if (etcd.empty()) return push_limits(limits_file, text, access);
+    push_limits(etcd, text, access);
     try {
-        push_limits(limits_file, text);
+        push_limits(limits_file, text, access);
     } catch (const std::exception& e) {
         throw std::runtime_error(std::string(e.what()) + " (nothing recorded, but " + etcd +
                                  " already holds the new limits: apply again or roll back)");
@@ -77,8 +79,8 @@ void push_all(const std::string& limits_file, const std::string& etcd, const std
 
 }  // namespace
 
-control::Limits read_limits(const std::string& path) {
-    auto text = read_limits_text(path);
+control::Limits read_limits(const std::string& path, const daemon::etcd::Access& access) {
+    auto text = read_limits_text(path, access);
     if (!text) return {};
     auto r = daemon::parse_limits(*text, path);
     if (!r.ok) throw ConfigError("the current limits file does not parse: " + r.error);
@@ -109,7 +111,7 @@ Applied apply_plan(const Config& cfg, VersionStore& store, const Plan& plan,
     std::int64_t id = 0;
     if (file_changes) {
         checked_text(plan.after, cfg.limits_file);  // refused before anything is recorded
-        record_baseline(store, cfg.limits_file, author, plan.now_s);
+        record_baseline(store, cfg.limits_file, cfg.etcd_access, author, plan.now_s);
         id = next_version(store);
         control::Limits after = plan.after;
         after.version = std::to_string(id);
@@ -121,21 +123,23 @@ Applied apply_plan(const Config& cfg, VersionStore& store, const Plan& plan,
     out.version = store.commit(c, plan.now_s, [&] {
         // Inside the store's write transaction: a file changed since the plan read it (an
         // operator's edit, another grl-rlc) is not overwritten; the cycle is computed again.
-        if (control::digest(read_limits(cfg.limits_file)) != control::digest(plan.before)) {
+        if (control::digest(read_limits(cfg.limits_file, cfg.etcd_access)) !=
+            control::digest(plan.before)) {
             throw ConfigError(
                 cfg.limits_file +
                 ": changed since this cycle read it, nothing applied: run the cycle again");
         }
         if (file_changes) {
             next_version_is(store, id);
-            push_all(cfg.limits_file, cfg.etcd, text);
+            push_all(cfg.limits_file, cfg.etcd, cfg.etcd_access, text);
         }
     });
     return out;
 }
 
-Applied rollback(const std::string& limits_file, const std::string& etcd, VersionStore& store,
-                 std::int64_t id, const std::string& author, std::int64_t now_s) {
+Applied rollback(const std::string& limits_file, const std::string& etcd,
+                 const daemon::etcd::Access& access, VersionStore& store, std::int64_t id,
+                 const std::string& author, std::int64_t now_s) {
     auto v = store.get(id);
     if (!v)
         throw ConfigError(store.path() + ": no version " + std::to_string(id) +
@@ -144,12 +148,17 @@ Applied rollback(const std::string& limits_file, const std::string& etcd, Versio
     if (!parsed.ok)
         throw ConfigError("version " + std::to_string(id) +
                           " does not parse, nothing applied: " + parsed.error);
-    control::Limits now = read_limits(limits_file);
-    // Version id's limits under the new version's label (the controllers then report the
-    // version number they run); the content is rendered again, so its comments are not kept.
+    control::Limits now = read_limits(limits_file, access);
+    // Version id's text under the new version's label (the controllers then report the
+    // version number they run), comments and layout kept; rendered afresh only if the
+    // relabelled text would not read back as the same limits.
     const std::int64_t new_id = next_version(store);
     parsed.limits.version = std::to_string(new_id);
-    const std::string text = checked_text(parsed.limits, limits_file);
+    std::string text = relabel(v->content, parsed.limits.version);
+    auto again = daemon::parse_limits(text, limits_file);
+    if (!again.ok || again.limits.version != parsed.limits.version ||
+        control::digest(again.limits) != control::digest(parsed.limits))
+        text = checked_text(parsed.limits, limits_file);
     Commit c;
     c.version = Version{0,
                         0,
@@ -165,7 +174,7 @@ Applied rollback(const std::string& limits_file, const std::string& etcd, Versio
     out.events = 1;
     out.version = store.commit(c, now_s, [&] {
         next_version_is(store, new_id);
-        push_all(limits_file, etcd, text);
+        push_all(limits_file, etcd, access, text);
     });
     return out;
 }

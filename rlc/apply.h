@@ -19,7 +19,7 @@ struct Applied {
 
 // Reads the limits file (or etcd key) as the controllers would (missing: an empty set);
 // throws ConfigError with the parser's message when it does not parse.
-control::Limits read_limits(const std::string& path);
+control::Limits read_limits(const std::string& path, const daemon::etcd::Access& access = {});
 
 // Writes plan.after, labelled `version: N` with its version number, to cfg.limits_file (and
 // cfg.etcd) and records it. Before the first version ever, the
@@ -31,7 +31,8 @@ Applied apply_plan(const Config& cfg, VersionStore& store, const Plan& plan,
 // Writes version `id`'s limits again as a new version (reason "rollback to N", labelled
 // with the new version's number), and forgets every bucket's rollout state: the rolled-back
 // file says what is in force. `etcd` (or "") is rlc.yaml's additional push target.
-Applied rollback(const std::string& limits_file, const std::string& etcd, VersionStore& store,
-                 std::int64_t id, const std::string& author, std::int64_t now_s);
+Applied rollback(const std::string& limits_file, const std::string& etcd,
+                 const daemon::etcd::Access& access, VersionStore& store, std::int64_t id,
+                 const std::string& author, std::int64_t now_s);
 
 }  // namespace grl::rlc

@@ -252,46 +252,22 @@ void add_prune(CLI::App& app) {
 
 void add_record(CLI::App& app) {
     struct Opts {
-        std::string store, interval = "60s", poll = "1s", retention = "35d", duration = "0",
-                           log_level = "info", rollup_after;
-        std::vector<std::string> controllers;
+        std::string store, duration = "0", log_level = "info";
+        RecordArgs rec;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* c = app.add_subcommand(
         "record", "Record every bucket instance's traffic from the controllers' /metrics");
     c->add_option("--store", o->store, "History store (SQLite file, created if missing)")
         ->required();
-    c->add_option("--controller", o->controllers,
-                  "HOST:PORT of a controller's --metrics-bind (repeatable: every controller of "
-                  "every region)")
-        ->required();
-    c->add_option("--interval", o->interval, "Recording interval (1s to 5m)")
-        ->capture_default_str();
-    c->add_option("--poll", o->poll, "How often the controllers are polled")->capture_default_str();
-    c->add_option("--retention", o->retention, "Delete history older than this (hourly)")
-        ->capture_default_str();
-    c->add_option("--rollup-after", o->rollup_after,
-                  "Fold samples older than this into hourly rows, hourly (default: never)");
+    add_record_args(c, o->rec, true, "");
     c->add_option("--duration", o->duration, "Stop after this long (0: at SIGTERM/SIGINT)")
         ->capture_default_str();
     c->add_option("--log-level", o->log_level, "debug, info, warn or error")->capture_default_str();
     c->callback([o] {
         const std::string cmd = "record";
-        RecordOptions r;
+        RecordOptions r = to_record_options(cmd, o->rec, "");
         r.store = o->store;
-        r.controllers = o->controllers;
-        std::int64_t iv = value_or_fail(cmd, "--interval", parse_span_s(o->interval));
-        if (iv < 1 || iv > 300)
-            fail(cmd, 2,
-                 "--interval \"" + o->interval + "\": 1s to 5m (peaks need short intervals)");
-        r.interval_s = static_cast<std::int32_t>(iv);
-        Parsed<std::uint64_t> poll = parse_duration_ms(o->poll);
-        if (!poll || poll.value < 10 || static_cast<std::int64_t>(poll.value) > iv * 1000)
-            fail(cmd, 2, "--poll \"" + o->poll + "\": 10ms up to the interval");
-        r.poll_ms = static_cast<std::int64_t>(poll.value);
-        r.retention_s = value_or_fail(cmd, "--retention", parse_span_s(o->retention));
-        if (!o->rollup_after.empty())
-            r.rollup_after_s = value_or_fail(cmd, "--rollup-after", parse_span_s(o->rollup_after));
         if (o->duration != "0") {
             Parsed<std::uint64_t> d = parse_duration_ms(o->duration);
             if (!d) fail(cmd, 2, "--duration: " + d.error);
@@ -308,6 +284,41 @@ void add_record(CLI::App& app) {
 }
 
 }  // namespace
+
+void add_record_args(CLI::App* c, RecordArgs& a, bool controllers_required,
+                     const std::string& prefix) {
+    CLI::Option* ctl = c->add_option("--controller", a.controllers,
+                                     "HOST:PORT of a controller's --metrics-bind (repeatable: "
+                                     "every controller of every region)");
+    if (controllers_required) ctl->required();
+    c->add_option("--" + prefix + "interval", a.interval, "Recording interval (1s to 5m)")
+        ->capture_default_str();
+    c->add_option("--" + prefix + "poll", a.poll, "How often the controllers are polled")
+        ->capture_default_str();
+    c->add_option("--retention", a.retention, "Delete history older than this (hourly)")
+        ->capture_default_str();
+    c->add_option("--rollup-after", a.rollup_after,
+                  "Fold samples older than this into hourly rows, hourly (default: never)");
+}
+
+RecordOptions to_record_options(const std::string& cmd, const RecordArgs& a,
+                                const std::string& prefix) {
+    RecordOptions r;
+    r.controllers = a.controllers;
+    const std::string interval = "--" + prefix + "interval", poll_name = "--" + prefix + "poll";
+    std::int64_t iv = value_or_fail(cmd, interval, parse_span_s(a.interval));
+    if (iv < 1 || iv > 300)
+        fail(cmd, 2, interval + " \"" + a.interval + "\": 1s to 5m (peaks need short intervals)");
+    r.interval_s = static_cast<std::int32_t>(iv);
+    Parsed<std::uint64_t> poll = parse_duration_ms(a.poll);
+    if (!poll || poll.value < 10 || static_cast<std::int64_t>(poll.value) > iv * 1000)
+        fail(cmd, 2, poll_name + " \"" + a.poll + "\": 10ms up to the interval");
+    r.poll_ms = static_cast<std::int64_t>(poll.value);
+    r.retention_s = value_or_fail(cmd, "--retention", parse_span_s(a.retention));
+    if (!a.rollup_after.empty())
+        r.rollup_after_s = value_or_fail(cmd, "--rollup-after", parse_span_s(a.rollup_after));
+    return r;
+}
 
 void add_history_commands(CLI::App& app) {
     add_record(app);

@@ -53,6 +53,7 @@ struct Options {
     std::string every = "1h";
     std::string poll = "1m";
     std::string metrics;  // HOST:PORT of /metrics; empty: none
+    RecordArgs rec;       // serve --controller ...: record the fleet too
 };
 
 // An error already explained on stderr: the command exits with `code`.
@@ -111,8 +112,8 @@ void cmd_run(const Options& o) {
         // History first: it checks that the file is a history store before our tables go in.
         auto history = open_history(store_path(o, &cfg));
         VersionStore store(store_path(o, &cfg));
-        Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file), store.states(), now,
-                               o.force, o.slice);
+        Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file, cfg.etcd_access),
+                               store.states(), now, o.force, o.slice);
         std::cout << render_plan(plan);
         if (!o.apply) {
             std::cout << "\n(not applied: --apply writes " << cfg.limits_file << ")\n";
@@ -187,7 +188,8 @@ void cmd_rollback(const Options& o, std::int64_t id) {
     guarded([&] {
         Config cfg = load_config(o.config);
         VersionStore store(store_path(o, &cfg));
-        Applied a = rollback(cfg.limits_file, cfg.etcd, store, id, author_of(o), now_of(o));
+        Applied a = rollback(cfg.limits_file, cfg.etcd, cfg.etcd_access, store, id, author_of(o),
+                             now_of(o));
         std::cout << "rolled back to version " << id << ": version " << a.version << " written to "
                   << cfg.limits_file << "\n"
                   << store.get(a.version)->diff;
@@ -204,8 +206,8 @@ void cmd_whatif(const Options& o) {
         if (!proposed.ok) fail(proposed.error);
         std::int64_t now = now_of(o);
         auto history = open_history(store_path(o, &cfg));
-        WhatIf w = what_if(*history, read_limits(cfg.limits_file), proposed.limits, now - *since,
-                           now, o.slice);
+        WhatIf w = what_if(*history, read_limits(cfg.limits_file, cfg.etcd_access), proposed.limits,
+                           now - *since, now, o.slice);
         std::cout << (o.json ? render_whatif_json(w) : render_whatif_table(w));
         if (!o.html.empty()) {
             write_atomically(o.html, render_whatif_html(w));
@@ -231,8 +233,8 @@ void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
     VersionStore store(store_path(o, &cfg));
     known.clear();
     for (auto& b : history->buckets(now - cfg.window_s, now)) known.insert(std::move(b));
-    Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file), store.states(), now, false,
-                           o.slice);
+    Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file, cfg.etcd_access),
+                           store.states(), now, false, o.slice);
     Applied a = apply_plan(cfg, store, plan, author_of(o), "grl-rlc serve: " + why);
     std::size_t proposals = 0, declined = 0;
     for (const auto& r : plan.rows) {
@@ -340,6 +342,28 @@ void cmd_serve(const Options& o) {
     };
     std::signal(SIGINT, [](int) { g_stop = true; });
     std::signal(SIGTERM, [](int) { g_stop = true; });
+    // With --controller, serve is the whole configurator in one process: a thread records the
+    // controllers into the same store (its own SQLite connection; WAL lets the cycles read
+    // meanwhile) while this one runs the cycles.
+    std::thread recorder;
+    std::atomic<int> record_status{0};
+    if (!o.rec.controllers.empty()) {
+        RecordOptions r = to_record_options("serve", o.rec, "record-");
+        r.store = store_path(o, cfg.get());
+        r.stop = &g_stop;
+        // Created here, before the first cycle reads it; a store that cannot be opened is
+        // an error now rather than a thread's.
+        guarded([&] { Store created(r.store); });
+        recorder = std::thread([r, &record_status] {
+            try {
+                record_status = run_record(r);
+            } catch (const std::exception& e) {
+                daemon::log_error(std::string("recording stopped: ") + e.what());
+                record_status = 1;
+            }
+            if (record_status != 0) g_stop = true;  // no history, no cycles worth running
+        });
+    }
     std::int64_t cfg_mtime = mtime_of(o.config), quota_mtime = mtime_of(cfg->quota_file);
     std::set<std::string> known;
     std::string why = "start";
@@ -406,7 +430,9 @@ void cmd_serve(const Options& o) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+    if (recorder.joinable()) recorder.join();
     daemon::log_info("stopped");
+    if (record_status != 0) throw CLI::RuntimeError(record_status);
 }
 
 }  // namespace
@@ -447,6 +473,7 @@ void add_limits_commands(CLI::App& app) {
     serve->add_option("--author", o->author, "recorded with each version (default: $USER)");
     serve->add_option("--metrics", o->metrics,
                       "serve Prometheus /metrics on HOST:PORT (cycles, rollout events)");
+    add_record_args(serve, o->rec, false, "record-");
     add_slice(serve, *o);
     serve->callback([o] { cmd_serve(*o); });
 

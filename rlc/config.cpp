@@ -136,6 +136,19 @@ Config parse_config(const std::string& text, const std::string& file, const std:
                 target = resolve(base_dir, target);
             }
             (key == "etcd" ? cfg.etcd : cfg.limits_file) = target;
+        } else if (key == "etcd_ca" || key == "etcd_cert" || key == "etcd_key" ||
+                   key == "etcd_user") {
+            std::string value = scalar(where, v);
+            if (key != "etcd_user") value = resolve(base_dir, value);
+            (key == "etcd_ca"     ? cfg.etcd_access.ca_file
+             : key == "etcd_cert" ? cfg.etcd_access.cert_file
+             : key == "etcd_key"  ? cfg.etcd_access.key_file
+                                  : cfg.etcd_access.user) = value;
+        } else if (key == "etcd_password_file") {
+            std::string error;
+            if (!daemon::etcd::read_password_file(resolve(base_dir, scalar(where, v)),
+                                                  cfg.etcd_access.password, error))
+                throw ConfigError(where + ": " + error);
         } else if (key == "quota_file") {
             cfg.quota_file = resolve(base_dir, scalar(where, v));
         } else if (key == "window") {
@@ -174,7 +187,8 @@ Config parse_config(const std::string& text, const std::string& file, const std:
         } else {
             throw ConfigError(
                 at(file, kv.first) + ": unknown field \"" + key +
-                "\" (expected store, limits_file, etcd, window, quota_file, step_guard, "
+                "\" (expected store, limits_file, etcd, etcd_ca, etcd_cert, etcd_key, etcd_user, "
+                "etcd_password_file, window, quota_file, step_guard, "
                 "rollout, default, rules)");
         }
     }

@@ -4,6 +4,8 @@
 // applied. Errors name the file, the line and the field.
 #pragma once
 
+#include "grl/daemon/etcd.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,6 +34,8 @@ struct Config {
     std::string store;        // SQLite file: history and versions ("" if not set)
     std::string limits_file;  // the controllers' limits file this writes, or etcd://HOST:PORT/KEY
     std::string etcd;         // "" or etcd://HOST:PORT/KEY: every version is also put there
+    daemon::etcd::Access
+        etcd_access;  // etcd_ca, etcd_cert, etcd_key, etcd_user, etcd_password_file
     std::int64_t window_s = 28LL * 86400;
     std::string quota_file;  // "" if none
     double step_guard = 0.5;

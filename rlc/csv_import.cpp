@@ -31,6 +31,9 @@ enum Col {
     kLimit,
     kMode,
     kRatio,
+    kCandidate,
+    kCandidateMean,
+    kCandidatePeak,
     kNumCols
 };
 
@@ -206,17 +209,45 @@ Sample parse_sample(const Row& r, InstanceKey& key) {
     }
     s.ratio = r.number(kRatio, 0);
     if (s.ratio > 1) r.fail(kRatio, "\"" + *r.cell(kRatio) + "\" is above 1");
+    // A candidate limit evaluated beside the one in force, and what it would have dropped.
+    if (std::optional<std::string> c = r.cell(kCandidate)) {
+        Parsed<double> p = parse_rps(*c);
+        if (!p) r.fail(kCandidate, p.error);
+        s.candidate_limit_rps = p.value;
+    }
+    s.candidate_would_drop = rate(r, kCandidateMean, kCandidatePeak, 0, 0);
+    if (s.candidate_limit_rps < 0 && (r.cell(kCandidateMean) || r.cell(kCandidatePeak)))
+        r.fail(kCandidateMean, "would-drops without a candidate limit (the \"candidate\" column)");
+    if (s.candidate_would_drop.mean > s.offered.mean + kTolerance)
+        r.fail(kCandidateMean, format_number(s.candidate_would_drop.mean) +
+                                   " is above offered_mean " + format_number(s.offered.mean));
     return s;
 }
 
 }  // namespace
 
 const std::vector<std::string>& history_csv_columns() {
-    static const std::vector<std::string> cols = {
-        "bucket",        "scope",        "region",       "zone",         "start",
-        "length_s",      "ticks",        "offered_mean", "offered_peak", "admitted_mean",
-        "admitted_peak", "dropped_mean", "dropped_peak", "shadow_mean",  "shadow_peak",
-        "limit",         "mode",         "ratio"};
+    static const std::vector<std::string> cols = {"bucket",
+                                                  "scope",
+                                                  "region",
+                                                  "zone",
+                                                  "start",
+                                                  "length_s",
+                                                  "ticks",
+                                                  "offered_mean",
+                                                  "offered_peak",
+                                                  "admitted_mean",
+                                                  "admitted_peak",
+                                                  "dropped_mean",
+                                                  "dropped_peak",
+                                                  "shadow_mean",
+                                                  "shadow_peak",
+                                                  "limit",
+                                                  "mode",
+                                                  "ratio",
+                                                  "candidate",
+                                                  "candidate_would_drop_mean",
+                                                  "candidate_would_drop_peak"};
     return cols;
 }
 

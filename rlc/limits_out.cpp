@@ -178,6 +178,38 @@ std::optional<std::string> read_text_file(const std::string& path) {
 
 namespace grl::rlc {
 
+std::string relabel(const std::string& content, const std::string& version) {
+    const std::string label = "version: \"" + version + "\"";
+    std::string out;
+    std::size_t pos = 0, insert_at = std::string::npos;
+    bool leading = true, replaced = false;
+    while (pos < content.size()) {
+        std::size_t nl = content.find('\n', pos);
+        std::size_t end = nl == std::string::npos ? content.size() : nl + 1;
+        std::string_view line(content.data() + pos, end - pos);
+        // Top level only: a bucket's fields are indented.
+        if (!replaced && line.substr(0, 8) == "version:") {
+            out += label + (nl == std::string::npos ? "" : "\n");
+            replaced = true;
+        } else {
+            if (leading && !(line.substr(0, 1) == "#" || line == "\n")) {
+                leading = false;
+                insert_at = out.size();
+            }
+            out += line;
+        }
+        pos = end;
+    }
+    if (replaced) return out;
+    if (insert_at == std::string::npos) insert_at = out.size();
+    if (insert_at > 0 && out[insert_at - 1] != '\n') {
+        out.insert(insert_at, "\n");
+        ++insert_at;
+    }
+    out.insert(insert_at, label + "\n");
+    return out;
+}
+
 namespace {
 daemon::etcd::Url etcd_url(const std::string& target) {
     std::string error;
@@ -187,17 +219,19 @@ daemon::etcd::Url etcd_url(const std::string& target) {
 }
 }  // namespace
 
-std::optional<std::string> read_limits_text(const std::string& target) {
+std::optional<std::string> read_limits_text(const std::string& target,
+                                            const daemon::etcd::Access& access) {
     if (!daemon::etcd::is_url(target)) return read_text_file(target);
-    daemon::etcd::Client c(etcd_url(target));
+    daemon::etcd::Client c(etcd_url(target), access);
     daemon::etcd::RangeReply r = c.get();
     if (!r.kv.exists) return std::nullopt;
     return r.kv.value;
 }
 
-void push_limits(const std::string& target, const std::string& content) {
+void push_limits(const std::string& target, const std::string& content,
+                 const daemon::etcd::Access& access) {
     if (!daemon::etcd::is_url(target)) return write_atomically(target, content);
-    daemon::etcd::Client c(etcd_url(target));
+    daemon::etcd::Client c(etcd_url(target), access);
     c.put(content);
 }
 

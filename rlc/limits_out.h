@@ -4,6 +4,8 @@
 // parser: one reader for one format.
 #pragma once
 
+#include "grl/daemon/etcd.h"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,11 @@ namespace grl::rlc {
 
 // YAML the controllers accept, buckets in name order, after a comment line `header`.
 std::string render_limits(const control::Limits& limits, const std::string& header);
+
+// `content` (a limits file as written by hand or by an earlier version) with its top-level
+// `version:` label set to `version`, everything else, comments included, kept byte for byte:
+// the line replaced where there is one, else added after the leading comment lines.
+std::string relabel(const std::string& content, const std::string& version);
 
 // One bucket that differs between two limits sets.
 struct LimitChange {
@@ -37,7 +44,9 @@ std::optional<std::string> read_text_file(const std::string& path);
 // Where a limits set is pushed: a file path (written atomically) or an etcd v3 key
 // (etcd://HOST:PORT/KEY, a put). Reading gives none when the file or key does not exist;
 // both throw std::runtime_error naming the target when it cannot be reached.
-std::optional<std::string> read_limits_text(const std::string& target);
-void push_limits(const std::string& target, const std::string& content);
+std::optional<std::string> read_limits_text(const std::string& target,
+                                            const daemon::etcd::Access& access = {});
+void push_limits(const std::string& target, const std::string& content,
+                 const daemon::etcd::Access& access = {});
 
 }  // namespace grl::rlc

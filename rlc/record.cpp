@@ -168,11 +168,14 @@ int run_record(const RecordOptions& opt) {
         ctls.push_back(std::make_unique<Poller>(a, opt.poll_ms));
 
     g_stop = false;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGINT, &sa, nullptr);
+    if (opt.stop == nullptr) {
+        struct sigaction sa {};
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, nullptr);
+        sigaction(SIGINT, &sa, nullptr);
+    }
+    auto stopping = [&opt] { return g_stop.load() || (opt.stop != nullptr && opt.stop->load()); };
 
     daemon::log_info("recording " + std::to_string(ctls.size()) + " controller(s) into " +
                      opt.store + ": " + std::to_string(opt.interval_s) +
@@ -186,7 +189,7 @@ int run_record(const RecordOptions& opt) {
     std::int64_t next_poll = started;
     std::uint64_t rows_written = 0;
     std::uint64_t round = 0;
-    while (!g_stop) {
+    while (!stopping()) {
         std::int64_t now = mono_ms();
         if (opt.duration_ms > 0 && now - started >= opt.duration_ms) break;
         if (now < next_poll) {
@@ -210,7 +213,7 @@ int run_record(const RecordOptions& opt) {
                 if (!answers[i]) answers[i] = ctls[i]->take(round);
                 all = all && answers[i];
             }
-            if (all || mono_ms() >= deadline || g_stop) break;
+            if (all || mono_ms() >= deadline || stopping()) break;
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
         std::vector<ControllerReport> reports;

@@ -2,6 +2,7 @@
 // intervals to the store until SIGTERM or SIGINT, then flushes the open interval.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,9 @@ struct RecordOptions {
     std::int64_t rollup_after_s = 0;  // fold older samples into hourly rows (0: never)
     // Stop after this long (0: until a signal); for tests and benchmarks.
     std::int64_t duration_ms = 0;
+    // Given: the caller owns the signals (serve records on a thread) and stops the recorder
+    // by setting this; else run_record stops at SIGTERM/SIGINT.
+    const std::atomic<bool>* stop = nullptr;
 };
 
 // Runs until a signal (or duration_ms); returns the process exit status. Throws

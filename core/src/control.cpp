@@ -232,6 +232,7 @@ std::string_view to_string(Accepted a) {
         case Accepted::Self: return "self";
         case Accepted::Future: return "future";
         case Accepted::TooManyHosts: return "too_many_hosts";
+        case Accepted::Full: return "full";
     }
     return "?";
 }
@@ -267,6 +268,12 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now, s
         return Accepted::TooManyHosts;
     }
     auto it = zones_.find(u.zone);
+    if (it == zones_.end() && zones_.size() >= opt_.max_zones) {
+        refuse(why, "zone usage from " + u.source + " (zone " + u.zone +
+                        ") refused: this controller already holds " +
+                        std::to_string(zones_.size()) + " zones (--max-zones)");
+        return Accepted::Full;
+    }
     if (it != zones_.end()) {
         const wire::ZoneUsage& held = it->second.usage;
         // Newer by the sender's clock, then by seq: a duplicate or a late message loses, a
@@ -321,6 +328,12 @@ Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& no
                         ") refused: it claims " + std::to_string(u.hosts) + " hosts (at most " +
                         std::to_string(opt_.max_region_hosts) + " per region)");
         return Accepted::TooManyHosts;
+    }
+    if (peers_.size() >= opt_.max_peers && peers_.count(u.source) == 0) {
+        refuse(why, "region usage from " + u.source + " (region " + u.region +
+                        ") refused: this controller already holds " +
+                        std::to_string(peers_.size()) + " peer controllers (--max-peers)");
+        return Accepted::Full;
     }
     // The override table is a last-writer-wins map: merging is idempotent and
     // order-independent, so even an older message's entries are merged.

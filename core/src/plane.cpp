@@ -416,12 +416,14 @@ std::string render_status_json(const StatusInput& in) {
            static_cast<unsigned long long>(h.curve_handshakes_failed.load()));
     append(out,
            "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,"
-           "\"runtime_takeovers\":%llu,\"regex_limit_hits\":%llu,\"buckets\":[",
+           "\"runtime_takeovers\":%llu,\"regex_limit_hits\":%llu,\"worker_registry_full\":%llu,"
+           "\"buckets\":[",
            static_cast<unsigned long long>(missing_caller(*in.zone)),
            h.capacity > zone::kRuntimeSlots ? h.capacity - zone::kRuntimeSlots : 0,
            static_cast<unsigned long long>(h.runtime_rejected.load()),
            static_cast<unsigned long long>(runtime_takeovers(h)),
-           static_cast<unsigned long long>(regex_limit_hits(*in.zone)));
+           static_cast<unsigned long long>(regex_limit_hits(*in.zone)),
+           static_cast<unsigned long long>(h.worker_regs_full.load()));
     std::vector<RuntimeBucket> rt;
     std::vector<BucketView> views = all_views(in, rt);
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -542,6 +544,10 @@ std::string render_status_prometheus(const StatusInput& in) {
          h.runtime_rejected.load()},
         {"grl_runtime_takeovers_total",
          "Run-time definitions left locked by a dead writer and taken over.", runtime_takeovers(h)},
+        {"grl_worker_registry_full_total",
+         "Workers that found the zone's worker registry full (their slots are protected for one "
+         "reload only).",
+         h.worker_regs_full.load()},
     };
     for (const auto& t : totals) {
         family(t.name, "counter", t.help);

@@ -1,5 +1,6 @@
 #include "grl/zone_layout.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -52,11 +53,55 @@ std::string View::check_compatible() const {
     return {};
 }
 
+bool View::register_worker(std::uint32_t pid, std::uint64_t gen, PidAlive alive) const {
+    Header& h = header();
+    // Our own entry first (a single-process nginx re-registering), then a free one, then one
+    // left by a process that died without exiting (SIGKILL).
+    for (int pass = 0; pass < 3; ++pass) {
+        for (WorkerReg& w : h.workers) {
+            std::uint32_t held = w.pid.load(std::memory_order_acquire);
+            bool take = pass == 0   ? held == pid
+                        : pass == 1 ? held == 0
+                                    : held != 0 && alive != nullptr && !alive(held);
+            if (!take) continue;
+            // Owned first, then stamped: a reader between the two sees a free entry's 0 or a
+            // dead one's older generation, which only protects more.
+            if (held == pid ||
+                w.pid.compare_exchange_strong(held, pid, std::memory_order_acq_rel)) {
+                w.gen.store(gen, std::memory_order_release);
+                return true;
+            }
+        }
+    }
+    h.worker_regs_full.fetch_add(1, std::memory_order_relaxed);
+    return false;
+}
+
+void View::unregister_worker(std::uint32_t pid) const {
+    for (WorkerReg& w : header().workers) {
+        std::uint32_t held = pid;
+        if (w.pid.compare_exchange_strong(held, 0, std::memory_order_acq_rel)) return;
+    }
+}
+
+std::uint64_t View::oldest_running_gen(PidAlive alive) const {
+    std::uint64_t oldest = UINT64_MAX;
+    for (const WorkerReg& w : header().workers) {
+        std::uint32_t pid = w.pid.load(std::memory_order_acquire);
+        if (pid == 0 || (alive != nullptr && !alive(pid))) continue;
+        oldest = std::min(oldest, w.gen.load(std::memory_order_acquire));
+    }
+    return oldest;
+}
+
 std::string View::assign(const std::vector<std::string>& names, std::vector<std::uint16_t>& slots,
-                         std::uint64_t& gen) {
+                         std::uint64_t& gen, PidAlive alive) {
     Header& h = header();
     gen = ++h.config_gen;
-    const std::uint64_t keep_from = h.previous_gen.load(std::memory_order_relaxed);
+    // Generations older than both the one replaced last and the oldest a live worker serves
+    // have nobody left to count into their slots.
+    const std::uint64_t keep_from =
+        std::min(h.previous_gen.load(std::memory_order_relaxed), oldest_running_gen(alive));
     slots.assign(names.size(), 0);
     std::vector<bool> placed(names.size(), false);
 

@@ -5,7 +5,10 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -14,6 +17,7 @@ namespace grl::daemon::etcd {
 namespace {
 
 constexpr std::string_view kScheme = "etcd://";
+constexpr std::string_view kTlsScheme = "etcds://";
 // The gateway's JSON for one limits file: far below this. A longer line is not etcd.
 constexpr std::size_t kMaxLine = 16u << 20;
 
@@ -83,25 +87,27 @@ void keepalive(socket_t sock) {
 }  // namespace
 
 std::string Url::text() const {
-    return std::string(kScheme) + host + ":" + std::to_string(port) + "/" + key;
+    return std::string(tls ? kTlsScheme : kScheme) + host + ":" + std::to_string(port) + "/" + key;
 }
 
 bool is_url(std::string_view s) {
-    return s.substr(0, kScheme.size()) == kScheme;
+    return s.substr(0, kScheme.size()) == kScheme || s.substr(0, kTlsScheme.size()) == kTlsScheme;
 }
 
 std::optional<Url> parse_url(std::string_view s, std::string& error) {
     auto bad = [&](const std::string& why) {
         error = "invalid etcd URL \"" + std::string(s) + "\": " + why +
-                " (expected etcd://HOST:PORT/KEY)";
+                " (expected etcd://HOST:PORT/KEY or etcds://HOST:PORT/KEY)";
         return std::nullopt;
     };
-    if (!is_url(s)) return bad("not etcd://");
-    std::string_view rest = s.substr(kScheme.size());
+    if (!is_url(s)) return bad("not etcd:// or etcds://");
+    const bool tls = s.substr(0, kTlsScheme.size()) == kTlsScheme;
+    std::string_view rest = s.substr(tls ? kTlsScheme.size() : kScheme.size());
     std::size_t slash = rest.find('/');
     if (slash == std::string_view::npos) return bad("no key");
     std::string_view hostport = rest.substr(0, slash);
     Url u;
+    u.tls = tls;
     u.key = std::string(rest.substr(slash + 1));
     if (u.key.empty()) return bad("empty key");
     std::size_t colon = hostport.rfind(':');
@@ -274,7 +280,78 @@ bool parse_put_reply(std::string_view body, std::int64_t& revision, std::string&
     return header_revision(j, revision, error);
 }
 
-Client::Client(Url url, std::uint64_t timeout_ms) : url_(std::move(url)), timeout_ms_(timeout_ms) {}
+bool read_password_file(const std::string& path, std::string& out, std::string& error) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
+        error = "cannot read password file " + path + ": " + std::strerror(errno);
+        return false;
+    }
+    char buf[1024];
+    std::size_t n = std::fread(buf, 1, sizeof buf, f);
+    std::fclose(f);
+    std::string_view text(buf, n);
+    text = text.substr(0, text.find('\n'));
+    if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+    if (text.empty()) {
+        error = "password file " + path + " is empty";
+        return false;
+    }
+    out = std::string(text);
+    return true;
+}
+
+bool parse_auth_reply(std::string_view body, std::string& token, std::string& error) {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("token") || !j["token"].is_string() ||
+        j["token"].get<std::string>().empty()) {
+        error = "authenticate reply has no token";
+        return false;
+    }
+    token = j["token"].get<std::string>();
+    return true;
+}
+
+Client::Client(Url url, Access access, std::uint64_t timeout_ms)
+    : url_(std::move(url)), access_(std::move(access)), timeout_ms_(timeout_ms) {}
+
+// Plain HTTP for etcd://; for etcds://, HTTPS with the server's certificate verified (against
+// access_.ca_file, else the system's CAs) and the client certificate when given.
+std::unique_ptr<httplib::Client> Client::http() const {
+    const std::string where = url_.host + ":" + std::to_string(url_.port);
+    if (!url_.tls) return std::make_unique<httplib::Client>(url_.host, url_.port);
+    auto c =
+        std::make_unique<httplib::Client>("https://" + where, access_.cert_file, access_.key_file);
+    if (!c->is_valid())
+        throw std::runtime_error(url_.text() + ": cannot use client certificate " +
+                                 access_.cert_file + " / key " + access_.key_file);
+    if (!access_.ca_file.empty()) c->set_ca_cert_path(access_.ca_file.c_str());
+    c->enable_server_certificate_verification(true);
+    return c;
+}
+
+std::string Client::token(bool renew) {
+    if (access_.user.empty()) return {};
+    if (!token_.empty() && !renew) return token_;
+    token_.clear();
+    json q = {{"name", access_.user}, {"password", access_.password}};
+    auto c = http();
+    const auto s = static_cast<time_t>(timeout_ms_ / 1000);
+    const auto us = static_cast<time_t>(timeout_ms_ % 1000 * 1000);
+    c->set_connection_timeout(s, us);
+    c->set_read_timeout(s, us);
+    httplib::Result res = c->Post("/v3/auth/authenticate", q.dump(), "application/json");
+    if (!res)
+        throw std::runtime_error(url_.text() + ": /v3/auth/authenticate: no answer (" +
+                                 httplib::to_string(res.error()) + ")");
+    if (res->status != 200)
+        throw std::runtime_error(url_.text() + ": user " + access_.user +
+                                 " cannot authenticate: HTTP " + std::to_string(res->status) +
+                                 ": " + res->body.substr(0, 200));
+    std::string error;
+    if (!parse_auth_reply(res->body, token_, error))
+        throw std::runtime_error(url_.text() + ": /v3/auth/authenticate: " + error);
+    return token_;
+}
 
 Client::~Client() = default;
 
@@ -285,13 +362,23 @@ void Client::stop() {
 }
 
 std::string Client::post(const char* path, const std::string& body) {
-    httplib::Client http(url_.host, url_.port);
+    auto http_client = http();
+    httplib::Client& http = *http_client;
     const auto s = static_cast<time_t>(timeout_ms_ / 1000);
     const auto us = static_cast<time_t>(timeout_ms_ % 1000 * 1000);
     http.set_connection_timeout(s, us);
     http.set_read_timeout(s, us);
     http.set_write_timeout(s, us);
-    httplib::Result res = http.Post(path, body, "application/json");
+    auto send = [&](bool renew) {
+        httplib::Headers h;
+        if (std::string t = token(renew); !t.empty()) h.emplace("Authorization", t);
+        return http.Post(path, h, body, "application/json");
+    };
+    httplib::Result res = send(false);
+    // Tokens expire (etcd's simple tokens after 5 minutes idle): once more with a new one.
+    if (res && res->status != 200 && !access_.user.empty() &&
+        res->body.find("auth token") != std::string::npos)
+        res = send(true);
     if (!res)
         throw std::runtime_error(url_.text() + ": " + path + ": no answer (" +
                                  httplib::to_string(res.error()) + ")");
@@ -323,7 +410,9 @@ std::int64_t Client::put(const std::string& value) {
 
 std::string Client::watch(std::int64_t start_revision,
                           const std::function<bool(const WatchMessage&)>& on_message) {
-    httplib::Client http(url_.host, url_.port);
+    const std::string auth = token(true);  // a watch lasts: a fresh token
+    auto http_client = http();
+    httplib::Client& http = *http_client;
     const auto s = static_cast<time_t>(timeout_ms_ / 1000);
     const auto us = static_cast<time_t>(timeout_ms_ % 1000 * 1000);
     http.set_connection_timeout(s, us);
@@ -353,6 +442,7 @@ std::string Client::watch(std::int64_t start_revision,
     req.path = "/v3/watch";
     req.body = q.dump();
     req.set_header("Content-Type", "application/json");
+    if (!auth.empty()) req.set_header("Authorization", auth);
     LineReader lines(kMaxLine);
     std::string why;
     req.content_receiver = [&](const char* data, std::size_t len, std::uint64_t,

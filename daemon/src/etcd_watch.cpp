@@ -16,9 +16,9 @@ constexpr std::uint64_t kBackoffMinMs = 250;
 constexpr std::uint64_t kBackoffMaxMs = 10000;
 }  // namespace
 
-KeyWatch::KeyWatch(Loop& loop, Url url, std::int64_t after_revision,
+KeyWatch::KeyWatch(Loop& loop, Url url, Access access, std::int64_t after_revision,
                    std::function<void(const WatchEvent&)> fn)
-    : loop_(loop), client_(std::move(url)), fn_(std::move(fn)) {
+    : loop_(loop), client_(std::move(url), std::move(access)), fn_(std::move(fn)) {
     event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (event_fd_ < 0)
         throw std::runtime_error(std::string("eventfd for the etcd watch: ") +

@@ -337,6 +337,97 @@ def test_untrusted_stamps_and_counts_are_refused_counted_and_logged(fleet):
         ctx.destroy(0)
 
 
+def test_a_full_zone_table_refuses_new_zones_and_keeps_the_held_ones(fleet):
+    """--max-zones bounds what a flood of made-up zone names can cost the controller: usage
+    from a zone beyond the bound is refused, counted and logged (rate-limited); the zone it
+    already holds keeps its ratio."""
+    ctl = fleet.controller(extra=["--max-zones", "1"])
+    col = fleet.collector("z1", [ctl])
+    ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
+    fleet.wait_hosts(ctl, 2)
+    load = f.Load([(ns[0], 2), (ns[1], 1)], "150:20", "/g/x")
+    ctx = zmq.Context()
+    try:
+        f.wait_nginx_bucket(ns, "g", lambda b: near(b["ratio"], 1 / 3), 10)
+        push_ctl = ctx.socket(zmq.PUSH)
+        push_ctl.connect(ctl.usage)
+        n = 50
+        for i in range(n):
+            push_ctl.send(zone_usage(ts_ms=int(time.time() * 1000), zone="flood%d" % i, seq=1))
+        f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_messages_ignored_total",
+                                        kind="zone_usage", reason="full") == n,
+                       5, what="every zone beyond --max-zones counted")
+        time.sleep(1)
+        m = ctl.metrics()
+        assert f.metric(m, "grl_controller_zones", state="fresh") == 1
+        assert near(f.metric(m, "grl_bucket_ratio", bucket="g", scope="global"), 1 / 3)
+        for x in ns:
+            assert near(x.bucket("g")["ratio"], 1 / 3)
+        log = ctl.log()
+        assert ("zone usage from evil (zone flood0) refused: this controller already holds 1 "
+                "zones (--max-zones)") in log
+        assert log.count("already holds 1 zones") <= 2
+    finally:
+        load.stop()
+        ctx.destroy(0)
+
+
+def test_a_peer_connection_speaks_for_one_controller_only(fleet):
+    """Each --peer connection is bound to the controller it first speaks for: a peer that
+    then sends as another controller, or claims the name of a controller another connection
+    speaks for, is refused whole (its overrides too), counted and logged; the genuine peer
+    goes on."""
+    ctx = zmq.Context()
+    rogue = ctx.socket(zmq.PUB)
+    rogue.bind("tcp://127.0.0.1:*")
+    rogue_ep = rogue.getsockopt_string(zmq.LAST_ENDPOINT)
+    c1 = f.Controller(region="r1", name="ctl-r1")
+    c2 = f.Controller(region="r2", name="ctl-r2", peers=[c1.publish])
+    c1.args += ["--peer", c2.publish, "--peer", rogue_ep]
+    fleet.add(c1)
+    fleet.add(c2)
+    try:
+        f.h.wait_until(lambda: f.metric(c1.metrics(), "grl_controller_peer_age_seconds",
+                                        peer="ctl-r2") is not None, 10, what="ctl-r2 peering")
+        time.sleep(0.5)  # the rogue connection is up by now
+
+        def usage(source, region, overrides=()):
+            return msgpack.packb({
+                "v": 1, "type": "region_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
+                "source": source, "region": region, "interval_ms": 250, "zones": 1, "hosts": 1,
+                "limits_digest": "", "buckets": [], "overrides": list(overrides)},
+                use_bin_type=True)
+        override = {"name": "g", "limit_mrps": 1, "expires_ms": 0,
+                    "set_ms": int(time.time() * 1000), "origin": "ctl-r2"}
+        for _ in range(5):
+            rogue.send_multipart([b"grl/p/", usage("ctl-r2", "r2", [override])])
+            time.sleep(0.05)
+        f.h.wait_until(lambda: f.metric(c1.metrics(), "grl_controller_messages_ignored_total",
+                                        kind="region_usage",
+                                        reason="name_bound_to_another_key") == 5,
+                       5, what="impersonations of ctl-r2 refused")
+        # The rogue connection binds to the first name it uses, then cannot change it.
+        rogue.send_multipart([b"grl/p/", usage("evil", "r3")])
+        f.h.wait_until(lambda: f.metric(c1.metrics(), "grl_controller_peer_age_seconds",
+                                        peer="evil") is not None, 5, what="evil accepted")
+        rogue.send_multipart([b"grl/p/", usage("ctl-r9", "r9")])
+        f.h.wait_until(lambda: f.metric(c1.metrics(), "grl_controller_messages_ignored_total",
+                                        kind="region_usage",
+                                        reason="key_bound_to_another_name") == 1,
+                       5, what="a second name on one connection refused")
+        m = c1.metrics()
+        assert f.metric(m, "grl_controller_overrides", kind="override") == 0
+        assert f.metric(m, "grl_controller_peer_age_seconds", peer="ctl-r9") is None
+        assert f.metric(m, "grl_controller_peer_age_seconds", peer="ctl-r2") < 1.0
+        log = c1.log()
+        assert ("region usage from ctl-r2 (region r2) on the connection to " + rogue_ep +
+                " ignored: name_bound_to_another_key (ctl-r2 speaks on another connection)"
+                ) in log, log
+        assert log.count("on the connection to") == 1, log  # rate-limited: one line in 10 s
+    finally:
+        ctx.destroy(0)
+
+
 def test_reload_storm_counts_every_request_once(fleet):
     """20 reloads of an nginx with grl under load, beside a plain nginx (no bucket) reloaded
     the same way: the bucket's counters only grow and count each request that reached nginx

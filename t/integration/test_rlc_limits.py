@@ -239,6 +239,11 @@ def test_a_lowered_limit_soaks_beside_the_enforced_one_on_a_live_fleet(tmp_path,
         show = f.grlctl(ctl, "show", "api")["buckets"][0]
         assert show["candidate_limit_rps"] == candidate, show
         assert show["limit_rps"] == 100 and show["mode"] == "deny", show
+        # The operator's table shows the candidate beside the enforced limit.
+        _, table, _ = f.grlctl(ctl, "buckets", json_out=False)
+        header, row = table.splitlines()[0], next(x for x in table.splitlines() if x.startswith("api "))
+        assert header.split()[-1] == "CANDIDATE", table
+        assert re.search(r"\b%d\.0 \(would drop [\d.]+\)\s*$" % candidate, row), table
         # ...while nginx keeps enforcing the old limit, in deny, dropping what is over it.
         for _ in range(3):
             for n in ns:

@@ -6,6 +6,7 @@ them dying is logged once while the other keeps being recorded. The store is
 read with Python's sqlite3 module, the way any other reader would."""
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -239,3 +240,49 @@ def test_a_restart_within_an_interval_merges_into_one_row(fleet, recs):
     assert both[0]["ticks"] >= one[0]["ticks"] + 6, (one, both)
     assert abs(both[0]["offered_mean_mrps"] / 1000 - 120) <= 0.15 * 120, both
     assert both[0]["offered_peak_mrps"] >= both[0]["offered_mean_mrps"], both
+
+
+def test_serve_with_controllers_records_and_cycles_when_a_bucket_appears(fleet, tmp_path):
+    """`grl-rlc serve --controller ...` is the whole configurator in one process: it records
+    the live fleet into its store and runs a cycle as soon as a bucket appears in the
+    history; SIGTERM flushes the open interval and stops both."""
+    ctl = fleet.controller()
+    col = fleet.collector("z1", [ctl])
+    ns = [fleet.nginx("h1", "z1", col, BUCKETS)]
+    fleet.wait_hosts(ctl, 1)
+    (tmp_path / "limits.yaml").write_text("buckets: {}\n")
+    (tmp_path / "rlc.yaml").write_text("store: rlc.db\nlimits_file: limits.yaml\nwindow: 4w\n")
+    log_path = str(tmp_path / "serve.log")
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([RLC_BIN, "serve", "--config", str(tmp_path / "rlc.yaml"),
+                             "--every", "1h", "--poll", "1s", "--controller",
+                             ctl.endpoints["metrics"], "--record-interval", "1s",
+                             "--record-poll", "250ms"], stdout=log, stderr=log)
+    log.close()
+
+    def log_text():
+        with open(log_path, errors="replace") as fh:
+            return fh.read()
+
+    load = f.Load([(ns[0], 1)], "120:8", "/g/x")
+    try:
+        f.h.wait_until(lambda: re.search(r"cycle \(new bucket (g|zb|sh)\)", log_text()), 15,
+                       what="a cycle for the bucket the recorder saw")
+    finally:
+        load.result()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(10)
+    text = log_text()
+    print(text)
+    assert rc == 0, text
+    assert "cycle (start): 0 proposals" in text and "recording 1 controller(s)" in text, text
+    assert "error" not in text, text
+    assert "stopped: " in text  # the recorder's own last line: it flushed and stopped
+    db = sqlite3.connect(str(tmp_path / "rlc.db"), timeout=5)
+    try:
+        rows = db.execute("SELECT s.offered_mean_mrps FROM samples s JOIN instances i "
+                          "ON i.id = s.instance WHERE i.bucket = 'g'").fetchall()
+    finally:
+        db.close()
+    assert len(rows) >= 3, rows
+    assert max(r[0] for r in rows) >= 0.8 * 120 * 1000, rows

@@ -979,6 +979,52 @@ TEST(Hardening, OneMessageCannotOutvoteTheFleet) {
               Accepted::TooManyHosts);
 }
 
+TEST(Hardening, ZoneAndPeerTablesAreBounded) {
+    Fleet f;
+    Options o = opts();
+    o.max_zones = 2;
+    o.max_peers = 1;
+    o.peer_hold_ms = 0;
+    Controller c(o);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("api", 50)}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("api", 50)}, f.now), f.now), Accepted::Yes);
+    // A third zone is refused whole, with a reason naming the option; the held ones go on.
+    std::string why;
+    EXPECT_EQ(c.on_zone_usage(zu("z3", {ub("api", 500)}, f.now), f.now, &why), Accepted::Full);
+    EXPECT_EQ(why,
+              "zone usage from col-z3 (zone z3) refused: this controller already holds 2 zones "
+              "(--max-zones)");
+    f.advance(1000);
+    EXPECT_EQ(c.on_zone_usage(zu("z1", {ub("api", 60)}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_EQ(c.fresh_zones(), 2u);
+    EXPECT_EQ(inst(c, "api")->hosts, 2u);
+    // A peer beyond max_peers is refused before its overrides are merged.
+    ASSERT_EQ(c.on_region_usage(peer_usage("ctl-b", "r2", {ub("api", 10)}, f.now), f.now),
+              Accepted::Yes);
+    wire::RegionUsage extra = peer_usage("ctl-c", "r3", {ub("api", 10)}, f.now);
+    wire::Override ov;
+    ov.name = "web";
+    ov.limit_mrps = 1;
+    ov.set_ms = f.now.wall_ms;
+    ov.origin = "ctl-c";
+    extra.overrides.push_back(ov);
+    EXPECT_EQ(c.on_region_usage(extra, f.now, &why), Accepted::Full);
+    EXPECT_EQ(why,
+              "region usage from ctl-c (region r3) refused: this controller already holds 1 peer "
+              "controllers (--max-peers)");
+    EXPECT_EQ(c.overrides().count("web"), 0u);
+    // A departed zone frees its place once forgotten (60 intervals of 1 s).
+    for (int i = 0; i < 61; ++i) {
+        f.advance(1000);
+        c.on_zone_usage(zu("z1", {ub("api", 60)}, f.now), f.now);
+        c.tick(f.now);
+    }
+    EXPECT_EQ(c.on_zone_usage(zu("z3", {ub("api", 50)}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(c.on_region_usage(peer_usage("ctl-c", "r3", {ub("api", 10)}, f.now), f.now),
+              Accepted::Yes);
+}
+
 TEST(Hardening, SumsOfRatesSaturate) {
     Fleet f;
     Controller c(opts());

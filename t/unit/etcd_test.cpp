@@ -4,6 +4,9 @@
 #include "grl/daemon/etcd.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <string>
 
@@ -19,6 +22,13 @@ TEST(EtcdUrl, HostPortKey) {
     EXPECT_EQ(u->key, "grl/limits");
     EXPECT_EQ(u->text(), "etcd://127.0.0.1:2379/grl/limits");
     EXPECT_TRUE(is_url("etcd://x"));
+    std::string tls_error;
+    auto tls = parse_url("etcds://etcd.example:2379/grl/limits", tls_error);
+    ASSERT_TRUE(tls) << tls_error;
+    EXPECT_TRUE(tls->tls);
+    EXPECT_FALSE(u->tls);
+    EXPECT_EQ(tls->host, "etcd.example");
+    EXPECT_EQ(tls->text(), "etcds://etcd.example:2379/grl/limits");
     EXPECT_FALSE(is_url("/etc/grl/limits.yaml"));
 }
 
@@ -29,17 +39,46 @@ TEST(EtcdUrl, BadUrlsNameTheValue) {
         return error;
     };
     EXPECT_EQ(error_of("http://h:1/k"),
-              "invalid etcd URL \"http://h:1/k\": not etcd:// (expected etcd://HOST:PORT/KEY)");
+              "invalid etcd URL \"http://h:1/k\": not etcd:// or etcds:// (expected "
+              "etcd://HOST:PORT/KEY or etcds://HOST:PORT/KEY)");
     EXPECT_EQ(error_of("etcd://h:1"),
-              "invalid etcd URL \"etcd://h:1\": no key (expected etcd://HOST:PORT/KEY)");
+              "invalid etcd URL \"etcd://h:1\": no key (expected etcd://HOST:PORT/KEY or "
+              "etcds://HOST:PORT/KEY)");
     EXPECT_EQ(error_of("etcd://h:1/"),
-              "invalid etcd URL \"etcd://h:1/\": empty key (expected etcd://HOST:PORT/KEY)");
+              "invalid etcd URL \"etcd://h:1/\": empty key (expected etcd://HOST:PORT/KEY or "
+              "etcds://HOST:PORT/KEY)");
     EXPECT_EQ(error_of("etcd://h/k"),
-              "invalid etcd URL \"etcd://h/k\": no port (expected etcd://HOST:PORT/KEY)");
+              "invalid etcd URL \"etcd://h/k\": no port (expected etcd://HOST:PORT/KEY or "
+              "etcds://HOST:PORT/KEY)");
     EXPECT_EQ(error_of("etcd://:1/k"),
-              "invalid etcd URL \"etcd://:1/k\": empty host (expected etcd://HOST:PORT/KEY)");
+              "invalid etcd URL \"etcd://:1/k\": empty host (expected etcd://HOST:PORT/KEY or "
+              "etcds://HOST:PORT/KEY)");
     for (const char* bad : {"etcd://h:0/k", "etcd://h:65536/k", "etcd://h:12a/k", "etcd://h:/k"})
         EXPECT_NE(error_of(bad).find("invalid port"), std::string::npos) << bad;
+}
+
+TEST(EtcdAuth, PasswordFilesAndTokens) {
+    char path[] = "/tmp/grl-etcd-pw-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "s3cret\r\nignored\n", 17), 17);
+    close(fd);
+    std::string pw, error;
+    ASSERT_TRUE(read_password_file(path, pw, error)) << error;
+    EXPECT_EQ(pw, "s3cret");
+    FILE* f = std::fopen(path, "w");
+    std::fclose(f);
+    EXPECT_FALSE(read_password_file(path, pw, error));
+    EXPECT_EQ(error, std::string("password file ") + path + " is empty");
+    unlink(path);
+    EXPECT_FALSE(read_password_file(path, pw, error));
+    EXPECT_EQ(error,
+              std::string("cannot read password file ") + path + ": No such file or directory");
+    std::string token;
+    ASSERT_TRUE(parse_auth_reply(R"({"header":{"revision":"5"},"token":"abc.7"})", token, error));
+    EXPECT_EQ(token, "abc.7");
+    EXPECT_FALSE(parse_auth_reply(R"({"header":{}})", token, error));
+    EXPECT_EQ(error, "authenticate reply has no token");
 }
 
 TEST(EtcdBase64, RoundTripsEveryLength) {

@@ -93,10 +93,10 @@ TEST(RlcConfig, PushTargetsInEtcd) {
     EXPECT_EQ(c.etcd, "etcd://e1:2379/grl/limits");
     EXPECT_EQ(error_of("limits_file: l.yaml\netcd: etcd://e1/grl/limits\n"),
               "rlc.yaml:2: field \"etcd\": invalid etcd URL \"etcd://e1/grl/limits\": no port "
-              "(expected etcd://HOST:PORT/KEY)");
+              "(expected etcd://HOST:PORT/KEY or etcds://HOST:PORT/KEY)");
     EXPECT_EQ(error_of("limits_file: etcd://e1:2379/\n"),
               "rlc.yaml:1: field \"limits_file\": invalid etcd URL \"etcd://e1:2379/\": empty key "
-              "(expected etcd://HOST:PORT/KEY)");
+              "(expected etcd://HOST:PORT/KEY or etcds://HOST:PORT/KEY)");
 }
 
 TEST(RlcConfig, BadFilesNameFileLineAndField) {
@@ -104,9 +104,12 @@ TEST(RlcConfig, BadFilesNameFileLineAndField) {
               "rlc.yaml:2: field \"window\": invalid duration \"2 weeks\", expected e.g. 30m, 12h, "
               "14d or 2w");
     EXPECT_EQ(error_of("limits_file: l.yaml\nwindo: 2w\n"),
-              "rlc.yaml:2: unknown field \"windo\" (expected store, limits_file, etcd, window, "
-              "quota_file, "
+              "rlc.yaml:2: unknown field \"windo\" (expected store, limits_file, etcd, etcd_ca, "
+              "etcd_cert, etcd_key, etcd_user, etcd_password_file, window, quota_file, "
               "step_guard, rollout, default, rules)");
+    EXPECT_EQ(error_of("limits_file: l.yaml\netcd_password_file: /nonexistent/pw\n"),
+              "rlc.yaml:2: field \"etcd_password_file\": cannot read password file "
+              "/nonexistent/pw: No such file or directory");
     EXPECT_EQ(error_of("window: 2w\n"), "rlc.yaml: field \"limits_file\" is required");
     EXPECT_EQ(error_of("limits_file: l.yaml\nrules:\n  - match: a*\n    policy: peek\n"),
               "rlc.yaml:4: rule 1: field \"policy\": unknown policy \"peek\" (expected peak, "

@@ -46,6 +46,42 @@ TEST(RlcCsv, EveryColumnIsReadAndRowsAreGroupedAndSorted) {
     EXPECT_EQ(g.mode, Mode::Shadow);
 }
 
+TEST(RlcCsv, CandidateColumnsAreRead) {
+    Parsed<std::vector<Series>> p = parse_history_csv(
+        "bucket,start,offered_mean,limit,candidate,candidate_would_drop_mean,"
+        "candidate_would_drop_peak\n"
+        "api,1796040000,400,500r/s,300r/s,100,180\n"
+        "api,1796040060,200,500,,,\n",
+        "c.csv");
+    ASSERT_TRUE(p) << p.error;
+    ASSERT_EQ(p.value.size(), 1u);
+    const Sample& with = p.value[0].samples.at(0);
+    EXPECT_EQ(with.candidate_limit_rps, 300);
+    EXPECT_EQ(with.candidate_would_drop.mean, 100);
+    EXPECT_EQ(with.candidate_would_drop.peak, 180);
+    const Sample& without = p.value[0].samples.at(1);
+    EXPECT_EQ(without.candidate_limit_rps, -1);  // empty: no candidate
+    EXPECT_EQ(without.candidate_would_drop.mean, 0);
+    EXPECT_EQ(without.candidate_would_drop.peak, 0);
+    // Would-drops need a candidate, and cannot exceed what was offered.
+    Parsed<std::vector<Series>> orphan = parse_history_csv(
+        "bucket,start,offered_mean,candidate_would_drop_mean\napi,1796040000,400,10\n", "c.csv");
+    EXPECT_EQ(orphan.error,
+              "c.csv:2: field \"candidate_would_drop_mean\": would-drops without a candidate "
+              "limit (the \"candidate\" column)");
+    Parsed<std::vector<Series>> over = parse_history_csv(
+        "bucket,start,offered_mean,candidate,candidate_would_drop_mean\n"
+        "api,1796040000,400,100,500\n",
+        "c.csv");
+    EXPECT_EQ(over.error,
+              "c.csv:2: field \"candidate_would_drop_mean\": 500 is above offered_mean 400");
+    Parsed<std::vector<Series>> bad = parse_history_csv(
+        "bucket,start,offered_mean,candidate\napi,1796040000,400,lots\n", "c.csv");
+    EXPECT_NE(bad.error.find("c.csv:2: field \"candidate\": invalid rate \"lots\""),
+              std::string::npos)
+        << bad.error;
+}
+
 TEST(RlcCsv, OnlyTheRequiredColumnsInAnyOrderWithQuotesCrlfAndABom) {
     Parsed<std::vector<Series>> p = parse_history_csv(
         "\xEF\xBB\xBFoffered_mean,\"start\",bucket\r\n\r\n 120 ,1796040000,\"api\"\r\n", "x.csv");
@@ -162,7 +198,7 @@ INSTANTIATE_TEST_SUITE_P(
             "data.csv:1: unknown column \"offerd_mean\" (the header must name columns among: "
             "bucket, scope, region, zone, start, length_s, ticks, offered_mean, offered_peak, "
             "admitted_mean, admitted_peak, dropped_mean, dropped_peak, shadow_mean, shadow_peak, "
-            "limit, mode, ratio)"},
+            "limit, mode, ratio, candidate, candidate_would_drop_mean, candidate_would_drop_peak)"},
         Bad{"RepeatedColumn", "bucket,start,offered_mean,start\n",
             "data.csv:1: column \"start\" appears twice"},
         Bad{"MissingRequiredColumn", "bucket,offered_mean\napi,1\n",

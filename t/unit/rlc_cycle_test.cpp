@@ -295,18 +295,30 @@ TEST(Apply, VersionsSoakPromotionAndRollback) {
     EXPECT_EQ(store.counters().at("raise"), 2);
 
     // Rollback to the file as found: written again as version 4, rollout forgotten.
-    Applied r = rollback(limits, "", store, 1, "bob", kNow + 2 * kHour);
+    Applied r = rollback(limits, "", {}, store, 1, "bob", kNow + 2 * kHour);
     EXPECT_EQ(r.version, 4);
     auto back = daemon::load_limits_file(limits);
     ASSERT_TRUE(back.ok) << back.error;
     EXPECT_EQ(back.limits.version, "4");  // version 1's limits, under the new version's label
     EXPECT_EQ(control::digest(back.limits), store.get(1)->digest);
     EXPECT_EQ(store.get(4)->content, slurp(limits));
+    EXPECT_EQ(slurp(limits), "version: \"4\"\n" + std::string(kLimits));  // the text, relabelled
     EXPECT_EQ(store.get(4)->reason, "rollback to 1");
     EXPECT_EQ(store.get(4)->digest, store.get(1)->digest);
     EXPECT_TRUE(store.states().empty());
     EXPECT_EQ(store.counters().at("rollback"), 1);
-    EXPECT_THROW(rollback(limits, "", store, 99, "bob", kNow), ConfigError);
+    EXPECT_THROW(rollback(limits, "", {}, store, 99, "bob", kNow), ConfigError);
+}
+
+TEST(Apply, RelabelKeepsCommentsAndLayout) {
+    EXPECT_EQ(
+        relabel("# by hand\n# do not edit\nbuckets:\n  api: # hot\n    limit: 5r/s\n", "7"),
+        "# by hand\n# do not edit\nversion: \"7\"\nbuckets:\n  api: # hot\n    limit: 5r/s\n");
+    EXPECT_EQ(relabel("version: 3 # old\nbuckets: {}\n", "9"), "version: \"9\"\nbuckets: {}\n");
+    EXPECT_EQ(relabel("buckets:\n  version:\n    limit: 1r/s\n", "2"),
+              "version: \"2\"\nbuckets:\n  version:\n    limit: 1r/s\n")
+        << "a bucket named version is not the label";
+    EXPECT_EQ(relabel("# only a comment", "1"), "# only a comment\nversion: \"1\"\n");
 }
 
 TEST(Apply, AVersionTheControllersWouldRejectIsNotApplied) {

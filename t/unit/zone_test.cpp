@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "grl/decision.h"
@@ -100,6 +101,69 @@ TEST_F(ZoneFixture, RemovedBucketSlotIsFreedWhenNoRunningConfigurationHasIt) {
     z.activate(gen);
     ASSERT_EQ(z.assign({"old"}, slots, gen), "");
     EXPECT_EQ(z.totals(slots[0]).offered, 0u) << "a re-added bucket after removal starts fresh";
+}
+
+// Which fake pids run: the registry's liveness check, injected.
+std::set<std::uint32_t> g_running;
+bool fake_alive(std::uint32_t pid) {
+    return g_running.count(pid) != 0;
+}
+
+TEST_F(ZoneFixture, AnOldWorkerStillRunningKeepsItsSlotsAcrossManyReloads) {
+    g_running = {100};
+    std::vector<std::uint16_t> slots;
+    std::uint64_t gen = 0;
+    ASSERT_EQ(z.assign({"a"}, slots, gen, fake_alive), "");
+    z.activate(gen);
+    ASSERT_TRUE(z.register_worker(100, gen, fake_alive));
+    const std::uint16_t a = slots[0];
+    // Worker 100 finishes a long request while three reloads replace its configuration;
+    // each reload's worker is killed by the next reload (no unregister: a dead entry).
+    std::uint32_t previous = 0;
+    for (std::uint32_t pid : {200u, 300u, 400u}) {
+        ASSERT_EQ(z.assign({"b"}, slots, gen, fake_alive), "");
+        z.activate(gen);
+        g_running.insert(pid);
+        ASSERT_TRUE(z.register_worker(pid, gen, fake_alive));
+        g_running.erase(previous);
+        previous = pid;
+    }
+    // A new bucket must not take the slot worker 100 still counts into.
+    ASSERT_EQ(z.assign({"c"}, slots, gen, fake_alive), "");
+    EXPECT_NE(slots[0], a);
+    EXPECT_STREQ(z.slot(a).name, "a");
+    EXPECT_EQ(z.oldest_running_gen(fake_alive), 1u);
+    // Once it exits, the next reload frees the slot.
+    z.unregister_worker(100);
+    g_running.erase(100);
+    z.activate(gen);
+    ASSERT_EQ(z.assign({"c"}, slots, gen, fake_alive), "");
+    EXPECT_FALSE(z.slot(a).in_use);
+}
+
+TEST_F(ZoneFixture, AKilledWorkersEntryIsRecognisedAndReused) {
+    g_running = {1, 2};
+    ASSERT_TRUE(z.register_worker(1, 5, fake_alive));
+    ASSERT_TRUE(z.register_worker(2, 7, fake_alive));
+    EXPECT_EQ(z.oldest_running_gen(fake_alive), 5u);
+    g_running.erase(1);  // SIGKILL: no unregister
+    EXPECT_EQ(z.oldest_running_gen(fake_alive), 7u);
+    // Without a liveness check every registered worker counts as running.
+    EXPECT_EQ(z.oldest_running_gen(nullptr), 5u);
+    // Fill the registry with running workers; the dead one's entry is reused, then it is full.
+    for (std::uint32_t pid = 10; pid < 10 + zone::kWorkerRegs - 1; ++pid) {
+        g_running.insert(pid);
+        ASSERT_TRUE(z.register_worker(pid, 8, fake_alive)) << pid;
+    }
+    EXPECT_EQ(z.header().worker_regs_full.load(), 0u);
+    g_running.insert(9999);
+    EXPECT_FALSE(z.register_worker(9999, 8, fake_alive));
+    EXPECT_EQ(z.header().worker_regs_full.load(), 1u);
+    EXPECT_EQ(z.oldest_running_gen(fake_alive), 7u);
+    // A worker exits: its entry is free for the next one.
+    z.unregister_worker(2);
+    EXPECT_TRUE(z.register_worker(9999, 9, fake_alive));
+    EXPECT_EQ(z.oldest_running_gen(fake_alive), 8u);
 }
 
 TEST_F(ZoneFixture, FailedReloadsFreeNothingTheRunningWorkersUse) {

@@ -57,8 +57,12 @@ struct Options {
     // Untrusted input (docs/control-plane.md). A message or override entry stamped further
     // ahead of our wall clock than this is refused: held, it would win over every genuine one.
     std::uint64_t max_skew_ms = 60000;
-    std::uint64_t max_zone_hosts = 100000;     // hosts (and stale hosts) one zone_usage may claim
-    std::uint64_t max_region_hosts = 1000000;  // hosts one region_usage may claim
+    std::uint32_t max_zone_hosts = 100000;     // hosts (and stale hosts) one zone_usage may claim
+    std::uint32_t max_region_hosts = 1000000;  // hosts one region_usage may claim
+    // Table bounds: a zone (or a peer controller) not yet known is refused while this many are
+    // held; the ones held keep working, and a departed one frees its place once forgotten.
+    std::uint32_t max_zones = 1000;
+    std::uint32_t max_peers = 256;
     // Partition between regions: a region whose peers all went silent keeps its last usage in
     // the global sums this long (its share of every global limit stays reserved, so the two
     // sides of a partition together still admit about L, not L per side); after it, the
@@ -109,6 +113,7 @@ enum class Accepted : std::uint8_t {
     Self,          // our own region_usage, back from a peer
     Future,        // stamped more than max_skew_ms ahead of our clock: it would pin the sender
     TooManyHosts,  // claims more hosts than max_zone_hosts / max_region_hosts
+    Full,          // a new zone or peer while max_zones / max_peers are held
 };
 std::string_view to_string(Accepted a);
 

@@ -23,7 +23,7 @@
 namespace grl::zone {
 
 inline constexpr std::uint64_t kMagic = 0x31656e6f7a6c7267ULL;  // "grlzone1"
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;              // 3: the worker registry
 inline constexpr std::uint32_t kWorkerSlots = 32;
 inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // ratio 1.0
 // The last kRuntimeSlots bucket slots are reserved for run-time (emergency)
@@ -64,6 +64,20 @@ struct alignas(64) RuntimeDef {
     std::atomic<std::uint64_t> takeovers;   // claims taken over from a dead writer
 };
 static_assert(sizeof(RuntimeDef) == 384, "RuntimeDef grew: bump kLayoutVersion");
+
+// Which configuration generation each running worker process serves, so that a reload frees
+// the slot of a removed bucket only once no worker that may still count into it runs (an old
+// worker finishing long requests can outlive several reloads). A worker takes an entry at
+// start and gives it back at exit; one killed leaves a dead pid behind, which the master
+// recognises (and a later worker reuses).
+inline constexpr std::uint32_t kWorkerRegs = 256;
+struct WorkerReg {
+    std::atomic<std::uint32_t> pid;  // 0: free
+    std::uint32_t reserved;
+    std::atomic<std::uint64_t> gen;
+};
+// Whether a process still runs (the module passes kill(pid, 0); tests pass a fake).
+using PidAlive = bool (*)(std::uint32_t pid);
 
 // Control-plane state as shown in status output and logged on change.
 enum class PlaneState : std::uint32_t { Waiting = 0, Active = 1, Expired = 2 };
@@ -109,6 +123,8 @@ struct alignas(64) Header {
     std::atomic<std::uint64_t> curve_handshakes_failed;  // refused or failed
     WorkerStats worker[kWorkerSlots];
     RuntimeDef runtime[kRuntimeSlots];  // runtime[i] uses bucket slot capacity - kRuntimeSlots + i
+    std::atomic<std::uint64_t> worker_regs_full;  // workers that found no free entry
+    WorkerReg workers[kWorkerRegs];
 };
 
 // Bytes needed for a zone of `capacity` buckets (not counting allocator overhead).
@@ -131,12 +147,21 @@ class View {
     // Assigns slots to the named buckets of a new configuration and returns
     // its generation in `gen`: an existing slot of the same name keeps its
     // counters and ratio; a new name takes a free slot. A slot is freed only
-    // when neither the running configuration nor the one before it (whose
-    // workers may still be finishing requests) has its bucket — a reload that
-    // fails after this call therefore frees nothing the running workers use.
+    // when neither the running configuration nor the one before it, nor any
+    // registered worker that `alive` says still runs (old workers finishing
+    // requests across several reloads), has its bucket — a reload that fails
+    // after this call therefore frees nothing the running workers use. Without
+    // `alive`, every registered worker counts as running.
     // Returns an error when there are more buckets than free slots.
     std::string assign(const std::vector<std::string>& names, std::vector<std::uint16_t>& slots,
-                       std::uint64_t& gen);
+                       std::uint64_t& gen, PidAlive alive = nullptr);
+    // A worker process of configuration `gen` starts (`pid`) or exits. Registering reuses the
+    // entry of a process `alive` says is gone; false when every entry holds a running worker
+    // (counted in worker_regs_full: its generation is then protected for one reload only).
+    bool register_worker(std::uint32_t pid, std::uint64_t gen, PidAlive alive) const;
+    void unregister_worker(std::uint32_t pid) const;
+    // The oldest generation a running registered worker serves (UINT64_MAX: none).
+    std::uint64_t oldest_running_gen(PidAlive alive) const;
     // Records that workers of configuration `gen` are running (called when a
     // worker starts); the previously running generation becomes the old one.
     void activate(std::uint64_t gen) const;

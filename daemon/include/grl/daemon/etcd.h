@@ -26,12 +26,34 @@ struct Url {
     std::string host;
     std::uint16_t port = 0;
     std::string key;           // without the leading '/'
-    std::string text() const;  // etcd://HOST:PORT/KEY
+    bool tls = false;          // etcds://: HTTPS, the server's certificate verified
+    std::string text() const;  // etcd[s]://HOST:PORT/KEY
 };
 
-bool is_url(std::string_view s);  // starts with "etcd://"
-// "etcd://HOST:PORT/KEY"; on failure returns nothing and sets `error`, naming the value.
+bool is_url(std::string_view s);  // starts with "etcd://" or "etcds://"
+// "etcd://HOST:PORT/KEY" or "etcds://HOST:PORT/KEY"; on failure returns nothing and sets
+// `error`, naming the value.
 std::optional<Url> parse_url(std::string_view s, std::string& error);
+
+// How to reach a secured etcd (docs/control-plane.md, "Limits from etcd"): for etcds://, the
+// CA that signed the server's certificate (empty: the system's) and an optional client
+// certificate; etcd's own authentication with a user and password (empty user: none).
+struct Access {
+    std::string ca_file;
+    std::string cert_file;
+    std::string key_file;
+    std::string user;
+    std::string password;
+    bool operator==(const Access& o) const {
+        return ca_file == o.ca_file && cert_file == o.cert_file && key_file == o.key_file &&
+               user == o.user && password == o.password;
+    }
+};
+// The first line of a password file, without its line end; false (and `error` naming the
+// file) when it cannot be read or is empty.
+bool read_password_file(const std::string& path, std::string& out, std::string& error);
+// An /v3/auth/authenticate reply: its token.
+bool parse_auth_reply(std::string_view body, std::string& token, std::string& error);
 
 std::string base64_encode(std::string_view in);
 // Standard alphabet with padding (what the gateway sends); false on any other character.
@@ -86,7 +108,7 @@ bool parse_put_reply(std::string_view body, std::int64_t& revision, std::string&
 // watch (or any request) at once.
 class Client {
   public:
-    explicit Client(Url url, std::uint64_t timeout_ms = 3000);
+    explicit Client(Url url, Access access = {}, std::uint64_t timeout_ms = 3000);
     ~Client();
     Client(const Client&) = delete;
     Client& operator=(const Client&) = delete;
@@ -102,8 +124,13 @@ class Client {
     const Url& url() const { return url_; }
 
   private:
+    std::unique_ptr<httplib::Client> http() const;
     std::string post(const char* path, const std::string& body);
+    // A token from /v3/auth/authenticate (with access_.user); "" without a user.
+    std::string token(bool renew);
     Url url_;
+    Access access_;
+    std::string token_;
     std::uint64_t timeout_ms_;
     std::mutex mu_;  // guards watch_client_ for stop()
     httplib::Client* watch_client_ = nullptr;

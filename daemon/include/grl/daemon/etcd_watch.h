@@ -35,7 +35,7 @@ class KeyWatch {
   public:
     // Starts the thread at once, from `after_revision` + 1 (0: get the key first). `fn` runs in
     // the loop's thread for every event.
-    KeyWatch(Loop& loop, Url url, std::int64_t after_revision,
+    KeyWatch(Loop& loop, Url url, Access access, std::int64_t after_revision,
              std::function<void(const WatchEvent&)> fn);
     ~KeyWatch();  // stops and joins the thread
     KeyWatch(const KeyWatch&) = delete;

@@ -1,0 +1,123 @@
+// Per-key state of a keyed bucket (`grl_bucket NAME key=VALUE ...`, docs/per-key.md): one
+// table per keyed bucket in shared memory, holding the keys seen lately, each with its
+// counters, its local cap and the ratio the control plane sent for it.
+//
+// The request path touches one entry: found or claimed in a set of kWays entries (the key's
+// hash picks the set), the set's least recently used entry evicted when the set is full.
+// Every field is an independent atomic; claiming an entry is one compare-and-swap, so workers
+// never lock and never allocate, and the work per request is bounded by kWays whatever the
+// number of keys. Like limit_req's zone, memory is fixed by the operator (`keys=N`).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace grl::keyed {
+
+inline constexpr std::uint32_t kWays = 8;                   // entries per set: probes per request
+inline constexpr std::size_t kMaxKeyText = 47;              // bytes of a key kept for display
+inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // drop threshold of ratio 1.0
+
+// 64-bit hash of a key's bytes (FNV-1a with a final avalanche); never 0 (a free entry) or 1
+// (an entry being claimed). Reports may carry it instead of the key (docs/per-key.md).
+std::uint64_t hash_key(std::string_view key);
+
+struct alignas(64) Entry {
+    std::atomic<std::uint64_t> hash;        // 0: free
+    std::atomic<std::uint64_t> last_ms;     // last request (LRU order within the set)
+    std::atomic<std::uint64_t> offered;     // since the entry was claimed
+    std::atomic<std::uint64_t> dropped;     // by the local cap or the control plane's ratio
+    std::atomic<std::uint64_t> tat_us;      // local cap: theoretical arrival time (GCRA)
+    std::atomic<std::uint64_t> threshold;   // the control plane's ratio for this key...
+    std::atomic<std::uint64_t> expires_ms;  // ...valid until then (0: none)
+    std::atomic<std::uint64_t> reported;    // `offered` at the last report (reporter only)
+};
+static_assert(sizeof(Entry) == 64, "Entry is one cache line");
+
+inline constexpr std::uint64_t kFree = 0;
+inline constexpr std::uint64_t kClaiming = 1;  // held while a worker resets the entry
+
+// The key's first bytes for display, beside its entry. Written by the claimer, `hash` last;
+// a reader trusts the text only while `hash` equals the entry's (text_of).
+struct KeyText {
+    std::atomic<std::uint64_t> hash;
+    std::uint8_t len;
+    char text[kMaxKeyText];
+};
+static_assert(sizeof(KeyText) == 56, "KeyText layout");
+
+struct alignas(64) TableHeader {
+    std::uint32_t capacity;  // entries: a multiple of kWays
+    std::uint32_t reserved;
+    std::atomic<std::uint64_t> claims;     // keys that took an entry (new or evicting)
+    std::atomic<std::uint64_t> evictions;  // keys pushed out by a newer one
+    std::atomic<std::uint64_t> races;      // claims lost to another worker (then retried)
+};
+
+// Bytes for a table of `keys` entries (rounded up to a multiple of kWays), and the number of
+// entries that fit in `bytes`.
+std::size_t bytes_for(std::uint32_t keys);
+std::uint32_t capacity_for(std::size_t bytes);
+
+// What the request path decided for one key.
+enum class Verdict : std::uint8_t {
+    Pass,
+    Ratio,     // dropped by the control plane's ratio for this key
+    LocalCap,  // dropped because this host alone already admits the key's rate
+};
+
+// One heavy hitter for the report: a key's traffic since the previous report.
+struct Hitter {
+    std::uint64_t hash = 0;
+    std::string_view text;  // points into the table; empty when unknown or overwritten
+    std::uint64_t offered = 0;
+};
+
+class Table {
+  public:
+    Table() = default;
+    explicit Table(void* base) : base_(static_cast<char*>(base)) {}
+
+    // Formats fresh memory for `keys` entries (rounded up to a multiple of kWays).
+    void format(std::uint32_t keys);
+
+    // The entry of `hash` (claimed if absent, evicting the least recently used entry of its
+    // set when the set is full), stamped with `now_ms`. `text` is kept for display.
+    Entry& touch(std::uint64_t hash, std::string_view text, std::uint64_t now_ms) const;
+    // The entry of `hash`, or nullptr (no claim).
+    Entry* find(std::uint64_t hash) const;
+
+    // Counts one request of the key in `e` and decides it: the control plane's ratio first
+    // (while not expired), then the local cap: this host admits at most `rate_mrps` for the
+    // key (GCRA with a burst of `burst_ms` worth of requests). `rand32` samples the ratio.
+    Verdict admit(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps, std::uint64_t burst_ms,
+                  std::uint32_t rand32) const;
+
+    // The reporter: the keys whose traffic since the previous call is at least `min_offered`,
+    // the `k` busiest of them, busiest first; marks what it read as reported.
+    std::vector<Hitter> take_hitters(std::uint64_t min_offered, std::size_t k) const;
+
+    // Applies the control plane's ratio for a key present in this table (false: not here).
+    bool set_ratio(std::uint64_t hash, std::uint64_t threshold, std::uint64_t expires_ms) const;
+
+    // Entry i's key text (possibly truncated), or empty when it is not known to be this
+    // entry's (free, being claimed, or overwritten meanwhile).
+    std::string_view text_of(std::uint32_t i) const;
+    TableHeader& header() const { return *reinterpret_cast<TableHeader*>(base_); }
+    Entry& entry(std::uint32_t i) const {
+        return reinterpret_cast<Entry*>(base_ + sizeof(TableHeader))[i];
+    }
+    KeyText& text(std::uint32_t i) const {
+        return reinterpret_cast<KeyText*>(base_ + sizeof(TableHeader) +
+                                          sizeof(Entry) * header().capacity)[i];
+    }
+    std::uint32_t capacity() const { return header().capacity; }
+
+  private:
+    char* base_ = nullptr;
+};
+
+}  // namespace grl::keyed

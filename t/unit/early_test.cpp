@@ -1,0 +1,43 @@
+// When the daemons send before their tick (core/include/grl/early.h).
+#include "grl/early.h"
+
+#include <gtest/gtest.h>
+
+namespace grl {
+namespace {
+
+TEST(EarlyUsage, WaitsHalfAnIntervalAfterTheStartThenSendsWhenRatesArrive) {
+    EarlyUsage e(1000, 5000);  // 1 s intervals, started at 5 s
+    EXPECT_TRUE(e.warming());
+    EXPECT_FALSE(e.due(5100)) << "nothing pending";
+    e.rates_arrived();
+    EXPECT_FALSE(e.due(5100)) << "hosts are still reconnecting: part of the load only";
+    EXPECT_TRUE(e.due(5500));
+    e.sent(5500, true);
+    e.rates_arrived();
+    EXPECT_FALSE(e.due(5600)) << "at most eight a interval";
+    EXPECT_TRUE(e.due(5625));
+    e.sent(5625, false);
+    e.rates_arrived();
+    EXPECT_TRUE(e.due(5750)) << "the first two intervals are warming whatever the buckets";
+    e.sent(7000, false);  // every bucket rated, two intervals on: warm
+    EXPECT_FALSE(e.warming());
+    e.rates_arrived();
+    EXPECT_FALSE(e.due(8000)) << "warm: usage goes out at the tick only";
+    e.sent(8000, true);  // hosts new to the collector: warming again
+    e.rates_arrived();
+    EXPECT_TRUE(e.due(8200));
+}
+
+TEST(EarlyTick, AtMostFourExtraTicksAnInterval) {
+    EarlyTick t(1000);
+    EXPECT_TRUE(t.due(100));
+    EXPECT_FALSE(t.due(300));
+    EXPECT_TRUE(t.due(350));
+    int ticks = 0;
+    for (std::uint64_t ms = 1000; ms < 2000; ms += 10) ticks += t.due(ms) ? 1 : 0;
+    EXPECT_EQ(ticks, 4);
+}
+
+}  // namespace
+}  // namespace grl

@@ -1,0 +1,183 @@
+// Per-key state of keyed buckets (core/src/keyed.cpp): bounded memory under a flood of keys,
+// LRU eviction within a set, the local cap, the control plane's ratio per key, heavy hitters.
+#include "grl/keyed.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "grl/prng.h"
+
+namespace grl::keyed {
+namespace {
+
+struct TableFixture {
+    explicit TableFixture(std::uint32_t keys) : mem(new std::uint64_t[bytes_for(keys) / 8 + 1]) {
+        t = Table(mem.get());
+        t.format(keys);
+    }
+    std::unique_ptr<std::uint64_t[]> mem;
+    Table t;
+};
+
+TEST(Keyed, HashesAreStableAndNeverMarkers) {
+    EXPECT_EQ(hash_key("api-key-1"), hash_key("api-key-1"));
+    EXPECT_NE(hash_key("api-key-1"), hash_key("api-key-2"));
+    std::set<std::uint64_t> seen;
+    for (int i = 0; i < 100000; ++i) {
+        std::uint64_t h = hash_key("k" + std::to_string(i));
+        EXPECT_GE(h, 2u);
+        seen.insert(h);
+    }
+    EXPECT_EQ(seen.size(), 100000u);
+    EXPECT_GE(hash_key(""), 2u);
+}
+
+TEST(Keyed, SizesRoundToWholeSets) {
+    EXPECT_EQ(capacity_for(bytes_for(1000)), 1000u);
+    EXPECT_EQ(capacity_for(bytes_for(1001)), 1008u);
+    EXPECT_EQ(capacity_for(10), 0u);
+    // 120 bytes a key: 1 MiB holds about 8,700 keys (docs/per-key.md).
+    EXPECT_EQ(capacity_for(1 << 20), 8736u);
+}
+
+TEST(Keyed, AKeyKeepsItsEntryAndItsText) {
+    TableFixture f(64);
+    Entry& a = f.t.touch(hash_key("alice"), "alice", 10);
+    a.offered = 5;
+    Entry& again = f.t.touch(hash_key("alice"), "alice", 20);
+    EXPECT_EQ(&a, &again);
+    EXPECT_EQ(again.offered.load(), 5u);
+    EXPECT_EQ(again.last_ms.load(), 20u);
+    EXPECT_EQ(f.t.find(hash_key("alice")), &a);
+    EXPECT_EQ(f.t.find(hash_key("bob")), nullptr);
+    EXPECT_EQ(f.t.header().claims.load(), 1u);
+    // Long keys are kept truncated for display.
+    std::string longkey(100, 'x');
+    f.t.touch(hash_key(longkey), longkey, 30);
+    int seen = 0;
+    for (std::uint32_t i = 0; i < f.t.capacity(); ++i) {
+        if (f.t.entry(i).hash == hash_key(longkey)) {
+            EXPECT_EQ(f.t.text_of(i), longkey.substr(0, 47));
+            ++seen;
+        } else if (f.t.entry(i).hash == hash_key("alice")) {
+            EXPECT_EQ(f.t.text_of(i), "alice");
+            ++seen;
+        } else {
+            EXPECT_EQ(f.t.text_of(i), "");  // free
+        }
+    }
+    EXPECT_EQ(seen, 2);
+}
+
+TEST(Keyed, AFullSetEvictsItsLeastRecentlyUsedKey) {
+    TableFixture f(kWays);  // one set
+    for (std::uint32_t i = 0; i < kWays; ++i)
+        f.t.touch(hash_key("k" + std::to_string(i)), "k", 100 + i);
+    f.t.touch(hash_key("k0"), "k0", 200);  // k0 used again: k1 is now the oldest
+    EXPECT_EQ(f.t.header().evictions.load(), 0u);
+    Entry& n = f.t.touch(hash_key("new"), "new", 201);
+    EXPECT_EQ(f.t.header().evictions.load(), 1u);
+    EXPECT_EQ(f.t.find(hash_key("k1")), nullptr);
+    EXPECT_NE(f.t.find(hash_key("k0")), nullptr);
+    // The newcomer starts afresh: nothing of the evicted key's state.
+    EXPECT_EQ(n.offered.load(), 0u);
+    EXPECT_EQ(n.expires_ms.load(), 0u);
+}
+
+TEST(Keyed, AFloodOfOneRequestKeysStaysInItsMemoryAndSparesTheBusyKey) {
+    TableFixture f(1024);
+    const std::size_t bytes = bytes_for(1024);
+    Prng rng(7);
+    std::uint64_t now = 1000;
+    const std::uint64_t a = hash_key("A");
+    for (int i = 0; i < 1000000; ++i) {
+        if (i % 100 == 0) {
+            ++now;
+            Entry& e = f.t.touch(a, "A", now);
+            f.t.admit(e, now, 50000, 100, rng.next32());
+        }
+        std::string k = "flood-" + std::to_string(i);
+        Entry& e = f.t.touch(hash_key(k), k, now);
+        f.t.admit(e, now, 50000, 100, rng.next32());
+    }
+    EXPECT_EQ(bytes_for(1024), bytes);  // fixed: nothing grows
+    EXPECT_EQ(f.t.header().claims.load(), 1000001u);
+    EXPECT_EQ(f.t.header().evictions.load(), 1000001u - 1024u);
+    Entry* e = f.t.find(a);
+    ASSERT_NE(e, nullptr) << "the busy key was evicted by one-request keys";
+    EXPECT_EQ(e->offered.load(), 10000u);
+    // 10,000 requests over 10 s at a 50 r/s local cap: about 50 a second (and the burst).
+    EXPECT_LE(e->offered.load() - e->dropped.load(), 10u * 50 + 6);
+    EXPECT_GE(e->offered.load() - e->dropped.load(), 10u * 50 - 1);
+}
+
+TEST(Keyed, TheLocalCapAdmitsTheRateAndABurst) {
+    TableFixture f(64);
+    Entry& e = f.t.touch(hash_key("k"), "k", 0);
+    // 1,000 requests a second for 3 s (one a millisecond) against 50 r/s, burst 100 ms.
+    std::uint32_t admitted[3] = {0, 0, 0};
+    for (std::uint64_t ms = 0; ms < 3000; ++ms)
+        if (f.t.admit(e, 10000 + ms, 50000, 100, 0xffffffffU) == Verdict::Pass)
+            ++admitted[ms / 1000];
+    EXPECT_LE(admitted[0], 50u + 6);  // the rate, plus the burst of 100 ms worth (5 + 1)
+    EXPECT_GE(admitted[0], 50u);
+    EXPECT_GE(admitted[1], 49u);
+    EXPECT_LE(admitted[1], 51u);
+    EXPECT_EQ(e.offered.load(), 3000u);
+    EXPECT_EQ(e.dropped.load(), 3000u - admitted[0] - admitted[1] - admitted[2]);
+    // Traffic under the rate is never capped.
+    Entry& slow = f.t.touch(hash_key("slow"), "slow", 0);
+    for (std::uint64_t ms = 0; ms < 3000; ms += 40)
+        EXPECT_EQ(f.t.admit(slow, 10000 + ms, 50000, 100, 0), Verdict::Pass) << ms;
+    // A rate of 0 admits nothing.
+    EXPECT_EQ(f.t.admit(slow, 20000, 0, 100, 0), Verdict::LocalCap);
+}
+
+TEST(Keyed, TheControlPlanesRatioAppliesUntilItExpires) {
+    TableFixture f(64);
+    const std::uint64_t h = hash_key("k");
+    EXPECT_FALSE(f.t.set_ratio(h, kThresholdOne / 2, 5000)) << "not here: nothing to set";
+    Entry& e = f.t.touch(h, "k", 1000);
+    ASSERT_TRUE(f.t.set_ratio(h, kThresholdOne / 2, 5000));
+    Prng rng(1);
+    int ratio_drops = 0;
+    for (int i = 0; i < 4000; ++i) {
+        // A high local rate so that only the ratio drops.
+        if (f.t.admit(e, 1000 + i, 1000000000, 1000, rng.next32()) == Verdict::Ratio) ++ratio_drops;
+    }
+    EXPECT_NEAR(ratio_drops, 2000, 150);
+    // Expired: the ratio no longer applies.
+    for (int i = 0; i < 100; ++i)
+        EXPECT_EQ(f.t.admit(e, 5000 + i, 1000000000, 1000, 0), Verdict::Pass);
+}
+
+TEST(Keyed, HeavyHittersAreTheBusiestSinceTheLastReport) {
+    TableFixture f(256);
+    auto hit = [&](const std::string& k, int n) {
+        Entry& e = f.t.touch(hash_key(k), k, 1);
+        for (int i = 0; i < n; ++i) f.t.admit(e, 1, 1000000000, 1000, 0);
+    };
+    for (int i = 0; i < 100; ++i) hit("quiet" + std::to_string(i), 1);
+    hit("big", 500);
+    hit("mid", 200);
+    hit("small", 20);
+    std::vector<Hitter> top = f.t.take_hitters(10, 2);
+    ASSERT_EQ(top.size(), 2u);
+    EXPECT_EQ(top[0].text, "big");
+    EXPECT_EQ(top[0].offered, 500u);
+    EXPECT_EQ(top[0].hash, hash_key("big"));
+    EXPECT_EQ(top[1].text, "mid");
+    // Deltas: only what came since the last report counts.
+    hit("small", 30);
+    top = f.t.take_hitters(10, 10);
+    ASSERT_EQ(top.size(), 1u);
+    EXPECT_EQ(top[0].text, "small");
+    EXPECT_EQ(top[0].offered, 30u);
+    EXPECT_TRUE(f.t.take_hitters(1, 10).empty());
+}
+
+}  // namespace
+}  // namespace grl::keyed
