@@ -307,7 +307,12 @@ void Collector::send_usage() {
 std::string Collector::metrics() {
     const std::uint64_t now = mono_ms();
     daemon::MetricsText m;
-    auto age = [&](std::uint64_t t) { return t ? static_cast<double>(now - t) / 1000.0 : -1.0; };
+    // Ages of things that have not happened yet have no sample (rather than a sentinel that
+    // a max() or an alert threshold would take for a value).
+    auto age = [&](std::string_view name, std::uint64_t t) {
+        if (t) m.sample(name, static_cast<double>(now - t) / 1000.0);
+    };
+    daemon::write_build_info(m, "collector");
 
     m.family("grl_bucket_offered_rps", "gauge",
              "Requests per second offered to the bucket in this zone.");
@@ -322,6 +327,27 @@ std::string Collector::metrics() {
     for (const auto& b : usage_.buckets)
         m.sample("grl_bucket_shadow_dropped_rps", {{"bucket", b.name}},
                  b.shadow_dropped_mrps / 1000.0);
+    // The counts behind the rates above, so that Prometheus rates survive scrape gaps and
+    // collector restarts (counter resets) where a gauge sampled now and then would not.
+    const std::vector<rates::Table::Counted> counted = table_.counted();
+    const struct {
+        const char* name;
+        const char* help;
+    } totals[] = {
+        {"grl_bucket_offered_total",
+         "Requests offered to the bucket in this zone, summed from the "
+         "hosts' reports since the collector started."},
+        {"grl_bucket_admitted_total",
+         "Requests admitted by the bucket in this zone (from reports)."},
+        {"grl_bucket_dropped_total", "Requests dropped by the bucket in this zone (from reports)."},
+        {"grl_bucket_shadow_dropped_total",
+         "Requests a shadow bucket would have dropped in this zone (from reports)."},
+    };
+    for (std::size_t k = 0; k < 4; ++k) {
+        m.family(totals[k].name, "counter", totals[k].help);
+        for (const auto& c : counted)
+            m.sample(totals[k].name, {{"bucket", c.bucket}}, static_cast<double>(c.c[k]));
+    }
     m.family("grl_bucket_hosts", "gauge", "Hosts reporting the bucket.");
     for (const auto& b : usage_.buckets)
         m.sample("grl_bucket_hosts", {{"bucket", b.name}}, static_cast<double>(b.hosts));
@@ -386,8 +412,8 @@ std::string Collector::metrics() {
     m.family("grl_collector_report_bytes_total", "counter", "Bytes of report bodies received.");
     m.sample("grl_collector_report_bytes_total", static_cast<double>(report_bytes_));
     m.family("grl_collector_last_report_age_seconds", "gauge",
-             "Time since the last accepted report (-1: none yet).");
-    m.sample("grl_collector_last_report_age_seconds", age(last_report_mono_));
+             "Time since the last accepted report (no sample before the first).");
+    age("grl_collector_last_report_age_seconds", last_report_mono_);
     m.family("grl_collector_usage_sent_total", "counter",
              "Zone usage messages queued for a controller.");
     for (const auto& c : controllers_)
@@ -426,8 +452,8 @@ std::string Collector::metrics() {
     m.sample("grl_collector_instructions_malformed_total",
              static_cast<double>(relay_->malformed.load()));
     m.family("grl_collector_last_instruction_age_seconds", "gauge",
-             "Time since the last instruction message relayed (-1: none yet).");
-    m.sample("grl_collector_last_instruction_age_seconds", age(relay_->last_mono.load()));
+             "Time since the last instruction message relayed (no sample before the first).");
+    age("grl_collector_last_instruction_age_seconds", relay_->last_mono.load());
     if (relay_->watch()) {
         std::vector<const daemon::HandshakeWatch*> watches{relay_->watch()};
         for (const auto& c : controllers_) watches.push_back(c->watch.get());

@@ -686,6 +686,7 @@ void Daemon::on_etcd(const daemon::etcd::WatchEvent& e) {
 std::string Daemon::metrics() {
     const control::Clock t = now();
     daemon::MetricsText m;
+    daemon::write_build_info(m, "controller");
     const auto& insts = ctl_.instances();
     struct Gauge {
         const char* name;
@@ -815,9 +816,10 @@ std::string Daemon::metrics() {
     m.sample("grl_controller_instructions_published_total",
              static_cast<double>(instructions_published_));
     m.family("grl_controller_last_instruction_age_seconds", "gauge",
-             "Time since instructions were last published.");
-    m.sample("grl_controller_last_instruction_age_seconds",
-             last_publish_mono_ ? (t.mono_ms - last_publish_mono_) / 1000.0 : -1.0);
+             "Time since instructions were last published (no sample before the first).");
+    if (last_publish_mono_)
+        m.sample("grl_controller_last_instruction_age_seconds",
+                 (t.mono_ms - last_publish_mono_) / 1000.0);
     m.family(
         "grl_controller_limits_file_ok", "gauge",
         "0 when the last load of the limits file was rejected (the last good one is in force).");

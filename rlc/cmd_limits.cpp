@@ -12,6 +12,7 @@
 #include <ctime>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -19,9 +20,12 @@
 #include "commands.h"
 #include "config.h"
 #include "cycle.h"
+#include "grl/daemon/http.h"
 #include "grl/daemon/limits_file.h"
 #include "grl/daemon/log.h"
+#include "grl/daemon/loop.h"
 #include "limits_out.h"
+#include "serve_metrics.h"
 #include "store.h"
 #include "versions.h"
 #include "whatif.h"
@@ -48,7 +52,8 @@ struct Options {
     // serve
     std::string every = "1h";
     std::string poll = "1m";
-    RecordArgs rec;  // serve --controller ...: record the fleet too
+    std::string metrics;  // HOST:PORT of /metrics; empty: none
+    RecordArgs rec;       // serve --controller ...: record the fleet too
 };
 
 // An error already explained on stderr: the command exits with `code`.
@@ -219,9 +224,10 @@ std::int64_t mtime_of(const std::string& path) {
     return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-// One cycle of serve: plan, apply, and one log line per rollout event.
+// One cycle of serve: plan, apply, and one log line per rollout event. `stats` receives the
+// store's event counts and newest version.
 void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
-                 std::set<std::string>& known) {
+                 std::set<std::string>& known, ServeStats& stats) {
     std::int64_t now = now_of(o);
     auto history = open_history(store_path(o, &cfg));
     VersionStore store(store_path(o, &cfg));
@@ -256,13 +262,60 @@ void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
         }
     }
     std::string counts;
-    for (const auto& [k, n] : store.counters()) counts += " " + k + "=" + std::to_string(n);
+    stats.events = store.counters();
+    if (auto v = store.latest()) stats.version = v->id;
+    for (const auto& [k, n] : stats.events) counts += " " + k + "=" + std::to_string(n);
     daemon::log_info(
         "cycle (" + why + "): " + std::to_string(proposals) + " proposals, " +
         std::to_string(declined) + " declined, " +
         (a.version ? "version " + std::to_string(a.version) + " written to " + cfg.limits_file
                    : std::string("limits file unchanged")) +
         "; events so far:" + (counts.empty() ? " none" : counts));
+}
+
+// /metrics of grl-rlc serve: the daemons' HTTP server on a Loop of its own thread (cycles
+// block for seconds to minutes), rendering a copy of the stats the serving loop updates.
+class ServeMetrics {
+  public:
+    explicit ServeMetrics(const std::string& address) {
+        std::signal(SIGPIPE, SIG_IGN);  // a scraper that hangs up must not end the process
+        server_ = std::make_unique<daemon::MetricsServer>(loop_, address, [this] {
+            std::lock_guard<std::mutex> g(mu_);
+            return render_serve_metrics(stats_);
+        });
+        loop_.every(100, [this] {
+            if (stop_) loop_.stop();
+        });
+        // The Loop's signalfd may read a SIGINT/SIGTERM before the process's handler runs:
+        // whichever thread takes it, serving stops.
+        for (int sig : {SIGINT, SIGTERM}) loop_.on_signal(sig, [] { g_stop = true; });
+        thread_ = std::thread([this] { loop_.run(); });
+    }
+    ~ServeMetrics() {
+        stop_ = true;
+        thread_.join();
+    }
+    ServeMetrics(const ServeMetrics&) = delete;
+    ServeMetrics& operator=(const ServeMetrics&) = delete;
+
+    std::string address() const { return server_->address(); }
+    template <typename F>
+    void update(F&& f) {
+        std::lock_guard<std::mutex> g(mu_);
+        f(stats_);
+    }
+
+  private:
+    daemon::Loop loop_;
+    std::unique_ptr<daemon::MetricsServer> server_;
+    std::mutex mu_;
+    ServeStats stats_;
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
+double wall_s() {
+    return static_cast<double>(daemon::wall_ms()) / 1000.0;
 }
 
 void cmd_serve(const Options& o) {
@@ -275,6 +328,18 @@ void cmd_serve(const Options& o) {
         fail("--poll: invalid duration \"" + o.poll + "\", expected e.g. 1m or 30s");
     std::unique_ptr<Config> cfg;
     guarded([&] { cfg = std::make_unique<Config>(load_config(o.config)); });
+    std::unique_ptr<ServeMetrics> metrics;
+    if (!o.metrics.empty()) {
+        try {
+            metrics = std::make_unique<ServeMetrics>(o.metrics);
+        } catch (const std::exception& e) {
+            fail(std::string("--metrics: ") + e.what());
+        }
+        daemon::log_info("metrics on http://" + metrics->address() + "/metrics");
+    }
+    auto record = [&](auto&& f) {
+        if (metrics) metrics->update(f);
+    };
     std::signal(SIGINT, [](int) { g_stop = true; });
     std::signal(SIGTERM, [](int) { g_stop = true; });
     // With --controller, serve is the whole configurator in one process: a thread records the
@@ -320,6 +385,7 @@ void cmd_serve(const Options& o) {
             } catch (const std::exception& e) {
                 daemon::log_error(std::string("configuration rejected, the last good one stays: ") +
                                   e.what());
+                record([](ServeStats& st) { ++st.config_rejected; });
             }
         }
         // A new bucket in the fleet: seen in the recent history, not in the last cycle's.
@@ -338,11 +404,28 @@ void cmd_serve(const Options& o) {
         if (why.empty() && t - last_cycle >= std::chrono::seconds(*every)) why = "schedule";
         if (!why.empty()) {
             last_cycle = last_poll = t;
+            ServeStats after;
+            bool ok = false;
             try {
-                serve_cycle(*cfg, o, why, known);
+                serve_cycle(*cfg, o, why, known, after);
+                ok = true;
             } catch (const std::exception& e) {
                 daemon::log_error(std::string("cycle failed, nothing applied: ") + e.what());
             }
+            const double took =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+            record([&](ServeStats& st) {
+                st.last_cycle_s = wall_s();
+                st.last_cycle_duration_s = took;
+                if (!ok) {
+                    ++st.cycles_failed;
+                    return;
+                }
+                ++st.cycles_ok;
+                st.last_ok_cycle_s = st.last_cycle_s;
+                st.events = std::move(after.events);
+                st.version = after.version;
+            });
             why.clear();
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -388,6 +471,8 @@ void add_limits_commands(CLI::App& app) {
     serve->add_option("--poll", o->poll,
                       "how often to look for new buckets in the history (default: 1m)");
     serve->add_option("--author", o->author, "recorded with each version (default: $USER)");
+    serve->add_option("--metrics", o->metrics,
+                      "serve Prometheus /metrics on HOST:PORT (cycles, rollout events)");
     add_record_args(serve, o->rec, false, "record-");
     add_slice(serve, *o);
     serve->callback([o] { cmd_serve(*o); });

@@ -458,6 +458,8 @@ std::string render_status_prometheus(const StatusInput& in) {
     auto family = [&](const char* name, const char* type, const char* help) {
         append(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
     };
+    family("grl_build_info", "gauge", "The grl version this process runs (always 1).");
+    append(out, "grl_build_info{version=\"%s\",component=\"nginx\"} 1\n", GRL_VERSION);
     struct Counter {
         const char* name;
         const char* help;
@@ -513,9 +515,12 @@ std::string render_status_prometheus(const StatusInput& in) {
     }
     std::uint64_t last = h.plane_last_ms.load(std::memory_order_relaxed);
     family("grl_last_instruction_age_seconds", "gauge",
-           "Time since the last valid instruction message (-1: never).");
-    append(out, "grl_last_instruction_age_seconds %.3f\n",
-           last ? static_cast<double>(in.now_ms > last ? in.now_ms - last : 0) / 1000.0 : -1.0);
+           "Time since the last valid instruction message (no sample before the first: "
+           "grl_control_plane_state{state=\"waiting\"}).");
+    if (last) {
+        append(out, "grl_last_instruction_age_seconds %.3f\n",
+               static_cast<double>(in.now_ms > last ? in.now_ms - last : 0) / 1000.0);
+    }
     const struct {
         const char* name;
         const char* help;
@@ -530,12 +535,6 @@ std::string render_status_prometheus(const StatusInput& in) {
          h.instructions_malformed.load()},
         {"grl_instructions_unknown_bucket_total", "Instruction entries for unknown buckets.",
          h.instructions_unknown_bucket.load()},
-        {"grl_curve_handshakes_ok_total",
-         "CURVE handshakes with the collector that succeeded (grl_curve_keypair).",
-         h.curve_handshakes_ok.load()},
-        {"grl_curve_handshakes_failed_total",
-         "CURVE handshakes with the collector that were refused or failed.",
-         h.curve_handshakes_failed.load()},
         {"grl_missing_caller_total", "Requests without a caller (grl_missing_caller).",
          missing_caller(*in.zone)},
         {"grl_regex_limit_hits_total",
@@ -554,6 +553,15 @@ std::string render_status_prometheus(const StatusInput& in) {
         family(t.name, "counter", t.help);
         append(out, "%s %llu\n", t.name, static_cast<unsigned long long>(t.value));
     }
+    // The daemons' name and labels for the client side of CURVE (daemon/src/curve.cpp), so
+    // that one alert covers nginx -> collector and collector -> controller alike.
+    family("grl_curve_client_handshakes_total", "counter",
+           "CURVE handshakes of this host's connections to its collector (grl_curve_keypair), by "
+           "result.");
+    append(out, "grl_curve_client_handshakes_total{peer=\"collector\",result=\"ok\"} %llu\n",
+           static_cast<unsigned long long>(h.curve_handshakes_ok.load()));
+    append(out, "grl_curve_client_handshakes_total{peer=\"collector\",result=\"failed\"} %llu\n",
+           static_cast<unsigned long long>(h.curve_handshakes_failed.load()));
     return out;
 }
 

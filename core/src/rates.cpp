@@ -60,10 +60,12 @@ std::uint32_t Table::intern_name(std::string_view name) {
         free_names_.pop_back();
         names_[id] = key_;
         name_refs_[id] = 1;
+        counted_[id] = {};
     } else {
         id = static_cast<std::uint32_t>(names_.size());
         names_.push_back(key_);
         name_refs_.push_back(1);
+        counted_.push_back({});
     }
     name_ids_.emplace(key_, id);
     return id;
@@ -254,6 +256,7 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
             } else {
                 for (int k = 0; k < 4; ++k) {
                     b.rate[k] = static_cast<float>(rate_mrps(b.c[k] - old.c[k], dt));
+                    counted_[b.name_id][k] += b.c[k] - old.c[k];
                 }
                 b.has_rate = true;
             }
@@ -271,6 +274,17 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
     if (r.interval_ms) h.interval_ms = r.interval_ms;
     h.stale = false;
     return Verdict::Accepted;
+}
+
+std::vector<Table::Counted> Table::counted() const {
+    std::vector<Counted> out;
+    for (std::size_t id = 0; id < names_.size(); ++id) {
+        if (name_refs_[id] == 0) continue;  // a free id
+        out.push_back({names_[id], counted_[id]});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const Counted& a, const Counted& b) { return a.bucket < b.bucket; });
+    return out;
 }
 
 std::size_t keep_busiest(std::vector<wire::UsageBucket>& buckets, std::size_t max) {

@@ -47,9 +47,15 @@ void MetricsText::sample(std::string_view name, std::initializer_list<Label> lab
     } else if (value == std::floor(value) && std::fabs(value) < 1e15) {
         std::snprintf(buf, sizeof(buf), " %.0f\n", value);
     } else {
-        std::snprintf(buf, sizeof(buf), " %.9g\n", value);
+        // 15 digits: a Unix timestamp keeps its milliseconds (%.9g rounded it to 10 s).
+        std::snprintf(buf, sizeof(buf), " %.15g\n", value);
     }
     out_ += buf;
+}
+
+void write_build_info(MetricsText& m, std::string_view component) {
+    m.family("grl_build_info", "gauge", "The grl version this process runs (always 1).");
+    m.sample("grl_build_info", {{"version", GRL_VERSION}, {"component", component}}, 1);
 }
 
 }  // namespace grl::daemon

@@ -291,8 +291,8 @@ def test_serve_cycles_at_start_and_on_change_and_keeps_the_last_good_config(tmp_
     rlc("synth", "--store", store, "--bucket", "search", "--base", 300, "--weeks", 5, "--limit", 200, "--seed", 2)
     log_path = str(tmp_path / "serve.log")
     log = open(log_path, "wb")
-    proc = subprocess.Popen([RLC_BIN, "serve", "--config", cfg, "--every", "1h", "--author", "serve"],
-                            stdout=log, stderr=log)
+    proc = subprocess.Popen([RLC_BIN, "serve", "--config", cfg, "--every", "1h", "--author", "serve",
+                             "--metrics", "127.0.0.1:0"], stdout=log, stderr=log)
     log.close()
 
     def log_text():
@@ -309,6 +309,19 @@ def test_serve_cycles_at_start_and_on_change_and_keeps_the_last_good_config(tmp_
         assert sorted(versions(cfg)) == [1, 2]
         assert re.search(r"api:\n    limit: 500r/s\n    mode: deny\n    candidate: \d+r/s",
                          open(limits).read())
+        # --metrics: the cycle and its rollout events (the store's counts), the version.
+        h.wait_until(lambda: "metrics on http://" in log_text(), 5, what="the metrics line")
+        url = re.search(r"metrics on (http://\S+/metrics)", log_text()).group(1)
+        m = f.metrics(url)
+        assert f.metric(m, "grl_rlc_cycles_total", result="ok") == 1, m
+        assert f.metric(m, "grl_rlc_cycles_total", result="failed") == 0
+        assert f.metric(m, "grl_rlc_rollout_events_total", action="shadow") == 1
+        assert f.metric(m, "grl_rlc_rollout_events_total", action="raise") == 1
+        assert f.metric(m, "grl_rlc_rollout_events_total", action="promote") == 0
+        assert f.metric(m, "grl_rlc_limits_version") == 2
+        assert abs(f.metric(m, "grl_rlc_last_cycle_timestamp_seconds") - time.time()) < 30
+        assert f.metric(m, "grl_rlc_config_rejected_total") == 0
+        assert f.metric(m, "grl_build_info", component="rlc") == 1
 
         # rlc.yaml changes: a cycle at once (search is raised again, within the step guard).
         with open(cfg, "a") as fh:
@@ -324,6 +337,10 @@ def test_serve_cycles_at_start_and_on_change_and_keeps_the_last_good_config(tmp_
         h.wait_until(lambda: "configuration rejected, the last good one stays" in log_text(), 10,
                      what="the bad rlc.yaml refused")
         assert 'field "rollout.soak": invalid duration "forever"' in log_text()
+        m = f.metrics(url)
+        assert f.metric(m, "grl_rlc_config_rejected_total") == 1
+        assert f.metric(m, "grl_rlc_cycles_total", result="ok") == 2
+        assert f.metric(m, "grl_rlc_limits_version") == 3
         assert open(limits).read() == before
         assert sorted(versions(store)) == [1, 2, 3]
     finally:

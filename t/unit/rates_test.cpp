@@ -105,6 +105,43 @@ TEST(Rates, RecentCountsGiveARateFromTheFirstReport) {
     EXPECT_EQ(offered(t, "new"), 40000u);
 }
 
+TEST(Rates, CountedSumsTheDifferencesOfAcceptedReports) {
+    // The collector's grl_bucket_*_total: what two hosts counted between accepted reports,
+    // never going back when a host restarts, and let go when no host reports the name.
+    Options o;
+    o.stale_intervals = 3;
+    o.forget_intervals = 5;
+    Table t(o);
+    t.add(report("h1", 7, 1, T0, {{"api", 1000, 100, 10}}), M0);  // baseline only
+    t.add(report("h2", 9, 1, T0, {{"api", 50}, {"old", 5}}), M0);
+    EXPECT_EQ(t.counted().size(), 2u);
+    EXPECT_EQ(t.counted()[0].c[0], 0u);
+    t.add(report("h1", 7, 2, T0 + 1000, {{"api", 1300, 130, 15}}), M0 + 1000);
+    t.add(report("h2", 9, 2, T0 + 1000, {{"api", 70}, {"old", 5}}), M0 + 1000);
+    std::vector<Table::Counted> c = t.counted();
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[0].bucket, "api");
+    EXPECT_EQ(c[0].c[0], 320u);       // offered: 300 + 20
+    EXPECT_EQ(c[0].c[1], 320u - 30);  // admitted
+    EXPECT_EQ(c[0].c[2], 30u);        // dropped
+    EXPECT_EQ(c[0].c[3], 5u);         // shadow_dropped
+    EXPECT_EQ(c[1].bucket, "old");
+    // h1 restarts (new epoch, counters from zero): a new baseline, the sum does not go back.
+    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2000, {{"api", 10}}), M0 + 2000), Verdict::Restarted);
+    EXPECT_EQ(t.counted()[0].c[0], 320u);
+    t.add(report("h1", 8, 2, T0 + 3000, {{"api", 110}}), M0 + 3000);
+    EXPECT_EQ(t.counted()[0].c[0], 420u);
+    // h2 (the only host with "old") goes silent and is forgotten: "old" goes with it.
+    for (std::uint64_t k = 4; k <= 8; ++k) {
+        t.add(report("h1", 8, k - 1, T0 + 1000 * k, {{"api", 110 + 10 * (k - 3)}}), M0 + 1000 * k);
+        t.sweep(M0 + 1000 * k);
+    }
+    c = t.counted();
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].bucket, "api");
+    EXPECT_EQ(c[0].c[0], 470u);
+}
+
 TEST(Rates, AReportSoonAfterTheBaselineKeepsIt) {
     // nginx reports at once when it reconnects, then again at its next tick, maybe 30 ms
     // later: a rate over 30 ms would be noise, so the baseline stays.

@@ -86,6 +86,17 @@ class Table {
     // Host-bucket entries held (for memory accounting).
     std::size_t entries() const;
 
+    // Requests counted per bucket name since the name was first held: the sums of the
+    // differences between consecutive accepted reports of one epoch (offered, admitted,
+    // dropped, shadow_dropped), sorted by name. Monotonic while any host reports the bucket,
+    // so that Prometheus takes rates from them across scrape gaps; a name no host reports
+    // any more is let go with its counts (a later one starts again from zero).
+    struct Counted {
+        std::string bucket;
+        std::array<std::uint64_t, 4> c{};
+    };
+    std::vector<Counted> counted() const;
+
   private:
     struct BucketState {
         std::uint32_t name_id = 0;
@@ -137,6 +148,7 @@ class Table {
     std::vector<std::string> names_;
     std::vector<std::uint32_t> name_refs_;
     std::vector<std::uint32_t> free_names_;
+    std::vector<std::array<std::uint64_t, 4>> counted_;  // by name id, as names_
     // Scratch space reused by add(): no allocation per report in the steady state.
     std::string key_;
     std::vector<BucketState> next_;

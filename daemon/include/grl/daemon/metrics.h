@@ -22,4 +22,8 @@ class MetricsText {
     std::string out_;
 };
 
+// grl_build_info{version,component} 1: which build each scraped process runs (the nginx
+// status page writes the same family with component="nginx").
+void write_build_info(MetricsText& m, std::string_view component);
+
 }  // namespace grl::daemon
