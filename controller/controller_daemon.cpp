@@ -1,5 +1,7 @@
 #include "controller_daemon.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -21,6 +23,18 @@ constexpr std::uint64_t kAdminTickGapDivisor = 8;
 // Upper bounds of grl_controller_tick_seconds' histogram buckets, in microseconds.
 constexpr std::uint64_t kTickBucketsUs[] = {1000,  2500,   5000,   10000,  25000,
                                             50000, 100000, 250000, 1000000};
+
+// CPU time of this thread: a tick's wall time on a busy machine includes time others ran.
+std::uint64_t thread_cpu_us() {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000 +
+           static_cast<std::uint64_t>(ts.tv_nsec) / 1000;
+}
+
+std::uint64_t parts_timeout_ms(const control::Options& o) {
+    return std::uint64_t{o.stale_intervals} * o.interval_ms;
+}
 
 constexpr std::size_t kMaxZoneKeys =
     10000;  // CURVE keys bound to zones  // admin ticks at most 8 per interval
@@ -59,9 +73,11 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       pub_(ctx, ZMQ_PUB),
       admin_(ctx, ZMQ_ROUTER),
       peers_(ctx, ZMQ_SUB),
-      // A set's parts are sent back to back: one interval is ample.
-      zone_parts_(cfg_.opts.max_zones, cfg_.opts.interval_ms),
-      peer_parts_(cfg_.opts.max_peers, cfg_.opts.interval_ms),
+      // A set's parts are sent back to back, but a busy controller may take a while to read
+      // them: a set is given as long as its source's usage stays fresh. (One interval let a
+      // backlog expire sets faster than they completed.)
+      zone_parts_(cfg_.opts.max_zones, parts_timeout_ms(cfg_.opts)),
+      peer_parts_(cfg_.opts.max_peers, parts_timeout_ms(cfg_.opts)),
       malformed_log_(10000),
       ignored_log_(10000),
       future_log_(10000),
@@ -446,6 +462,7 @@ void Daemon::save_state() {
 
 void Daemon::tick() {
     const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t cpu0 = thread_cpu_us();
     admin_tick_pending_ = false;
     expire_parts(now());
     control::TickOutput out = ctl_.tick(now());
@@ -455,9 +472,10 @@ void Daemon::tick() {
                     e.bucket, e.text);
     }
     publish(out);
-    record_tick(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
-            .count()));
+    record_tick(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - t0)
+                                               .count()),
+                thread_cpu_us() - cpu0);
     save_state();  // admin changes, peers' changes and expiries all pass through a tick
 }
 
@@ -496,7 +514,8 @@ void Daemon::expire_parts(const control::Clock& t) {
     }
 }
 
-void Daemon::record_tick(std::uint64_t us) {
+void Daemon::record_tick(std::uint64_t us, std::uint64_t cpu_us) {
+    tick_cpu_us_ += cpu_us;
     if (tick_le_us_.empty()) tick_le_us_.assign(std::size(kTickBucketsUs), 0);
     for (std::size_t i = 0; i < std::size(kTickBucketsUs); ++i) {
         if (us <= kTickBucketsUs[i]) ++tick_le_us_[i];
@@ -890,6 +909,10 @@ void Daemon::scale_metrics(daemon::MetricsText& m) const {
              static_cast<double>(tick_count_));
     m.sample("grl_controller_tick_seconds_sum", static_cast<double>(tick_sum_us_) / 1e6);
     m.sample("grl_controller_tick_seconds_count", static_cast<double>(tick_count_));
+    m.family("grl_controller_tick_cpu_seconds_total", "counter",
+             "CPU time the controller's thread spent in ticks (divided by the ticks: a tick's "
+             "cost, without the time other processes ran).");
+    m.sample("grl_controller_tick_cpu_seconds_total", static_cast<double>(tick_cpu_us_) / 1e6);
     m.family("grl_controller_tick_last_seconds", "gauge", "Duration of the last tick.");
     m.sample("grl_controller_tick_last_seconds", static_cast<double>(tick_last_us_) / 1e6);
     m.family("grl_controller_tick_max_seconds", "gauge",

@@ -61,7 +61,7 @@ class Daemon {
                    const control::Clock& t);
     void expire_parts(const control::Clock& t);
     void publish_region_usage(const wire::RegionUsage& ru);
-    void record_tick(std::uint64_t us);
+    void record_tick(std::uint64_t us, std::uint64_t cpu_us);
     void scale_metrics(daemon::MetricsText& m) const;
     control::Clock now() const;
 
@@ -96,6 +96,7 @@ class Daemon {
     std::uint64_t tick_count_ = 0;
     std::uint64_t tick_max_us_ = 0;
     std::uint64_t tick_last_us_ = 0;
+    std::uint64_t tick_cpu_us_ = 0;  // thread CPU time in ticks
 
     // The limits file.
     struct FileId {

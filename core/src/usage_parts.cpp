@@ -38,25 +38,49 @@ void keep_head_extra(RegionUsage& head, RegionUsage& part0) {
     head.overrides = std::move(part0.overrides);
 }
 
+// `m` without its buckets (copying them only to clear them cost as much as encoding).
+ZoneUsage head_of(const ZoneUsage& m) {
+    ZoneUsage h;
+    h.source = m.source;
+    h.region = m.region;
+    h.zone = m.zone;
+    h.seq = m.seq;
+    h.ts_ms = m.ts_ms;
+    h.interval_ms = m.interval_ms;
+    h.hosts = m.hosts;
+    h.stale_hosts = m.stale_hosts;
+    h.host_names = m.host_names;
+    return h;
+}
+RegionUsage head_of(const RegionUsage& m) {
+    RegionUsage h;
+    h.source = m.source;
+    h.region = m.region;
+    h.seq = m.seq;
+    h.ts_ms = m.ts_ms;
+    h.interval_ms = m.interval_ms;
+    h.zones = m.zones;
+    h.hosts = m.hosts;
+    h.limits_digest = m.limits_digest;
+    h.overrides = m.overrides;
+    return h;
+}
+
 template <class Usage>
 bool encode_parts_of(const Usage& m, std::vector<std::string>& out, std::size_t max_bytes) {
     out.clear();
     const std::size_t n = m.buckets.size();
     if (n > kMaxUsageBuckets) return false;
-    if (n <= kMaxBucketsPerMessage) {
-        Usage whole = m;
-        whole.part = 0;
-        whole.parts = 1;
+    if (n <= kMaxBucketsPerMessage && m.parts <= 1) {
         out.emplace_back();
-        encode(whole, out.back());
+        encode(m, out.back());
         if (out.back().size() <= max_bytes) return true;
         out.clear();
     }
     // Fewest parts by bucket count first; twice as many while one of them is too large.
     std::size_t parts =
         std::max<std::size_t>((n + kMaxBucketsPerMessage - 1) / kMaxBucketsPerMessage, 2);
-    Usage p = m;
-    p.buckets.clear();
+    Usage p = head_of(m);
     for (;;) {
         bool fits = true;
         for (std::size_t i = 0; fits && i < parts; ++i) {
@@ -75,8 +99,7 @@ bool encode_parts_of(const Usage& m, std::vector<std::string>& out, std::size_t 
         out.clear();
         if (parts >= kMaxParts) return false;
         parts = std::min(parts * 2, kMaxParts);
-        p = m;
-        p.buckets.clear();
+        p = head_of(m);
     }
 }
 
