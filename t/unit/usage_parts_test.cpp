@@ -74,6 +74,7 @@ std::vector<Usage> decode_all(const std::vector<std::string>& bytes) {
 
 std::vector<std::string> names(const std::vector<UsageBucket>& v) {
     std::vector<std::string> n;
+    n.reserve(v.size());
     for (const auto& b : v) n.push_back(b.name);
     return n;
 }
