@@ -284,12 +284,18 @@ void Collector::send_usage() {
     if (!wire::encode_parts(u, parts_)) {
         // Host names are the only part that grows with the zone's size: drop them first.
         for (auto& b : u.buckets) b.host_names.clear();
-        if (!wire::encode_parts(u, parts_)) {
+        bool fits = wire::encode_parts(u, parts_);
+        if (!fits) {
             u.host_names.clear();
-            wire::encode_parts(u, parts_);
+            fits = wire::encode_parts(u, parts_);
         }
         ++usage_truncated_;
-        send_log_.hit(LogLevel::Warn, {}, "zone usage too large: host names left out", mono_ms());
+        send_log_.hit(LogLevel::Warn, {},
+                      fits ? std::string("zone usage too large: host names left out")
+                           : "zone usage not sent: " + std::to_string(u.buckets.size()) +
+                                 " buckets do not fit " + std::to_string(wire::kMaxParts) +
+                                 " parts of " + std::to_string(wire::kMaxMessageBytes) + " bytes",
+                      mono_ms());
     }
     early_pending_ = false;
     usage_bytes_ = 0;
@@ -300,6 +306,7 @@ void Collector::send_usage() {
     // Also warming for the first two intervals: hosts not heard from yet are not in `u`.
     warming_ = mono_ms() < start_mono_ + 2 * cfg_.interval_ms;
     for (const auto& b : u.buckets) warming_ = warming_ || b.rated_hosts < b.hosts;
+    if (parts_.empty()) return;  // too large even in parts: logged above
     for (auto& c : controllers_) {
         bool sent = true;
         for (const std::string& part : parts_) sent = c->push.send(part) && sent;
