@@ -1,11 +1,14 @@
 #include "collector.h"
 
+#include "grl/usage_parts.h"
+
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
 
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
+#include "grl/usage_parts.h"
 
 namespace grl::collector {
 
@@ -269,31 +272,37 @@ void Collector::send_usage() {
     u.seq = ++seq_;
     u.ts_ms = wall_ms();
     u.interval_ms = cfg_.interval_ms;
-    if (rates::keep_busiest(u.buckets, wire::kMaxBucketsPerMessage) > 0) ++usage_truncated_;
-    buf_.clear();
-    wire::encode(u, buf_);
-    if (buf_.size() > wire::kMaxMessageBytes) {
+    if (rates::keep_busiest(u.buckets, wire::kMaxUsageBuckets) > 0) ++usage_truncated_;
+    // In parts when it does not fit one message (docs/protocol.md "Usage in parts").
+    if (!wire::encode_parts(u, parts_)) {
         // Host names are the only part that grows with the zone's size: drop them first.
         for (auto& b : u.buckets) b.host_names.clear();
-        buf_.clear();
-        wire::encode(u, buf_);
-        if (buf_.size() > wire::kMaxMessageBytes) {
+        bool fits = wire::encode_parts(u, parts_);
+        if (!fits) {
             u.host_names.clear();
-            buf_.clear();
-            wire::encode(u, buf_);
+            fits = wire::encode_parts(u, parts_);
         }
         ++usage_truncated_;
-        send_log_.hit(LogLevel::Warn, {}, "zone usage too large: host names left out", mono_ms());
+        send_log_.hit(LogLevel::Warn, {},
+                      fits ? std::string("zone usage too large: host names left out")
+                           : "zone usage not sent: " + std::to_string(u.buckets.size()) +
+                                 " buckets do not fit " + std::to_string(wire::kMaxParts) +
+                                 " parts of " + std::to_string(wire::kMaxMessageBytes) + " bytes",
+                      mono_ms());
     }
-    usage_bytes_ = buf_.size();
+    usage_bytes_ = 0;
+    for (const std::string& part : parts_) usage_bytes_ += part.size();
     usage_build_us_ = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count());
     bool unrated = false;
     for (const auto& b : u.buckets) unrated = unrated || b.rated_hosts < b.hosts;
     early_.sent(mono_ms(), unrated);
+    if (parts_.empty()) return;  // too large even in parts: logged above
     for (auto& c : controllers_) {
-        if (c->push.send(buf_)) {
+        bool sent = true;
+        for (const std::string& part : parts_) sent = c->push.send(part) && sent;
+        if (sent) {
             ++c->sent;
         } else {
             ++c->dropped;
@@ -427,8 +436,12 @@ std::string Collector::metrics() {
                  static_cast<double>(c->dropped));
     m.sample("grl_collector_messages_dropped_total", {{"controller", "relay"}},
              static_cast<double>(relay_->dropped.load()));
-    m.family("grl_collector_usage_bytes", "gauge", "Size of the last zone usage message.");
+    m.family("grl_collector_usage_bytes", "gauge",
+             "Size of the last zone usage, all its parts together.");
     m.sample("grl_collector_usage_bytes", static_cast<double>(usage_bytes_));
+    m.family("grl_collector_usage_parts", "gauge",
+             "Parts the last zone usage was sent in (1: one whole message).");
+    m.sample("grl_collector_usage_parts", static_cast<double>(parts_.size()));
     m.family("grl_collector_usage_build_seconds", "gauge",
              "Time the last zone usage took to sum and encode.");
     m.sample("grl_collector_usage_build_seconds", usage_build_us_ / 1e6);

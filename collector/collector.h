@@ -61,7 +61,7 @@ class Collector {
     wire::ReportView report_;  // zero-copy view into the frame being handled
     wire::ZoneUsage usage_;    // the last one sent
     std::vector<daemon::Frame> frames_;
-    std::string buf_;
+    std::vector<std::string> parts_;  // the last zone usage, encoded (one message, or parts)
     std::uint64_t seq_ = 0;
 
     // Counters for /metrics.
@@ -70,7 +70,7 @@ class Collector {
     std::uint64_t reports_wrong_zone_ = 0;
     std::uint64_t report_bytes_ = 0;
     std::uint64_t usage_truncated_ = 0;
-    std::uint64_t usage_bytes_ = 0;     // size of the last zone usage message
+    std::uint64_t usage_bytes_ = 0;     // size of the last zone usage, all parts
     std::uint64_t usage_build_us_ = 0;  // time to build and encode it
     std::uint64_t last_report_mono_ = 0;
     std::uint64_t start_mono_ = 0;

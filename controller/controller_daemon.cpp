@@ -1,5 +1,8 @@
 #include "controller_daemon.h"
 
+#include <time.h>
+
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 
@@ -17,6 +20,22 @@ namespace {
 
 constexpr std::size_t kMaxPerWakeup = 256;
 constexpr std::uint64_t kAdminTickGapDivisor = 8;
+// Upper bounds of grl_controller_tick_seconds' histogram buckets, in microseconds.
+constexpr std::uint64_t kTickBucketsUs[] = {1000,  2500,   5000,   10000,  25000,
+                                            50000, 100000, 250000, 1000000};
+
+// CPU time of this thread: a tick's wall time on a busy machine includes time others ran.
+std::uint64_t thread_cpu_us() {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1000000 +
+           static_cast<std::uint64_t>(ts.tv_nsec) / 1000;
+}
+
+std::uint64_t parts_timeout_ms(const control::Options& o) {
+    return std::uint64_t{o.stale_intervals} * o.interval_ms;
+}
+
 constexpr std::size_t kMaxZoneKeys =
     10000;  // CURVE keys bound to zones  // admin ticks at most 8 per interval
 
@@ -53,6 +72,11 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       pull_(ctx, ZMQ_PULL),
       pub_(ctx, ZMQ_PUB),
       admin_(ctx, ZMQ_ROUTER),
+      // A set's parts are sent back to back, but a busy controller may take a while to read
+      // them: a set is given as long as its source's usage stays fresh. (One interval let a
+      // backlog expire sets faster than they completed.)
+      zone_parts_(cfg_.opts.max_zones, parts_timeout_ms(cfg_.opts)),
+      peer_parts_(cfg_.opts.max_peers, parts_timeout_ms(cfg_.opts)),
       malformed_log_(10000),
       ignored_log_(10000),
       future_log_(10000),
@@ -70,7 +94,11 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     const std::int64_t max = daemon::kTransportMaxBytes;
     pull_.set(ZMQ_MAXMSGSIZE, max);
-    pull_.set(ZMQ_RCVHWM, 10000);
+    // Per collector connection: 16 s of usage at 250 ms in whole messages, 4 sets of 16 parts.
+    // A controller that falls behind then drops at the collector (counted there) instead of
+    // queueing without bound (10000 parts of 0.5 MB each grew it to 7 GB in
+    // bench/control_plane/controller_scale.py); a backlog's old sets are ignored anyway.
+    pull_.set(ZMQ_RCVHWM, 64);
     pub_.set(ZMQ_SNDHWM, 10000);
     admin_.set(ZMQ_MAXMSGSIZE, max);
     admin_.set(ZMQ_ROUTER_MANDATORY, 0);
@@ -208,6 +236,7 @@ void Daemon::on_usage() {
                 continue;
             }
         }
+        if (!assembled(zone_parts_, zone_usage_, "zone_usage", t)) continue;
         bool early = ctl_.brings_new_rates(zone_usage_, t);
         control::Accepted a = ctl_.on_zone_usage(zone_usage_, t, &why_);
         if (a == control::Accepted::Yes && early && early_tick_.due(t.mono_ms)) {
@@ -265,6 +294,7 @@ void Daemon::on_peers(Peer& p) {
                 t.mono_ms);
             continue;
         }
+        if (!assembled(peer_parts_, region_usage_, "region_usage", t)) continue;
         const std::uint64_t refused_before = ctl_.overrides_rejected();
         control::Accepted a = ctl_.on_region_usage(region_usage_, t, &why_);
         if (a != control::Accepted::Yes)
@@ -473,7 +503,10 @@ void Daemon::save_state() {
 }
 
 void Daemon::tick() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t cpu0 = thread_cpu_us();
     admin_tick_pending_ = false;
+    expire_parts(now());
     control::TickOutput out = ctl_.tick(now());
     ++ticks_;
     for (const control::Event& e : out.events) {
@@ -481,6 +514,10 @@ void Daemon::tick() {
                     e.bucket, e.text);
     }
     publish(out);
+    record_tick(static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                               std::chrono::steady_clock::now() - t0)
+                                               .count()),
+                thread_cpu_us() - cpu0);
     save_state();  // admin changes, peers' changes and expiries all pass through a tick
     publish_dashboard();
 }
@@ -522,6 +559,71 @@ void Daemon::publish_dashboard() {
     dashboard_uncharted_ = uncharted;
 }
 
+// A usage message that is one part of several is held until its set is complete; the whole
+// usage then goes on as if it had come in one message. Counted per result; what cannot be
+// assembled is logged, rate-limited.
+template <class Usage>
+bool Daemon::assembled(wire::PartAssembler<Usage>& a, Usage& m, const char* kind,
+                       const control::Clock& t) {
+    if (m.parts <= 1) return true;
+    std::string why;
+    const wire::PartResult r = a.add(m, t.mono_ms, &why);
+    ++parts_[std::string(kind) + "/" + std::string(to_string(r))];
+    if (r == wire::PartResult::Full) {
+        why = std::string(kind) + " part from " + m.source +
+              " ignored: " + std::to_string(a.pending()) +
+              " sets pending (--max-zones / --max-peers)";
+    }
+    if (r == wire::PartResult::Inconsistent || r == wire::PartResult::Stale ||
+        r == wire::PartResult::Full) {
+        parts_log_.hit(LogLevel::Warn, {}, std::string(kind) + " parts: " + why, t.mono_ms);
+    }
+    return r == wire::PartResult::Complete;
+}
+
+// An incomplete set older than an interval will not complete (the sender sends its parts back
+// to back): the source's last whole usage stays in force until it goes stale.
+void Daemon::expire_parts(const control::Clock& t) {
+    const std::size_t z = zone_parts_.expire(t.mono_ms), p = peer_parts_.expire(t.mono_ms);
+    if (z + p > 0) {
+        incomplete_log_.hit(
+            LogLevel::Warn, {},
+            "usage in parts dropped incomplete after " + std::to_string(cfg_.opts.interval_ms) +
+                " ms: " + std::to_string(z) + " zone usage, " + std::to_string(p) + " region usage",
+            t.mono_ms);
+    }
+}
+
+void Daemon::record_tick(std::uint64_t us, std::uint64_t cpu_us) {
+    tick_cpu_us_ += cpu_us;
+    if (tick_le_us_.empty()) tick_le_us_.assign(std::size(kTickBucketsUs), 0);
+    for (std::size_t i = 0; i < std::size(kTickBucketsUs); ++i) {
+        if (us <= kTickBucketsUs[i]) ++tick_le_us_[i];
+    }
+    tick_sum_us_ += us;
+    ++tick_count_;
+    tick_last_us_ = us;
+    tick_max_us_ = std::max(tick_max_us_, us);
+}
+
+// Region usage in as few parts as fit (docs/protocol.md "Usage in parts").
+void Daemon::publish_region_usage(const wire::RegionUsage& ru) {
+    if (!wire::encode_parts(ru, region_parts_)) {
+        ++region_usage_unsent_;
+        send_log_.hit(LogLevel::Warn, {},
+                      "region usage not sent: " + std::to_string(ru.buckets.size()) +
+                          " buckets do not fit " + std::to_string(wire::kMaxParts) + " parts",
+                      mono_ms());
+        return;
+    }
+    region_usage_bytes_ = 0;
+    region_usage_parts_ = region_parts_.size();
+    for (const std::string& part : region_parts_) {
+        region_usage_bytes_ += part.size();
+        if (!pub_.send_frames({wire::kPeerTopic, part})) ++messages_dropped_;
+    }
+}
+
 void Daemon::publish(control::TickOutput& out) {
     for (const wire::Instructions& m : out.instructions) {
         buf_.clear();
@@ -535,9 +637,7 @@ void Daemon::publish(control::TickOutput& out) {
                           mono_ms());
         }
     }
-    buf_.clear();
-    wire::encode(out.region_usage, buf_);
-    if (!pub_.send_frames({wire::kPeerTopic, buf_})) ++messages_dropped_;
+    publish_region_usage(out.region_usage);
     last_publish_mono_ = mono_ms();
 }
 
@@ -898,8 +998,62 @@ std::string Daemon::metrics() {
     for (const auto& p : peers_)
         if (p->watch) peer_watches.push_back(p->watch.get());
     if (!peer_watches.empty()) daemon::write_client_metrics(m, "peer", peer_watches);
+    scale_metrics(m);
     if (zap_) zap_->write_metrics(m);
     return m.text();
+}
+
+// The controller's own cost at scale: tick duration, usage in parts, region usage size.
+void Daemon::scale_metrics(daemon::MetricsText& m) const {
+    m.family("grl_controller_tick_seconds", "histogram",
+             "Duration of a tick: ratios computed, instructions and region usage encoded and "
+             "queued.");
+    for (std::size_t i = 0; i < std::size(kTickBucketsUs); ++i) {
+        char le[32];
+        std::snprintf(le, sizeof(le), "%g", static_cast<double>(kTickBucketsUs[i]) / 1e6);
+        m.sample("grl_controller_tick_seconds_bucket", {{"le", le}},
+                 static_cast<double>(tick_le_us_.empty() ? 0 : tick_le_us_[i]));
+    }
+    m.sample("grl_controller_tick_seconds_bucket", {{"le", "+Inf"}},
+             static_cast<double>(tick_count_));
+    m.sample("grl_controller_tick_seconds_sum", static_cast<double>(tick_sum_us_) / 1e6);
+    m.sample("grl_controller_tick_seconds_count", static_cast<double>(tick_count_));
+    m.family("grl_controller_tick_cpu_seconds_total", "counter",
+             "CPU time the controller's thread spent in ticks (divided by the ticks: a tick's "
+             "cost, without the time other processes ran).");
+    m.sample("grl_controller_tick_cpu_seconds_total", static_cast<double>(tick_cpu_us_) / 1e6);
+    m.family("grl_controller_tick_last_seconds", "gauge", "Duration of the last tick.");
+    m.sample("grl_controller_tick_last_seconds", static_cast<double>(tick_last_us_) / 1e6);
+    m.family("grl_controller_tick_max_seconds", "gauge",
+             "Longest tick since the controller started.");
+    m.sample("grl_controller_tick_max_seconds", static_cast<double>(tick_max_us_) / 1e6);
+    m.family("grl_controller_usage_parts_total", "counter",
+             "Usage messages received as parts of a larger usage, by kind and result (pending: "
+             "held for the rest of its set; complete: it completed the set; stale, "
+             "inconsistent, full: dropped).");
+    for (const auto& [k, n] : parts_) {
+        auto slash = k.find('/');
+        m.sample("grl_controller_usage_parts_total",
+                 {{"kind", std::string_view(k).substr(0, slash)},
+                  {"result", std::string_view(k).substr(slash + 1)}},
+                 static_cast<double>(n));
+    }
+    m.family("grl_controller_usage_sets_incomplete_total", "counter",
+             "Usage sent in parts whose set never completed (a newer set came first, or an "
+             "interval passed): the source's last whole usage stays in force.");
+    m.sample("grl_controller_usage_sets_incomplete_total", {{"kind", "zone_usage"}},
+             static_cast<double>(zone_parts_.incomplete()));
+    m.sample("grl_controller_usage_sets_incomplete_total", {{"kind", "region_usage"}},
+             static_cast<double>(peer_parts_.incomplete()));
+    m.family("grl_controller_region_usage_bytes", "gauge",
+             "Size of the last region usage published, all parts together.");
+    m.sample("grl_controller_region_usage_bytes", static_cast<double>(region_usage_bytes_));
+    m.family("grl_controller_region_usage_parts", "gauge",
+             "Parts the last region usage was published in (1: one whole message).");
+    m.sample("grl_controller_region_usage_parts", static_cast<double>(region_usage_parts_));
+    m.family("grl_controller_region_usage_unsent_total", "counter",
+             "Region usage not published: too large for 16 parts.");
+    m.sample("grl_controller_region_usage_unsent_total", static_cast<double>(region_usage_unsent_));
 }
 
 }  // namespace grl::controller

@@ -26,6 +26,7 @@
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
+#include "grl/usage_parts.h"
 #include "grl/wire_control.h"
 #include "config.h"
 #include "dashboard.h"
@@ -66,6 +67,14 @@ class Daemon {
     void restore_state();
     void save_state();
     std::string metrics();
+    // Usage in parts (docs/protocol.md): true when `m` is whole, or now assembled.
+    template <class Usage>
+    bool assembled(wire::PartAssembler<Usage>& a, Usage& m, const char* kind,
+                   const control::Clock& t);
+    void expire_parts(const control::Clock& t);
+    void publish_region_usage(const wire::RegionUsage& ru);
+    void record_tick(std::uint64_t us, std::uint64_t cpu_us);
+    void scale_metrics(daemon::MetricsText& m) const;
     control::Clock now() const;
 
     Config cfg_;
@@ -86,6 +95,21 @@ class Daemon {
     wire::ZoneUsage zone_usage_;
     wire::RegionUsage region_usage_;
     std::string why_;  // why the last message (or part of it) was refused
+    // Usage in parts, assembled per source before the controller sees it.
+    wire::PartAssembler<wire::ZoneUsage> zone_parts_;
+    wire::PartAssembler<wire::RegionUsage> peer_parts_;
+    std::map<std::string, std::uint64_t> parts_;  // "kind/result" -> parts received
+    std::vector<std::string> region_parts_;       // encoded region_usage parts
+    std::uint64_t region_usage_bytes_ = 0;        // last published, all parts
+    std::uint64_t region_usage_parts_ = 0;
+    std::uint64_t region_usage_unsent_ = 0;  // too large for kMaxParts parts
+    // Tick duration (compute and publish), a histogram in microseconds.
+    std::vector<std::uint64_t> tick_le_us_;  // counts per bucket of kTickBucketsUs
+    std::uint64_t tick_sum_us_ = 0;
+    std::uint64_t tick_count_ = 0;
+    std::uint64_t tick_max_us_ = 0;
+    std::uint64_t tick_last_us_ = 0;
+    std::uint64_t tick_cpu_us_ = 0;  // thread CPU time in ticks
 
     // The limits file.
     struct FileId {
@@ -141,6 +165,8 @@ class Daemon {
     daemon::LogLimiter full_log_;       // a new zone or peer while the table is full
     daemon::LogLimiter overrides_log_;  // override entries stamped too far ahead
     daemon::LogLimiter send_log_;
+    daemon::LogLimiter parts_log_;       // usage parts that could not be assembled
+    daemon::LogLimiter incomplete_log_;  // usage sets dropped incomplete
     // With CURVE: which zone each collector key sends usage for (first come, one to one).
     KeyBindings zone_keys_;
     // Which controller (source) each peer connection speaks for.

@@ -1081,7 +1081,8 @@ wire::RegionUsage Controller::region_usage(const Inputs& in, const Usage& usage,
         if (u.definitions.size() > wire::kMaxDefinitions)
             u.definitions.resize(wire::kMaxDefinitions);
         ru.buckets.push_back(std::move(u));
-        if (ru.buckets.size() == wire::kMaxBucketsPerMessage) break;
+        // Sent in parts when it does not fit one message (wire::encode_parts).
+        if (ru.buckets.size() == wire::kMaxUsageBuckets) break;
     }
     for (const auto& [name, o] : overrides_) {
         if (ru.overrides.size() == wire::kMaxOverrides) break;

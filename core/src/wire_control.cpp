@@ -198,6 +198,33 @@ bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool 
     return unique_by_name(out, "bucket name", error);
 }
 
+// The optional "part" and "parts" keys of a usage message (docs/protocol.md "Usage in parts").
+// `head_extra` is the size of what only part 0 may carry (host names, overrides).
+bool read_part(const MapReader& r, std::uint32_t& part, std::uint32_t& parts,
+               std::size_t head_extra, const char* extra_key) {
+    std::optional<std::uint64_t> pt, pts;
+    if (!r.opt_u64("part", pt) || !r.opt_u64("parts", pts)) return false;
+    if (pt.has_value() != pts.has_value()) return r.fail("\"part\" and \"parts\" go together");
+    part = 0;
+    parts = 1;
+    if (!pts) return true;
+    if (*pts < 1 || *pts > kMaxParts) {
+        return r.fail("\"parts\" " + std::to_string(*pts) + " out of 1.." +
+                      std::to_string(kMaxParts));
+    }
+    if (*pt >= *pts) {
+        return r.fail("\"part\" " + std::to_string(*pt) + " not below \"parts\" " +
+                      std::to_string(*pts));
+    }
+    if (*pt > 0 && head_extra > 0) {
+        return r.fail(std::string("\"") + extra_key + "\" in part " + std::to_string(*pt) +
+                      " (only part 0 carries them)");
+    }
+    part = static_cast<std::uint32_t>(*pt);
+    parts = static_cast<std::uint32_t>(*pts);
+    return true;
+}
+
 // ---------------------------------------------------------------------------------------------
 // zone_usage
 
@@ -219,7 +246,10 @@ bool decode_zone_usage(std::string_view bytes, ZoneUsage& out, std::string& erro
         return r.fail("\"host_names\" lists " + std::to_string(m.host_names.size()) +
                       " hosts, more than \"hosts\" " + std::to_string(m.hosts));
     }
-    if (!read_usage_buckets(r, m.buckets, true, m.hosts, error)) return false;
+    if (!read_usage_buckets(r, m.buckets, true, m.hosts, error) ||
+        !read_part(r, m.part, m.parts, m.host_names.size(), "host_names")) {
+        return false;
+    }
     out = std::move(m);
     return true;
 }
@@ -275,7 +305,8 @@ bool decode_region_usage(std::string_view bytes, RegionUsage& out, std::string& 
         !r.u64("zones", m.zones) || !r.u64("hosts", m.hosts) ||
         !r.str("limits_digest", m.limits_digest, kMaxDigestLen) ||
         !read_usage_buckets(r, m.buckets, false, m.hosts, error) ||
-        !read_overrides(r, m.overrides, error)) {
+        !read_overrides(r, m.overrides, error) ||
+        !read_part(r, m.part, m.parts, m.overrides.size(), "overrides")) {
         return false;
     }
     out = std::move(m);
@@ -475,9 +506,19 @@ std::string check_match(const RuntimeMatch& m) {
     return {};
 }
 
+namespace {
+// A whole message (parts = 1) has no "part"/"parts" keys: its bytes are those of a sender
+// that predates parts.
+void pack_part(Packer& p, std::uint32_t part, std::uint32_t parts) {
+    if (parts <= 1) return;
+    p.kv("part", part);
+    p.kv("parts", parts);
+}
+}  // namespace
+
 void encode(const ZoneUsage& m, std::string& out) {
     Packer p;
-    p.map(12);
+    p.map(m.parts > 1 ? 14 : 12);
     p.kv("v", kVersion);
     p.kv("type", "zone_usage");
     p.kv("ts_ms", m.ts_ms);
@@ -490,12 +531,13 @@ void encode(const ZoneUsage& m, std::string& out) {
     p.kv("stale_hosts", m.stale_hosts);
     pack_names(p, "host_names", m.host_names);
     pack_usage_buckets(p, m.buckets, true);
+    pack_part(p, m.part, m.parts);
     p.append_to(out);
 }
 
 void encode(const RegionUsage& m, std::string& out) {
     Packer p;
-    p.map(12);
+    p.map(m.parts > 1 ? 14 : 12);
     p.kv("v", kVersion);
     p.kv("type", "region_usage");
     p.kv("ts_ms", m.ts_ms);
@@ -510,6 +552,7 @@ void encode(const RegionUsage& m, std::string& out) {
     p.str("overrides");
     p.array(m.overrides.size());
     for (const Override& o : m.overrides) pack_override(p, o);
+    pack_part(p, m.part, m.parts);
     p.append_to(out);
 }
 

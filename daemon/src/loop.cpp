@@ -16,6 +16,29 @@
 namespace grl::daemon {
 
 namespace {
+
+// on_fd takes poll(2)'s flags; zmq_poll has its own values (ZMQ_POLLOUT is 2, POLLOUT 4, which
+// zmq_poll reads as ZMQ_POLLERR): a writer waiting for POLLOUT would never be woken, and a
+// response larger than the socket buffer (a /metrics page of 10,000 buckets) stalled until the
+// client's deadline.
+short to_zmq_events(short events) {
+    short z = 0;
+    if (events & POLLIN) z |= ZMQ_POLLIN;
+    if (events & POLLOUT) z |= ZMQ_POLLOUT;
+    return z;
+}
+
+short from_zmq_events(short revents) {
+    short e = 0;
+    if (revents & ZMQ_POLLIN) e |= POLLIN;
+    if (revents & ZMQ_POLLOUT) e |= POLLOUT;
+    if (revents & ZMQ_POLLERR) e |= POLLERR;
+    return e;
+}
+
+}  // namespace
+
+namespace {
 std::uint64_t clock_ms(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
@@ -110,7 +133,7 @@ void Loop::run() {
         std::size_t fd_base = items.size();
         std::size_t nfds = fds_.size();  // handlers may add fds: dispatch only these
         for (std::size_t i = 0; i < nfds; ++i) {
-            items.push_back({nullptr, fds_[i].fd, fds_[i].events, 0});
+            items.push_back({nullptr, fds_[i].fd, to_zmq_events(fds_[i].events), 0});
         }
         std::uint64_t now = mono_ms();
         long timeout = -1;
@@ -128,7 +151,7 @@ void Loop::run() {
                 if (items[1 + i].revents & ZMQ_POLLIN) sockets_[i].fn();
             }
             for (std::size_t i = 0; i < nfds && !stop_; ++i) {
-                short ev = items[fd_base + i].revents;
+                short ev = from_zmq_events(items[fd_base + i].revents);
                 if (ev && !fds_[i].removed) fds_[i].fn(ev);
             }
         }

@@ -24,6 +24,10 @@ inline constexpr std::size_t kMaxErrorLen = 4096;          // admin_reply "error
 inline constexpr std::size_t kMaxLimitsVersionLen = 64;    // admin_reply limits "version"
 inline constexpr std::size_t kMaxDigestLen = 64;           // region_usage "limits_digest"
 inline constexpr std::size_t kMaxSourceLen = kMaxNameLen;  // "source" names
+// A zone_usage or region_usage too large for one message is sent in at most kMaxParts parts
+// (docs/protocol.md "Usage in parts"), so one usage holds at most kMaxUsageBuckets buckets.
+inline constexpr std::size_t kMaxParts = 16;
+inline constexpr std::size_t kMaxUsageBuckets = kMaxParts * kMaxBucketsPerMessage;
 
 // A bucket's definition as configured on a host (nginx.conf `grl_bucket`).
 struct Definition {
@@ -72,6 +76,10 @@ struct ZoneUsage {
     std::uint64_t stale_hosts = 0;        // silent hosts, no longer in the sums
     std::vector<std::string> host_names;  // the hosts in the sums (at most kMaxHostNames)
     std::vector<UsageBucket> buckets;
+    // One part of a usage too large for one message (grl/usage_parts.h): part `part` of
+    // `parts`, all parts sharing `seq`. parts = 1: the message is whole (the keys are absent).
+    std::uint32_t part = 0;
+    std::uint32_t parts = 1;
 };
 
 // A control-plane override of one bucket (limit and/or mode), or a run-time bucket (match).
@@ -106,6 +114,8 @@ struct RegionUsage {
     std::string limits_digest;         // of the controller's limits file, "" when none
     std::vector<UsageBucket> buckets;  // host_names always empty
     std::vector<Override> overrides;
+    std::uint32_t part = 0;  // as in ZoneUsage
+    std::uint32_t parts = 1;
 };
 
 enum class AdminOp : std::uint8_t { Status, Buckets, Set, Clear, Add, Remove };
