@@ -53,33 +53,48 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
     ++n_checks_;
     applied_ppm_ = cp_ppm_;
     state_ = has_basis_ ? State::Following : State::NoBasis;
-    // The newest earlier check at least kShortMs old, else the oldest held.
+    const double admit = 1.0 - static_cast<double>(cp_ppm_) / 1e6;
+    bool first = true;
+    for (const auto& [span_ms, factor] :
+         {std::pair{kShortMs, kShortFactor}, std::pair{kLongMs, kLongFactor}}) {
+        const Point* from = window_start(now_ms, span_ms);
+        if (from == nullptr) return applied_ppm_;
+        const double dt_ms = static_cast<double>(now_ms - from->ms);
+        const double n = static_cast<double>(offered - from->offered);
+        if (first) current_rps_ = n * 1000.0 / dt_ms;
+        first = false;
+        if (!has_basis_) return applied_ppm_;
+        // Requests the control plane's ratio would admit here, against this host's share.
+        const double admitted = n * admit;
+        const double share = budget_rps_ * dt_ms / 1000.0;
+        const double high = factor * share;
+        const double low = share / factor;
+        const bool above = admitted > high + 3.0 * std::sqrt(high) + 3.0;
+        const bool below = admitted + 3.0 * std::sqrt(low) + 3.0 < low;
+        if (!above && !below) continue;
+        current_rps_ = n * 1000.0 / dt_ms;
+        // The ratio that admits this host's share of the limit at its current rate.
+        const double r = std::clamp(1.0 - budget_rps_ / std::max(current_rps_, 1e-9), 0.0, 1.0);
+        const auto share_ppm = static_cast<std::uint32_t>(std::lround(r * 1e6));
+        state_ = above ? State::Tightened : State::Eased;
+        applied_ppm_ = above ? std::max(cp_ppm_, share_ppm) : std::min(cp_ppm_, share_ppm);
+        return applied_ppm_;
+    }
+    return applied_ppm_;
+}
+
+// The newest check at least `span_ms` before `now_ms`, else the oldest held; null when there
+// is none usable (first check, a clock or counter going back).
+const Damper::Point* Damper::window_start(std::uint64_t now_ms, std::uint64_t span_ms) const {
     const std::size_t have = std::min(n_checks_, kChecks);
     const Point* from = nullptr;
     for (std::size_t i = 1; i < have; ++i) {
         from = &checks_[(n_checks_ - 1 - i) % kChecks];
-        if (from->ms + kShortMs <= now_ms) break;
+        if (from->ms + span_ms <= now_ms) break;
     }
-    if (from == nullptr || from->ms >= now_ms || from->offered > offered) return applied_ppm_;
-    const double dt_ms = static_cast<double>(now_ms - from->ms);
-    const double n = static_cast<double>(offered - from->offered);
-    current_rps_ = n * 1000.0 / dt_ms;
-    if (!has_basis_) return applied_ppm_;
-    const double expected = basis_rps_ * dt_ms / 1000.0;
-    const double high = kFactor * expected;
-    const double low = expected / kFactor;
-    // Admitting this host's share of the limit at the current rate.
-    const double share_ratio =
-        std::clamp(1.0 - budget_rps_ / std::max(current_rps_, 1e-9), 0.0, 1.0);
-    const auto share_ppm = static_cast<std::uint32_t>(std::lround(share_ratio * 1e6));
-    if (n > high + 3.0 * std::sqrt(high) + 3.0) {
-        state_ = State::Tightened;
-        applied_ppm_ = std::max(cp_ppm_, share_ppm);
-    } else if (n + 3.0 * std::sqrt(low) + 3.0 < low) {
-        state_ = State::Eased;
-        applied_ppm_ = std::min(cp_ppm_, share_ppm);
-    }
-    return applied_ppm_;
+    const Point& now = checks_[(n_checks_ - 1) % kChecks];
+    if (from == nullptr || from->ms >= now_ms || from->offered > now.offered) return nullptr;
+    return from;
 }
 
 }  // namespace grl::surge

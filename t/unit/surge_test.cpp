@@ -125,3 +125,26 @@ TEST(Surge, ABasisOlderThanTheReportHistoryIsNoBasis) {
 
 }  // namespace
 }  // namespace grl::surge
+
+namespace grl::surge {
+namespace {
+
+// 0.5 L -> 1.5 L on every host: only 3x here, and the stale ratio is 0; the long window sees
+// that the ratio would admit 1.5x this host's share and holds it at its share.
+TEST(Surge, AStepTo1Point5LIsHeldAtTheShareByTheLongWindow) {
+    Host h;
+    h.run(2000, 350);
+    h.answer(0, 1000, 500, 100);  // share 700 r/s
+    h.run(1000, 1050);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1.0 / 3, 0.05);
+    // An answer whose basis has seen the step (1.5 L) but whose smoothed ratio has not yet
+    // (ratio 0): still held at the share, not at the smoothed ratio.
+    h.answer(0, 1000, 1500, 30);
+    h.run(100, 1050);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1.0 / 3, 0.05);
+}
+
+}  // namespace
+}  // namespace grl::surge

@@ -15,12 +15,17 @@ namespace grl::surge {
 // A report reaches the collector's usage only if sent this long before the usage's stamp
 // (loopback transit plus the collector's 10 ms batch).
 inline constexpr std::uint64_t kTransitMs = 10;
-// The host's current rate is measured over at least this span.
+// Two windows judge the host's current rate: a short one catches a surge within a few
+// checks, a long one catches a moderate change (a 1.5x step) that the short one's noise hides.
 inline constexpr std::uint64_t kShortMs = 50;
-// "Well above": more than kFactor x the basis rate, beyond Poisson noise (3 sigma + 3).
-inline constexpr double kFactor = 1.5;
-inline constexpr std::size_t kReports = 8;  // report history kept for finding the basis
-inline constexpr std::size_t kChecks = 8;   // check points kept for the current rate
+inline constexpr std::uint64_t kLongMs = 1000;
+// "Well above": what the control plane's ratio would admit here is more than kShortFactor
+// (short window) or kLongFactor (long window) times this host's share of the limit, beyond
+// Poisson noise (3 sigma + 3 requests); "well below" likewise.
+inline constexpr double kShortFactor = 1.5;
+inline constexpr double kLongFactor = 1.1;
+inline constexpr std::size_t kReports = 8;   // report history kept for finding the basis
+inline constexpr std::size_t kChecks = 110;  // check points kept (at 10 ms: 1.09 s)
 
 // The control plane's answer for one bucket, as received (wire::Instruction).
 struct Basis {
@@ -61,6 +66,8 @@ class Damper {
         std::uint64_t ms = 0;
         std::uint64_t offered = 0;
     };
+    const Point* window_start(std::uint64_t now_ms, std::uint64_t span_ms) const;
+
     std::array<Point, kReports> reports_{};  // wall clock
     std::size_t n_reports_ = 0;              // total pushed
     std::array<Point, kChecks> checks_{};    // monotonic clock
