@@ -55,9 +55,8 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
     state_ = has_basis_ ? State::Following : State::NoBasis;
     const double admit = 1.0 - static_cast<double>(cp_ppm_) / 1e6;
     bool first = true;
-    for (const auto& [span_ms, factor] :
-         {std::pair{kShortMs, kShortFactor}, std::pair{kLongMs, kLongFactor}}) {
-        const Point* from = window_start(now_ms, span_ms);
+    for (const Window& w : kWindows) {
+        const Point* from = window_start(now_ms, w.span_ms);
         if (from == nullptr) return applied_ppm_;
         const double dt_ms = static_cast<double>(now_ms - from->ms);
         const double n = static_cast<double>(offered - from->offered);
@@ -67,10 +66,10 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
         // Requests the control plane's ratio would admit here, against this host's share.
         const double admitted = n * admit;
         const double share = budget_rps_ * dt_ms / 1000.0;
-        const double high = factor * share;
-        const double low = share / factor;
-        const bool above = admitted > high + 3.0 * std::sqrt(high) + 3.0;
-        const bool below = admitted + 3.0 * std::sqrt(low) + 3.0 < low;
+        const double high = w.factor * share;
+        const double low = share / w.factor;
+        const bool above = admitted > high + w.sigmas * std::sqrt(high) + 3.0;
+        const bool below = admitted + w.sigmas * std::sqrt(low) + 3.0 < low;
         if (!above && !below) continue;
         current_rps_ = n * 1000.0 / dt_ms;
         // The ratio that admits this host's share of the limit at its current rate.

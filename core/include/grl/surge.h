@@ -15,15 +15,17 @@ namespace grl::surge {
 // A report reaches the collector's usage only if sent this long before the usage's stamp
 // (loopback transit plus the collector's 10 ms batch).
 inline constexpr std::uint64_t kTransitMs = 10;
-// Two windows judge the host's current rate: a short one catches a surge within a few
-// checks, a long one catches a moderate change (a 1.5x step) that the short one's noise hides.
-inline constexpr std::uint64_t kShortMs = 50;
-inline constexpr std::uint64_t kLongMs = 1000;
-// "Well above": what the control plane's ratio would admit here is more than kShortFactor
-// (short window) or kLongFactor (long window) times this host's share of the limit, beyond
-// Poisson noise (3 sigma + 3 requests); "well below" likewise.
-inline constexpr double kShortFactor = 1.5;
-inline constexpr double kLongFactor = 1.1;
+// Three windows judge the host's current rate: a short one catches a surge within a few
+// checks, longer ones a moderate change (a 1.5x step) that the short one's noise hides.
+// "Well above": what the control plane's ratio would admit here over the window is more than
+// `factor` times this host's share of the limit, beyond Poisson noise (`sigmas` standard
+// deviations + 3 requests); "well below" likewise.
+struct Window {
+    std::uint64_t span_ms;
+    double factor;
+    double sigmas;
+};
+inline constexpr std::array<Window, 3> kWindows = {{{50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
 inline constexpr std::size_t kReports = 8;   // report history kept for finding the basis
 inline constexpr std::size_t kChecks = 110;  // check points kept (at 10 ms: 1.09 s)
 
