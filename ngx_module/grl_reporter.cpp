@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "grl/handshake.h"
+#include "grl/ratio.h"
+#include "grl/surge.h"
 #include "grl/wire.h"
 #include "grl_module.h"
 
@@ -32,6 +34,11 @@ struct Reporter {
     void* sub = nullptr;
     ngx_connection_t* sub_conn = nullptr;
     ngx_event_t tick;
+    // Surge damping (docs/design.md): one damper per configured bucket (table order),
+    // checked every kSurgeCheckMs; the ratio it applies is the one decide() reads.
+    ngx_event_t surge_tick;
+    std::vector<surge::Damper> dampers;
+    std::vector<surge::State> damper_logged;
     MainConf* conf = nullptr;
     ngx_log_t* log = nullptr;
     std::string buf;      // reused encode buffer
@@ -61,6 +68,10 @@ struct Reporter {
 
 Reporter* g_reporter = nullptr;
 
+// Often enough that a 15x surge is held within a few checks; each check only sums the
+// counters of the configured buckets (no allocation, no syscall).
+constexpr ngx_msec_t kSurgeCheckMs = 10;
+
 std::uint64_t wall_ms() {
     struct timeval tv;
     gettimeofday(&tv, nullptr);
@@ -78,6 +89,50 @@ void malformed(Reporter& rep, const std::string& why) {
                       why.c_str(), rep.malformed_since_log);
         rep.last_malformed_log = ngx_current_msec;
         rep.malformed_since_log = 0;
+    }
+}
+
+// Writes the damper's ratio for configured bucket i, while its instruction is active.
+void surge_check(Reporter& rep, const zone::View& z, std::size_t i) {
+    const BucketTable& t = rep.conf->cpp->table;
+    zone::BucketSlot& s = z.slot(t.slots[i]);
+    surge::Damper& d = rep.dampers[i];
+    const ngx_msec_t now = ngx_current_msec;
+    if (now >= s.expires_ms.load(std::memory_order_relaxed)) {
+        d.clear();
+        return;
+    }
+    const std::uint32_t ppm = d.check(now, z.totals(t.slots[i]).offered);
+    if (d.state() == surge::State::NoBasis) return;  // the control plane's ratio stands
+    s.threshold.store(ppm_to_threshold(ppm), std::memory_order_relaxed);
+    const surge::State st = d.state();
+    const surge::State was = rep.damper_logged[i];
+    rep.damper_logged[i] = st;
+    if (st == was || (st == surge::State::Following && was == surge::State::NoBasis)) return;
+    ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
+                  "grl: bucket \"%s\" surge damping %s: offered %.1f r/s here against %.1f r/s "
+                  "in the control plane's basis, this host's share %.1f r/s, ratio %.4f",
+                  t.defs[i].name.c_str(), std::string(surge::to_string(st)).c_str(),
+                  d.current_rps(), d.basis_rps(), d.budget_rps(), static_cast<double>(ppm) / 1e6);
+}
+
+// Gives each configured bucket's damper the instruction just applied (an entry that lost to a
+// fresher one held is not).
+void feed_dampers(Reporter& rep, const zone::View& z, const wire::Instructions& m) {
+    const BucketTable& t = rep.conf->cpp->table;
+    for (const wire::Instruction& in : m.buckets) {
+        const int i = t.find(in.name);
+        if (i < 0 || static_cast<std::size_t>(i) >= rep.dampers.size()) continue;
+        const auto k = static_cast<std::size_t>(i);
+        const zone::BucketSlot& s = z.slot(t.slots[k]);
+        if (s.received_ms.load(std::memory_order_relaxed) != ngx_current_msec ||
+            s.issued_ts_ms.load(std::memory_order_relaxed) != m.ts_ms) {
+            continue;
+        }
+        rep.dampers[k].on_instruction({in.ratio_ppm, in.limit_mrps,
+                                       in.has_basis ? in.basis_offered_mrps : 0,
+                                       in.has_basis ? in.basis_ms : 0});
+        surge_check(rep, z, k);  // at once, not at the next check
     }
 }
 
@@ -141,6 +196,7 @@ void drain(Reporter& rep) {
         }
         apply_instructions(z, rep.conf->cpp->table, msg, ngx_current_msec,
                            rep.conf->instruction_ttl);
+        feed_dampers(rep, z, msg);
     }
 }
 
@@ -279,6 +335,10 @@ void send_report(Reporter& rep, bool extra) {
     if (rep.recent_left > 0) --rep.recent_left;
     rep.buf.clear();
     wire::encode(rep.report, rep.buf);
+    // The report's first buckets are the configured ones, in table order.
+    for (std::size_t i = 0; i < rep.dampers.size() && i < rep.report.buckets.size(); ++i) {
+        rep.dampers[i].on_report(rep.report.ts_ms, rep.report.buckets[i].offered);
+    }
     if (!extra) {  // rotate, keeping all three buffers allocated
         std::swap(rep.prev2, rep.prev);
         std::swap(rep.prev, rep.report);
@@ -330,6 +390,17 @@ void on_tick(ngx_event_t* ev) noexcept {
 // table grows under load. Growing it once now, while the worker is still
 // single-threaded, to what worker_connections can need keeps that stall off
 // the request path.
+void on_surge_tick(ngx_event_t* ev) noexcept {
+    if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
+    Reporter& rep = *g_reporter;
+    zone::View z(rep.conf->zone_base);
+    if (z.header().reporter_pid.load(std::memory_order_relaxed) ==
+        static_cast<std::uint32_t>(ngx_pid)) {
+        for (std::size_t i = 0; i < rep.dampers.size(); ++i) surge_check(rep, z, i);
+    }
+    ngx_add_timer(ev, kSurgeCheckMs);
+}
+
 void grow_fd_table(ngx_cycle_t* cycle) {
     struct rlimit rl;
     rlim_t want = 2 * static_cast<rlim_t>(cycle->connection_n) + 64;
@@ -468,6 +539,15 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
         rep->tick.data = rep;
         rep->tick.cancelable = 1;  // never delays a graceful shutdown
         ngx_add_timer(&rep->tick, m->report_interval);
+        rep->dampers.resize(c.table.defs.size());
+        rep->damper_logged.assign(c.table.defs.size(), surge::State::NoBasis);
+        if (!c.instruction_endpoints.empty()) {  // without reports there is no basis: NoBasis
+            rep->surge_tick.handler = on_surge_tick;
+            rep->surge_tick.log = cycle->log;
+            rep->surge_tick.data = rep;
+            rep->surge_tick.cancelable = 1;
+            ngx_add_timer(&rep->surge_tick, kSurgeCheckMs);
+        }
         ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
                       "grl: reporter started as host \"%s\" (zone \"%s\", region \"%s\"), "
                       "collector \"%s\", %uz instruction endpoint(s)%s",
@@ -487,6 +567,7 @@ void reporter_stop(ngx_cycle_t*) noexcept {
     if (rep == nullptr) return;
     g_reporter = nullptr;
     if (rep->tick.timer_set) ngx_del_timer(&rep->tick);
+    if (rep->surge_tick.timer_set) ngx_del_timer(&rep->surge_tick);
     unwatch_socket(rep->sub_conn);
     for (Reporter::Monitor& mon : rep->monitors) unwatch_socket(mon.conn);
     if (rep->push) zmq_close(rep->push);

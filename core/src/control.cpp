@@ -752,6 +752,7 @@ void Controller::sample_zones(const std::string& name, const BucketUsage& u, con
         if (!s.hold) add_rates(s.sum, *b);
         s.has_usage = true;
         s.provisional = partial(*b);
+        s.basis_ms = z->usage.ts_ms;
         s.hosts = s.own_hosts = b->hosts;
         s.domain = b->definitions;
         s.own_zones.push_back(zone);
@@ -787,6 +788,9 @@ void Controller::sample_wide(const std::string& name, const BucketUsage& u, cons
     };
     for (const auto& [z, b] : u.own) {
         add(*b);
+        // The hosts that apply this instance's ratio here reported to these zones: the oldest
+        // of their usages bounds which of its own reports a host finds in the sample.
+        s.basis_ms = s.basis_ms == 0 ? z->usage.ts_ms : std::min(s.basis_ms, z->usage.ts_ms);
         s.own_hosts = sat_add(s.own_hosts, b->hosts);
         if (!global) merge_definitions(s.domain, b->definitions);
     }
@@ -900,6 +904,12 @@ void Controller::smooth(Instance& inst, const Sample& s) const {
         if (inst.last_provisional && !inst.samples.empty()) inst.samples.pop_back();
         inst.samples.push_back(s.sum);
         inst.last_provisional = s.provisional;
+        // Surge damping needs the instance's offered rate *of one sample*, paired with the
+        // sample's time, so that each host finds its own share of it (docs/design.md).
+        if (!s.hold && s.has_usage && !s.provisional) {
+            inst.basis_offered_mrps = s.sum.offered;
+            inst.basis_ms = s.basis_ms;
+        }
     }
     while (inst.samples.size() > opt_.window) inst.samples.pop_front();
     Rates mean;
@@ -1033,6 +1043,9 @@ std::vector<wire::Instructions> Controller::instructions(const Inputs& in, const
         e.mode = inst.mode;
         e.has_match = inst.runtime;
         e.match = inst.match;
+        e.has_basis = inst.basis_ms != 0;
+        e.basis_offered_mrps = round_mrps(inst.basis_offered_mrps);
+        e.basis_ms = inst.basis_ms;
         msgs[idx].buckets.push_back(std::move(e));
     }
     std::vector<wire::Instructions> out;

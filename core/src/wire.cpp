@@ -359,10 +359,12 @@ enum InstructionKey : std::size_t {
     kIBLimitMrps,
     kIBMode,
     kIBMatch,
+    kIBBasisOfferedMrps,  // optional, with kIBBasisMs: the surge-damping basis
+    kIBBasisMs,
     kInstructionKeys
 };
 const std::array<std::string_view, kInstructionKeys> kInstructionKeyNames = {
-    "name", "ratio_ppm", "limit_mrps", "mode", "match",
+    "name", "ratio_ppm", "limit_mrps", "mode", "match", "basis_offered_mrps", "basis_ms",
 };
 
 enum MatchKey : std::size_t {
@@ -376,6 +378,20 @@ enum MatchKey : std::size_t {
 const std::array<std::string_view, kMatchKeys> kMatchKeyNames = {
     "caller", "caller_kind", "procedure", "procedure_kind", "scope",
 };
+
+// The optional surge-damping basis of an instruction entry: both keys or neither (an older
+// controller sends neither, and nginx then applies the ratio alone).
+template <std::size_t N>
+bool surge_basis(const Fields<N>& bf, Instruction& b, std::string& error) {
+    if (bf.present(kIBBasisOfferedMrps) != bf.present(kIBBasisMs)) {
+        error = "\"basis_offered_mrps\" and \"basis_ms\" go together" + bf.where();
+        return false;
+    }
+    b.has_basis = bf.present(kIBBasisMs);
+    if (!b.has_basis) return true;
+    return bf.u64(kIBBasisOfferedMrps, b.basis_offered_mrps, error) &&
+           bf.u64(kIBBasisMs, b.basis_ms, error);
+}
 
 // The optional "match" map of an instruction entry (a run-time bucket).
 template <std::size_t N>
@@ -463,7 +479,7 @@ bool decode_instructions(std::string_view bytes, Instructions& out, std::string&
         }
         b.ratio_ppm = static_cast<std::uint32_t>(ratio);
         if (!bf.u64(kIBLimitMrps, b.limit_mrps, error) || !bf.mode(kIBMode, b.mode, error) ||
-            !runtime_match(bf, b, error)) {
+            !runtime_match(bf, b, error) || !surge_basis(bf, b, error)) {
             return false;
         }
         m.buckets.push_back(std::move(b));
@@ -548,11 +564,15 @@ void encode(const Instructions& m, std::string& out) {
     p.str("buckets");
     p.array(m.buckets.size());
     for (const Instruction& b : m.buckets) {
-        p.map(b.has_match ? kInstructionKeys : kInstructionKeys - 1);
+        p.map(kInstructionKeys - (b.has_match ? 0 : 1) - (b.has_basis ? 0 : 2));
         p.kv("name", b.name);
         p.kv("ratio_ppm", b.ratio_ppm);
         p.kv("limit_mrps", b.limit_mrps);
         p.kv("mode", to_string(b.mode));
+        if (b.has_basis) {
+            p.kv("basis_offered_mrps", b.basis_offered_mrps);
+            p.kv("basis_ms", b.basis_ms);
+        }
         if (b.has_match) {
             p.str("match");
             codec::pack_match(p, b.match);

@@ -162,6 +162,35 @@ TEST(Controller, GlobalBucketSumsZonesAndComputesTheRatio) {
     EXPECT_EQ(entry(out, Scope::Global, "api")->ratio_ppm, 0u);
 }
 
+// The instruction carries the newest sample's offered rate and the stamp of the oldest zone
+// usage in it: each nginx finds its own share of that sample (surge damping, design.md).
+TEST(Controller, InstructionsCarryTheSurgeBasis) {
+    Fleet f;
+    Controller c(opts());
+    wire::ZoneUsage a = zu("z1", {ub("api", 90, 2)}, f.now);
+    wire::ZoneUsage b = zu("z2", {ub("api", 60, 2)}, f.now);
+    a.ts_ms -= 40;  // z1's usage is the older one
+    c.on_zone_usage(a, f.now);
+    c.on_zone_usage(b, f.now);
+    TickOutput out = c.tick(f.now);
+    const wire::Instruction* e = entry(out, Scope::Global, "api");
+    ASSERT_NE(e, nullptr);
+    EXPECT_TRUE(e->has_basis);
+    EXPECT_EQ(e->basis_offered_mrps, 150000u);
+    EXPECT_EQ(e->basis_ms, a.ts_ms);
+    // Smoothing does not blur the basis: after a fall the ratio is averaged, the basis is
+    // the newest sample alone.
+    f.advance(1000);
+    c.on_zone_usage(zu("z1", {ub("api", 40, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 20, 2)}, f.now), f.now);
+    out = c.tick(f.now);
+    e = entry(out, Scope::Global, "api");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->basis_offered_mrps, 60000u);
+    EXPECT_EQ(e->basis_ms, f.now.wall_ms);
+    EXPECT_GT(e->ratio_ppm, 0u);  // the mean of 150 and 60 r/s is still over 100 r/s
+}
+
 TEST(Controller, ZoneBucketIsLimitedPerZone) {
     Fleet f;
     Controller c(opts());

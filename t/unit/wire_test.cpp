@@ -305,6 +305,9 @@ void expect_same(const Instructions& a, const Instructions& b) {
         EXPECT_EQ(a.buckets[i].ratio_ppm, b.buckets[i].ratio_ppm);
         EXPECT_EQ(a.buckets[i].limit_mrps, b.buckets[i].limit_mrps);
         EXPECT_EQ(a.buckets[i].mode, b.buckets[i].mode);
+        EXPECT_EQ(a.buckets[i].has_basis, b.buckets[i].has_basis);
+        EXPECT_EQ(a.buckets[i].basis_offered_mrps, b.buckets[i].basis_offered_mrps);
+        EXPECT_EQ(a.buckets[i].basis_ms, b.buckets[i].basis_ms);
     }
 }
 
@@ -367,6 +370,32 @@ TEST(Wire, InstructionsRoundTrip) {
     ASSERT_TRUE(decode(b, d, err)) << err;
     expect_same(m, d);
     EXPECT_EQ(peek_type(b), "instructions");
+}
+
+// The surge-damping basis is optional: both keys or neither; a message without it (an older
+// controller) decodes as before, and an older nginx ignores the keys (unknown keys).
+TEST(Wire, InstructionBasisRoundTripAndPairing) {
+    Instructions m = sample_instructions();
+    m.buckets[0].has_basis = true;
+    m.buckets[0].basis_offered_mrps = 6'000'000;
+    m.buckets[0].basis_ms = 1'764'000'000'123;
+    Instructions d;
+    std::string err;
+    ASSERT_TRUE(decode(encoded(m), d, err)) << err;
+    expect_same(m, d);
+    EXPECT_TRUE(d.buckets[0].has_basis);
+    if (d.buckets.size() > 1) {
+        EXPECT_FALSE(d.buckets[1].has_basis);
+    }
+    // One key alone is malformed, with a reason naming both.
+    std::string b = encoded(m);
+    const std::string key = "basis_ms";
+    auto at = b.find(key);
+    ASSERT_NE(at, std::string::npos);
+    b[at] = 'X';  // "Xasis_ms": an unknown key, so basis_offered_mrps is alone
+    EXPECT_FALSE(decode(b, d, err));
+    EXPECT_NE(err.find("\"basis_offered_mrps\" and \"basis_ms\" go together"), std::string::npos)
+        << err;
 }
 
 TEST(Wire, InstructionsRoundTripEachScope) {

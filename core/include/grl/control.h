@@ -195,6 +195,10 @@ struct Instance {
 
     std::deque<Rates> samples;      // the smoothing window, newest last
     bool last_provisional = false;  // the newest sample summed only part of the hosts
+    // Surge-damping basis sent with the ratio (docs/design.md "Surge damping"): the newest
+    // sample's offered rate and the wall clock of the oldest zone usage in it (0: none yet).
+    double basis_offered_mrps = 0;
+    std::uint64_t basis_ms = 0;
 };
 
 struct TickOutput {
@@ -296,9 +300,10 @@ class Controller {
     };
     struct Sample {  // sample_zones(), sample_wide(): one instance's sums this tick
         Rates sum;
-        bool has_usage = false;    // some fresh usage was summed
-        bool hold = false;         // part of the usage is unknown: keep the last samples
-        bool provisional = false;  // some hosts have no rate yet
+        bool has_usage = false;      // some fresh usage was summed
+        bool hold = false;           // part of the usage is unknown: keep the last samples
+        bool provisional = false;    // some hosts have no rate yet
+        std::uint64_t basis_ms = 0;  // wall clock of the oldest of this region's zone usages
         std::uint64_t hosts = 0;
         std::uint64_t own_hosts = 0;
         std::vector<wire::DefinitionCount> domain;  // the hosts that vote on the definition

@@ -78,6 +78,12 @@ struct Instruction {
     Mode mode = Mode::Deny;
     bool has_match = false;  // a run-time bucket: `match` is meaningful
     RuntimeMatch match;
+    // Surge-damping basis (docs/design.md "Surge damping"): the instance's offered rate in
+    // the newest sample the ratio was computed from, and the wall-clock time of that sample
+    // (the oldest zone usage in it). Absent from older controllers' messages.
+    bool has_basis = false;
+    std::uint64_t basis_offered_mrps = 0;
+    std::uint64_t basis_ms = 0;
 };
 
 struct Instructions {

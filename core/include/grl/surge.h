@@ -1,0 +1,86 @@
+// Surge damping: the data plane's local rule that tightens a bucket's ratio at once when
+// this host's own offered rate jumps well above the rate its ratio was computed for, and
+// eases it when the rate falls well below, until the control plane's next answer has seen
+// the change (docs/design.md "Surge damping"). Pure logic with injected clocks: the nginx
+// reporter feeds it the bucket's cumulative offered count and the instruction's basis.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace grl::surge {
+
+// A report reaches the collector's usage only if sent this long before the usage's stamp
+// (loopback transit plus the collector's 10 ms batch).
+inline constexpr std::uint64_t kTransitMs = 10;
+// Three windows judge the host's current rate: a short one catches a surge within a few
+// checks, longer ones a moderate change (a 1.5x step) that the short one's noise hides.
+// "Well above": what the control plane's ratio would admit here over the window is more than
+// `factor` times this host's share of the limit, beyond Poisson noise (`sigmas` standard
+// deviations + 3 requests); "well below" likewise.
+struct Window {
+    std::uint64_t span_ms;
+    double factor;
+    double sigmas;
+};
+inline constexpr std::array<Window, 3> kWindows = {{{50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
+inline constexpr std::size_t kReports = 8;   // report history kept for finding the basis
+inline constexpr std::size_t kChecks = 110;  // check points kept (at 10 ms: 1.09 s)
+
+// The control plane's answer for one bucket, as received (wire::Instruction).
+struct Basis {
+    std::uint32_t ratio_ppm = 0;
+    std::uint64_t limit_mrps = 0;
+    std::uint64_t offered_mrps = 0;  // the instance's offered rate in the basis sample
+    std::uint64_t basis_ms = 0;      // wall clock of that sample; 0: no basis sent
+};
+
+enum class State : std::uint8_t {
+    Following,  // the control plane's ratio applies
+    Tightened,  // offered well above the basis: admitted held at this host's share of the limit
+    Eased,      // offered well below the basis: drops relaxed to this host's share
+    NoBasis,    // no usable basis (older controller, idle host, no report history)
+};
+std::string_view to_string(State s);
+
+class Damper {
+  public:
+    // After every report: its wall-clock stamp and the bucket's cumulative offered count.
+    void on_report(std::uint64_t wall_ms, std::uint64_t offered);
+    // A new instruction for the bucket: finds this host's rate in the basis sample (from its
+    // own reports) and its share of the limit.
+    void on_instruction(const Basis& b);
+    // The instruction expired: no damping (nginx fails open anyway).
+    void clear();
+    // Periodic check at monotonic `now_ms`; returns the ratio to apply in ppm.
+    std::uint32_t check(std::uint64_t now_ms, std::uint64_t offered);
+
+    State state() const { return state_; }
+    double basis_rps() const { return basis_rps_; }    // this host's offered rate in the basis
+    double budget_rps() const { return budget_rps_; }  // its share of the limit
+    double current_rps() const { return current_rps_; }
+    std::uint32_t ratio_ppm() const { return applied_ppm_; }
+
+  private:
+    struct Point {
+        std::uint64_t ms = 0;
+        std::uint64_t offered = 0;
+    };
+    const Point* window_start(std::uint64_t now_ms, std::uint64_t span_ms) const;
+
+    std::array<Point, kReports> reports_{};  // wall clock
+    std::size_t n_reports_ = 0;              // total pushed
+    std::array<Point, kChecks> checks_{};    // monotonic clock
+    std::size_t n_checks_ = 0;
+    bool has_basis_ = false;
+    std::uint32_t cp_ppm_ = 0;
+    double basis_rps_ = 0;
+    double budget_rps_ = 0;
+    double current_rps_ = 0;
+    std::uint32_t applied_ppm_ = 0;
+    State state_ = State::NoBasis;
+};
+
+}  // namespace grl::surge

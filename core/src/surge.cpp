@@ -1,0 +1,99 @@
+#include "grl/surge.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace grl::surge {
+
+std::string_view to_string(State s) {
+    switch (s) {
+        case State::Following: return "following";
+        case State::Tightened: return "tightened";
+        case State::Eased: return "eased";
+        case State::NoBasis: return "no_basis";
+    }
+    return "no_basis";
+}
+
+void Damper::on_report(std::uint64_t wall_ms, std::uint64_t offered) {
+    reports_[n_reports_ % kReports] = {wall_ms, offered};
+    ++n_reports_;
+}
+
+void Damper::on_instruction(const Basis& b) {
+    cp_ppm_ = b.ratio_ppm;
+    has_basis_ = false;
+    if (b.basis_ms == 0 || b.offered_mrps == 0) return;
+    // The collector rated this host from its last two reports it had received when it built
+    // the usage: the newest report sent kTransitMs before the stamp, and the one before it.
+    const std::size_t have = std::min(n_reports_, kReports);
+    for (std::size_t i = 0; i + 1 < have; ++i) {
+        const Point& p = reports_[(n_reports_ - 1 - i) % kReports];
+        if (p.ms + kTransitMs > b.basis_ms) continue;
+        const Point& q = reports_[(n_reports_ - 2 - i) % kReports];
+        if (p.ms <= q.ms || p.offered < q.offered) return;  // clock step or counter restart
+        basis_rps_ =
+            static_cast<double>(p.offered - q.offered) * 1000.0 / static_cast<double>(p.ms - q.ms);
+        // An idle host has no share to keep: it gets no local rule (the ratio alone).
+        if (basis_rps_ <= 0) return;
+        budget_rps_ =
+            basis_rps_ * static_cast<double>(b.limit_mrps) / static_cast<double>(b.offered_mrps);
+        has_basis_ = true;
+        return;
+    }
+}
+
+void Damper::clear() {
+    has_basis_ = false;
+    cp_ppm_ = 0;
+}
+
+std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
+    checks_[n_checks_ % kChecks] = {now_ms, offered};
+    ++n_checks_;
+    applied_ppm_ = cp_ppm_;
+    state_ = has_basis_ ? State::Following : State::NoBasis;
+    const double admit = 1.0 - static_cast<double>(cp_ppm_) / 1e6;
+    bool first = true;
+    for (const Window& w : kWindows) {
+        const Point* from = window_start(now_ms, w.span_ms);
+        if (from == nullptr) return applied_ppm_;
+        const double dt_ms = static_cast<double>(now_ms - from->ms);
+        const double n = static_cast<double>(offered - from->offered);
+        if (first) current_rps_ = n * 1000.0 / dt_ms;
+        first = false;
+        if (!has_basis_) return applied_ppm_;
+        // Requests the control plane's ratio would admit here, against this host's share.
+        const double admitted = n * admit;
+        const double share = budget_rps_ * dt_ms / 1000.0;
+        const double high = w.factor * share;
+        const double low = share / w.factor;
+        const bool above = admitted > high + w.sigmas * std::sqrt(high) + 3.0;
+        const bool below = admitted + w.sigmas * std::sqrt(low) + 3.0 < low;
+        if (!above && !below) continue;
+        current_rps_ = n * 1000.0 / dt_ms;
+        // The ratio that admits this host's share of the limit at its current rate.
+        const double r = std::clamp(1.0 - budget_rps_ / std::max(current_rps_, 1e-9), 0.0, 1.0);
+        const auto share_ppm = static_cast<std::uint32_t>(std::lround(r * 1e6));
+        state_ = above ? State::Tightened : State::Eased;
+        applied_ppm_ = above ? std::max(cp_ppm_, share_ppm) : std::min(cp_ppm_, share_ppm);
+        return applied_ppm_;
+    }
+    return applied_ppm_;
+}
+
+// The newest check at least `span_ms` before `now_ms`, else the oldest held; null when there
+// is none usable (first check, a clock or counter going back).
+const Damper::Point* Damper::window_start(std::uint64_t now_ms, std::uint64_t span_ms) const {
+    const std::size_t have = std::min(n_checks_, kChecks);
+    const Point* from = nullptr;
+    for (std::size_t i = 1; i < have; ++i) {
+        from = &checks_[(n_checks_ - 1 - i) % kChecks];
+        if (from->ms + span_ms <= now_ms) break;
+    }
+    const Point& now = checks_[(n_checks_ - 1) % kChecks];
+    if (from == nullptr || from->ms >= now_ms || from->offered > now.offered) return nullptr;
+    return from;
+}
+
+}  // namespace grl::surge

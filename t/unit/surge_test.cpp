@@ -1,0 +1,150 @@
+// Surge damping (core/include/grl/surge.h), driven by an injected clock: a host offering a
+// steady rate, then a surge, a fall, and instructions whose basis is before or after them.
+#include "grl/surge.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace grl::surge {
+namespace {
+
+// One host of four: reports every 250 ms (wall clock = monotonic + kWall), checks every 25 ms.
+struct Host {
+    static constexpr std::uint64_t kWall = 1'700'000'000'000;
+    Damper d;
+    std::uint64_t now = 1000;  // monotonic ms
+    double offered = 0;        // cumulative, fractional between requests
+    std::uint32_t ratio = 0;
+
+    // Runs `ms` at `rps`, checking every 25 ms and reporting every 250 ms.
+    void run(std::uint64_t ms, double rps) {
+        for (std::uint64_t t = 0; t < ms; t += 25) {
+            now += 25;
+            offered += rps * 0.025;
+            if (now % 250 == 0) d.on_report(now + kWall, count());
+            ratio = d.check(now, count());
+        }
+    }
+    std::uint64_t count() const { return static_cast<std::uint64_t>(offered); }
+    // An instruction whose basis sample was stamped `age_ms` ago (wall clock).
+    void answer(std::uint32_t ppm, double limit_rps, double instance_rps, std::uint64_t age_ms) {
+        d.on_instruction({ppm, static_cast<std::uint64_t>(limit_rps * 1000),
+                          static_cast<std::uint64_t>(instance_rps * 1000), now + kWall - age_ms});
+    }
+};
+
+TEST(Surge, SteadyLoadFollowsTheControlPlane) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(500'000, 200, 400, 100);  // 4 hosts x 100 r/s, limit 200: ratio 0.5
+    for (int i = 0; i < 40; ++i) {
+        h.run(25, 100);
+        EXPECT_EQ(h.d.state(), State::Following);
+        EXPECT_EQ(h.ratio, 500'000u);
+    }
+    EXPECT_NEAR(h.d.basis_rps(), 100, 5);
+    EXPECT_NEAR(h.d.budget_rps(), 50, 3);
+}
+
+TEST(Surge, A15xSurgeIsHeldAtTheHostsShareBeforeTheControlPlaneAnswers) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(0, 800, 400, 100);  // under the limit: ratio 0, this host's share 200 r/s
+    h.run(100, 1500);            // the surge, measured within two checks
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1 - 200.0 / 1500, 0.03);
+    // A stale answer (its sample predates the surge) keeps the host at its share.
+    h.answer(0, 800, 400, 300);
+    h.run(100, 1500);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1 - 200.0 / 1500, 0.03);
+    // The answer that has seen the surge (every host at 15x): the control plane's ratio.
+    h.run(500, 1500);
+    h.answer(866'667, 800, 6000, 30);
+    h.run(100, 1500);
+    EXPECT_EQ(h.d.state(), State::Following);
+    EXPECT_EQ(h.ratio, 866'667u);
+    EXPECT_NEAR(h.d.basis_rps(), 1500, 60);
+}
+
+TEST(Surge, AFallEasesDropsToTheHostsShare) {
+    Host h;
+    // At rates where 50 ms hold enough requests to tell a fall from noise (at lower rates
+    // the control plane's next answer eases it).
+    h.run(2000, 3000);
+    h.answer(333'333, 8000, 12000, 100);  // 1.5 L: ratio 1/3, share 2000 r/s
+    h.run(100, 3000);
+    EXPECT_EQ(h.ratio, 333'333u);
+    h.run(100, 1000);  // load falls to 0.5 L: no legitimate request needs dropping
+    EXPECT_EQ(h.d.state(), State::Eased);
+    EXPECT_EQ(h.ratio, 0u);
+}
+
+TEST(Surge, NoiseDoesNotTrigger) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(500'000, 200, 400, 100);
+    // +-30% swings over 50 ms at 100 r/s (5 requests) are noise, not a surge.
+    for (int i = 0; i < 20; ++i) {
+        h.run(50, i % 2 ? 130 : 70);
+        EXPECT_EQ(h.ratio, 500'000u) << i;
+    }
+}
+
+TEST(Surge, WithoutABasisTheRatioAppliesAlone) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(250'000, 300, 400, 0);  // basis_ms 0: an older controller
+    h.d.on_instruction({250'000, 300'000, 400'000, 0});
+    h.run(100, 1500);
+    EXPECT_EQ(h.d.state(), State::NoBasis);
+    EXPECT_EQ(h.ratio, 250'000u);
+    // An idle host (no traffic in the basis) has no share to keep.
+    Host idle;
+    idle.run(2000, 0);
+    idle.answer(250'000, 300, 400, 100);
+    idle.run(100, 1500);
+    EXPECT_EQ(idle.d.state(), State::NoBasis);
+    EXPECT_EQ(idle.ratio, 250'000u);
+    // Expiry clears the basis and the ratio.
+    h.answer(250'000, 300, 400, 100);
+    h.d.clear();
+    h.run(100, 1500);
+    EXPECT_EQ(h.ratio, 0u);
+}
+
+TEST(Surge, ABasisOlderThanTheReportHistoryIsNoBasis) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(0, 800, 400, 5000);  // 5 s old: beyond 8 reports of 250 ms
+    h.run(100, 1500);
+    EXPECT_EQ(h.d.state(), State::NoBasis);
+    EXPECT_EQ(h.ratio, 0u);
+}
+
+}  // namespace
+}  // namespace grl::surge
+
+namespace grl::surge {
+namespace {
+
+// 0.5 L -> 1.5 L on every host: only 3x here, and the stale ratio is 0; the long window sees
+// that the ratio would admit 1.5x this host's share and holds it at its share.
+TEST(Surge, AStepTo1Point5LIsHeldAtTheShareByTheLongWindow) {
+    Host h;
+    h.run(2000, 350);
+    h.answer(0, 1000, 500, 100);  // share 700 r/s
+    h.run(1000, 1050);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1.0 / 3, 0.05);
+    // An answer whose basis has seen the step (1.5 L) but whose smoothed ratio has not yet
+    // (ratio 0): still held at the share, not at the smoothed ratio.
+    h.answer(0, 1000, 1500, 30);
+    h.run(100, 1050);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1.0 / 3, 0.05);
+}
+
+}  // namespace
+}  // namespace grl::surge
