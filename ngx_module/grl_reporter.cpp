@@ -109,6 +109,9 @@ void surge_check(Reporter& rep, const zone::View& z, std::size_t i) {
     const surge::State was = rep.damper_logged[i];
     rep.damper_logged[i] = st;
     if (st == was || (st == surge::State::Following && was == surge::State::NoBasis)) return;
+    if (st == surge::State::Tightened)
+        z.header().surge_tightened.fetch_add(1, std::memory_order_relaxed);
+    if (st == surge::State::Eased) z.header().surge_eased.fetch_add(1, std::memory_order_relaxed);
     ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
                   "grl: bucket \"%s\" surge damping %s: offered %.1f r/s here against %.1f r/s "
                   "in the control plane's basis, this host's share %.1f r/s, ratio %.4f",

@@ -399,13 +399,14 @@ std::string render_status_json(const StatusInput& in) {
     append(out, "\"shared_zone\":\"%s\",\"epoch\":\"%016llx\",", in.zone_name.c_str(),
            static_cast<unsigned long long>(h.epoch));
     append(out,
-           "\"control_plane\":{\"state\":\"%s\",\"reporting\":%s,\"last_instruction_age_ms\":%lld,"
+           "\"control_plane\":{\"state\":\"%s\",\"reporting\":%s,\"last_instruction_age_ms\":%s,"
            "\"reports_sent\":%llu,\"reports_dropped\":%llu,\"instructions_received\":%llu,"
            "\"instructions_malformed\":%llu,\"instructions_unknown_bucket\":%llu,"
            "\"curve\":%s,\"curve_handshakes_ok\":%llu,\"curve_handshakes_failed\":%llu},",
            std::string(to_string(plane_state(*in.zone, in.now_ms, in.ttl_ms))).c_str(),
            in.reporting ? "true" : "false",
-           last ? static_cast<long long>(in.now_ms > last ? in.now_ms - last : 0) : -1LL,
+           // null until the first instruction: an age that does not exist yet is no number
+           last ? std::to_string(in.now_ms > last ? in.now_ms - last : 0).c_str() : "null",
            static_cast<unsigned long long>(h.reports_sent.load()),
            static_cast<unsigned long long>(h.reports_dropped.load()),
            static_cast<unsigned long long>(h.instructions_received.load()),
@@ -417,13 +418,15 @@ std::string render_status_json(const StatusInput& in) {
     append(out,
            "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,"
            "\"runtime_takeovers\":%llu,\"regex_limit_hits\":%llu,\"worker_registry_full\":%llu,"
-           "\"buckets\":[",
+           "\"surge_tightened\":%llu,\"surge_eased\":%llu,\"buckets\":[",
            static_cast<unsigned long long>(missing_caller(*in.zone)),
            h.capacity > zone::kRuntimeSlots ? h.capacity - zone::kRuntimeSlots : 0,
            static_cast<unsigned long long>(h.runtime_rejected.load()),
            static_cast<unsigned long long>(runtime_takeovers(h)),
            static_cast<unsigned long long>(regex_limit_hits(*in.zone)),
-           static_cast<unsigned long long>(h.worker_regs_full.load()));
+           static_cast<unsigned long long>(h.worker_regs_full.load()),
+           static_cast<unsigned long long>(h.surge_tightened.load()),
+           static_cast<unsigned long long>(h.surge_eased.load()));
     std::vector<RuntimeBucket> rt;
     std::vector<BucketView> views = all_views(in, rt);
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -544,6 +547,14 @@ std::string render_status_prometheus(const StatusInput& in) {
          h.runtime_rejected.load()},
         {"grl_runtime_takeovers_total",
          "Run-time definitions left locked by a dead writer and taken over.", runtime_takeovers(h)},
+        {"grl_surge_tightened_total",
+         "Times a bucket's surge damper held this host at its share of the limit (offered well "
+         "above the control plane's basis).",
+         h.surge_tightened.load()},
+        {"grl_surge_eased_total",
+         "Times a bucket's surge damper eased drops to this host's share (offered well below "
+         "the basis).",
+         h.surge_eased.load()},
         {"grl_worker_registry_full_total",
          "Workers that found the zone's worker registry full (their slots are protected for one "
          "reload only).",

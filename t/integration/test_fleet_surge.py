@@ -52,3 +52,6 @@ def test_fleet_surge_is_damped_before_the_control_plane_answers(fl):
     assert rest["ok"] < 1.5 * L, rest
     logs = [x.error_log() for x in n]
     assert any('surge damping tightened' in log for log in logs), logs[0][-2000:]
+    # ...and counted, on the status page and in its Prometheus output.
+    assert sum(x.status()["surge_tightened"] for x in n) >= 1
+    assert "# TYPE grl_surge_tightened_total counter" in n[0].prometheus()

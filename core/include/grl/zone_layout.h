@@ -125,6 +125,10 @@ struct alignas(64) Header {
     RuntimeDef runtime[kRuntimeSlots];  // runtime[i] uses bucket slot capacity - kRuntimeSlots + i
     std::atomic<std::uint64_t> worker_regs_full;  // workers that found no free entry
     WorkerReg workers[kWorkerRegs];
+    // Surge damping (docs/design.md): times a bucket's damper tightened (offered well above
+    // the control plane's basis) or eased (well below it) on this host.
+    std::atomic<std::uint64_t> surge_tightened;
+    std::atomic<std::uint64_t> surge_eased;
 };
 
 // Bytes needed for a zone of `capacity` buckets (not counting allocator overhead).
