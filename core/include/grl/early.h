@@ -28,7 +28,7 @@ class EarlyUsage {
     }
     // Whether to send now: something is pending, half an interval has passed since the start
     // (hosts reconnect within nginx's 100 ms and report at once: a usage with only some of
-    // them would publish a ratio from part of the load), and at most eight a interval.
+    // them would publish a ratio from part of the load), and at most eight an interval.
     bool due(std::uint64_t now_ms) {
         if (!pending_ || now_ms < start_ms_ + interval_ms_ / 2 ||
             (sent_once_ && now_ms < last_ms_ + interval_ms_ / 8)) {
