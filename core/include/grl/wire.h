@@ -20,6 +20,36 @@ inline constexpr std::size_t kMaxBucketsPerMessage = 4096;
 // plane refuses more.
 inline constexpr std::uint32_t kMaxRuntimeBuckets = 16;
 
+// Keyed buckets (`grl_bucket NAME key=VALUE ...`, docs/per-key.md): bounds of the key lists.
+inline constexpr std::size_t kMaxReportKeys = 256;        // per report bucket entry
+inline constexpr std::size_t kMaxUsageKeys = 1024;        // per usage entry
+inline constexpr std::size_t kMaxInstructionKeys = 1024;  // per instruction entry
+inline constexpr std::size_t kMaxKeyTextLen = 47;         // a key's text, as kept by nginx
+
+// One key of a keyed bucket with its rates (report, zone_usage, region_usage, admin_reply).
+// The hash identifies the key fleet-wide: grl::keyed::hash_key of the key's bytes, the same
+// on every host; never 0 or 1.
+struct KeyRate {
+    std::uint64_t hash = 0;
+    std::string text;  // the key (at most kMaxKeyTextLen bytes); empty when sent hashed
+    std::uint64_t offered_mrps = 0;
+    std::uint64_t dropped_mrps = 0;
+    std::uint64_t hosts = 0;  // usage: hosts whose reports named the key; report: 1
+    bool operator==(const KeyRate& o) const {
+        return hash == o.hash && text == o.text && offered_mrps == o.offered_mrps &&
+               dropped_mrps == o.dropped_mrps && hosts == o.hosts;
+    }
+};
+
+// The control plane's drop ratio for one key of a keyed bucket (instructions).
+struct KeyRatio {
+    std::uint64_t hash = 0;
+    std::uint32_t ratio_ppm = 0;  // 0 clears a ratio sent earlier
+    bool operator==(const KeyRatio& o) const {
+        return hash == o.hash && ratio_ppm == o.ratio_ppm;
+    }
+};
+
 // A report's bucket entry but its name, and a report's fields but its names and buckets:
 // shared by Report and the collector's zero-copy ReportView (report_reader.h).
 struct ReportCounts {
@@ -48,6 +78,8 @@ struct ReportFields {
 
 struct ReportBucket : ReportCounts {
     std::string name;
+    bool keyed = false;          // a keyed bucket: limit_mrps is each key's limit
+    std::vector<KeyRate> keys;   // keyed: this host's heavy hitters (at most kMaxReportKeys)
 };
 
 struct Report : ReportFields {
@@ -84,6 +116,10 @@ struct Instruction {
     bool has_basis = false;
     std::uint64_t basis_offered_mrps = 0;
     std::uint64_t basis_ms = 0;
+    // A keyed bucket: ratio_ppm is 0 and limit_mrps is each key's limit; `keys` holds the
+    // ratios of the keys over their limit (at most kMaxInstructionKeys).
+    bool keyed = false;
+    std::vector<KeyRatio> keys;
 };
 
 struct Instructions {

@@ -34,14 +34,17 @@ struct Definition {
     Scope scope = Scope::Global;
     Mode mode = Mode::Deny;
     std::uint64_t limit_mrps = 0;
+    bool keyed = false;  // limit_mrps is each key's limit (docs/per-key.md)
     bool operator==(const Definition& o) const {
-        return scope == o.scope && mode == o.mode && limit_mrps == o.limit_mrps;
+        return scope == o.scope && mode == o.mode && limit_mrps == o.limit_mrps &&
+               keyed == o.keyed;
     }
     bool operator!=(const Definition& o) const { return !(*this == o); }
     bool operator<(const Definition& o) const {
         if (scope != o.scope) return scope < o.scope;
         if (mode != o.mode) return mode < o.mode;
-        return limit_mrps < o.limit_mrps;
+        if (limit_mrps != o.limit_mrps) return limit_mrps < o.limit_mrps;
+        return keyed < o.keyed;
     }
 };
 
@@ -62,6 +65,7 @@ struct UsageBucket {
     std::uint64_t rated_hosts = 0;             // ...of which the rates are in the sums
     std::vector<DefinitionCount> definitions;  // most common first
     std::vector<std::string> host_names;       // zone_usage: set when not all hosts report it
+    std::vector<KeyRate> keys;  // a keyed bucket: its busiest keys summed (at most kMaxUsageKeys)
 };
 
 // `zone_usage`: one collector's view of its zone, every collector interval.
