@@ -335,8 +335,8 @@ struct PlaneFixture : ZoneFixture {
         m.seq = ts;
         m.ts_ms = ts;
         m.ttl_ms = ttl;
-        m.buckets.push_back({"api", ppm, 100000, Mode::Deny, false, {}});
-        m.buckets.push_back({"unknown", ppm, 1, Mode::Deny, false, {}});
+        m.buckets.push_back({"api", ppm, 100000, Mode::Deny, false, {}, false, 0, 0, false, {}});
+        m.buckets.push_back({"unknown", ppm, 1, Mode::Deny, false, {}, false, 0, 0, false, {}});
         return m;
     }
 };
