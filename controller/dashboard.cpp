@@ -144,6 +144,9 @@ std::string render_state(
         j.key("definitions").uint(b.definitions.size());
         j.key("runtime").boolean(b.has_match);
         if (b.has_match) j.key("match").str(match_text(b.match));
+        // A keyed bucket: its limit is each key's and its own ratio 0; the page shows how many
+        // of its keys have a ratio (never the keys themselves: grlctl keys lists them).
+        if (b.keyed) j.key("keyed").boolean(true).key("keys_limited").uint(b.keys_limited);
         j.end_object();
     }
     j.end_array();

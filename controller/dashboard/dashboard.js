@@ -71,7 +71,8 @@ function renderState(s) {
     "<tr class='bucket' data-bucket='" + esc(b.bucket) + "' data-scope='" + esc(b.scope) + "' data-zone='" + esc(b.zone) + "'>" +
     "<td>" + esc(b.bucket) + "</td><td>" + esc(b.scope) + "</td><td>" + esc(where(b)) + "</td>" +
     "<td class='n offered'>" + rate(b.offered_rps) + "</td><td class='n admitted'>" + rate(b.admitted_rps) +
-    "</td><td class='n limit'>" + rate(b.limit_rps) + "</td><td class='n ratio'>" + ratio(b.ratio) +
+    "</td><td class='n limit'>" + rate(b.limit_rps) + (b.keyed ? " per key" : "") +
+    "</td><td class='n ratio'>" + (b.keyed ? b.keys_limited + " keys limited" : ratio(b.ratio)) +
     "</td><td class='mode'>" + esc(b.mode) + "</td><td class='n shadow'>" +
     (b.mode === "shadow" ? rate(b.shadow_dropped_rps) : "-") + "</td><td class='n hosts'>" + b.hosts +
     "</td><td>" + esc(b.limit_source + (b.runtime ? ", run-time" : "") + (b.expires_ms ? ", until " + when(b.expires_ms) : "")) +

@@ -64,6 +64,18 @@ DashboardSnapshot snapshot(std::uint64_t mono_ms, std::uint64_t offered_mrps) {
     return s;
 }
 
+TEST(Dashboard, AKeyedBucketShowsItsLimitedKeyCount) {
+    control::History h{control::History::Options{}};
+    DashboardSnapshot s = snapshot(1000, 450000);
+    s.buckets[0].keyed = true;
+    s.buckets[0].keys_limited = 3;
+    auto points = history_points(s);
+    json j = json::parse(render_state(s, h, points));
+    EXPECT_EQ(j["buckets"][0]["keyed"], true);
+    EXPECT_EQ(j["buckets"][0]["keys_limited"], 3);
+    EXPECT_FALSE(j["buckets"][1].contains("keyed"));
+}
+
 TEST(Dashboard, StateCarriesEveryInstanceLoopHealthOverridesAndTheNewestPoint) {
     control::History h{control::History::Options{}};
     DashboardSnapshot s = snapshot(1000, 450000);
