@@ -282,9 +282,23 @@ void Collector::send_usage() {
             u.host_names.clear();
             fits = wire::encode_parts(u, parts_);
         }
+        // Then keyed buckets' key lists (busiest first), halved until the usage fits: the
+        // least busy keys go before any bucket does.
+        std::size_t max_keys = wire::kMaxUsageKeys;
+        while (!fits && max_keys > 0) {
+            max_keys /= 2;
+            for (auto& b : u.buckets) {
+                if (b.keys.size() > max_keys) b.keys.resize(max_keys);
+            }
+            fits = wire::encode_parts(u, parts_);
+        }
         ++usage_truncated_;
+        const std::string cut =
+            max_keys < wire::kMaxUsageKeys
+                ? ", keys cut to the busiest " + std::to_string(max_keys) + " per bucket"
+                : "";
         send_log_.hit(LogLevel::Warn, {},
-                      fits ? std::string("zone usage too large: host names left out")
+                      fits ? "zone usage too large: host names left out" + cut
                            : "zone usage not sent: " + std::to_string(u.buckets.size()) +
                                  " buckets do not fit " + std::to_string(wire::kMaxParts) +
                                  " parts of " + std::to_string(wire::kMaxMessageBytes) + " bytes",
@@ -449,8 +463,8 @@ std::string Collector::metrics() {
              "Host-bucket entries held (hosts x their buckets).");
     m.sample("grl_collector_host_buckets", static_cast<double>(table_.entries()));
     m.family("grl_collector_usage_truncated_total", "counter",
-             "Zone usage messages sent without host names or with buckets left out to stay under "
-             "the size limit.");
+             "Zone usage messages sent without host names, with keyed buckets' keys cut or with "
+             "buckets left out to stay under the size limit.");
     m.sample("grl_collector_usage_truncated_total", static_cast<double>(usage_truncated_));
     m.family("grl_collector_instructions_relayed_total", "counter",
              "Instruction messages relayed to the zone's nginx.");

@@ -362,6 +362,14 @@ void Daemon::on_admin() {
             buf_.clear();
             wire::encode(r, buf_);
         }
+        // grlctl keys over many instances (--top up to 1024 each): the first instances' keys.
+        while (buf_.size() > wire::kMaxMessageBytes && r.keys.size() > 1) {
+            r.keys.resize(r.keys.size() / 2);
+            r.error = "keys cut to " + std::to_string(r.keys.size()) + ": the reply would exceed " +
+                      std::to_string(wire::kMaxMessageBytes) + " bytes (ask with a smaller --top)";
+            buf_.clear();
+            wire::encode(r, buf_);
+        }
         std::vector<std::string_view> out = {identity};
         if (body == 2) out.emplace_back();
         out.emplace_back(buf_);
@@ -612,7 +620,27 @@ void Daemon::record_tick(std::uint64_t us, std::uint64_t cpu_us) {
 
 // Region usage in as few parts as fit (docs/protocol.md "Usage in parts").
 void Daemon::publish_region_usage(const wire::RegionUsage& ru) {
-    if (!wire::encode_parts(ru, region_parts_)) {
+    bool fits = wire::encode_parts(ru, region_parts_);
+    if (!fits) {
+        // Keyed buckets' key lists (busiest first) are halved until it fits: the least busy
+        // keys go before the whole usage does.
+        wire::RegionUsage cut = ru;
+        std::size_t max_keys = wire::kMaxUsageKeys;
+        while (!fits && max_keys > 0) {
+            max_keys /= 2;
+            for (auto& b : cut.buckets) {
+                if (b.keys.size() > max_keys) b.keys.resize(max_keys);
+            }
+            fits = wire::encode_parts(cut, region_parts_);
+        }
+        if (fits) {
+            send_log_.hit(LogLevel::Warn, {},
+                          "region usage too large: keys cut to the busiest " +
+                              std::to_string(max_keys) + " per bucket",
+                          mono_ms());
+        }
+    }
+    if (!fits) {
         ++region_usage_unsent_;
         send_log_.hit(LogLevel::Warn, {},
                       "region usage not sent: " + std::to_string(ru.buckets.size()) +

@@ -1266,6 +1266,7 @@ std::string Controller::keys(const std::string& bucket, std::uint32_t top,
         if (!inst.keyed) continue;
         keyed = true;
         for (const KeyState* k : inst.keys.busiest(top)) {
+            if (out.size() == wire::kMaxStatusEntries) break;  // the reply's array bound
             wire::KeyStatus ks;
             ks.name = inst.bucket;
             ks.scope = inst.scope;

@@ -45,6 +45,20 @@ TEST(GrlctlConfig, Defaults) {
     EXPECT_EQ(p.config->controller, "tcp://other:1");
 }
 
+TEST(GrlctlConfig, KeysAsksForAKeyedBucketsBusiestKeys) {
+    Config c = ok({"keys", "per-client"});
+    EXPECT_EQ(c.command, Command::Keys);
+    EXPECT_EQ(c.request.op, wire::AdminOp::Keys);
+    EXPECT_EQ(c.request.bucket, "per-client");
+    EXPECT_EQ(c.request.top, 0u);  // the controller's default (20)
+    c = ok({"keys", "per-client", "--top", "5", "--json"});
+    EXPECT_EQ(c.request.top, 5u);
+    EXPECT_TRUE(c.json);
+    EXPECT_MENTIONS(error_of({"keys"}), "BUCKET");
+    EXPECT_MENTIONS(error_of({"keys", "per-client", "--top", "0"}), "--top");
+    EXPECT_MENTIONS(error_of({"keys", "per-client", "--top", "1025"}), "--top");
+}
+
 TEST(GrlctlConfig, TopAsksForTheBucketsEveryInterval) {
     Config c = ok({"top"});
     EXPECT_EQ(c.command, Command::Top);
