@@ -56,7 +56,8 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     pub.set(ZMQ_SNDHWM, 10000);
     pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
     if (zap_) {
-        zap_->allow("nginx", cfg_.nginx_clients);
+        zap_->allow("nginx", curve::keys_of(cfg_.nginx_clients));
+        host_keys_.pin(cfg_.nginx_clients);
         loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
         daemon::make_curve_server(pull_, *cfg_.keypair, "nginx");
         daemon::make_curve_server(pub, *cfg_.keypair, "nginx");

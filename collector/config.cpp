@@ -66,9 +66,10 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                      "--curve-clients)");
     cli::add_public_key(app, "--curve-server-key", c.server_key,
                         "public key of the controllers (switches CURVE on towards them)");
-    CLI::Option* clients = cli::add_authorized(
+    CLI::Option* clients = cli::add_key_list(
         app, "--curve-clients", c.nginx_clients,
-        "public keys of the nginx hosts allowed to connect (switches CURVE on for them)");
+        "public keys of the nginx hosts allowed to connect (switches CURVE on for them), each "
+        "optionally followed by the hosts it may report for");
 
     cli::Outcome<Config> out;
     if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;

@@ -33,10 +33,11 @@ struct Config {
     std::string endpoints_file;  // written after binding, empty: none
     daemon::LogLevel log_level = daemon::LogLevel::Info;
     // CURVE: `keypair` switches it on towards the controllers (needs `server_key`);
-    // `nginx_clients` (non-empty) switches it on for the sockets nginx connects to.
+    // `nginx_clients` (non-empty) switches it on for the sockets nginx connects to; each key
+    // with the hosts it may report for (none listed: the first it reports for).
     std::optional<daemon::KeyPair> keypair;
     std::string server_key;
-    std::set<std::string> nginx_clients;
+    curve::KeyList nginx_clients;
 };
 
 // The rules between options (CURVE options that need each other): the first one `c` breaks,

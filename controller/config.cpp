@@ -97,9 +97,10 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                          "CURVE key pair of this controller (switches CURVE on for every socket)");
     CLI::Option* server_key = cli::add_public_key(app, "--curve-server-key", c.server_key,
                                                   "public key of the peer controllers");
-    CLI::Option* clients = cli::add_authorized(
+    CLI::Option* clients = cli::add_key_list(
         app, "--curve-clients", c.clients,
-        "public keys allowed to send usage and to subscribe (collectors, peers)");
+        "public keys allowed to send usage and to subscribe (collectors, peers), each "
+        "optionally followed by the zones it may send usage for");
     CLI::Option* admin_clients =
         cli::add_authorized(app, "--curve-admin-clients", c.admin_clients,
                             "public keys allowed on the admin endpoint (operators' keys, its "

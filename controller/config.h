@@ -35,9 +35,10 @@ struct Config {
     // `server_key`; `clients` may connect to the usage and publish sockets, `admin_clients`
     // (a list of its own: operators, not collectors) to the admin socket, which admits no
     // one over CURVE without it.
+    // `clients`: each key with the zones it may send usage for (none listed: the first).
     std::optional<daemon::KeyPair> keypair;
     std::string server_key;
-    std::set<std::string> clients;
+    curve::KeyList clients;
     std::set<std::string> admin_clients;
 };
 

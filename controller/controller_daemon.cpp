@@ -109,8 +109,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         peers_.push_back(std::move(p));
     }
     if (zap_) {
-        zap_->allow("collector", cfg_.clients);
-        zap_->allow("subscriber", cfg_.clients);
+        zap_->allow("collector", curve::keys_of(cfg_.clients));
+        zap_->allow("subscriber", curve::keys_of(cfg_.clients));
+        zone_keys_.pin(cfg_.clients);
         zap_->allow("admin", cfg_.admin_clients);
         loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
         daemon::make_curve_server(pull_, *cfg_.keypair, "collector");

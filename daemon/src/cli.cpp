@@ -293,4 +293,9 @@ CLI::Option* add_authorized(CLI::App& app, const std::string& name, std::set<std
                     [](const std::string& p) { return load_authorized(p); });
 }
 
+CLI::Option* add_key_list(CLI::App& app, const std::string& name, curve::KeyList& field,
+                          const std::string& help) {
+    return add_file(app, name, field, help, [](const std::string& p) { return load_key_list(p); });
+}
+
 }  // namespace grl::daemon::cli

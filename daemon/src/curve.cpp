@@ -43,6 +43,10 @@ std::set<std::string> load_authorized(const std::string& path) {
     return curve::parse_authorized(read_text(path), path);
 }
 
+curve::KeyList load_key_list(const std::string& path) {
+    return curve::parse_key_list(read_text(path), path);
+}
+
 KeyPair generate_keypair() {
     char pub[41], sec[41];
     if (zmq_curve_keypair(pub, sec) != 0) {

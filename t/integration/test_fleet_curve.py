@@ -166,3 +166,92 @@ def test_curve_unauthorised_peers_change_nothing(fleet, tmp_path):
         assert "CURVE: refused" in ctl.log()
     finally:
         ctx.destroy(0)
+
+
+def report(host, seq, bucket="named"):
+    return msgpack.packb({
+        "v": 1, "type": "report", "ts_ms": int(time.time() * 1000), "seq": seq,
+        "host": host, "zone": "z1", "region": "r1", "epoch": 7, "interval_ms": 250,
+        "reports_dropped": 0,
+        "buckets": [{"name": bucket, "scope": "global", "mode": "deny", "limit_mrps": 100000,
+                     "offered": 10 * seq, "admitted": 10 * seq, "dropped": 0, "shadow_dropped": 0}]})
+
+
+def test_a_key_list_names_what_each_key_speaks_for(fleet, tmp_path):
+    """The operator's key lists name what each key may speak for: hosts on the collector's
+    --curve-clients, zones on the controller's. A named key's message for another name is
+    refused whole, counted and logged, even as the key's first message (first come would have
+    bound the key to it); a key listed without names keeps first come but cannot take a name
+    the list gives another key."""
+    ctl_key, ctl_keys = keygen(tmp_path, "controller")
+    col_key, col_keys = keygen(tmp_path, "collector")
+    _, spare_keys = keygen(tmp_path, "spare")  # may send usage for z2 and z3 only
+    _, web_keys = keygen(tmp_path, "web")  # may report for h1 and web-*
+    _, bare_keys = keygen(tmp_path, "bare")  # no names: first come
+    pub = lambda k: k["public-key"].decode()  # noqa: E731
+    collectors = tmp_path / "collectors"
+    collectors.write_text("%s z1\n%s z2,z3\n" % (pub(col_keys), pub(spare_keys)))
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# nginx keys and their hosts\n%s h1,web-*\n%s\n" % (pub(web_keys), pub(bare_keys)))
+    ctl = fleet.controller(extra=["--curve-keypair", ctl_key, "--curve-clients", str(collectors)])
+    col = fleet.collector("z1", [ctl], extra=["--curve-keypair", col_key,
+                                               "--curve-server-key", ctl_key + ".pub",
+                                               "--curve-clients", str(hosts)])
+    ctx = zmq.Context()
+
+    def client(keys, server_keys, ep):
+        s = ctx.socket(zmq.PUSH)
+        s.setsockopt(zmq.LINGER, 0)
+        s.curve_serverkey = server_keys["public-key"]
+        s.curve_publickey = keys["public-key"]
+        s.curve_secretkey = keys["secret-key"]
+        s.connect(ep)
+        return s
+
+    def refused(d, metric_name, reason, **labels):
+        return f.metric(d.metrics(), metric_name, reason=reason, **labels) or 0
+
+    try:
+        # The collector: the named key's first report is for h9, not one of its hosts.
+        web = client(web_keys, col_keys, col.report)
+        bare = client(bare_keys, col_keys, col.report)
+        for seq in range(1, 4):
+            web.send(report("h9", seq))
+            bare.send(report("web-3", seq))  # a name the list gives the other key
+            time.sleep(0.1)
+        f.h.wait_until(lambda: refused(col, "grl_collector_reports_refused_total",
+                                       "key_bound_to_another_name") >= 3 and
+                       refused(col, "grl_collector_reports_refused_total",
+                               "name_bound_to_another_key") >= 3, 5,
+                       what="the reports for other hosts to be refused")
+        assert f.metric(col.metrics(), "grl_collector_reports_total", result="first") == 0
+        log = col.log()  # one warning per 10 s: the first refusal
+        assert ('refused a report for host h9 from key %s: key_bound_to_another_name '
+                '(the key reports for "h1,web-*")' % pub(web_keys)) in log, log[-2000:]
+        # Positive control: each key for a host it may speak for is taken.
+        for seq in range(4, 7):
+            web.send(report("web-7", seq))
+            bare.send(report("h5", seq))
+            time.sleep(0.1)
+        f.h.wait_until(lambda: f.metric(col.metrics(), "grl_collector_reports_total", result="first") == 2,
+                       5, what="web-7 and h5 to be taken")
+
+        # The controller: the spare collector key may send usage for z2 and z3, not z7.
+        spare = client(spare_keys, ctl_keys, ctl.usage)
+        for _ in range(4):
+            spare.send(zone_usage("z7", 10000))
+            time.sleep(0.1)
+        f.h.wait_until(lambda: refused(ctl, "grl_controller_messages_ignored_total",
+                                       "key_bound_to_another_name", kind="zone_usage") >= 4, 5,
+                       what="the usage for z7 to be refused")
+        assert f.metric(ctl.metrics(), "grl_controller_zone_usage_age_seconds", zone="z7") is None
+        assert ('zone usage for zone z7 from key %s ignored: key_bound_to_another_name '
+                '(the key sends for zone "z2,z3")' % pub(spare_keys)) in ctl.log()
+        # The real collector's key is listed for z1, and the same message for z2 is taken.
+        f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_zone_usage_age_seconds",
+                                        zone="z1") is not None, 5, what="z1's usage")
+        spare.send(zone_usage("z2", 10000))
+        f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_zone_usage_age_seconds",
+                                        zone="z2") is not None, 5, what="z2's usage to be taken")
+    finally:
+        ctx.destroy(0)

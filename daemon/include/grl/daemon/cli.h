@@ -69,6 +69,9 @@ CLI::Option* add_public_key(CLI::App& app, const std::string& name, std::string&
 // A list of authorised public keys (possibly empty).
 CLI::Option* add_authorized(CLI::App& app, const std::string& name, std::set<std::string>& field,
                             const std::string& help);
+// The same, with the names each key may speak for (grl/curve_keys.h KeyList).
+CLI::Option* add_key_list(CLI::App& app, const std::string& name, curve::KeyList& field,
+                          const std::string& help);
 
 // True for an endpoint only this machine can reach: tcp:// on a loopback address (127.0.0.0/8,
 // ::1, localhost), ipc:// and inproc://.

@@ -22,6 +22,7 @@ using KeyPair = curve::KeyPair;
 KeyPair load_keypair(const std::string& path);
 std::string load_public_key(const std::string& path);
 std::set<std::string> load_authorized(const std::string& path);
+curve::KeyList load_key_list(const std::string& path);  // with the names keys speak for
 KeyPair generate_keypair();
 // Writes `<base>` (both keys, mode 0600) and `<base>.pub` (public key only).
 void write_keypair(const std::string& base, const KeyPair& k);
