@@ -118,7 +118,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         daemon::make_curve_server(pub_, *cfg_.keypair, "subscriber");
         daemon::make_curve_server(admin_, *cfg_.keypair, "admin");
         for (auto& p : peers_) {
-            daemon::make_curve_client(p->sock, *cfg_.keypair, cfg_.server_key);
+            // Each peer's own key when given: one stolen controller key pair then
+            // impersonates that controller only, not every peer.
+            daemon::make_curve_client(p->sock, *cfg_.keypair, peer_key(cfg_, p->endpoint));
             p->watch = std::make_unique<daemon::HandshakeWatch>(
                 ctx, p->sock.get(), "peer controller", std::vector<std::string>{p->endpoint});
             daemon::HandshakeWatch* w = p->watch.get();

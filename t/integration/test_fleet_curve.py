@@ -255,3 +255,57 @@ def test_a_key_list_names_what_each_key_speaks_for(fleet, tmp_path):
                                         zone="z2") is not None, 5, what="z2's usage to be taken")
     finally:
         ctx.destroy(0)
+
+
+def test_each_peer_controller_has_its_own_key(fleet, tmp_path):
+    """Controllers with key pairs of their own check each --peer's own public key
+    (--peer EP=FILE): two controllers with different keys peer, and a publisher holding one
+    controller's stolen key pair cannot pass for another controller (the handshake fails,
+    nothing it publishes is taken; counted and logged); the same message from a publisher
+    holding the key that peer is configured with is taken (the positive control)."""
+    a_key, a_keys = keygen(tmp_path, "ctl-a")
+    b_key, b_keys = keygen(tmp_path, "ctl-b")
+    c_key, c_keys = keygen(tmp_path, "ctl-c")  # a third controller, not started
+    pub = lambda k: k["public-key"].decode()  # noqa: E731
+    a_clients = tmp_path / "a-clients"
+    a_clients.write_text("%s\n" % pub(b_keys))
+    b_clients = tmp_path / "b-clients"
+    b_clients.write_text("%s\n" % pub(a_keys))
+    ctx = zmq.Context()
+    stolen_b, stolen_b_ep = curve_server(ctx, b_keys)  # B's key pair, where A expects C
+    real_c, real_c_ep = curve_server(ctx, c_keys)  # C's own key pair
+    try:
+        a = f.Controller(region="r1", name="ctl-r1",
+                         extra=["--curve-keypair", a_key, "--curve-clients", str(a_clients)])
+        b = f.Controller(region="r2", name="ctl-r2",
+                         extra=["--curve-keypair", b_key, "--curve-clients", str(b_clients),
+                                "--peer", "%s=%s.pub" % (a.publish, a_key)])
+        a.args += ["--peer", "%s=%s.pub" % (b.publish, b_key),
+                   "--peer", "%s=%s.pub" % (stolen_b_ep, c_key),
+                   "--peer", "%s=%s.pub" % (real_c_ep, c_key)]
+        fleet.add(a)
+        fleet.add(b)
+        for x, peer in ((a, "ctl-r2"), (b, "ctl-r1")):
+            f.h.wait_until(lambda: f.metric(x.metrics(), "grl_controller_peer_age_seconds",
+                                            peer=peer) is not None, 10,
+                           what="%s to hear %s over its own key" % (x.name, peer))
+
+        def usage(source, region):
+            return msgpack.packb({
+                "v": 1, "type": "region_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
+                "source": source, "region": region, "interval_ms": 250, "zones": 1, "hosts": 1,
+                "limits_digest": "", "buckets": [], "overrides": []}, use_bin_type=True)
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            stolen_b.send_multipart([b"grl/p/", usage("ctl-r3", "r3")])
+            real_c.send_multipart([b"grl/p/", usage("ctl-r4", "r4")])
+            time.sleep(0.1)
+        f.h.wait_until(lambda: f.metric(a.metrics(), "grl_controller_peer_age_seconds",
+                                        peer="ctl-r4") is not None, 5,
+                       what="the holder of C's key to be taken")
+        m = a.metrics()
+        assert f.metric(m, "grl_controller_peer_age_seconds", peer="ctl-r3") is None
+        assert f.metric(m, "grl_curve_client_handshakes_total", peer="peer", result="failed") >= 1
+        assert "CURVE handshake with the peer controller at %s" % stolen_b_ep in a.log()
+    finally:
+        ctx.destroy(0)
