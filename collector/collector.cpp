@@ -21,6 +21,9 @@ namespace {
 constexpr std::size_t kMaxPerWakeup = 20000;  // reports handled per batch
 constexpr std::size_t kMaxWrongZoneHosts = 1000;
 constexpr std::size_t kMaxHostKeys = 100000;  // CURVE keys bound to hosts
+constexpr int kReportQueue = 64;              // reports queued per nginx connection
+// A batch of reports yields the loop after this long (timers, /metrics, the relay).
+constexpr std::uint64_t kMaxBatchMs = 50;
 
 std::string list_names(const std::vector<std::string>& names) {
     std::string s;
@@ -39,6 +42,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       table_(cfg_.rates),
       malformed_log_(10000),
       send_log_(10000),
+      batch_log_(10000),
       // A binding lapses when its host would be forgotten (silent that long).
       host_keys_(kMaxHostKeys, std::uint64_t{cfg_.rates.forget_intervals} * cfg_.interval_ms),
       identity_log_(10000) {
@@ -48,10 +52,12 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     daemon::Socket pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
     daemon::Socket sub(ctx, ZMQ_SUB);
 
-    // nginx -> collector: reports. A deep queue absorbs the burst of a whole zone reporting
-    // at the same moment.
+    // nginx -> collector: reports. The high-water mark is per connection (one per nginx),
+    // and an nginx sends one report per interval, so a short queue holds many intervals of
+    // a busy loop; it bounds what a flood can make the collector hold (docs/control-plane.md
+    // "Memory under a flood"): 100000 per connection let one 8 s flood grow it to 900 MB.
     pull_.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
-    pull_.set(ZMQ_RCVHWM, 100000);
+    pull_.set(ZMQ_RCVHWM, kReportQueue);
     // collector -> nginx: relayed instructions.
     pub.set(ZMQ_SNDHWM, 10000);
     pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
@@ -148,10 +154,25 @@ std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {
 void Collector::on_reports() {
     std::string error;
     bool accepted_in_batch = false;
+    const std::uint64_t started = mono_ms();
+    std::uint64_t now = started;
     for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+        if (now - started >= kMaxBatchMs) {
+            // Reports come faster than they are handled (a flood): the rest waits in the
+            // queue, at most kReportQueue per connection, while the loop serves its timers,
+            // /metrics and the relay's subscribers.
+            ++batches_cut_;
+            batch_log_.hit(LogLevel::Warn, {},
+                           "reports arrive faster than they are handled: a batch stopped after " +
+                               std::to_string(kMaxBatchMs) + " ms (" + std::to_string(i) +
+                               " reports); each connection queues at most " +
+                               std::to_string(kReportQueue) + " here, then its sender waits",
+                           now);
+            break;
+        }
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) break;
-        const std::uint64_t now = mono_ms();
+        now = mono_ms();
         std::string_view body = frames_[0].view();
         report_bytes_ += body.size();
         if (n != 1 || !wire::read_report(body, report_, error)) {
@@ -407,6 +428,10 @@ std::string Collector::metrics() {
     m.family("grl_collector_reports_malformed_total", "counter",
              "Reports dropped as malformed, truncated, oversized or of a wrong version.");
     m.sample("grl_collector_reports_malformed_total", static_cast<double>(reports_malformed_));
+    m.family("grl_collector_report_batches_cut_total", "counter",
+             "Batches of reports stopped after 50 ms with more to take (reports arrive faster "
+             "than they are handled; the rest waits, bounded per connection).");
+    m.sample("grl_collector_report_batches_cut_total", static_cast<double>(batches_cut_));
     m.family("grl_collector_reports_refused_total", "counter",
              "Reports refused because their CURVE key speaks for another host (or another key "
              "for this one), by reason.");

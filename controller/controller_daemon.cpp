@@ -102,10 +102,14 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     pub_.set(ZMQ_SNDHWM, 10000);
     admin_.set(ZMQ_MAXMSGSIZE, max);
     admin_.set(ZMQ_ROUTER_MANDATORY, 0);
+    // grlctl waits for each answer: a deep queue per client only holds a flood.
+    admin_.set(ZMQ_RCVHWM, 64);
     for (const std::string& ep : cfg_.peers) {
         auto p = std::make_unique<Peer>(Peer{ep, daemon::Socket(ctx, ZMQ_SUB), nullptr});
         p->sock.set(ZMQ_MAXMSGSIZE, max);
-        p->sock.set(ZMQ_RCVHWM, 1000);
+        // A peer's usage (at most 16 parts) per interval: 64 holds four sets, and bounds what
+        // one peer can make this controller hold (64 x 4 MiB; was 1000 x 4 MiB).
+        p->sock.set(ZMQ_RCVHWM, 64);
         peers_.push_back(std::move(p));
     }
     if (zap_) {
