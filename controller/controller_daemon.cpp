@@ -287,18 +287,22 @@ void Daemon::on_peers(Peer& p) {
         KeyBindings::Result b = peer_sources_.check(p.endpoint, region_usage_.source, t.mono_ms);
         if (b != KeyBindings::Result::Ok) {
             ++ignored_[std::string("region_usage/") + std::string(to_string(b))];
-            ignored_log_.hit(
-                LogLevel::Warn, {},
-                "region usage from " + region_usage_.source + " (region " + region_usage_.region +
-                    ") on the connection to " + p.endpoint +
-                    " ignored: " + std::string(to_string(b)) +
-                    (b == KeyBindings::Result::KeyTaken
-                         ? " (that connection speaks for \"" + peer_sources_.name_of(p.endpoint) +
-                               "\")"
-                     : b == KeyBindings::Result::NameTaken
-                         ? " (" + region_usage_.source + " speaks on another connection)"
-                         : std::string(" (--max-peers connections bound)")),
-                t.mono_ms);
+            std::string why;
+            switch (b) {
+                case KeyBindings::Result::KeyTaken:
+                    why =
+                        "that connection speaks for \"" + peer_sources_.name_of(p.endpoint) + "\"";
+                    break;
+                case KeyBindings::Result::NameTaken:
+                    why = region_usage_.source + " speaks on another connection";
+                    break;
+                default: why = "--max-peers connections bound"; break;
+            }
+            ignored_log_.hit(LogLevel::Warn, {},
+                             "region usage from " + region_usage_.source + " (region " +
+                                 region_usage_.region + ") on the connection to " + p.endpoint +
+                                 " ignored: " + std::string(to_string(b)) + " (" + why + ")",
+                             t.mono_ms);
             continue;
         }
         if (!assembled(peer_parts_, region_usage_, "region_usage", t)) continue;
