@@ -75,19 +75,27 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     // controllers -> collector (one SUB connected to all of them, served by the relay).
     sub.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
     sub.set(ZMQ_RCVHWM, 10000);
-    // CURVE towards the controllers is on when their public key is given.
-    bool curve_up = !cfg_.server_key.empty();
+    // CURVE towards the controllers is on when their public keys are given. One SUB socket
+    // connects to every controller: each connection takes the server key set just before it.
+    bool curve_up = curve_to_controllers(cfg_);
     std::unique_ptr<daemon::HandshakeWatch> sub_watch;
+    std::map<std::string, std::string> publish_keys;
+    for (const std::string& ep : cfg_.controller_publish)
+        publish_keys[ep] = controller_key(cfg_, ep);
     if (curve_up) {
-        daemon::make_curve_client(sub, *cfg_.keypair, cfg_.server_key);
+        daemon::make_curve_client(sub, *cfg_.keypair,
+                                  publish_keys[cfg_.controller_publish.front()]);
         sub_watch = std::make_unique<daemon::HandshakeWatch>(ctx, sub.get(), "controller",
-                                                             cfg_.controller_publish);
+                                                             cfg_.controller_publish, publish_keys);
     }
     topics_[0] = wire::topic(Scope::Global, "", "");
     topics_[1] = wire::topic(Scope::Region, cfg_.region, "");
     topics_[2] = wire::topic(Scope::Zone, cfg_.region, cfg_.zone);
     for (const std::string& t : topics_) sub.set(ZMQ_SUBSCRIBE, std::string_view(t));
-    for (const std::string& ep : cfg_.controller_publish) sub.connect(ep);
+    for (const std::string& ep : cfg_.controller_publish) {
+        if (curve_up) sub.set(ZMQ_CURVE_SERVERKEY, std::string_view(publish_keys[ep]));
+        sub.connect(ep);
+    }
     for (const std::string& ep : cfg_.controller_usage) {
         auto c =
             std::make_unique<Controller>(Controller{ep, daemon::Socket(ctx, ZMQ_PUSH), nullptr});
@@ -96,7 +104,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         c->push.set(ZMQ_IMMEDIATE, 1);
         c->push.set(ZMQ_SNDHWM, 4);
         if (curve_up) {
-            daemon::make_curve_client(c->push, *cfg_.keypair, cfg_.server_key);
+            daemon::make_curve_client(c->push, *cfg_.keypair, controller_key(cfg_, ep));
             c->watch = std::make_unique<daemon::HandshakeWatch>(ctx, c->push.get(), "controller",
                                                                 std::vector<std::string>{ep});
             daemon::HandshakeWatch* w = c->watch.get();

@@ -27,27 +27,6 @@ const std::string& peer_key(const Config& c, const std::string& endpoint) {
     return it == c.peer_keys.end() ? c.server_key : it->second;
 }
 
-namespace {
-
-// `--peer EP=FILE`: the endpoint, and the peer's public key read from FILE into `keys`. A
-// tcp:// or ipc:// endpoint has no '=' of its own.
-std::string split_peer(std::string& peer, std::map<std::string, std::string>& keys) {
-    std::size_t eq = peer.find('=');
-    if (eq == std::string::npos) return {};
-    std::string file = peer.substr(eq + 1);
-    peer.resize(eq);
-    if (peer.empty() || file.empty())
-        return "--peer: expected EP or EP=FILE, not \"" + peer + "=" + file + "\"";
-    try {
-        keys[peer] = daemon::load_public_key(file);
-    } catch (const std::exception& e) {
-        return std::string("--peer: ") + e.what();
-    }
-    return {};
-}
-
-}  // namespace
-
 daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     namespace cli = daemon::cli;
     Config c;
@@ -147,7 +126,7 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     // Given, not their contents: an empty key list is a valid (closed) list.
     std::string error;
     for (std::string& p : c.peers) {
-        if (error.empty()) error = split_peer(p, c.peer_keys);
+        if (error.empty()) error = cli::split_keyed_endpoint("--peer", p, c.peer_keys);
     }
     if (!error.empty()) {
         // a bad --peer EP=FILE, reported as it is

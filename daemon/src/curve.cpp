@@ -141,10 +141,12 @@ HandshakeFailure failure_of(std::uint16_t event, std::uint32_t value) {
 }  // namespace
 
 HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
-                               std::vector<std::string> endpoints)
+                               std::vector<std::string> endpoints,
+                               std::map<std::string, std::string> server_keys)
     : socket_(socket),
       monitor_(ctx, ZMQ_PAIR),
       peer_(std::move(peer)),
+      server_keys_(std::move(server_keys)),
       handshakes_(std::move(endpoints)) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-handshake-watch-" + std::to_string(next++);
@@ -183,6 +185,11 @@ void HandshakeWatch::handle(std::uint64_t now_ms) {
     }
     for (const std::string& e : handshakes_.due(now_ms)) {
         zmq_disconnect(socket_, e.c_str());  // ENOENT when libzmq already dropped it
+        // A connection takes the socket's options as they are when it is made.
+        auto key = server_keys_.find(e);
+        if (key != server_keys_.end()) {
+            zmq_setsockopt(socket_, ZMQ_CURVE_SERVERKEY, key->second.data(), key->second.size());
+        }
         if (zmq_connect(socket_, e.c_str()) != 0) {
             log_error("connect " + e + ": " + zmq_error());
         }

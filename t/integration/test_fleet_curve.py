@@ -309,3 +309,52 @@ def test_each_peer_controller_has_its_own_key(fleet, tmp_path):
         assert "CURVE handshake with the peer controller at %s" % stolen_b_ep in a.log()
     finally:
         ctx.destroy(0)
+
+
+def test_active_active_controllers_with_keys_of_their_own(fleet, tmp_path):
+    """A collector names each controller's own public key (--controller-usage EP=FILE,
+    --controller-publish EP=FILE), so active-active partners need not share a key pair: both
+    get the zone's usage and their instructions reach nginx, while a publisher holding one
+    partner's stolen key pair where the collector expects the other's never completes a
+    handshake (counted, logged), also when the collector connects to it again."""
+    a_key, a_keys = keygen(tmp_path, "ctl-a")
+    b_key, b_keys = keygen(tmp_path, "ctl-b")
+    col_key, col_keys = keygen(tmp_path, "collector")
+    collectors = tmp_path / "collectors"
+    collectors.write_text("%s z1\n" % col_keys["public-key"].decode())
+    ctx = zmq.Context()
+    stolen_b, stolen_b_ep = curve_server(ctx, b_keys)
+    try:
+        ctls = [fleet.controller(name=n, extra=["--curve-keypair", k, "--curve-clients", str(collectors)])
+                for n, k in (("ctl-a", a_key), ("ctl-b", b_key))]
+        extra = ["--curve-keypair", col_key,
+                 "--controller-publish", "%s=%s.pub" % (stolen_b_ep, a_key)]
+        for c, k in zip(ctls, (a_key, b_key)):
+            extra += ["--controller-usage", "%s=%s.pub" % (c.usage, k),
+                      "--controller-publish", "%s=%s.pub" % (c.publish, k)]
+        col = fleet.add(f.Collector("z1", [], extra=extra))
+        ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
+        for c in ctls:
+            fleet.wait_hosts(c, 2)
+        load = f.Load([(ns[0], 2), (ns[1], 1)], "150:20", "/g/x")
+        try:
+            f.wait_nginx_bucket(ns, "g", lambda b: abs(b["ratio"] - 1 / 3) < 0.05, 10)
+            for c in ctls:
+                f.h.wait_until(lambda: abs(ratio(c) - 1 / 3) < 0.05, 5, what="%s's ratio" % c.name)
+            # "Drop everything" from B's stolen key pair, where A's key is expected, past the
+            # collector's first two redials (1 s, then 2 s later).
+            end = time.monotonic() + 3.5
+            while time.monotonic() < end:
+                stolen_b.send_multipart([b"grl/g/", drop_all()])
+                for n in ns:
+                    b = n.bucket("g")
+                    assert abs(b["ratio"] - 1 / 3) < 0.1, ("the impostor's instruction got through", b)
+                time.sleep(0.1)
+            m = col.metrics()
+            assert f.metric(m, "grl_curve_client_handshakes_total", peer="controller", result="failed") >= 2
+            assert f.metric(m, "grl_curve_client_handshakes_total", peer="controller", result="ok") >= 4
+            assert "CURVE handshake with the controller at %s" % stolen_b_ep in col.log()
+        finally:
+            load.stop()
+    finally:
+        ctx.destroy(0)

@@ -63,8 +63,10 @@ class ZapHandler {
 class HandshakeWatch {
   public:
     // `peer` names the other side in log lines ("controller", "peer controller").
-    HandshakeWatch(Context& ctx, void* socket, std::string peer,
-                   std::vector<std::string> endpoints);
+    // `server_keys` (endpoint -> public key) for a socket connected to servers with keys of
+    // their own: each is set again before its endpoint is connected again.
+    HandshakeWatch(Context& ctx, void* socket, std::string peer, std::vector<std::string> endpoints,
+                   std::map<std::string, std::string> server_keys = {});
     HandshakeWatch(const HandshakeWatch&) = delete;
     HandshakeWatch& operator=(const HandshakeWatch&) = delete;
 
@@ -81,6 +83,7 @@ class HandshakeWatch {
     void* socket_;
     Socket monitor_;
     std::string peer_;
+    std::map<std::string, std::string> server_keys_;
     Handshakes handshakes_;
     std::vector<Frame> frames_;
 };
