@@ -105,8 +105,10 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         c->push.set(ZMQ_SNDHWM, 4);
         if (curve_up) {
             daemon::make_curve_client(c->push, *cfg_.keypair, controller_key(cfg_, ep));
-            c->watch = std::make_unique<daemon::HandshakeWatch>(ctx, c->push.get(), "controller",
-                                                                std::vector<std::string>{ep});
+            std::map<std::string, std::string> own_key;  // for the wording of log lines
+            if (cfg_.controller_keys.count(ep) > 0) own_key[ep] = controller_key(cfg_, ep);
+            c->watch = std::make_unique<daemon::HandshakeWatch>(
+                ctx, c->push.get(), "controller", std::vector<std::string>{ep}, std::move(own_key));
             daemon::HandshakeWatch* w = c->watch.get();
             loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
         }

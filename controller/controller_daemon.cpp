@@ -125,8 +125,12 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
             // Each peer's own key when given: one stolen controller key pair then
             // impersonates that controller only, not every peer.
             daemon::make_curve_client(p->sock, *cfg_.keypair, peer_key(cfg_, p->endpoint));
+            std::map<std::string, std::string> own_key;  // names the =FILE in log lines
+            if (cfg_.peer_keys.count(p->endpoint) > 0)
+                own_key[p->endpoint] = peer_key(cfg_, p->endpoint);
             p->watch = std::make_unique<daemon::HandshakeWatch>(
-                ctx, p->sock.get(), "peer controller", std::vector<std::string>{p->endpoint});
+                ctx, p->sock.get(), "peer controller", std::vector<std::string>{p->endpoint},
+                std::move(own_key));
             daemon::HandshakeWatch* w = p->watch.get();
             loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
             loop_.every(250, [w] { w->handle(daemon::mono_ms()); });

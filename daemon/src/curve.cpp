@@ -179,7 +179,9 @@ void HandshakeWatch::handle(std::uint64_t now_ms) {
         } else {
             log_error("CURVE handshake with the " + peer_ + " at " + address + " " +
                       describe(failure_of(event, value), value,
-                               {peer_, "this daemon", "--curve-server-key"}) +
+                               {peer_, "this daemon",
+                                server_keys_.empty() ? "--curve-server-key"
+                                                     : "EP=FILE or --curve-server-key"}) +
                       "; retrying with backoff");
         }
     }
