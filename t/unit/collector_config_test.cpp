@@ -164,7 +164,7 @@ TEST(CollectorConfig, UnknownRepeatedAndMissingOptions) {
                   .find("--controller-publish is required"),
               std::string::npos);
     // One value per occurrence of a repeatable option.
-    EXPECT_NE(error_of({"--controller-usage", "a", "b"}).find("b"), std::string::npos);
+    EXPECT_NE(error_of({"--controller-usage", "a", "b"}).find('b'), std::string::npos);
 }
 
 TEST(CollectorConfig, CrossOptionRules) {
