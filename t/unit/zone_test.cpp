@@ -335,8 +335,14 @@ struct PlaneFixture : ZoneFixture {
         m.seq = ts;
         m.ts_ms = ts;
         m.ttl_ms = ttl;
-        m.buckets.push_back({"api", ppm, 100000, Mode::Deny, false, {}});
-        m.buckets.push_back({"unknown", ppm, 1, Mode::Deny, false, {}});
+        for (auto [name, limit] :
+             {std::pair<const char*, std::uint64_t>{"api", 100000}, {"unknown", 1}}) {
+            wire::Instruction in;  // named fields: the struct grows (basis, keys)
+            in.name = name;
+            in.ratio_ppm = ppm;
+            in.limit_mrps = limit;
+            m.buckets.push_back(in);
+        }
         return m;
     }
 };
