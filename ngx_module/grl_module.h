@@ -65,7 +65,8 @@ struct MainConf {
 
     ngx_msec_t report_interval;
     ngx_msec_t instruction_ttl;
-    ngx_uint_t has_host;  // grl_host was given
+    ngx_uint_t has_host;       // grl_host was given
+    ngx_flag_t surge_damping;  // grl_surge_damping (docs/design.md "Surge damping")
 
     // The request path (grl_handler.cpp). The per-request record (RequestCtx) is
     // kept in the request's slot of an internal variable at `record_index`; it is

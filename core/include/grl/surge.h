@@ -58,6 +58,8 @@ class Damper {
     std::uint32_t check(std::uint64_t now_ms, std::uint64_t offered);
 
     State state() const { return state_; }
+    // A usable basis is held: check() may tighten or ease (the reporter checks only then).
+    bool has_basis() const { return has_basis_; }
     double basis_rps() const { return basis_rps_; }    // this host's offered rate in the basis
     double budget_rps() const { return budget_rps_; }  // its share of the limit
     double current_rps() const { return current_rps_; }
