@@ -68,6 +68,34 @@ TEST(Surge, A15xSurgeIsHeldAtTheHostsShareBeforeTheControlPlaneAnswers) {
     EXPECT_NEAR(h.d.basis_rps(), 1500, 60);
 }
 
+// The load balancer moves load between hosts, the total unchanged (issue 11: 70/10/10/10 ->
+// 10/10/10/70 at 1.5 L). The host that gains 7x cannot tell that from a surge on it alone; its
+// rate stays within the instance's whole offered rate O, so it keeps the ratio the basis
+// implies for the instance (here the control plane's own), not its old share (which would
+// admit 0.1 L of its 0.7 L, and the fleet 0.45 L). Beyond O it must be a surge: its share.
+TEST(Surge, ALoadBalancerShiftWithinTheInstancesRateIsNotHeldAtTheOldShare) {
+    Host h;
+    h.run(2000, 150);
+    h.answer(333'333, 1000, 1500, 100);  // 1.5 L, ratio 1/3; this host 0.1 of it: share 100
+    h.run(200, 1050);                    // 10% -> 70% of the same total
+    EXPECT_EQ(h.d.state(), State::Following);
+    EXPECT_EQ(h.ratio, 333'333u);
+    h.run(200, 2250);  // 1.5x the whole instance's rate: only a surge does that
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1 - 100.0 / 2250, 0.03);
+}
+
+// Within O, a control plane ratio below the one the basis implies (a smoothed ratio that lags)
+// is raised to 1 - L / O, not to the host's share.
+TEST(Surge, AShiftUnderALaggingRatioHoldsTheInstancesRatio) {
+    Host h;
+    h.run(2000, 150);
+    h.answer(0, 1000, 1500, 100);  // the basis says 1.5 L, the smoothed ratio is still 0
+    h.run(200, 1050);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1.0 / 3, 0.01);
+}
+
 TEST(Surge, AFallEasesDropsToTheHostsShare) {
     Host h;
     // At rates where 50 ms hold enough requests to tell a fall from noise (at lower rates
