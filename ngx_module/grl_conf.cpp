@@ -452,6 +452,7 @@ char* set_record_flag(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         auto* m =
             static_cast<MainConf*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_grl_module));
         m->record_needed = 1;
+        if (sv(cmd->name) == "grl_ratelimit_headers") m->ratelimit_headers_used = 1;
     }
     return NGX_CONF_OK;
 }

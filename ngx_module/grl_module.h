@@ -77,6 +77,9 @@ struct MainConf {
     ngx_uint_t record_index;
     ngx_flag_t record_needed;
     ngx_flag_t procedure_is_uri;  // grl_procedure is $uri (the default): read r->uri
+    // `grl_ratelimit_headers on` appears somewhere: only then is the header filter installed
+    // (otherwise every response, matched or not, paid a call through it).
+    ngx_flag_t ratelimit_headers_used;
 };
 
 struct LocConf {
