@@ -96,6 +96,25 @@ TEST(Surge, AShiftUnderALaggingRatioHoldsTheInstancesRatio) {
     EXPECT_NEAR(h.ratio / 1e6, 1.0 / 3, 0.01);
 }
 
+// During a surge the control plane's first answers have a basis that mixes the old and the new
+// rates: O has grown (x8 here) but this host's surge rate is still within it. A total that
+// rises from one basis to the next is no shift: the host keeps its share, not 1 - L / O.
+TEST(Surge, ASurgeSeenInPartByTheBasisKeepsTheShare) {
+    Host h;
+    h.run(2000, 100);            // ends on a report (every 250 ms)
+    h.answer(0, 800, 400, 100);  // 4 hosts x 100 r/s under a limit of 800: share 200
+    h.run(125, 100);
+    h.run(125, 1500);  // the report at the end of this interval saw both rates: 800 r/s
+    h.run(50, 1500);
+    // A basis 40 ms old: this host's rate in it 800 r/s, the instance's 3,200 (x8), a ratio
+    // that lags. Shift-explainable by O (1,500 <= 3,200), but O is rising: the host's share
+    // 800 x 800 / 3200 = 200 r/s still holds.
+    h.answer(500'000, 800, 3200, 40);
+    h.run(50, 1500);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1 - 200.0 / 1500, 0.03);
+}
+
 TEST(Surge, AFallEasesDropsToTheHostsShare) {
     Host h;
     // At rates where 50 ms hold enough requests to tell a fall from noise (at lower rates

@@ -31,6 +31,9 @@ inline constexpr std::size_t kReports = 8;  // report history kept for finding t
 // in it (x this margin) may be receiving load the balancer moved from other hosts, the total
 // unchanged; only a rate beyond that must be a surge (docs/design.md, "load-balancer shift").
 inline constexpr double kShiftMargin = 1.05;
+// A basis whose instance rate O is this much above the previous basis's says the total is
+// rising: a surge the control plane has begun to see, not a shift; the shares apply.
+inline constexpr double kTotalRising = 1.25;
 inline constexpr std::size_t kChecks = 110;  // check points kept (at 10 ms: 1.09 s)
 
 // The control plane's answer for one bucket, as received (wire::Instruction).
@@ -82,8 +85,10 @@ class Damper {
     std::size_t n_checks_ = 0;
     bool has_basis_ = false;
     std::uint32_t cp_ppm_ = 0;
-    double limit_rps_ = 0;     // L in the basis
-    double instance_rps_ = 0;  // O: the instance's offered rate in the basis sample
+    double limit_rps_ = 0;              // L in the basis
+    double instance_rps_ = 0;           // O: the instance's offered rate in the basis sample
+    double previous_instance_rps_ = 0;  // O of the instruction before (0: none)
+    bool total_rising_ = false;         // O grew by kTotalRising since then
     double basis_rps_ = 0;
     double budget_rps_ = 0;
     double current_rps_ = 0;
