@@ -12,6 +12,7 @@ one), limit_req.
 
 Usage: bench/instructions_per_request.py [--module ...] [--requests 20000]
        [--variants plain,grl,limit_req]  (grl_headers: grl with grl_ratelimit_headers on;
+       grl_noplane: grl without a control plane, i.e. no ZeroMQ thread, as in workers but 0;
        grl=PATH: grl with the module at PATH, e.g. another branch's build, in the same run)
 """
 import argparse
@@ -61,7 +62,7 @@ def count(variant, requests, args, pub):
                 if time.time() > deadline:
                     raise
                 time.sleep(0.2)
-        if variant.startswith("grl"):  # until the ratio-0 instructions are in force
+        if variant.startswith("grl") and variant != "grl_noplane":  # until ratio 0 is in force
             import json
             deadline = time.time() + 30
             while True:
