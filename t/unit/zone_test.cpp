@@ -353,11 +353,11 @@ struct PlaneFixture : ZoneFixture {
         m.ttl_ms = ttl;
         for (auto [name, limit] :
              {std::pair<const char*, std::uint64_t>{"api", 100000}, {"unknown", 1}}) {
-            wire::Instruction in;  // named fields: the struct grows (basis, keys)
-            in.name = name;
-            in.ratio_ppm = ppm;
-            in.limit_mrps = limit;
-            m.buckets.push_back(in);
+            wire::Instruction b;
+            b.name = name;
+            b.ratio_ppm = ppm;
+            b.limit_mrps = limit;
+            m.buckets.push_back(b);
         }
         return m;
     }
