@@ -541,7 +541,8 @@ def ten_buckets(rate=1_000_000):
 
 def frontend_http(variant, port, backend_port, buckets, host_id="h1", per_host_rate=None,
                   redis_port=None, redis_fail="open", redis_timeout="50ms",
-                  collector=None, instructions=None, report_interval=None, limit_req_burst=None):
+                  collector=None, instructions=None, report_interval=None, limit_req_burst=None,
+                  grl_extra=""):
     """The http{} body of one frontend nginx: proxy_pass to the backend (keep-alive upstream)
     with the variant's limiter on every request."""
     up = f"""
@@ -571,6 +572,7 @@ def frontend_http(variant, port, backend_port, buckets, host_id="h1", per_host_r
 {defs}
     grl_host id={host_id} zone=z1 region=r1;
 {plane}{f"    grl_report_interval {report_interval};" if report_interval else ""}
+    {grl_extra}
 """
         loc = "grl on;"
         extra = "location = /grl { grl off; grl_status; }"
@@ -649,7 +651,7 @@ class Fleet:
 
 def start_fleet(variant, backend, buckets, hosts=1, per_host_rate=None, redis_fail="open",
                 allow_publisher=False, redis=None, grl_interval=None, grl_window=None,
-                warm=256):
+                warm=256, grl_extra=""):
     """Starts one variant: `hosts` nginx frontends proxying to `backend` with the limiter and
     what it needs. grl gets the real control plane (collector + controller); with
     `allow_publisher` and no control plane built, a test publisher keeps ratio-0 instructions
@@ -657,7 +659,8 @@ def start_fleet(variant, backend, buckets, hosts=1, per_host_rate=None, redis_fa
     use (the caller owns it); otherwise the Redis variant starts its own. `grl_interval`:
     nginx's report interval and the collector's and controller's intervals (None: defaults);
     `grl_window`: the controller's smoothing window in intervals (None: default). Every host
-    is warmed with `warm` concurrent connections (warm_connections())."""
+    is warmed with `warm` concurrent connections (warm_connections()). `grl_extra`: more grl
+    directives for every frontend's http{} (e.g. "grl_surge_damping off;")."""
     label = variant
     fleet = Fleet(variant, label)
     try:
@@ -678,7 +681,7 @@ def start_fleet(variant, backend, buckets, hosts=1, per_host_rate=None, redis_fa
                                 + (grl_interval or "default"))
                 kw = dict(collector=fleet.plane.collector_endpoint,
                           instructions=fleet.plane.instructions_endpoint,
-                          report_interval=grl_interval)
+                          report_interval=grl_interval, grl_extra=grl_extra)
             except ControlPlaneMissing:
                 if not allow_publisher:
                     raise

@@ -11,7 +11,9 @@ plain, grl (10 buckets, ratio-0 instructions in force, the request matches
 one), limit_req.
 
 Usage: bench/instructions_per_request.py [--module ...] [--requests 20000]
-       [--variants plain,grl,limit_req]  (grl_headers: grl with grl_ratelimit_headers on)
+       [--variants plain,grl,limit_req]  (grl_headers: grl with grl_ratelimit_headers on;
+       grl_noplane: grl without a control plane, i.e. no ZeroMQ thread, as in workers but 0;
+       grl=PATH: grl with the module at PATH, e.g. another branch's build, in the same run)
 """
 import argparse
 import http.client
@@ -28,12 +30,13 @@ import nginx_overhead as ov  # noqa: E402  (shares the configurations and publis
 
 
 def count(variant, requests, args, pub):
+    variant, _, module = variant.partition("=")  # grl=PATH: grl with another build's module
     prefix = tempfile.mkdtemp(prefix="grl-ipr-")
     os.chmod(prefix, 0o755)
     os.makedirs(os.path.join(prefix, "logs"))
     os.makedirs(os.path.join(prefix, "tmp"))
     port = ov.free_port()
-    conf = ov.conf(variant, port, args.module, pub.endpoint)
+    conf = ov.conf(variant, port, os.path.abspath(module) if module else args.module, pub.endpoint)
     conf = "master_process off;\ndaemon off;\n" + conf.replace("worker_cpu_affinity 01;", "")
     path = os.path.join(prefix, "nginx.conf")
     with open(path, "w") as f:
@@ -59,7 +62,7 @@ def count(variant, requests, args, pub):
                 if time.time() > deadline:
                     raise
                 time.sleep(0.2)
-        if variant.startswith("grl"):  # until the ratio-0 instructions are in force
+        if variant.startswith("grl") and variant != "grl_noplane":  # until ratio 0 is in force
             import json
             deadline = time.time() + 30
             while True:

@@ -452,6 +452,7 @@ char* set_record_flag(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         auto* m =
             static_cast<MainConf*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_grl_module));
         m->record_needed = 1;
+        if (sv(cmd->name) == "grl_ratelimit_headers") m->ratelimit_headers_used = 1;
     }
     return NGX_CONF_OK;
 }
@@ -561,6 +562,8 @@ ngx_command_t commands[] = {
      NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, report_interval), nullptr},
     {ngx_string("grl_instruction_ttl"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, set_duration,
      NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, instruction_ttl), nullptr},
+    {ngx_string("grl_surge_damping"), NGX_HTTP_MAIN_CONF | NGX_CONF_FLAG, ngx_conf_set_flag_slot,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(MainConf, surge_damping), nullptr},
     {ngx_string("grl"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
      ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(LocConf, enable), nullptr},
     {ngx_string("grl_reject_status"),
@@ -604,6 +607,7 @@ void* create_main_conf(ngx_conf_t* cf) noexcept {
     m->missing_caller = NGX_CONF_UNSET_UINT;
     m->report_interval = NGX_CONF_UNSET_MSEC;
     m->instruction_ttl = NGX_CONF_UNSET_MSEC;
+    m->surge_damping = NGX_CONF_UNSET;
     return m;
 }
 
@@ -613,6 +617,7 @@ char* init_main_conf(ngx_conf_t* cf, void* conf) noexcept {
         ngx_conf_init_uint_value(m->missing_caller, kMissingSkip);
         ngx_conf_init_msec_value(m->report_interval, 1000);
         ngx_conf_init_msec_value(m->instruction_ttl, 5000);
+        ngx_conf_init_value(m->surge_damping, 1);
         if (m->procedure.cv == nullptr && m->procedure.index < 0) {
             ngx_str_t uri = ngx_string("uri");
             m->procedure.index = ngx_http_get_variable_index(cf, &uri);

@@ -102,7 +102,9 @@ ngx_int_t header_filter(ngx_http_request_t* r) noexcept {
 
 }  // namespace
 
-ngx_int_t install_header_filter(ngx_conf_t*) noexcept {
+ngx_int_t install_header_filter(ngx_conf_t* cf) noexcept {
+    auto* m = static_cast<MainConf*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_grl_module));
+    if (m == nullptr || !m->ratelimit_headers_used) return NGX_OK;
     g_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = header_filter;
     return NGX_OK;

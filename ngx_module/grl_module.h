@@ -65,7 +65,8 @@ struct MainConf {
 
     ngx_msec_t report_interval;
     ngx_msec_t instruction_ttl;
-    ngx_uint_t has_host;  // grl_host was given
+    ngx_uint_t has_host;       // grl_host was given
+    ngx_flag_t surge_damping;  // grl_surge_damping (docs/design.md "Surge damping")
 
     // The request path (grl_handler.cpp). The per-request record (RequestCtx) is
     // kept in the request's slot of an internal variable at `record_index`; it is
@@ -76,6 +77,9 @@ struct MainConf {
     ngx_uint_t record_index;
     ngx_flag_t record_needed;
     ngx_flag_t procedure_is_uri;  // grl_procedure is $uri (the default): read r->uri
+    // `grl_ratelimit_headers on` appears somewhere: only then is the header filter installed
+    // (otherwise every response, matched or not, paid a call through it).
+    ngx_flag_t ratelimit_headers_used;
 };
 
 struct LocConf {

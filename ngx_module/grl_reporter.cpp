@@ -35,7 +35,8 @@ struct Reporter {
     ngx_connection_t* sub_conn = nullptr;
     ngx_event_t tick;
     // Surge damping (docs/design.md): one damper per configured bucket (table order),
-    // checked every kSurgeCheckMs; the ratio it applies is the one decide() reads.
+    // checked every kSurgeCheckMs while one of them holds a basis; the ratio it applies is
+    // the one decide() reads. None with grl_surge_damping off.
     ngx_event_t surge_tick;
     std::vector<surge::Damper> dampers;
     std::vector<surge::State> damper_logged;
@@ -102,7 +103,7 @@ void surge_check(Reporter& rep, const zone::View& z, std::size_t i) {
         d.clear();
         return;
     }
-    const std::uint32_t ppm = d.check(now, z.totals(t.slots[i]).offered);
+    const std::uint32_t ppm = d.check(now, z.offered(t.slots[i]));
     if (d.state() == surge::State::NoBasis) return;  // the control plane's ratio stands
     s.threshold.store(ppm_to_threshold(ppm), std::memory_order_relaxed);
     const surge::State st = d.state();
@@ -117,6 +118,21 @@ void surge_check(Reporter& rep, const zone::View& z, std::size_t i) {
                   "in the control plane's basis, this host's share %.1f r/s, ratio %.4f",
                   t.defs[i].name.c_str(), std::string(surge::to_string(st)).c_str(),
                   d.current_rps(), d.basis_rps(), d.budget_rps(), static_cast<double>(ppm) / 1e6);
+}
+
+// The periodic check runs only while some damper holds a basis: without one (a controller
+// that sends none, no report history yet, every instruction expired) a check could change
+// nothing, and a 10 ms timer would wake the worker 100 times a second for nothing.
+bool any_basis(const Reporter& rep) {
+    for (const surge::Damper& d : rep.dampers) {
+        if (d.has_basis()) return true;
+    }
+    return false;
+}
+
+void arm_surge_tick(Reporter& rep) {
+    if (rep.surge_tick.handler == nullptr || rep.surge_tick.timer_set || !any_basis(rep)) return;
+    ngx_add_timer(&rep.surge_tick, kSurgeCheckMs);
 }
 
 // Gives each configured bucket's damper the instruction just applied (an entry that lost to a
@@ -137,6 +153,7 @@ void feed_dampers(Reporter& rep, const zone::View& z, const wire::Instructions& 
                                        in.has_basis ? in.basis_ms : 0});
         surge_check(rep, z, k);  // at once, not at the next check
     }
+    arm_surge_tick(rep);
 }
 
 // Receives every pending instruction message without blocking.
@@ -388,11 +405,6 @@ void on_tick(ngx_event_t* ev) noexcept {
     ngx_add_timer(ev, rep.conf->report_interval);
 }
 
-// ZeroMQ's I/O thread makes this worker multi-threaded, and Linux then waits
-// for an RCU grace period (10-20 ms, measured) each time the process's file
-// table grows under load. Growing it once now, while the worker is still
-// single-threaded, to what worker_connections can need keeps that stall off
-// the request path.
 void on_surge_tick(ngx_event_t* ev) noexcept {
     if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
     Reporter& rep = *g_reporter;
@@ -401,9 +413,14 @@ void on_surge_tick(ngx_event_t* ev) noexcept {
         static_cast<std::uint32_t>(ngx_pid)) {
         for (std::size_t i = 0; i < rep.dampers.size(); ++i) surge_check(rep, z, i);
     }
-    ngx_add_timer(ev, kSurgeCheckMs);
+    if (any_basis(rep)) ngx_add_timer(ev, kSurgeCheckMs);  // else feed_dampers re-arms it
 }
 
+// ZeroMQ's I/O thread makes this worker multi-threaded, and Linux then waits
+// for an RCU grace period (10-20 ms, measured) each time the process's file
+// table grows under load. Growing it once now, while the worker is still
+// single-threaded, to what worker_connections can need keeps that stall off
+// the request path.
 void grow_fd_table(ngx_cycle_t* cycle) {
     struct rlimit rl;
     rlim_t want = 2 * static_cast<rlim_t>(cycle->connection_n) + 64;
@@ -542,21 +559,23 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
         rep->tick.data = rep;
         rep->tick.cancelable = 1;  // never delays a graceful shutdown
         ngx_add_timer(&rep->tick, m->report_interval);
-        rep->dampers.resize(c.table.defs.size());
-        rep->damper_logged.assign(c.table.defs.size(), surge::State::NoBasis);
-        if (!c.instruction_endpoints.empty()) {  // without reports there is no basis: NoBasis
+        // Damping needs both the instructions' basis and this host's own reports to find
+        // its rate in it; the check is armed when a basis arrives (arm_surge_tick).
+        if (m->surge_damping && !c.instruction_endpoints.empty() && rep->push != nullptr) {
+            rep->dampers.resize(c.table.defs.size());
+            rep->damper_logged.assign(c.table.defs.size(), surge::State::NoBasis);
             rep->surge_tick.handler = on_surge_tick;
             rep->surge_tick.log = cycle->log;
             rep->surge_tick.data = rep;
             rep->surge_tick.cancelable = 1;
-            ngx_add_timer(&rep->surge_tick, kSurgeCheckMs);
         }
         ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
                       "grl: reporter started as host \"%s\" (zone \"%s\", region \"%s\"), "
-                      "collector \"%s\", %uz instruction endpoint(s)%s",
+                      "collector \"%s\", %uz instruction endpoint(s)%s%s",
                       c.id.host.c_str(), c.id.zone.c_str(), c.id.region.c_str(),
                       c.collector_endpoint.empty() ? "none" : c.collector_endpoint.c_str(),
-                      c.instruction_endpoints.size(), c.curve() ? ", CURVE on" : "");
+                      c.instruction_endpoints.size(), c.curve() ? ", CURVE on" : "",
+                      m->surge_damping ? "" : ", surge damping off");
     } catch (const std::exception& e) {
         // Fail open: the worker serves traffic without a control plane.
         ngx_log_error(NGX_LOG_ERR, cycle->log, 0, "grl: reporter not started: %s", e.what());

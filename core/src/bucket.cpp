@@ -299,8 +299,13 @@ void Matcher::build_index() {
         table_[s] = {h, static_cast<std::uint32_t>(lists_.size())};
         auto& lens = lengths_[tag];
         const auto len = static_cast<std::uint32_t>(key.size());
-        auto at = std::lower_bound(lens.begin(), lens.end(), len);
-        if (at == lens.end() || *at != len) lens.insert(at, len);
+        auto at = std::lower_bound(lens.begin(), lens.end(), len,
+                                   [](const KeyLength& k, std::uint32_t l) { return k.len < l; });
+        if (at == lens.end() || at->len != len) at = lens.insert(at, KeyLength{len, {0, 0, 0, 0}});
+        if (len > 0) {
+            const auto b = static_cast<unsigned char>(key[len - 1]);
+            at->last[b >> 6] |= std::uint64_t{1} << (b & 63);
+        }
     }
 }
 
@@ -322,10 +327,14 @@ std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_
         if (list) take_list(list->buckets);
     };
     auto probe = [&](Tag exact, Tag prefix, std::string_view v) {
-        if (!lengths_[exact].empty()) take(lookup(exact, v.data(), v.size()));
-        for (std::uint32_t len : lengths_[prefix]) {
-            if (len > v.size()) break;
-            take(lookup(prefix, v.data(), len));
+        for (const KeyLength& k : lengths_[exact]) {
+            if (k.len < v.size()) continue;
+            if (k.len == v.size() && k.may_match(v)) take(lookup(exact, v.data(), v.size()));
+            break;
+        }
+        for (const KeyLength& k : lengths_[prefix]) {
+            if (k.len > v.size()) break;
+            if (k.may_match(v)) take(lookup(prefix, v.data(), k.len));
         }
     };
     probe(kProcedureExact, kProcedurePrefix, key.procedure);

@@ -23,6 +23,9 @@ void Damper::on_report(std::uint64_t wall_ms, std::uint64_t offered) {
 void Damper::on_instruction(const Basis& b) {
     cp_ppm_ = b.ratio_ppm;
     has_basis_ = false;
+    const double instance = static_cast<double>(b.offered_mrps) / 1000.0;
+    total_rising_ = previous_instance_rps_ > 0 && instance > kTotalRising * previous_instance_rps_;
+    previous_instance_rps_ = instance;
     if (b.basis_ms == 0 || b.offered_mrps == 0) return;
     // The collector rated this host from its last two reports it had received when it built
     // the usage: the newest report sent kTransitMs before the stamp, and the one before it.
@@ -36,8 +39,9 @@ void Damper::on_instruction(const Basis& b) {
             static_cast<double>(p.offered - q.offered) * 1000.0 / static_cast<double>(p.ms - q.ms);
         // An idle host has no share to keep: it gets no local rule (the ratio alone).
         if (basis_rps_ <= 0) return;
-        budget_rps_ =
-            basis_rps_ * static_cast<double>(b.limit_mrps) / static_cast<double>(b.offered_mrps);
+        limit_rps_ = static_cast<double>(b.limit_mrps) / 1000.0;
+        instance_rps_ = instance;
+        budget_rps_ = basis_rps_ * limit_rps_ / instance_rps_;
         has_basis_ = true;
         return;
     }
@@ -71,7 +75,23 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
         const bool above = admitted > high + w.sigmas * std::sqrt(high) + 3.0;
         const bool below = admitted + w.sigmas * std::sqrt(low) + 3.0 < low;
         if (!above && !below) continue;
-        current_rps_ = n * 1000.0 / dt_ms;
+        const double rate = n * 1000.0 / dt_ms;
+        if (above && !total_rising_ && rate > basis_rps_ && rate <= kShiftMargin * instance_rps_) {
+            // Load moved here from other hosts would look the same, and then the total, and
+            // the ratio it needs, are unchanged: holding this host at its old share would
+            // reject what the others no longer offer. Hold the ratio the basis implies for
+            // the whole instance instead (1 - L / O), until the control plane has seen it.
+            // Not while O itself is rising from one basis to the next: that is a surge the
+            // control plane has begun to see (its basis mixes the old and new rates).
+            const double r = std::clamp(1.0 - limit_rps_ / instance_rps_, 0.0, 1.0);
+            const auto shift_ppm = static_cast<std::uint32_t>(std::lround(r * 1e6));
+            if (shift_ppm <= cp_ppm_) continue;
+            current_rps_ = rate;
+            state_ = State::Tightened;
+            applied_ppm_ = shift_ppm;
+            return applied_ppm_;
+        }
+        current_rps_ = rate;
         // The ratio that admits this host's share of the limit at its current rate.
         const double r = std::clamp(1.0 - budget_rps_ / std::max(current_rps_, 1e-9), 0.0, 1.0);
         const auto share_ppm = static_cast<std::uint32_t>(std::lround(r * 1e6));

@@ -180,4 +180,12 @@ View::Totals View::totals(std::uint32_t bucket) const {
     return t;
 }
 
+std::uint64_t View::offered(std::uint32_t bucket) const {
+    std::uint64_t n = 0;
+    for (std::uint32_t w = 0; w < kWorkerSlots; ++w) {
+        n += counters(bucket, w).offered.load(std::memory_order_relaxed);
+    }
+    return n;
+}
+
 }  // namespace grl::zone

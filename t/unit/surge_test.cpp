@@ -68,6 +68,53 @@ TEST(Surge, A15xSurgeIsHeldAtTheHostsShareBeforeTheControlPlaneAnswers) {
     EXPECT_NEAR(h.d.basis_rps(), 1500, 60);
 }
 
+// The load balancer moves load between hosts, the total unchanged (issue 11: 70/10/10/10 ->
+// 10/10/10/70 at 1.5 L). The host that gains 7x cannot tell that from a surge on it alone; its
+// rate stays within the instance's whole offered rate O, so it keeps the ratio the basis
+// implies for the instance (here the control plane's own), not its old share (which would
+// admit 0.1 L of its 0.7 L, and the fleet 0.45 L). Beyond O it must be a surge: its share.
+TEST(Surge, ALoadBalancerShiftWithinTheInstancesRateIsNotHeldAtTheOldShare) {
+    Host h;
+    h.run(2000, 150);
+    h.answer(333'333, 1000, 1500, 100);  // 1.5 L, ratio 1/3; this host 0.1 of it: share 100
+    h.run(200, 1050);                    // 10% -> 70% of the same total
+    EXPECT_EQ(h.d.state(), State::Following);
+    EXPECT_EQ(h.ratio, 333'333u);
+    h.run(200, 2250);  // 1.5x the whole instance's rate: only a surge does that
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1 - 100.0 / 2250, 0.03);
+}
+
+// Within O, a control plane ratio below the one the basis implies (a smoothed ratio that lags)
+// is raised to 1 - L / O, not to the host's share.
+TEST(Surge, AShiftUnderALaggingRatioHoldsTheInstancesRatio) {
+    Host h;
+    h.run(2000, 150);
+    h.answer(0, 1000, 1500, 100);  // the basis says 1.5 L, the smoothed ratio is still 0
+    h.run(200, 1050);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1.0 / 3, 0.01);
+}
+
+// During a surge the control plane's first answers have a basis that mixes the old and the new
+// rates: O has grown (x8 here) but this host's surge rate is still within it. A total that
+// rises from one basis to the next is no shift: the host keeps its share, not 1 - L / O.
+TEST(Surge, ASurgeSeenInPartByTheBasisKeepsTheShare) {
+    Host h;
+    h.run(2000, 100);            // ends on a report (every 250 ms)
+    h.answer(0, 800, 400, 100);  // 4 hosts x 100 r/s under a limit of 800: share 200
+    h.run(125, 100);
+    h.run(125, 1500);  // the report at the end of this interval saw both rates: 800 r/s
+    h.run(50, 1500);
+    // A basis 40 ms old: this host's rate in it 800 r/s, the instance's 3,200 (x8), a ratio
+    // that lags. Shift-explainable by O (1,500 <= 3,200), but O is rising: the host's share
+    // 800 x 800 / 3200 = 200 r/s still holds.
+    h.answer(500'000, 800, 3200, 40);
+    h.run(50, 1500);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_NEAR(h.ratio / 1e6, 1 - 200.0 / 1500, 0.03);
+}
+
 TEST(Surge, AFallEasesDropsToTheHostsShare) {
     Host h;
     // At rates where 50 ms hold enough requests to tell a fall from noise (at lower rates

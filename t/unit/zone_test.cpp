@@ -82,6 +82,22 @@ TEST_F(ZoneFixture, ReloadKeepsSlotsCountersAndRatios) {
     EXPECT_EQ(z.slot(a).threshold.load(), 123u);
 }
 
+// offered() (surge damping's 10 ms read) is totals().offered over every worker line, the
+// wrapped ones included, and reads no other bucket's lines.
+TEST_F(ZoneFixture, OfferedSumsEveryWorkerLineOfOneBucket) {
+    std::vector<std::uint16_t> slots;
+    std::uint64_t gen = 0;
+    ASSERT_EQ(z.assign({"a", "b"}, slots, gen), "");
+    z.counters(slots[0], 0).offered = 3;
+    z.counters(slots[0], zone::kWorkerSlots - 1).offered = 4;
+    z.counters(slots[0], zone::kWorkerSlots + 5).offered += 5;  // worker 37 wraps onto line 5
+    z.counters(slots[0], 0).dropped = 2;
+    z.counters(slots[1], 1).offered = 100;
+    EXPECT_EQ(z.offered(slots[0]), 12u);
+    EXPECT_EQ(z.offered(slots[0]), z.totals(slots[0]).offered);
+    EXPECT_EQ(z.offered(slots[1]), 100u);
+}
+
 TEST_F(ZoneFixture, RemovedBucketSlotIsFreedWhenNoRunningConfigurationHasIt) {
     std::vector<std::uint16_t> slots;
     std::uint64_t gen = 0;

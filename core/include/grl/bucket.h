@@ -140,7 +140,22 @@ class Matcher {
     std::vector<IndexKey> table_;  // open addressing, a power of two
     std::vector<List> lists_;
     std::vector<std::uint16_t> scan_;
-    std::vector<std::uint32_t> lengths_[4];  // distinct key lengths per tag, ascending
+    // Distinct key lengths per tag, ascending, each with the set of last bytes its keys end
+    // in: a request value whose byte at that position is not in the set cannot match a key
+    // of that length, so the lookup (a hash of the value's first `len` bytes) is skipped.
+    // Prefixes usually end at a path segment ('/'), so only the value's segment boundaries
+    // are looked up, however many prefix lengths the configuration has. Exact keys use the
+    // same filter on the value's own length and last byte.
+    struct KeyLength {
+        std::uint32_t len = 0;
+        std::uint64_t last[4] = {0, 0, 0, 0};  // 256 bits; len 0 always looked up
+        bool may_match(std::string_view v) const {
+            if (len == 0) return true;
+            const auto b = static_cast<unsigned char>(v[len - 1]);
+            return (last[b >> 6] >> (b & 63)) & 1;
+        }
+    };
+    std::vector<KeyLength> lengths_[4];
 
     std::vector<Entry> entries_;
     std::vector<Hot> hot_;              // parallel to entries_, rebuilt by add()

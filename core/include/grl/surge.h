@@ -26,7 +26,14 @@ struct Window {
     double sigmas;
 };
 inline constexpr std::array<Window, 3> kWindows = {{{50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
-inline constexpr std::size_t kReports = 8;   // report history kept for finding the basis
+inline constexpr std::size_t kReports = 8;  // report history kept for finding the basis
+// A host whose rate rose since the basis but stays within the instance's whole offered rate
+// in it (x this margin) may be receiving load the balancer moved from other hosts, the total
+// unchanged; only a rate beyond that must be a surge (docs/design.md, "load-balancer shift").
+inline constexpr double kShiftMargin = 1.05;
+// A basis whose instance rate O is this much above the previous basis's says the total is
+// rising: a surge the control plane has begun to see, not a shift; the shares apply.
+inline constexpr double kTotalRising = 1.25;
 inline constexpr std::size_t kChecks = 110;  // check points kept (at 10 ms: 1.09 s)
 
 // The control plane's answer for one bucket, as received (wire::Instruction).
@@ -58,6 +65,8 @@ class Damper {
     std::uint32_t check(std::uint64_t now_ms, std::uint64_t offered);
 
     State state() const { return state_; }
+    // A usable basis is held: check() may tighten or ease (the reporter checks only then).
+    bool has_basis() const { return has_basis_; }
     double basis_rps() const { return basis_rps_; }    // this host's offered rate in the basis
     double budget_rps() const { return budget_rps_; }  // its share of the limit
     double current_rps() const { return current_rps_; }
@@ -76,6 +85,10 @@ class Damper {
     std::size_t n_checks_ = 0;
     bool has_basis_ = false;
     std::uint32_t cp_ppm_ = 0;
+    double limit_rps_ = 0;              // L in the basis
+    double instance_rps_ = 0;           // O: the instance's offered rate in the basis sample
+    double previous_instance_rps_ = 0;  // O of the instruction before (0: none)
+    bool total_rising_ = false;         // O grew by kTotalRising since then
     double basis_rps_ = 0;
     double budget_rps_ = 0;
     double current_rps_ = 0;

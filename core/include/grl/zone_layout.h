@@ -185,6 +185,8 @@ class View {
     };
     // Sums a bucket's counters over all worker slots.
     Totals totals(std::uint32_t bucket) const;
+    // The offered count alone (what surge damping reads every 10 ms): one load per line.
+    std::uint64_t offered(std::uint32_t bucket) const;
 
     bool valid() const { return base_ != nullptr; }
     // Bucket slot used by run-time definition i.
