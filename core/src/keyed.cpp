@@ -161,10 +161,15 @@ std::vector<Hitter> Table::take_hitters(std::uint64_t min_offered, std::size_t k
         const std::uint64_t h = e.hash.load(std::memory_order_acquire);
         if (h == kFree || h == kClaiming) continue;
         const std::uint64_t offered = e.offered.load(std::memory_order_relaxed);
-        const std::uint64_t before = e.reported.exchange(offered, std::memory_order_relaxed);
-        const std::uint64_t delta = offered >= before ? offered - before : offered;
+        const std::uint64_t dropped = e.dropped.load(std::memory_order_relaxed);
+        const std::uint64_t now = (dropped << 32) | (offered & 0xffffffffULL);
+        const std::uint64_t before = e.reported.exchange(now, std::memory_order_relaxed);
+        // A claim resets the counters and `reported` together, so the deltas never go back;
+        // modulo 2^32 they survive the low halves wrapping.
+        const std::uint64_t delta = (offered - before) & 0xffffffffULL;
         if (delta == 0 || delta < min_offered) continue;
-        out.push_back({h, text_of(i), delta});
+        const std::uint64_t dropped_delta = (dropped - (before >> 32)) & 0xffffffffULL;
+        out.push_back({h, text_of(i), delta, std::min(dropped_delta, delta)});
     }
     auto busier = [](const Hitter& a, const Hitter& b) {
         return a.offered != b.offered ? a.offered > b.offered : a.hash < b.hash;

@@ -179,5 +179,25 @@ TEST(Keyed, HeavyHittersAreTheBusiestSinceTheLastReport) {
     EXPECT_TRUE(f.t.take_hitters(1, 10).empty());
 }
 
+TEST(Keyed, HeavyHittersCarryTheirDropsSinceTheLastReport) {
+    TableFixture f(64);
+    Entry& e = f.t.touch(hash_key("k"), "k", 1);
+    // 10 r/s with a 100 ms burst, 30 requests in one millisecond: 1 + 1 admitted, the rest
+    // over the local cap.
+    int dropped = 0;
+    for (int i = 0; i < 30; ++i) dropped += f.t.admit(e, 1, 10000, 100, 0) != Verdict::Pass;
+    std::vector<Hitter> top = f.t.take_hitters(1, 4);
+    ASSERT_EQ(top.size(), 1u);
+    EXPECT_EQ(top[0].offered, 30u);
+    EXPECT_EQ(top[0].dropped, static_cast<std::uint64_t>(dropped));
+    EXPECT_GT(dropped, 20);
+    // Later: 5 requests a second apart, all admitted; only they count.
+    for (int i = 0; i < 5; ++i) f.t.admit(e, 2000 + 1000 * i, 10000, 100, 0);
+    top = f.t.take_hitters(1, 4);
+    ASSERT_EQ(top.size(), 1u);
+    EXPECT_EQ(top[0].offered, 5u);
+    EXPECT_EQ(top[0].dropped, 0u);
+}
+
 }  // namespace
 }  // namespace grl::keyed
