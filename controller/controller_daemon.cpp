@@ -401,6 +401,9 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& 
             err = ctl_.remove_runtime(q.bucket, t);
             change = true;
             break;
+        case wire::AdminOp::Keys:  // the per-key sums come with the controller's keyed buckets
+            err = "op keys: this controller does not keep per-key sums yet";
+            break;
     }
     if (!err.empty()) {
         r.ok = false;

@@ -37,8 +37,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     for (std::size_t i = 0; i < full.buckets.size(); ++i) {
         if (full.buckets[i].name != view.buckets[i].name ||
-            !same(full.buckets[i], view.buckets[i])) {
+            !same(full.buckets[i], view.buckets[i]) ||
+            full.buckets[i].keyed != view.buckets[i].keyed) {
             std::abort();
+        }
+        grl::wire::KeyRange keys = grl::wire::keys_of(view, view.buckets[i]);
+        if (keys.size() != full.buckets[i].keys.size()) std::abort();
+        for (std::size_t j = 0; j < keys.size(); ++j) {
+            const grl::wire::KeyRate& k = full.buckets[i].keys[j];
+            if (k.hash != keys.first[j].hash || k.text != keys.first[j].text ||
+                k.offered_mrps != keys.first[j].offered_mrps ||
+                k.dropped_mrps != keys.first[j].dropped_mrps) {
+                std::abort();
+            }
         }
     }
     return 0;

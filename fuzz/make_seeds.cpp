@@ -43,6 +43,12 @@ wire::Report report() {
         b.recent = {10, 9, 1, 0};
         r.buckets.push_back(b);
     }
+    wire::ReportBucket k = r.buckets[0];  // a keyed bucket with two heavy hitters
+    k.name = "per-client";
+    k.keyed = true;
+    k.keys.push_back({0xfeedfacecafebeefULL, "api-key-1", 150000, 50000, 1});
+    k.keys.push_back({2, "", 20000, 0, 1});
+    r.buckets.push_back(k);
     return r;
 }
 
@@ -66,6 +72,15 @@ wire::UsageBucket usage_bucket() {
     b.rated_hosts = 2;
     b.definitions.push_back({{Scope::Global, Mode::Deny, 100000}, 2});
     b.host_names = {"h1", "h2"};
+    return b;
+}
+
+wire::UsageBucket keyed_usage_bucket() {
+    wire::UsageBucket b = usage_bucket();
+    b.name = "per-client";
+    b.definitions[0].def.keyed = true;
+    b.keys.push_back({0xfeedfacecafebeefULL, "api-key-1", 150000, 50000, 2});
+    b.keys.push_back({2, "", 20000, 0, 1});
     return b;
 }
 
@@ -100,6 +115,13 @@ int main(int argc, char** argv) {
     e.has_match = true;
     e.match = match();
     in.buckets.push_back(e);
+    wire::Instruction ke;
+    ke.name = "per-client";
+    ke.limit_mrps = 100000;
+    ke.keyed = true;
+    ke.keys.push_back({0xfeedfacecafebeefULL, 333333});
+    ke.keys.push_back({2, 0});
+    in.buckets.push_back(ke);
     out.clear();
     wire::encode(in, out);
     put(root / "wire", "instructions", 1, out);
@@ -114,6 +136,7 @@ int main(int argc, char** argv) {
     zu.hosts = 2;
     zu.host_names = {"h1", "h2"};
     zu.buckets.push_back(usage_bucket());
+    zu.buckets.push_back(keyed_usage_bucket());
     out.clear();
     wire::encode(zu, out);
     put(root / "wire", "zone_usage", 2, out);
@@ -130,6 +153,9 @@ int main(int argc, char** argv) {
     wire::UsageBucket b = usage_bucket();
     b.host_names.clear();
     ru.buckets.push_back(b);
+    wire::UsageBucket kb = keyed_usage_bucket();
+    kb.host_names.clear();
+    ru.buckets.push_back(kb);
     wire::Override o;
     o.name = "bots";
     o.limit_mrps = 10000;
@@ -161,6 +187,12 @@ int main(int argc, char** argv) {
     wire::AdminReply a;
     a.seq = 1;
     a.ts_ms = 1700000000000;
+    wire::KeyStatus ks;
+    ks.name = "per-client";
+    ks.limit_mrps = 100000;
+    ks.ratio_ppm = 333333;
+    ks.key = {0xfeedfacecafebeefULL, "api-key-1", 150000, 50000, 2};
+    a.keys.push_back(ks);
     out.clear();
     wire::encode(a, out);
     put(root / "wire", "admin_reply", 5, out);

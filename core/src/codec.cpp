@@ -3,6 +3,7 @@
 // msgpack_unpack_next() never sizes an allocation from an unchecked count.
 #include "codec.h"
 
+#include <algorithm>
 #include <array>
 #include <new>
 
@@ -494,6 +495,94 @@ std::optional<MatchKind> parse_match_kind(std::string_view s, bool regex_ok) {
     if (s == "prefix") return MatchKind::Prefix;
     if (s == "regex" && regex_ok) return MatchKind::Regex;
     return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key lists of keyed buckets
+
+std::string key_name(std::uint64_t hash) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string s = "key 0x";
+    for (int shift = 60; shift >= 0; shift -= 4) s += kHex[(hash >> shift) & 0xf];
+    return s;
+}
+
+void pack_key_rate(Packer& p, const KeyRate& k, bool with_hosts) {
+    p.map(3 + (k.text.empty() ? 0 : 1) + (with_hosts ? 1 : 0));
+    p.kv("h", k.hash);
+    if (!k.text.empty()) p.kv("k", k.text);
+    p.kv("offered_mrps", k.offered_mrps);
+    p.kv("dropped_mrps", k.dropped_mrps);
+    if (with_hosts) p.kv("hosts", k.hosts);
+}
+
+void pack_key_rates(Packer& p, std::string_view key, const std::vector<KeyRate>& keys,
+                    bool with_hosts) {
+    p.str(key);
+    p.array(keys.size());
+    for (const KeyRate& k : keys) pack_key_rate(p, k, with_hosts);
+}
+
+bool read_key_rate(const msgpack_object& o, const Path& path, bool with_hosts, KeyRate& out,
+                   std::string& error) {
+    MapReader r(o, path, error);
+    if (!r.ok()) return false;
+    KeyRate k;
+    if (!r.u64("h", k.hash)) return false;
+    if (k.hash <= 1) return r.fail("bad \"h\" " + std::to_string(k.hash) + " (a key hash is > 1)");
+    const msgpack_object* text = nullptr;
+    if (!r.find("k", text)) return false;
+    if (text != nullptr) {
+        if (text->type != MSGPACK_OBJECT_STR) {
+            return r.fail("bad \"k\" type " + std::string(type_name(*text)) + " (want str) of " +
+                          key_name(k.hash));
+        }
+        if (text->via.str.size > kMaxKeyTextLen) {
+            return r.fail("\"k\" of " + key_name(k.hash) + " longer than " +
+                          std::to_string(kMaxKeyTextLen) + " bytes");
+        }
+        k.text.assign(str_of(*text));
+    }
+    if (!r.u64("offered_mrps", k.offered_mrps) || !r.u64("dropped_mrps", k.dropped_mrps)) {
+        return false;
+    }
+    if (k.dropped_mrps > k.offered_mrps) {
+        return r.fail("\"dropped_mrps\" " + std::to_string(k.dropped_mrps) +
+                      " greater than \"offered_mrps\" " + std::to_string(k.offered_mrps) + " of " +
+                      key_name(k.hash));
+    }
+    k.hosts = 1;
+    if (with_hosts && !r.u64("hosts", k.hosts)) return false;
+    out = std::move(k);
+    return true;
+}
+
+bool read_key_rates(const msgpack_object& arr, const Path& path, std::size_t max, bool with_hosts,
+                    std::vector<KeyRate>& out, std::string& error) {
+    if (arr.type != MSGPACK_OBJECT_ARRAY) {
+        error = "bad \"" + path.render() + "\" type " + type_name(arr) + " (want array)";
+        return false;
+    }
+    if (arr.via.array.size > max) {
+        error = "too many keys (" + std::to_string(arr.via.array.size) + ", max " +
+                std::to_string(max) + ") in " + path.render();
+        return false;
+    }
+    out.clear();
+    out.resize(arr.via.array.size);
+    std::vector<std::uint64_t> hashes(arr.via.array.size);
+    for (std::uint32_t i = 0; i < arr.via.array.size; ++i) {
+        Path p{path.parent, path.key, static_cast<long>(i)};
+        if (!read_key_rate(arr.via.array.ptr[i], p, with_hosts, out[i], error)) return false;
+        hashes[i] = out[i].hash;
+    }
+    std::sort(hashes.begin(), hashes.end());
+    auto dup = std::adjacent_find(hashes.begin(), hashes.end());
+    if (dup != hashes.end()) {
+        error = "duplicate " + key_name(*dup) + " in " + path.render();
+        return false;
+    }
+    return true;
 }
 
 }  // namespace grl::wire::codec

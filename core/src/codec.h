@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "grl/bucket_types.h"
 #include "grl/wire.h"
@@ -147,5 +148,20 @@ void pack_match(Packer& p, const RuntimeMatch& m);
 std::string_view match_kind_name(MatchKind k);
 // Parses a kind name; "regex" only where `regex_ok` (procedures, not callers).
 std::optional<MatchKind> parse_match_kind(std::string_view s, bool regex_ok);
+
+// Key lists of keyed buckets (docs/protocol.md "Keyed buckets"), shared by the report, usage
+// and admin codecs. A key entry is a map: "h", optional "k", "offered_mrps", "dropped_mrps",
+// and "hosts" where `with_hosts` (usage, admin; a report's is ignored and read as 1).
+void pack_key_rate(Packer& p, const KeyRate& k, bool with_hosts);
+void pack_key_rates(Packer& p, std::string_view key, const std::vector<KeyRate>& keys,
+                    bool with_hosts);
+// One key entry at `path`: hash > 1, text at most kMaxKeyTextLen bytes, dropped <= offered.
+bool read_key_rate(const msgpack_object& o, const Path& path, bool with_hosts, KeyRate& out,
+                   std::string& error);
+// The array `arr` (at `path`) of at most `max` key entries, no hash twice.
+bool read_key_rates(const msgpack_object& arr, const Path& path, std::size_t max, bool with_hosts,
+                    std::vector<KeyRate>& out, std::string& error);
+// How errors name a key: `key 0x00000000000000ab` (the hash as grlctl shows it).
+std::string key_name(std::uint64_t hash);
 
 }  // namespace grl::wire::codec

@@ -105,7 +105,7 @@ class Reader {
         switch (tag) {
             case 0xc0: return set(h, Kind::Nil);
             case 0xc2:
-            case 0xc3: return set(h, Kind::Bool);
+            case 0xc3: h.u = tag == 0xc3; return set(h, Kind::Bool);
             case 0xc1: return fail("malformed msgpack");
             case 0xc4: return load(1, v) && string(h, Kind::Bin, v);
             case 0xc5: return load(2, v) && string(h, Kind::Bin, v);
@@ -285,10 +285,14 @@ enum BucketKey {
     kBAdmitted,
     kBDropped,
     kBShadow,
+    kBKeyed,  // optional
+    kBKeys,   // optional, keyed only
     kBucketKeys
 };
+constexpr int kRequiredBucketKeys = kBKeyed;
 constexpr std::string_view kBucketKeyNames[kBucketKeys] = {
-    "name", "scope", "mode", "limit_mrps", "offered", "admitted", "dropped", "shadow_dropped"};
+    "name",     "scope",   "mode",           "limit_mrps", "offered",
+    "admitted", "dropped", "shadow_dropped", "keyed",      "keys"};
 
 // The index of a bucket entry key, or -1: dispatch on length first (this is the hot loop of
 // the collector: 8 keys per bucket, 100 buckets per report, 10,000 reports per second).
@@ -302,8 +306,12 @@ int bucket_key(std::string_view k) {
         case 4:
             if (is(k, "name")) return kBName;
             if (is(k, "mode")) return kBMode;
+            if (is(k, "keys")) return kBKeys;
             return -1;
-        case 5: return is(k, "scope") ? kBScope : -1;
+        case 5:
+            if (is(k, "scope")) return kBScope;
+            if (is(k, "keyed")) return kBKeyed;
+            return -1;
         case 7:
             if (is(k, "offered")) return kBOffered;
             if (is(k, "dropped")) return kBDropped;
@@ -320,6 +328,8 @@ int bucket_key(std::string_view k) {
 // else (another encoder, key order, extra keys) falls back to read_bucket's general path.
 bool fast_bucket(Reader& r, ReportBucketView& b) {
     const std::size_t start = r.mark();
+    b.keyed = false;
+    b.keys_count = 0;
     std::string_view s;
     auto fallback = [&] {
         r.reset(start);
@@ -377,7 +387,72 @@ bool fast_bucket(Reader& r, ReportBucketView& b) {
     return true;
 }
 
-bool read_bucket(Reader& r, std::size_t depth, ReportBucketView& b) {
+// A key entry of a report (codec::read_key_rate): "h" > 1, optional "k" of at most
+// kMaxKeyTextLen bytes, "offered_mrps", "dropped_mrps" <= offered; other keys ("hosts" too)
+// skipped.
+bool read_key_entry(Reader& r, std::size_t depth, KeyRateView& k) {
+    Head h;
+    if (!r.head(h)) return false;
+    if (h.kind != Kind::Map) return r.fail("key entry is not a map");
+    if (h.u > 0 && depth >= kMaxDepth) return r.fail("message nested too deeply");
+    std::uint32_t mask = 0;
+    k.text = {};
+    for (std::uint64_t i = 0; i < h.u; ++i) {
+        std::string_view key;
+        if (!read_key(r, key)) return false;
+        int bit = key == "h"              ? 0
+                  : key == "offered_mrps" ? 1
+                  : key == "dropped_mrps" ? 2
+                  : key == "k"            ? 3
+                                          : -1;
+        if (bit < 0) {
+            if (!r.skip_object(depth + 1)) return false;
+            continue;
+        }
+        if (!seen(r, mask, bit, key)) return false;
+        bool ok = true;
+        switch (bit) {
+            case 0: ok = read_uint(r, key, k.hash); break;
+            case 1: ok = read_uint(r, key, k.offered_mrps); break;
+            case 2: ok = read_uint(r, key, k.dropped_mrps); break;
+            case 3:
+                ok = read_str(r, key, k.text);
+                if (ok && k.text.size() > kMaxKeyTextLen) return r.fail("\"k\" too long");
+                break;
+        }
+        if (!ok) return false;
+    }
+    if ((mask & 7u) != 7u) return r.fail("missing \"h\", \"offered_mrps\" or \"dropped_mrps\"");
+    if (k.hash <= 1) return r.fail("bad key hash " + std::to_string(k.hash));
+    if (k.dropped_mrps > k.offered_mrps) return r.fail("key \"dropped_mrps\" above offered");
+    return true;
+}
+
+// A bucket's "keys" array, appended to `keys`; its range goes to `b` once the bucket is read.
+bool read_keys(Reader& r, std::string_view key, std::size_t depth, std::vector<KeyRateView>& keys,
+               std::uint32_t& first, std::uint32_t& count) {
+    Head ah;
+    if (!r.head(ah) || !want(r, ah, Kind::Arr, key)) return false;
+    if (ah.u > kMaxReportKeys) return r.fail("too many keys");
+    if (ah.u > 0 && depth >= kMaxDepth) return r.fail("message nested too deeply");
+    first = static_cast<std::uint32_t>(keys.size());
+    count = static_cast<std::uint32_t>(ah.u);
+    keys.resize(keys.size() + count);
+    for (std::uint32_t j = 0; j < count; ++j) {
+        if (!read_key_entry(r, depth + 1, keys[first + j])) return false;
+    }
+    // No hash twice (at most kMaxReportKeys: a sorted copy is cheap).
+    thread_local std::vector<std::uint64_t> hashes;
+    hashes.clear();
+    for (std::uint32_t j = 0; j < count; ++j) hashes.push_back(keys[first + j].hash);
+    std::sort(hashes.begin(), hashes.end());
+    if (std::adjacent_find(hashes.begin(), hashes.end()) != hashes.end())
+        return r.fail("duplicate key hash");
+    return true;
+}
+
+bool read_bucket(Reader& r, std::size_t depth, ReportBucketView& b,
+                 std::vector<KeyRateView>& keys) {
     if (fast_bucket(r, b)) return true;
     Head h;
     if (!r.head(h)) return false;
@@ -420,11 +495,20 @@ bool read_bucket(Reader& r, std::size_t depth, ReportBucketView& b) {
             case kBAdmitted: ok = read_uint(r, key, b.admitted); break;
             case kBDropped: ok = read_uint(r, key, b.dropped); break;
             case kBShadow: ok = read_uint(r, key, b.shadow_dropped); break;
+            case kBKeyed: {
+                Head bh;
+                ok = r.head(bh) && want(r, bh, Kind::Bool, key);
+                if (ok) b.keyed = bh.u != 0;
+                break;
+            }
+            case kBKeys: ok = read_keys(r, key, depth + 1, keys, b.keys_first, b.keys_count); break;
         }
         if (!ok) return false;
     }
-    if (mask != (1u << kBucketKeys) - 1) {
-        for (int j = 0; j < kBucketKeys; ++j) {
+    if ((mask & (1u << kBKeys)) && !b.keyed) return r.fail("\"keys\" without \"keyed\"");
+    constexpr std::uint32_t kRequired = (1u << kRequiredBucketKeys) - 1;
+    if ((mask & kRequired) != kRequired) {
+        for (int j = 0; j < kRequiredBucketKeys; ++j) {
             if (!(mask & (1u << j)))
                 return r.fail("missing \"" + std::string(kBucketKeyNames[j]) + "\" in a bucket");
         }
@@ -519,6 +603,7 @@ bool read(std::string_view bytes, ReportView& out, std::string& error) {
         return r.fail(std::string("message is ") + kind_name(root.kind) + ", not a map");
     std::uint32_t mask = 0;
     out.buckets.clear();
+    out.keys.clear();
     out.recent_ms = 0;
     thread_local std::vector<std::array<std::uint64_t, 4>> recent;
     thread_local std::vector<char> known;
@@ -558,7 +643,7 @@ bool read(std::string_view bytes, ReportView& out, std::string& error) {
                 if (ah.u > kMaxBucketsPerMessage) return r.fail("too many buckets");
                 out.buckets.resize(static_cast<std::size_t>(ah.u));
                 for (std::uint64_t j = 0; j < ah.u; ++j) {
-                    if (!read_bucket(r, 2, out.buckets[j])) return false;
+                    if (!read_bucket(r, 2, out.buckets[j], out.keys)) return false;
                 }
                 break;
             }
@@ -608,9 +693,16 @@ void view_of(const Report& r, ReportView& out) {
     out.zone = r.zone;
     out.region = r.region;
     out.buckets.resize(r.buckets.size());
+    out.keys.clear();
     for (std::size_t i = 0; i < r.buckets.size(); ++i) {
         static_cast<ReportCounts&>(out.buckets[i]) = r.buckets[i];
         out.buckets[i].name = r.buckets[i].name;
+        out.buckets[i].keyed = r.buckets[i].keyed;
+        out.buckets[i].keys_first = static_cast<std::uint32_t>(out.keys.size());
+        out.buckets[i].keys_count = static_cast<std::uint32_t>(r.buckets[i].keys.size());
+        for (const KeyRate& k : r.buckets[i].keys) {
+            out.keys.push_back({k.hash, k.text, k.offered_mrps, k.dropped_mrps});
+        }
     }
 }
 

@@ -146,6 +146,16 @@ class Fields {
         return get(k, MSGPACK_OBJECT_ARRAY, "array", o, error);
     }
 
+    // An optional bool: absent leaves `out` false.
+    bool opt_bool(std::size_t k, bool& out, std::string& error) const {
+        out = false;
+        if (!present(k)) return true;
+        const msgpack_object* o = nullptr;
+        if (!get(k, MSGPACK_OBJECT_BOOLEAN, "bool", o, error)) return false;
+        out = o->via.boolean;
+        return true;
+    }
+
     const std::string& where() const { return where_; }
 
   private:
@@ -289,11 +299,31 @@ enum ReportBucketKey : std::size_t {
     kRBAdmitted,
     kRBDropped,
     kRBShadowDropped,
+    kRBKeyed,  // optional: a keyed bucket...
+    kRBKeys,   // ...and its heavy hitters
     kReportBucketKeys
 };
 const std::array<std::string_view, kReportBucketKeys> kReportBucketKeyNames = {
-    "name", "scope", "mode", "limit_mrps", "offered", "admitted", "dropped", "shadow_dropped",
+    "name",     "scope",   "mode",           "limit_mrps", "offered",
+    "admitted", "dropped", "shadow_dropped", "keyed",      "keys",
 };
+constexpr std::size_t kReportBucketRequiredKeys = kRBKeyed;
+
+// The optional "keyed" and "keys" of a report bucket entry: "keys" only with "keyed" true.
+template <std::size_t N>
+bool report_keys(const Fields<N>& bf, std::uint32_t index, ReportBucket& b, std::string& error) {
+    if (!bf.opt_bool(kRBKeyed, b.keyed, error)) return false;
+    if (!bf.present(kRBKeys)) return true;
+    if (!b.keyed) {
+        error = "\"keys\" without \"keyed\"" + bf.where();
+        return false;
+    }
+    const msgpack_object* arr = nullptr;
+    if (!bf.array(kRBKeys, arr, error)) return false;
+    codec::Path bucket{nullptr, "buckets", static_cast<long>(index)};
+    codec::Path keys{&bucket, "keys", -1};
+    return codec::read_key_rates(*arr, keys, kMaxReportKeys, false, b.keys, error);
+}
 
 bool decode_report(std::string_view bytes, Report& out, std::string& error) {
     codec::Body body;
@@ -322,7 +352,7 @@ bool decode_report(std::string_view bytes, Report& out, std::string& error) {
         if (!bf.scope(kRBScope, b.scope, error) || !bf.mode(kRBMode, b.mode, error) ||
             !bf.u64(kRBLimitMrps, b.limit_mrps, error) || !bf.u64(kRBOffered, b.offered, error) ||
             !bf.u64(kRBAdmitted, b.admitted, error) || !bf.u64(kRBDropped, b.dropped, error) ||
-            !bf.u64(kRBShadowDropped, b.shadow_dropped, error)) {
+            !bf.u64(kRBShadowDropped, b.shadow_dropped, error) || !report_keys(bf, i, b, error)) {
             return false;
         }
         m.buckets.push_back(std::move(b));
@@ -361,10 +391,13 @@ enum InstructionKey : std::size_t {
     kIBMatch,
     kIBBasisOfferedMrps,  // optional, with kIBBasisMs: the surge-damping basis
     kIBBasisMs,
+    kIBKeyed,  // optional: a keyed bucket...
+    kIBKeys,   // ...and its keys' ratios
     kInstructionKeys
 };
 const std::array<std::string_view, kInstructionKeys> kInstructionKeyNames = {
-    "name", "ratio_ppm", "limit_mrps", "mode", "match", "basis_offered_mrps", "basis_ms",
+    "name",     "ratio_ppm", "limit_mrps", "mode", "match", "basis_offered_mrps",
+    "basis_ms", "keyed",     "keys",
 };
 
 enum MatchKey : std::size_t {
@@ -436,6 +469,66 @@ bool runtime_match(const Fields<N>& bf, Instruction& b, std::string& error) {
     return true;
 }
 
+// The optional "keyed" and "keys" of an instruction entry. A keyed entry's own ratio is 0 and it
+// has no surge basis (docs/protocol.md "Keyed buckets"); "keys" is an array of [h, ratio_ppm].
+template <std::size_t N>
+bool instruction_keys(const Fields<N>& bf, Instruction& b, std::string& error) {
+    if (!bf.opt_bool(kIBKeyed, b.keyed, error)) return false;
+    if (!b.keyed) {
+        if (!bf.present(kIBKeys)) return true;
+        error = "\"keys\" without \"keyed\"" + bf.where();
+        return false;
+    }
+    if (b.ratio_ppm != 0) {
+        error = "\"ratio_ppm\" " + std::to_string(b.ratio_ppm) + " of a keyed bucket (want 0)" +
+                bf.where();
+        return false;
+    }
+    if (b.has_basis) {
+        error = "surge basis of a keyed bucket" + bf.where();
+        return false;
+    }
+    if (!bf.present(kIBKeys)) return true;
+    const msgpack_object* arr = nullptr;
+    if (!bf.array(kIBKeys, arr, error)) return false;
+    if (arr->via.array.size > kMaxInstructionKeys) {
+        error = "too many keys (" + std::to_string(arr->via.array.size) + ", max " +
+                std::to_string(kMaxInstructionKeys) + ")" + bf.where();
+        return false;
+    }
+    b.keys.resize(arr->via.array.size);
+    std::vector<std::uint64_t> hashes(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        const msgpack_object& e = arr->via.array.ptr[i];
+        if (e.type != MSGPACK_OBJECT_ARRAY || e.via.array.size != 2 ||
+            e.via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+            e.via.array.ptr[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+            error = "bad \"keys[" + std::to_string(i) + "]\" (want [h, ratio_ppm])" + bf.where();
+            return false;
+        }
+        const std::uint64_t h = e.via.array.ptr[0].via.u64, ratio = e.via.array.ptr[1].via.u64;
+        if (h <= 1) {
+            error = "bad hash " + std::to_string(h) + " in \"keys[" + std::to_string(i) +
+                    "]\" (a key hash is > 1)" + bf.where();
+            return false;
+        }
+        if (ratio > kMaxRatioPpm) {
+            error = "\"ratio_ppm\" " + std::to_string(ratio) + " of " + codec::key_name(h) +
+                    " out of range" + bf.where();
+            return false;
+        }
+        b.keys[i] = {h, static_cast<std::uint32_t>(ratio)};
+        hashes[i] = h;
+    }
+    std::sort(hashes.begin(), hashes.end());
+    auto dup = std::adjacent_find(hashes.begin(), hashes.end());
+    if (dup != hashes.end()) {
+        error = "duplicate " + codec::key_name(*dup) + " in \"keys\"" + bf.where();
+        return false;
+    }
+    return true;
+}
+
 // "region"/"zone" of an instructions message: a valid name when the scope needs it, otherwise
 // empty or a valid name.
 bool locality(std::string_view key, std::string_view v, bool required, Scope scope,
@@ -479,7 +572,8 @@ bool decode_instructions(std::string_view bytes, Instructions& out, std::string&
         }
         b.ratio_ppm = static_cast<std::uint32_t>(ratio);
         if (!bf.u64(kIBLimitMrps, b.limit_mrps, error) || !bf.mode(kIBMode, b.mode, error) ||
-            !runtime_match(bf, b, error) || !surge_basis(bf, b, error)) {
+            !runtime_match(bf, b, error) || !surge_basis(bf, b, error) ||
+            !instruction_keys(bf, b, error)) {
             return false;
         }
         m.buckets.push_back(std::move(b));
@@ -525,7 +619,7 @@ void encode(const Report& m, std::string& out) {
     p.str("buckets");
     p.array(m.buckets.size());
     for (const ReportBucket& b : m.buckets) {
-        p.map(kReportBucketKeys);
+        p.map(kReportBucketRequiredKeys + (b.keyed ? 2 : 0));
         p.kv("name", b.name);
         p.kv("scope", to_string(b.scope));
         p.kv("mode", to_string(b.mode));
@@ -534,6 +628,10 @@ void encode(const Report& m, std::string& out) {
         p.kv("admitted", b.admitted);
         p.kv("dropped", b.dropped);
         p.kv("shadow_dropped", b.shadow_dropped);
+        if (b.keyed) {
+            p.kv_bool("keyed", true);
+            codec::pack_key_rates(p, "keys", b.keys, false);
+        }
     }
     if (m.recent_ms) {
         p.kv("recent_ms", m.recent_ms);
@@ -564,7 +662,7 @@ void encode(const Instructions& m, std::string& out) {
     p.str("buckets");
     p.array(m.buckets.size());
     for (const Instruction& b : m.buckets) {
-        p.map(kInstructionKeys - (b.has_match ? 0 : 1) - (b.has_basis ? 0 : 2));
+        p.map(kInstructionKeys - (b.has_match ? 0 : 1) - (b.has_basis ? 0 : 2) - (b.keyed ? 0 : 2));
         p.kv("name", b.name);
         p.kv("ratio_ppm", b.ratio_ppm);
         p.kv("limit_mrps", b.limit_mrps);
@@ -576,6 +674,16 @@ void encode(const Instructions& m, std::string& out) {
         if (b.has_match) {
             p.str("match");
             codec::pack_match(p, b.match);
+        }
+        if (b.keyed) {
+            p.kv_bool("keyed", true);
+            p.str("keys");
+            p.array(b.keys.size());
+            for (const KeyRatio& k : b.keys) {
+                p.array(2);
+                p.u64(k.hash);
+                p.u64(k.ratio_ppm);
+            }
         }
     }
     p.append_to(out);

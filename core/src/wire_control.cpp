@@ -56,11 +56,13 @@ void pack_definitions(Packer& p, const std::vector<DefinitionCount>& defs) {
     p.str("definitions");
     p.array(defs.size());
     for (const DefinitionCount& d : defs) {
-        p.map(4);
+        // "keyed" only when true: an unkeyed definition's bytes are those of older senders.
+        p.map(d.def.keyed ? 5 : 4);
         p.kv("scope", to_string(d.def.scope));
         p.kv("mode", to_string(d.def.mode));
         p.kv("limit_mrps", d.def.limit_mrps);
         p.kv("hosts", d.hosts);
+        if (d.def.keyed) p.kv_bool("keyed", true);
     }
 }
 
@@ -75,7 +77,8 @@ bool read_definitions(const MapReader& r, std::vector<DefinitionCount>& out, std
         if (!d.ok()) return false;
         DefinitionCount dc;
         if (!d.scope("scope", dc.def.scope) || !d.mode("mode", dc.def.mode) ||
-            !d.u64("limit_mrps", dc.def.limit_mrps) || !d.u64("hosts", dc.hosts)) {
+            !d.u64("limit_mrps", dc.def.limit_mrps) || !d.u64("hosts", dc.hosts) ||
+            !d.opt_bool("keyed", dc.def.keyed)) {
             return false;
         }
         for (const DefinitionCount& prev : out) {
@@ -134,7 +137,7 @@ void pack_usage_buckets(Packer& p, const std::vector<UsageBucket>& buckets, bool
     p.str("buckets");
     p.array(buckets.size());
     for (const UsageBucket& b : buckets) {
-        p.map(with_hosts ? 9 : 8);
+        p.map((with_hosts ? 9 : 8) + (b.keys.empty() ? 0 : 1));
         p.kv("name", b.name);
         p.kv("offered_mrps", b.offered_mrps);
         p.kv("admitted_mrps", b.admitted_mrps);
@@ -144,6 +147,7 @@ void pack_usage_buckets(Packer& p, const std::vector<UsageBucket>& buckets, bool
         p.kv("rated_hosts", b.rated_hosts);
         pack_definitions(p, b.definitions);
         if (with_hosts) pack_names(p, "host_names", b.host_names);
+        if (!b.keys.empty()) codec::pack_key_rates(p, "keys", b.keys, true);
     }
 }
 
@@ -171,6 +175,27 @@ bool check_usage_counts(const MapReader& b, const UsageBucket& u, std::uint64_t 
     return true;
 }
 
+// The optional "keys" of a usage entry: only for a bucket some host defines as keyed; each
+// key named by at most the entry's hosts.
+bool read_usage_keys(const MapReader& b, const Path& p, UsageBucket& u, std::string& error) {
+    const msgpack_object* arr = nullptr;
+    if (!b.find("keys", arr)) return false;
+    if (arr == nullptr) return true;
+    bool keyed = false;
+    for (const DefinitionCount& d : u.definitions) keyed = keyed || d.def.keyed;
+    if (!keyed) return b.fail("\"keys\" without a \"keyed\" definition");
+    Path kp{&p, "keys", -1};
+    if (!codec::read_key_rates(*arr, kp, kMaxUsageKeys, true, u.keys, error)) return false;
+    for (const KeyRate& k : u.keys) {
+        if (k.hosts > u.hosts) {
+            return b.fail("\"hosts\" " + std::to_string(k.hosts) + " of " +
+                          codec::key_name(k.hash) + " greater than the entry's \"hosts\" " +
+                          std::to_string(u.hosts));
+        }
+    }
+    return true;
+}
+
 bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool with_hosts,
                         std::uint64_t message_hosts, std::string& error) {
     const msgpack_object* arr = nullptr;
@@ -192,7 +217,9 @@ bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool 
         if (with_hosts && !read_names(b, "host_names", kMaxBucketHostNames, u.host_names, error)) {
             return false;
         }
-        if (!check_usage_counts(b, u, message_hosts)) return false;
+        if (!check_usage_counts(b, u, message_hosts) || !read_usage_keys(b, p, u, error)) {
+            return false;
+        }
         out.push_back(std::move(u));
     }
     return unique_by_name(out, "bucket name", error);
@@ -328,15 +355,20 @@ bool decode_admin_request(std::string_view bytes, AdminRequest& out, std::string
     std::optional<AdminOp> parsed = parse_admin_op(op);
     if (!parsed) return r.fail("bad \"op\" " + codec::quote(op));
     m.op = *parsed;
-    std::optional<std::uint64_t> for_ms;
+    std::optional<std::uint64_t> for_ms, top;
     const msgpack_object* bucket = nullptr;
     if (!r.find("bucket", bucket) || (bucket && !r.name_or_empty("bucket", m.bucket)) ||
         !r.opt_bool("hosts", m.hosts) || !r.opt_u64("limit_mrps", m.limit_mrps) ||
         !r.opt_mode("mode", m.mode) || !r.opt_u64("for_ms", for_ms) ||
         !r.opt_bool("clear_limit", m.clear_limit) || !r.opt_bool("clear_mode", m.clear_mode) ||
-        !opt_match(r, m.has_match, m.match, error)) {
+        !opt_match(r, m.has_match, m.match, error) || !r.opt_u64("top", top)) {
         return false;
     }
+    if (top && (*top < 1 || *top > kMaxAdminTopKeys)) {
+        return r.fail("\"top\" " + std::to_string(*top) + " out of 1.." +
+                      std::to_string(kMaxAdminTopKeys));
+    }
+    m.top = static_cast<std::uint32_t>(top.value_or(0));
     m.for_ms = for_ms.value_or(0);
     bool needs_bucket = m.op != AdminOp::Status && m.op != AdminOp::Buckets;
     if (needs_bucket && m.bucket.empty()) return r.fail("missing \"bucket\" for op " + op);
@@ -374,6 +406,40 @@ void pack_bucket_status(Packer& p, const BucketStatus& b) {
         p.kv("candidate_limit_mrps", *b.candidate_limit_mrps);
         p.kv("candidate_would_drop_mrps", b.candidate_would_drop_mrps);
     }
+}
+
+// A KeyStatus: the instance's fields and the key entry's, in one map.
+void pack_key_status(Packer& p, const KeyStatus& k) {
+    p.map(10 + (k.key.text.empty() ? 0 : 1));
+    p.kv("name", k.name);
+    p.kv("scope", to_string(k.scope));
+    p.kv("region", k.region);
+    p.kv("zone", k.zone);
+    p.kv("limit_mrps", k.limit_mrps);
+    p.kv("ratio_ppm", k.ratio_ppm);
+    p.kv("h", k.key.hash);
+    if (!k.key.text.empty()) p.kv("k", k.key.text);
+    p.kv("offered_mrps", k.key.offered_mrps);
+    p.kv("dropped_mrps", k.key.dropped_mrps);
+    p.kv("hosts", k.key.hosts);
+}
+
+bool read_key_status(const msgpack_object& o, const Path& path, KeyStatus& k, std::string& error) {
+    MapReader r(o, path, error);
+    if (!r.ok()) return false;
+    std::uint64_t ratio = 0;
+    if (!r.name("name", k.name) || !r.scope("scope", k.scope) ||
+        !r.name_or_empty("region", k.region) || !r.name_or_empty("zone", k.zone) ||
+        !r.u64("limit_mrps", k.limit_mrps) || !r.u64("ratio_ppm", ratio) ||
+        !codec::read_key_rate(o, path, true, k.key, error)) {
+        return false;
+    }
+    if (ratio > 1000000) {
+        return r.fail("\"ratio_ppm\" " + std::to_string(ratio) + " of " +
+                      codec::key_name(k.key.hash) + " out of range");
+    }
+    k.ratio_ppm = static_cast<std::uint32_t>(ratio);
+    return true;
 }
 
 bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus& b,
@@ -462,6 +528,15 @@ bool decode_admin_reply(std::string_view bytes, AdminReply& out, std::string& er
         return false;
     if (l.present("store_error") && !l.str("store_error", m.limits.store_error, kMaxErrorLen))
         return false;
+    // Optional: op keys only, and controllers before keyed buckets do not send it.
+    if (r.present("keys")) {
+        if (!r.array("keys", arr, kMaxStatusEntries)) return false;
+        m.keys.resize(arr->via.array.size);
+        for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+            Path p{&root, "keys", static_cast<long>(i)};
+            if (!read_key_status(arr->via.array.ptr[i], p, m.keys[i], error)) return false;
+        }
+    }
     out = std::move(m);
     return true;
 }
@@ -479,13 +554,14 @@ std::string_view to_string(AdminOp op) {
         case AdminOp::Clear: return "clear";
         case AdminOp::Add: return "add";
         case AdminOp::Remove: return "remove";
+        case AdminOp::Keys: return "keys";
     }
     return "?";
 }
 
 std::optional<AdminOp> parse_admin_op(std::string_view s) {
     for (AdminOp op : {AdminOp::Status, AdminOp::Buckets, AdminOp::Set, AdminOp::Clear,
-                       AdminOp::Add, AdminOp::Remove}) {
+                       AdminOp::Add, AdminOp::Remove, AdminOp::Keys}) {
         if (to_string(op) == s) return op;
     }
     return std::nullopt;
@@ -558,7 +634,8 @@ void encode(const RegionUsage& m, std::string& out) {
 
 void encode(const AdminRequest& m, std::string& out) {
     std::size_t n = 7 + (m.limit_mrps ? 1 : 0) + (m.mode ? 1 : 0) + (m.for_ms ? 1 : 0) +
-                    (m.clear_limit ? 1 : 0) + (m.clear_mode ? 1 : 0) + (m.has_match ? 1 : 0);
+                    (m.clear_limit ? 1 : 0) + (m.clear_mode ? 1 : 0) + (m.has_match ? 1 : 0) +
+                    (m.top ? 1 : 0);
     Packer p;
     p.map(n);
     p.kv("v", kVersion);
@@ -577,12 +654,13 @@ void encode(const AdminRequest& m, std::string& out) {
         p.str("match");
         codec::pack_match(p, m.match);
     }
+    if (m.top) p.kv("top", m.top);
     p.append_to(out);
 }
 
 void encode(const AdminReply& m, std::string& out) {
     Packer p;
-    p.map(14);
+    p.map(14 + (m.keys.empty() ? 0 : 1));
     p.kv("v", kVersion);
     p.kv("type", "admin_reply");
     p.kv("ts_ms", m.ts_ms);
@@ -627,6 +705,11 @@ void encode(const AdminReply& m, std::string& out) {
     p.kv("buckets", m.limits.buckets);
     p.kv("version", m.limits.version);
     p.kv("store_error", m.limits.store_error);
+    if (!m.keys.empty()) {
+        p.str("keys");
+        p.array(m.keys.size());
+        for (const KeyStatus& k : m.keys) pack_key_status(p, k);
+    }
     p.append_to(out);
 }
 

@@ -71,16 +71,17 @@ V M(std::vector<std::pair<V, V>> m) {
     v.m = std::move(m);
     return v;
 }
-V Bool() {
+V Bool(bool b = true) {
     V v;
     v.k = V::K::Bool;
+    v.u = b;
     return v;
 }
 
 void pack(msgpack_packer& pk, msgpack_sbuffer& sb, const V& v) {
     switch (v.k) {
         case V::K::Nil: msgpack_pack_nil(&pk); break;
-        case V::K::Bool: msgpack_pack_true(&pk); break;
+        case V::K::Bool: v.u ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk); break;
         case V::K::U: msgpack_pack_uint64(&pk, v.u); break;
         case V::K::I: msgpack_pack_int64(&pk, v.i); break;
         case V::K::F: msgpack_pack_double(&pk, 1.5); break;
@@ -182,8 +183,30 @@ void agree(const std::string& b, const char* what, long idx = -1) {
         EXPECT_EQ(v.buckets[i].shadow_dropped, r.buckets[i].shadow_dropped);
         EXPECT_EQ(v.buckets[i].has_recent, r.buckets[i].has_recent);
         EXPECT_EQ(v.buckets[i].recent, r.buckets[i].recent);
+        EXPECT_EQ(v.buckets[i].keyed, r.buckets[i].keyed);
+        KeyRange keys = keys_of(v, v.buckets[i]);
+        ASSERT_EQ(keys.size(), r.buckets[i].keys.size());
+        for (std::size_t j = 0; j < keys.size(); ++j) {
+            EXPECT_EQ(keys.first[j].hash, r.buckets[i].keys[j].hash);
+            EXPECT_EQ(keys.first[j].text, r.buckets[i].keys[j].text);
+            EXPECT_EQ(keys.first[j].offered_mrps, r.buckets[i].keys[j].offered_mrps);
+            EXPECT_EQ(keys.first[j].dropped_mrps, r.buckets[i].keys[j].dropped_mrps);
+        }
     }
     EXPECT_EQ(v.recent_ms, r.recent_ms);
+}
+
+// A keyed bucket entry: "keyed" true and `keys` (key entry maps).
+V key_entry(std::uint64_t h, std::uint64_t offered, std::uint64_t dropped, const char* text) {
+    V e = M({{S("h"), U(h)}, {S("offered_mrps"), U(offered)}, {S("dropped_mrps"), U(dropped)}});
+    if (text) e.m.push_back({S("k"), S(text)});
+    return e;
+}
+V keyed_bucket(const std::string& name, std::vector<V> keys) {
+    V b = bucket(name);
+    b.m.push_back({S("keyed"), Bool(true)});
+    b.m.push_back({S("keys"), A(std::move(keys))});
+    return b;
 }
 
 // A report with "recent_ms" and "recent" (one entry per bucket: [] or 4 counts).
@@ -199,6 +222,10 @@ V counts(std::uint64_t o) {
 std::vector<V> valid_samples() {
     std::vector<V> out;
     out.push_back(report({}));
+    out.push_back(report({bucket("a"),
+                          keyed_bucket("k", {key_entry(0xfeedfacecafeULL, 150000, 50000, "api-1"),
+                                             key_entry(2, 7, 0, nullptr), key_entry(3, 9, 9, "")}),
+                          keyed_bucket("q", {})}));
     out.push_back(with_recent(report({bucket("a"), bucket("b", 1000000), bucket("c.d:e-f_g")}), 250,
                               {counts(40), A({}), counts(1000000)}));
     out.push_back(report({bucket("a"), bucket("b", 1000000), bucket("c.d:e-f_g")}));
@@ -377,7 +404,7 @@ TEST(ReportReader, RandomMutationsAgree) {
     std::vector<std::string> bases;
     for (const V& v : valid_samples()) bases.push_back(bytes(v));
     for (int round = 0; round < 40000; ++round) {
-        std::string b = bases[rng() % 4];  // the 300-bucket sample is slow to mutate often
+        std::string b = bases[rng() % 5];  // the 300-bucket sample is slow to mutate often
         int edits = 1 + static_cast<int>(rng() % 3);
         for (int e = 0; e < edits; ++e) {
             std::size_t pos = rng() % b.size();
@@ -391,6 +418,59 @@ TEST(ReportReader, RandomMutationsAgree) {
         }
         agree(b, "mutation", round);
         if (testing::Test::HasFatalFailure()) return;
+    }
+}
+
+TEST(ReportReader, KeyedEditsAgree) {
+    const std::vector<V> types = {U(3),   I(-3), S("x"),    Bin("x"),           F(),
+                                  Bool(), V(),   A({U(1)}), M({{S("a"), U(1)}})};
+    const V base =
+        report({keyed_bucket("k", {key_entry(5, 10, 1, "a"), key_entry(6, 3, 0, nullptr)})});
+    long n = 0;
+    auto edit = [&](const char* what, auto&& fn) {
+        V t = base;
+        fn(t.m[10].second.a[0]);
+        agree(bytes(t), what, n++);
+    };
+    for (std::size_t k = 0; k < 4; ++k) {  // each key entry field: missing, wrong type, twice
+        edit("key missing field", [&](V& b) {
+            b.m[9].second.a[0].m.erase(b.m[9].second.a[0].m.begin() + static_cast<long>(k));
+        });
+        for (const V& x : types)
+            edit("key wrong type", [&](V& b) { b.m[9].second.a[0].m[k].second = x; });
+        edit("key field twice",
+             [&](V& b) { b.m[9].second.a[0].m.push_back(b.m[9].second.a[0].m[k]); });
+    }
+    for (std::uint64_t h : {0ULL, 1ULL, 6ULL, 2ULL}) {  // 0 and 1 refused, 6 twice, 2 fine
+        edit("hash", [&](V& b) { b.m[9].second.a[0].m[0].second = U(h); });
+    }
+    for (std::size_t len : {0u, 47u, 48u}) {
+        edit("text length",
+             [&](V& b) { b.m[9].second.a[0].m[3].second = S(std::string(len, 't')); });
+    }
+    edit("dropped above offered", [](V& b) { b.m[9].second.a[0].m[2].second = U(11); });
+    edit("dropped equal offered", [](V& b) { b.m[9].second.a[0].m[2].second = U(10); });
+    edit("hosts ignored in a report", [](V& b) {
+        b.m[9].second.a[0].m.push_back({S("hosts"), U(9)});
+    });
+    edit("keyed false with keys", [](V& b) { b.m[8].second = Bool(false); });
+    edit("keys without keyed", [](V& b) { b.m.erase(b.m.begin() + 8); });
+    edit("keyed false alone", [](V& b) {
+        b.m.pop_back();
+        b.m[8].second = Bool(false);
+    });
+    edit("keys first", [](V& b) { std::swap(b.m[8], b.m[9]); });
+    for (const V& x : types) {
+        edit("keyed wrong type", [&](V& b) { b.m[8].second = x; });
+        edit("keys wrong type", [&](V& b) { b.m[9].second = x; });
+        edit("key entry wrong type", [&](V& b) { b.m[9].second.a[1] = x; });
+    }
+    for (std::size_t count : {kMaxReportKeys, kMaxReportKeys + 1}) {
+        edit("many keys", [&](V& b) {
+            b.m[9].second.a.clear();
+            for (std::size_t i = 0; i < count; ++i)
+                b.m[9].second.a.push_back(key_entry(2 + i, 1, 0, nullptr));
+        });
     }
 }
 

@@ -335,15 +335,8 @@ struct PlaneFixture : ZoneFixture {
         m.seq = ts;
         m.ts_ms = ts;
         m.ttl_ms = ttl;
-        wire::Instruction api;
-        api.name = "api";
-        api.ratio_ppm = ppm;
-        api.limit_mrps = 100000;
-        wire::Instruction unknown = api;
-        unknown.name = "unknown";
-        unknown.limit_mrps = 1;
-        m.buckets.push_back(api);
-        m.buckets.push_back(unknown);
+        m.buckets.push_back({"api", ppm, 100000, Mode::Deny, false, {}, false, 0, 0, false, {}});
+        m.buckets.push_back({"unknown", ppm, 1, Mode::Deny, false, {}, false, 0, 0, false, {}});
         return m;
     }
 };

@@ -17,8 +17,20 @@
 
 namespace grl::wire {
 
+// One heavy hitter of a keyed bucket (wire::KeyRate without copies; a report's `hosts` is 1).
+struct KeyRateView {
+    std::uint64_t hash = 0;
+    std::string_view text;  // empty when sent hashed
+    std::uint64_t offered_mrps = 0;
+    std::uint64_t dropped_mrps = 0;
+};
+
 struct ReportBucketView : ReportCounts {
     std::string_view name;
+    bool keyed = false;
+    // keyed: this bucket's keys are ReportView::keys[keys_first, keys_first + keys_count).
+    std::uint32_t keys_first = 0;
+    std::uint32_t keys_count = 0;
 };
 
 // Valid while the bytes it was read from are.
@@ -27,7 +39,22 @@ struct ReportView : ReportFields {
     std::string_view zone;
     std::string_view region;
     std::vector<ReportBucketView> buckets;
+    std::vector<KeyRateView> keys;  // every bucket's keys, one contiguous run per bucket
 };
+
+// The keys of bucket `b` of `v`: [first, last).
+struct KeyRange {
+    const KeyRateView* first = nullptr;
+    const KeyRateView* last = nullptr;
+    const KeyRateView* begin() const { return first; }
+    const KeyRateView* end() const { return last; }
+    std::size_t size() const { return static_cast<std::size_t>(last - first); }
+};
+inline KeyRange keys_of(const ReportView& v, const ReportBucketView& b) {
+    if (b.keys_count == 0) return {};
+    const KeyRateView* p = v.keys.data() + b.keys_first;
+    return {p, p + b.keys_count};
+}
 
 // Reads a report body. On failure returns false with a short reason in `error` (not
 // necessarily worded like wire::decode's); `out` is then unspecified.

@@ -36,8 +36,7 @@ struct Definition {
     std::uint64_t limit_mrps = 0;
     bool keyed = false;  // limit_mrps is each key's limit (docs/per-key.md)
     bool operator==(const Definition& o) const {
-        return scope == o.scope && mode == o.mode && limit_mrps == o.limit_mrps &&
-               keyed == o.keyed;
+        return scope == o.scope && mode == o.mode && limit_mrps == o.limit_mrps && keyed == o.keyed;
     }
     bool operator!=(const Definition& o) const { return !(*this == o); }
     bool operator<(const Definition& o) const {
@@ -122,7 +121,7 @@ struct RegionUsage {
     std::uint32_t parts = 1;
 };
 
-enum class AdminOp : std::uint8_t { Status, Buckets, Set, Clear, Add, Remove };
+enum class AdminOp : std::uint8_t { Status, Buckets, Set, Clear, Add, Remove, Keys };
 std::string_view to_string(AdminOp op);
 std::optional<AdminOp> parse_admin_op(std::string_view s);
 
@@ -139,6 +138,25 @@ struct AdminRequest {
     bool clear_mode = false;
     bool has_match = false;  // add
     RuntimeMatch match;
+    std::uint32_t top = 0;  // keys: keys per instance (1..kMaxAdminTopKeys); 0 = the default
+};
+
+inline constexpr std::uint32_t kDefaultAdminTopKeys = 20;  // admin_request "top" absent
+inline constexpr std::uint32_t kMaxAdminTopKeys = 1024;
+
+// One key of one instance of a keyed bucket (admin_reply "keys", op keys).
+struct KeyStatus {
+    std::string name;  // the bucket
+    Scope scope = Scope::Global;
+    std::string region;            // of the instance; "" for global
+    std::string zone;              // of the instance; "" unless zone
+    std::uint64_t limit_mrps = 0;  // each key's limit
+    std::uint32_t ratio_ppm = 0;   // the key's
+    KeyRate key;                   // summed over the instance's scope; hosts as usage counts them
+    bool operator==(const KeyStatus& o) const {
+        return name == o.name && scope == o.scope && region == o.region && zone == o.zone &&
+               limit_mrps == o.limit_mrps && ratio_ppm == o.ratio_ppm && key == o.key;
+    }
 };
 
 struct BucketStatus {
@@ -207,6 +225,7 @@ struct AdminReply {
     std::vector<ZoneStatus> zones;
     std::vector<PeerStatus> peers;
     LimitsStatus limits;
+    std::vector<KeyStatus> keys;  // op keys (absent from the message when empty)
 };
 
 void encode(const ZoneUsage& m, std::string& out);
