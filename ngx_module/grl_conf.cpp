@@ -248,9 +248,9 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         std::string err = m->cpp->matcher.add(def);
         if (!err.empty()) return conf_error(cf, d + ": " + err);
         m->cpp->table.defs.push_back(def);
+        m->cpp->any_keyed = m->cpp->any_keyed || keyed.keyed;
         m->cpp->table.keyed.push_back(std::move(keyed));
         m->cpp->key_sources.push_back(key_source);
-        m->cpp->any_keyed = m->cpp->any_keyed || keyed.keyed;
         return NGX_CONF_OK;
     });
 }
