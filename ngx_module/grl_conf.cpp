@@ -555,6 +555,16 @@ std::string place_key_tables(ngx_shm_zone_t* shm_zone, const zone::View& z, cons
         const KeyedSpec* k = c.table.keyed_spec(i);
         const std::int64_t held = s.key_table.load();
         if (k != nullptr && held != 0 && s.key_sig == key_sig(*k)) continue;  // kept
+        // The old table goes back to the pool first, so that a table of the same size (a new
+        // key= with the same keys=) always fits. The slot is cleared before: a worker of the
+        // running configuration reads it per request and skips the bucket's keys meanwhile;
+        // only one that read the old offset within these few instructions may count one
+        // request in the new table.
+        if (held != 0) {
+            s.key_table.store(0, std::memory_order_release);
+            s.key_sig = 0;
+            ngx_slab_free(shpool, base + held);
+        }
         std::int64_t made = 0;
         if (k != nullptr) {
             void* p = ngx_slab_alloc(shpool, keyed::bytes_for(k->keys));
@@ -571,12 +581,8 @@ std::string place_key_tables(ngx_shm_zone_t* shm_zone, const zone::View& z, cons
             keyed::Table(p).format(k->keys);
             made = static_cast<char*>(p) - base;
         }
-        // The new table is in place before the old one goes back to the pool: a worker of the
-        // running configuration reads the slot per request and never sees a freed table
-        // unless it read the old offset within these few instructions.
         s.key_sig = k != nullptr ? key_sig(*k) : 0;
         s.key_table.store(made, std::memory_order_release);
-        if (held != 0) ngx_slab_free(shpool, base + held);
     }
     return {};
 }
