@@ -11,7 +11,9 @@ plain, grl (10 buckets, ratio-0 instructions in force, the request matches
 one), limit_req.
 
 Usage: bench/instructions_per_request.py [--module ...] [--requests 20000]
-       [--variants plain,grl,limit_req]  (grl_headers: grl with grl_ratelimit_headers on)
+       [--variants plain,grl,limit_req]  (grl_headers: grl with grl_ratelimit_headers on;
+       grl_keyed: grl with the matched bucket keyed on $binary_remote_addr, docs/per-key.md;
+       grl_keyed1: one keyed bucket alone, on $binary_remote_addr, as limit_req is set up)
 """
 import argparse
 import http.client
@@ -118,7 +120,9 @@ def main():
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--keep", action="store_true", help="keep the callgrind files")
     ap.add_argument("--variants", default="plain,grl,limit_req",
-                    help="comma-separated; also grl_headers (grl with grl_ratelimit_headers on)")
+                    help="comma-separated; also grl_headers (grl with grl_ratelimit_headers on) "
+                         "grl_keyed (the matched bucket keyed on $binary_remote_addr) and "
+                         "grl_keyed1 (one keyed bucket alone, like limit_req's one zone)")
     args = ap.parse_args()
     args.module = os.path.abspath(args.module)
     # Instruction messages cost time-proportional work (decode, apply); send
