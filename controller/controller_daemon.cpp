@@ -401,8 +401,9 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& 
             err = ctl_.remove_runtime(q.bucket, t);
             change = true;
             break;
-        case wire::AdminOp::Keys:  // the per-key sums come with the controller's keyed buckets
-            err = "op keys: this controller does not keep per-key sums yet";
+        case wire::AdminOp::Keys:
+            err = ctl_.keys(q.bucket, q.top, r.keys);
+            if (err.empty()) return r;
             break;
     }
     if (!err.empty()) {
@@ -828,6 +829,27 @@ std::string Daemon::metrics() {
                      g.get(i));
         }
     }
+    // Keyed buckets (docs/per-key.md): per instance, never per key.
+    m.family("grl_bucket_keys_limited", "gauge",
+             "Keys of a keyed bucket with a drop ratio (over their per-key limit), per instance.");
+    for (const auto& [key, i] : insts) {
+        if (!i.keyed) continue;
+        m.sample("grl_bucket_keys_limited",
+                 {{"bucket", i.bucket}, {"scope", to_string(i.scope)}, {"zone", i.zone}},
+                 static_cast<double>(i.keys.limited()));
+    }
+    m.family("grl_bucket_keys", "gauge",
+             "Keys of a keyed bucket the controller holds sums for, per instance.");
+    for (const auto& [key, i] : insts) {
+        if (!i.keyed) continue;
+        m.sample("grl_bucket_keys",
+                 {{"bucket", i.bucket}, {"scope", to_string(i.scope)}, {"zone", i.zone}},
+                 static_cast<double>(i.keys.size()));
+    }
+    m.family("grl_controller_keys_refused_total", "counter",
+             "Keys of keyed buckets refused because an instance's key table was full "
+             "(--max-instance-keys).");
+    m.sample("grl_controller_keys_refused_total", static_cast<double>(ctl_.keys_refused()));
     m.family("grl_bucket_limit_source", "gauge",
              "Where the effective limit comes from (1 for the source in force).");
     for (const auto& [key, i] : insts) {

@@ -114,6 +114,13 @@ void json_match(daemon::Json& j, const wire::RuntimeMatch& m) {
     j.end_object();
 }
 
+// A key's hash as errors and `grlctl keys` show it (16 hex digits).
+std::string key_hash(std::uint64_t h) {
+    char b[24];
+    std::snprintf(b, sizeof(b), "0x%016" PRIx64, h);
+    return b;
+}
+
 std::string to_json(const wire::AdminReply& r) {
     daemon::Json j;
     j.begin_object();
@@ -156,6 +163,8 @@ std::string to_json(const wire::AdminReply& r) {
         }
         j.end_array();
         j.key("runtime").boolean(b.has_match);
+        j.key("keyed").boolean(b.keyed);
+        if (b.keyed) j.key("keys_limited").uint(b.keys_limited);
         if (b.has_match) {
             j.key("match");
             json_match(j, b.match);
@@ -195,6 +204,19 @@ std::string to_json(const wire::AdminReply& r) {
     j.key("buckets").uint(r.limits.buckets);
     j.key("version").str(r.limits.version).key("store_error").str(r.limits.store_error);
     j.end_object();
+    j.key("keys").begin_array();
+    for (const auto& k : r.keys) {
+        j.begin_object();
+        j.key("name").str(k.name).key("scope").str(to_string(k.scope));
+        j.key("region").str(k.region).key("zone").str(k.zone);
+        j.key("limit_rps").num(k.limit_mrps / 1000.0).key("ratio").num(k.ratio_ppm / 1e6);
+        j.key("hash").str(key_hash(k.key.hash)).key("key").str(k.key.text);
+        j.key("offered_rps").num(k.key.offered_mrps / 1000.0);
+        j.key("dropped_rps").num(k.key.dropped_mrps / 1000.0);
+        j.key("hosts").uint(k.key.hosts);
+        j.end_object();
+    }
+    j.end_array();
     j.end_object();
     return j.text();
 }
@@ -223,9 +245,13 @@ void print_buckets(const wire::AdminReply& r, bool hosts) {
         if (b.candidate_limit_mrps)
             candidate = rps(*b.candidate_limit_mrps) + " (would drop " +
                         rps(b.candidate_would_drop_mrps) + ")";
+        // A keyed bucket's limit is each key's; its own ratio is 0, its keys' are counted.
+        std::string limit = rps(b.limit_mrps) + (b.keyed ? " per key" : "");
+        std::string rat =
+            b.keyed ? std::to_string(b.keys_limited) + " key(s) limited" : ratio(b.ratio_ppm);
         rows.push_back({b.name, std::string(to_string(b.scope)), where(b), rps(b.offered_mrps),
-                        rps(b.admitted_mrps), rps(b.limit_mrps), ratio(b.ratio_ppm), mode,
-                        std::to_string(b.hosts), from, candidate});
+                        rps(b.admitted_mrps), limit, rat, mode, std::to_string(b.hosts), from,
+                        candidate});
     }
     print_table(rows);
     std::printf("(rates in requests per second, averaged over the controller's window)\n");
@@ -237,6 +263,31 @@ void print_buckets(const wire::AdminReply& r, bool hosts) {
                         h.empty() ? " -" : h.c_str());
         }
     }
+}
+
+void print_keys(const wire::AdminReply& r, const std::string& name) {
+    if (r.keys.empty()) {
+        std::printf("no keys of bucket \"%s\" yet (none reported over the hosts' threshold)\n",
+                    name.c_str());
+        return;
+    }
+    std::vector<std::vector<std::string>> rows = {
+        {"INSTANCE", "KEY", "OFFERED", "DROPPED", "RATIO", "HOSTS", "LIMIT"}};
+    for (const auto& k : r.keys) {
+        wire::BucketStatus at;
+        at.scope = k.scope;
+        at.region = k.region;
+        at.zone = k.zone;
+        rows.push_back(
+            {std::string(to_string(k.scope)) + (k.scope == Scope::Global ? "" : " " + where(at)),
+             k.key.text.empty() ? key_hash(k.key.hash) : k.key.text, rps(k.key.offered_mrps),
+             rps(k.key.dropped_mrps), ratio(k.ratio_ppm), std::to_string(k.key.hosts),
+             rps(k.limit_mrps) + " per key"});
+    }
+    print_table(rows);
+    std::printf(
+        "(rates in requests per second: offered averaged over the controller's window, "
+        "dropped as last reported; keys sent hashed show their hash)\n");
 }
 
 void print_show(const wire::AdminReply& r, const std::string& name) {
@@ -459,6 +510,7 @@ int main(int argc, char** argv) {
     if (!r.error.empty()) std::fprintf(stderr, "grlctl: note: %s\n", r.error.c_str());
     switch (q.op) {
         case wire::AdminOp::Status: print_status(r); break;
+        case wire::AdminOp::Keys: print_keys(r, q.bucket); break;
         case wire::AdminOp::Buckets:
             if (c.command == grlctl::Command::Show) {
                 print_show(r, q.bucket);

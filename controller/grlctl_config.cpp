@@ -69,6 +69,7 @@ const char* to_string(Command c) {
         case Command::Remove: return "remove";
         case Command::Keygen: return "keygen";
         case Command::Top: return "top";
+        case Command::Keys: return "keys";
     }
     return "?";
 }
@@ -126,6 +127,12 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv,
     cli::add_duration(*top, "--interval", c.top_interval_ms, 100, 3600000, "how often to refresh");
     cli::add_count(*top, "--count", c.top_count, 0, 1000000,
                    "stop after N screens (0: until Ctrl-C)");
+
+    CLI::App* keys = sub(Command::Keys, "BUCKET [--top N]",
+                         "a keyed bucket's busiest keys per instance: offered, dropped, ratio");
+    add_bucket(*keys, q.bucket, true);
+    cli::add_count(*keys, "--top", q.top, 1, wire::kMaxAdminTopKeys,
+                   "keys per instance (default 20)");
 
     CLI::App* set = sub(Command::Set, "BUCKET [--limit RATE] [--mode deny|shadow] [--for DURATION]",
                         "override a bucket's limit and/or mode (expires after --for)");
@@ -249,6 +256,7 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv,
             break;
         }
         case Command::Remove: q.op = wire::AdminOp::Remove; break;
+        case Command::Keys: q.op = wire::AdminOp::Keys; break;
         case Command::Keygen: break;
     }
     if (error.empty() && keypair->count() != server_key->count())

@@ -12,7 +12,7 @@
 
 namespace grl::grlctl {
 
-enum class Command { Buckets, Show, Status, Set, Clear, Add, Remove, Keygen, Top };
+enum class Command { Buckets, Show, Status, Set, Clear, Add, Remove, Keygen, Top, Keys };
 const char* to_string(Command c);  // as typed ("buckets" also for its alias "list")
 
 struct Config {

@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <tuple>
 #include <utility>
 
@@ -755,6 +756,7 @@ void Controller::sample_zones(const std::string& name, const BucketUsage& u, con
         s.basis_ms = z->usage.ts_ms;
         s.hosts = s.own_hosts = b->hosts;
         s.domain = b->definitions;
+        s.keys = b->keys;  // one zone: already summed by its collector
         s.own_zones.push_back(zone);
         update_instance(name, zone, rule, std::move(s), now, events);
     }
@@ -807,6 +809,16 @@ void Controller::sample_wide(const std::string& name, const BucketUsage& u, cons
     s.hold = missing > 0 && find_instance(name, rule.scope, "") != nullptr;
     if (s.has_usage && rated == 0 && !s.hold && !rule.match) return;
     s.provisional = incomplete > 0;
+    std::vector<const std::vector<wire::KeyRate>*> key_lists;
+    for (const auto& [z, b] : u.own) {
+        if (!b->keys.empty()) key_lists.push_back(&b->keys);
+    }
+    if (global) {
+        for (const wire::UsageBucket* b : u.remote) {
+            if (!b->keys.empty()) key_lists.push_back(&b->keys);
+        }
+    }
+    if (!key_lists.empty()) s.keys = sum_keys(key_lists, kMaxInstanceKeys);
     s.own_zones.reserve(u.own.size());
     for (const auto& [z, b] : u.own) s.own_zones.push_back(z->usage.zone);
     update_instance(name, "", rule, std::move(s), now, events);
@@ -847,7 +859,13 @@ void Controller::update_instance(const std::string& name, const std::string& zon
     const std::optional<wire::Definition> conf =
         resolve_definition(inst, rule, std::move(s.domain));
     if (inst.removed_mono) inst.limit_source = inst.mode_source = LimitSource::Removed;
+    inst.keyed = conf && conf->keyed && !inst.runtime;
     smooth(inst, s);
+    if (inst.keyed) {
+        update_keys(inst, s, now, events);
+    } else if (inst.keys.size() > 0) {
+        inst.keys = KeyTable{};  // no longer keyed (a reload): nginx drops its key ratios
+    }
     evaluate_candidate(inst, rule);
     announce(inst, before, conf, events);
 }
@@ -938,6 +956,35 @@ void Controller::smooth(Instance& inst, const Sample& s) const {
     inst.ratio_ppm = inst.limit_mrps == 0
                          ? kPpmOne
                          : drop_ratio_ppm(round_mrps(inst.offered_mrps), inst.limit_mrps);
+}
+
+// A keyed instance: its own ratio stays 0 (its limit is each key's) and it has no surge basis;
+// each key's ratio comes from the key table. A full table refuses new keys: counted, and one
+// line when the instance starts and stops refusing.
+void Controller::update_keys(Instance& inst, const Sample& s, const Clock& now,
+                             std::vector<Event>& events) {
+    inst.ratio_ppm = 0;
+    inst.basis_ms = 0;
+    inst.basis_offered_mrps = 0;
+    KeyOptions ko;
+    ko.window = opt_.window;
+    ko.fast_attack = opt_.fast_attack;
+    ko.ttl_ms = opt_.ttl_ms;
+    ko.max_keys = opt_.max_instance_keys;
+    const std::size_t refused =
+        inst.keys.update(s.keys, s.hold, s.provisional, inst.limit_mrps, ko, now.mono_ms);
+    keys_refused_ = sat_add(keys_refused_, refused);
+    const std::string at = where(inst.scope, opt_.region, inst.zone);
+    if (refused > 0 && !inst.keys_refusing) {
+        events.push_back({Event::Level::Warn, inst.bucket,
+                          "key table full in " + at + ": " + std::to_string(inst.keys.size()) +
+                              " keys held (--max-instance-keys), " + std::to_string(refused) +
+                              " new key(s) refused this tick; they are limited by each host's "
+                              "local cap only"});
+    } else if (refused == 0 && inst.keys_refusing) {
+        events.push_back({Event::Level::Info, inst.bucket, "key table has room again in " + at});
+    }
+    inst.keys_refusing = refused > 0;
 }
 
 // The candidate is judged on the same smoothed offered rate as the ratio in force, so that its
@@ -1043,24 +1090,42 @@ std::vector<wire::Instructions> Controller::instructions(const Inputs& in, const
         e.mode = inst.mode;
         e.has_match = inst.runtime;
         e.match = inst.match;
-        e.has_basis = inst.basis_ms != 0;
+        e.has_basis = inst.basis_ms != 0 && !inst.keyed;
         e.basis_offered_mrps = round_mrps(inst.basis_offered_mrps);
         e.basis_ms = inst.basis_ms;
+        if (inst.keyed) {
+            e.ratio_ppm = 0;
+            e.keyed = true;
+            e.keys = inst.keys.ratios();
+        }
         msgs[idx].buckets.push_back(std::move(e));
     }
+    // An entry's encoded size, bounded from above: ~130 bytes (docs/protocol.md), a match up
+    // to ~300 more, and a keyed entry's [h, ratio_ppm] pairs at most 15 bytes each. Entries
+    // are cut into messages of at most kMaxBucketsPerMessage and about 1 MiB.
+    auto entry_bytes = [](const wire::Instruction& e) {
+        return std::size_t{160} + (e.has_match ? 320 : 0) + (e.keyed ? 16 + 16 * e.keys.size() : 0);
+    };
+    constexpr std::size_t kBudget = wire::kMaxMessageBytes - 4096;  // the header's room
     std::vector<wire::Instructions> out;
     out.reserve(msgs.size());
     for (wire::Instructions& m : msgs) {
-        while (m.buckets.size() > wire::kMaxBucketsPerMessage) {
-            wire::Instructions extra = m;
-            extra.buckets.assign(m.buckets.begin() + wire::kMaxBucketsPerMessage, m.buckets.end());
-            m.buckets.resize(wire::kMaxBucketsPerMessage);
-            m.seq = ++seq_;
-            out.push_back(std::move(m));
-            m = std::move(extra);
-        }
-        m.seq = ++seq_;
-        out.push_back(std::move(m));
+        std::size_t from = 0;
+        do {
+            std::size_t to = from, bytes = 0;
+            while (to < m.buckets.size() && to - from < wire::kMaxBucketsPerMessage &&
+                   (to == from || bytes + entry_bytes(m.buckets[to]) <= kBudget)) {
+                bytes += entry_bytes(m.buckets[to]);
+                ++to;
+            }
+            wire::Instructions part = new_message(m.scope, m.zone);
+            part.buckets.assign(
+                std::make_move_iterator(m.buckets.begin() + static_cast<std::ptrdiff_t>(from)),
+                std::make_move_iterator(m.buckets.begin() + static_cast<std::ptrdiff_t>(to)));
+            part.seq = ++seq_;
+            out.push_back(std::move(part));
+            from = to;
+        } while (from < m.buckets.size());
     }
     return out;
 }
@@ -1093,6 +1158,17 @@ wire::RegionUsage Controller::region_usage(const Inputs& in, const Usage& usage,
         }
         if (u.definitions.size() > wire::kMaxDefinitions)
             u.definitions.resize(wire::kMaxDefinitions);
+        // A keyed bucket's keys, summed over the region's zones (peers sum them for global
+        // buckets); only beside a keyed definition, as the protocol requires.
+        const bool keyed = std::any_of(u.definitions.begin(), u.definitions.end(),
+                                       [](const wire::DefinitionCount& d) { return d.def.keyed; });
+        if (keyed) {
+            std::vector<const std::vector<wire::KeyRate>*> lists;
+            for (const auto& [z, b] : a.own) {
+                if (!b->keys.empty()) lists.push_back(&b->keys);
+            }
+            if (!lists.empty()) u.keys = sum_keys(lists, wire::kMaxUsageKeys);
+        }
         ru.buckets.push_back(std::move(u));
         // Sent in parts when it does not fit one message (wire::encode_parts).
         if (ru.buckets.size() == wire::kMaxUsageBuckets) break;
@@ -1156,6 +1232,8 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
         s.definitions = inst.definitions;
         s.has_match = inst.runtime;
         s.match = inst.match;
+        s.keyed = inst.keyed;
+        s.keys_limited = inst.keys.limited();
         if (with_hosts) {
             for (const std::string& zname : inst.own_zones) {
                 auto z = zones_.find(zname);
@@ -1174,6 +1252,39 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
         out.push_back(std::move(s));
     }
     return out;
+}
+
+std::string Controller::keys(const std::string& bucket, std::uint32_t top,
+                             std::vector<wire::KeyStatus>& out) const {
+    out.clear();
+    if (top == 0) top = wire::kDefaultAdminTopKeys;
+    bool found = false, keyed = false;
+    for (auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, ""});
+         it != instances_.end() && it->second.bucket == bucket; ++it) {
+        const Instance& inst = it->second;
+        found = true;
+        if (!inst.keyed) continue;
+        keyed = true;
+        for (const KeyState* k : inst.keys.busiest(top)) {
+            wire::KeyStatus ks;
+            ks.name = inst.bucket;
+            ks.scope = inst.scope;
+            ks.region = inst.scope == Scope::Global ? "" : opt_.region;
+            ks.zone = inst.zone;
+            ks.limit_mrps = inst.limit_mrps;
+            ks.ratio_ppm = k->ratio_ppm;
+            ks.key.hash = k->hash;
+            ks.key.text = k->text;
+            ks.key.offered_mrps = round_mrps(k->offered_mrps);
+            // The last sum's drops beside a smoothed offered rate: shown at most offered.
+            ks.key.dropped_mrps = std::min(k->dropped_mrps, ks.key.offered_mrps);
+            ks.key.hosts = k->hosts;
+            out.push_back(std::move(ks));
+        }
+    }
+    if (!found) return "no host reports bucket \"" + bucket + "\"";
+    if (!keyed) return "bucket \"" + bucket + "\" is not keyed (no key= in its definition)";
+    return {};
 }
 
 std::vector<wire::ZoneStatus> Controller::zones(const Clock& now) const {

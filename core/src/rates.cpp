@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "grl/saturating.h"
+
 namespace grl::rates {
 
 namespace {
@@ -93,6 +95,15 @@ bool Table::recent_rates(const wire::ReportView& r, const wire::ReportBucketView
     return true;
 }
 
+// A keyed bucket's heavy hitters, as reported (the reporter measured their rates itself).
+void Table::take_keys(const wire::ReportView& r, const wire::ReportBucketView& rb, BucketState& b) {
+    b.keyed = rb.keyed;
+    b.keys.clear();
+    for (const wire::KeyRateView& k : wire::keys_of(r, rb)) {
+        b.keys.push_back({k.hash, std::string(k.text), k.offered_mrps, k.dropped_mrps, 1});
+    }
+}
+
 void Table::baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, bool keep_rates) {
     std::vector<BucketState> next;
     next.reserve(r.buckets.size());
@@ -103,6 +114,7 @@ void Table::baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, b
         b.mode = rb.mode;
         b.limit_mrps = rb.limit_mrps;
         counters_of(rb, b.c);
+        take_keys(r, rb, b);
         if (recent_rates(r, rb, b)) {
             // The report carries the last interval's counts: a rate from one report.
         } else if (keep_rates) {
@@ -237,6 +249,7 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
         b.mode = rb.mode;
         b.limit_mrps = rb.limit_mrps;
         counters_of(rb, b.c);
+        take_keys(r, rb, b);
         if (j == h.buckets.size()) {
             // New bucket on this host (reload, or a run-time bucket): baseline, and a rate
             // if the report carries the bucket's recent counts.
@@ -285,6 +298,19 @@ std::vector<Table::Counted> Table::counted() const {
     std::sort(out.begin(), out.end(),
               [](const Counted& a, const Counted& b) { return a.bucket < b.bucket; });
     return out;
+}
+
+void keep_busiest_keys(std::vector<wire::KeyRate>& keys, std::size_t max) {
+    auto busier = [](const wire::KeyRate& a, const wire::KeyRate& b) {
+        if (a.offered_mrps != b.offered_mrps) return a.offered_mrps > b.offered_mrps;
+        return a.hash < b.hash;
+    };
+    if (keys.size() > max) {
+        std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(max), keys.end(),
+                         busier);
+        keys.resize(max);
+    }
+    std::sort(keys.begin(), keys.end(), busier);
 }
 
 std::size_t keep_busiest(std::vector<wire::UsageBucket>& buckets, std::size_t max) {
@@ -365,6 +391,9 @@ void Table::usage(wire::ZoneUsage& out) const {
         std::uint64_t hosts = 0;
         std::uint64_t rated = 0;
         std::vector<wire::DefinitionCount> defs;
+        // keyed: hash -> index into keys
+        std::unordered_map<std::uint64_t, std::size_t> key_index;
+        std::vector<wire::KeyRate> keys;
     };
     std::vector<Acc> acc(names_.size());
     std::size_t fresh = 0;
@@ -381,7 +410,19 @@ void Table::usage(wire::ZoneUsage& out) const {
                 ++a.rated;
             }
             ++a.hosts;
-            wire::Definition d{b.scope, b.mode, b.limit_mrps};
+            for (const wire::KeyRate& k : b.keys) {
+                auto [at, added] = a.key_index.emplace(k.hash, a.keys.size());
+                if (added) {
+                    a.keys.push_back(k);
+                    continue;
+                }
+                wire::KeyRate& sum = a.keys[at->second];
+                sum.offered_mrps = sat_add(sum.offered_mrps, k.offered_mrps);
+                sum.dropped_mrps = sat_add(sum.dropped_mrps, k.dropped_mrps);
+                sum.hosts += 1;
+                if (sum.text.empty()) sum.text = k.text;
+            }
+            wire::Definition d{b.scope, b.mode, b.limit_mrps, b.keyed};
             bool found = false;
             for (wire::DefinitionCount& dc : a.defs) {
                 if (dc.def == d) {
@@ -418,6 +459,12 @@ void Table::usage(wire::ZoneUsage& out) const {
                   });
         if (a.defs.size() > wire::kMaxDefinitions) a.defs.resize(wire::kMaxDefinitions);
         u.definitions = std::move(a.defs);
+        bool keyed = false;
+        for (const wire::DefinitionCount& dc : u.definitions) keyed = keyed || dc.def.keyed;
+        if (keyed && !a.keys.empty()) {
+            keep_busiest_keys(a.keys, wire::kMaxUsageKeys);
+            u.keys = std::move(a.keys);
+        }
         if (a.hosts < fresh) {
             slot_of[id] = static_cast<std::int64_t>(out.buckets.size());
             partial.push_back(out.buckets.size());

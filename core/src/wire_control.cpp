@@ -381,7 +381,7 @@ bool decode_admin_request(std::string_view bytes, AdminRequest& out, std::string
 // admin_reply
 
 void pack_bucket_status(Packer& p, const BucketStatus& b) {
-    p.map(16 + (b.has_match ? 1 : 0) + (b.candidate_limit_mrps ? 2 : 0));
+    p.map(16 + (b.has_match ? 1 : 0) + (b.candidate_limit_mrps ? 2 : 0) + (b.keyed ? 2 : 0));
     p.kv("name", b.name);
     p.kv("scope", to_string(b.scope));
     p.kv("region", b.region);
@@ -405,6 +405,10 @@ void pack_bucket_status(Packer& p, const BucketStatus& b) {
     if (b.candidate_limit_mrps) {
         p.kv("candidate_limit_mrps", *b.candidate_limit_mrps);
         p.kv("candidate_would_drop_mrps", b.candidate_would_drop_mrps);
+    }
+    if (b.keyed) {
+        p.kv_bool("keyed", true);
+        p.kv("keys_limited", b.keys_limited);
     }
 }
 
@@ -467,6 +471,10 @@ bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus&
     }
     if (ratio > 1000000) return r.fail("\"ratio_ppm\" " + std::to_string(ratio) + " out of range");
     b.ratio_ppm = static_cast<std::uint32_t>(ratio);
+    std::optional<std::uint64_t> limited;
+    if (!r.opt_bool("keyed", b.keyed) || !r.opt_u64("keys_limited", limited)) return false;
+    if (limited && !b.keyed) return r.fail("\"keys_limited\" without \"keyed\"");
+    b.keys_limited = limited.value_or(0);
     return true;
 }
 

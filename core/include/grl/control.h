@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "grl/bucket_types.h"
+#include "grl/key_limits.h"
 #include "grl/wire.h"
 #include "grl/wire_control.h"
 
@@ -68,6 +69,8 @@ struct Options {
     // sides of a partition together still admit about L, not L per side); after it, the
     // region leaves the sums (presumed gone). docs/control-plane.md, "Partitions".
     std::uint64_t peer_hold_ms = 600000;
+    // Keys held per keyed bucket instance (docs/per-key.md): beyond it, new keys are refused.
+    std::uint32_t max_instance_keys = kMaxInstanceKeys;
 };
 
 // One bucket's entry in the limits file.
@@ -199,6 +202,12 @@ struct Instance {
     // sample's offered rate and the wall clock of the oldest zone usage in it (0: none yet).
     double basis_offered_mrps = 0;
     std::uint64_t basis_ms = 0;
+    // A keyed bucket (the definition in force has `key=`, docs/per-key.md): limit_mrps is each
+    // key's limit, the instance's own ratio stays 0 and it has no surge basis; `keys` holds the
+    // per-key sums over the instance's scope and their ratios.
+    bool keyed = false;
+    KeyTable keys;
+    bool keys_refusing = false;  // the key table was full last tick (logged on change)
 };
 
 struct TickOutput {
@@ -257,6 +266,10 @@ class Controller {
     std::vector<wire::BucketStatus> status(const std::string& filter, bool with_hosts) const;
     std::vector<wire::ZoneStatus> zones(const Clock& now) const;
     std::vector<wire::PeerStatus> peers(const Clock& now) const;
+    // Admin op keys: the `top` busiest keys of each instance of the keyed bucket `bucket`.
+    // Returns an error (nothing in `out`) when no instance of that name is keyed.
+    std::string keys(const std::string& bucket, std::uint32_t top,
+                     std::vector<wire::KeyStatus>& out) const;
 
     // Loop health.
     std::uint64_t fresh_hosts() const { return fresh_hosts_; }
@@ -267,6 +280,8 @@ class Controller {
     std::uint64_t held_regions() const { return held_regions_.size(); }
     std::uint64_t regions_lost() const { return regions_lost_; }
     std::uint64_t overrides_rejected() const { return overrides_rejected_; }
+    // Keys of keyed buckets refused because an instance's key table was full.
+    std::uint64_t keys_refused() const { return keys_refused_; }
 
   private:
     struct ZoneEntry {
@@ -308,6 +323,7 @@ class Controller {
         std::uint64_t own_hosts = 0;
         std::vector<wire::DefinitionCount> domain;  // the hosts that vote on the definition
         std::vector<std::string> own_zones;
+        std::vector<wire::KeyRate> keys;  // a keyed bucket's keys summed over the instance
     };
     struct Before {  // an instance's state before this tick, for announce()
         bool is_new = true;
@@ -332,6 +348,7 @@ class Controller {
     std::optional<wire::Definition> resolve_definition(
         Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const;
     void smooth(Instance& inst, const Sample& s) const;
+    void update_keys(Instance& inst, const Sample& s, const Clock& now, std::vector<Event>& events);
     void evaluate_candidate(Instance& inst, const BucketRule& rule) const;
     void announce(const Instance& inst, const Before& before,
                   const std::optional<wire::Definition>& conf, std::vector<Event>& events) const;
@@ -368,6 +385,7 @@ class Controller {
     std::set<std::string> held_regions_;  // regions whose last usage stands in (announced)
     std::uint64_t regions_lost_ = 0;
     std::uint64_t overrides_rejected_ = 0;
+    std::uint64_t keys_refused_ = 0;
 };
 
 // Resolves the definition in force among hosts' definitions: the one reported by the most

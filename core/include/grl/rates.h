@@ -77,6 +77,9 @@ class Table {
     SweepResult sweep(std::uint64_t now_ms);
 
     // The usage of the fresh hosts: hosts, stale_hosts, host_names, buckets (sorted by name).
+    // A keyed bucket's `keys` are its fresh hosts' latest heavy hitters summed by hash (the
+    // text from any host that sent one), the busiest wire::kMaxUsageKeys by offered rate;
+    // only while a keyed definition is among the entry's definitions.
     // Leaves the other fields of `out` alone.
     void usage(wire::ZoneUsage& out) const;
 
@@ -106,6 +109,10 @@ class Table {
         std::uint64_t limit_mrps = 0;
         std::uint64_t c[4] = {0, 0, 0, 0};  // offered, admitted, dropped, shadow_dropped
         float rate[4] = {0, 0, 0, 0};       // mrps, same order
+        bool keyed = false;                 // the host's definition: a keyed bucket
+        // keyed: the host's heavy hitters of its latest report that carried rates (at most
+        // wire::kMaxReportKeys, as the codec bounds them); gone with the host.
+        std::vector<wire::KeyRate> keys;
     };
     struct Host {
         std::string name;
@@ -137,6 +144,8 @@ class Table {
     std::uint32_t intern_name(std::string_view name);
     void release_name(std::uint32_t id);
     void baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, bool keep_rates);
+    static void take_keys(const wire::ReportView& r, const wire::ReportBucketView& rb,
+                          BucketState& b);
     static bool recent_rates(const wire::ReportView& r, const wire::ReportBucketView& rb,
                              BucketState& b);
     std::uint64_t interval_of(const Host& h) const;
@@ -160,6 +169,9 @@ class Table {
 // offered), so that a flood of rarely used bucket names cannot push the fleet's real
 // buckets out of the message; the result stays sorted by name. Returns how many were cut.
 std::size_t keep_busiest(std::vector<wire::UsageBucket>& buckets, std::size_t max);
+
+// Keeps the `max` keys of the highest offered rate (then the lowest hash), busiest first.
+void keep_busiest_keys(std::vector<wire::KeyRate>& keys, std::size_t max);
 
 // Rate in milli-requests per second of `delta` events over `dt_ms` milliseconds.
 inline double rate_mrps(std::uint64_t delta, std::uint64_t dt_ms) {

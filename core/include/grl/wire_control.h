@@ -182,6 +182,10 @@ struct BucketStatus {
     std::vector<DefinitionCount> definitions;
     bool has_match = false;
     RuntimeMatch match;
+    // A keyed bucket: limit_mrps is each key's limit; keys_limited counts its keys with a
+    // ratio. Optional: absent (false, 0) for an unkeyed bucket and from older controllers.
+    bool keyed = false;
+    std::uint64_t keys_limited = 0;
 };
 
 struct ZoneStatus {
