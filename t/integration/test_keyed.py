@@ -100,10 +100,11 @@ def test_keyed_missing_key_counts_under_dash(nginx_factory):
 
 # -- (b) a flood of one-request keys --------------------------------------------------------
 
+# `id` is a global of each thread's own Lua state, set by setup() from the main state.
 FLOOD_LUA = """
 local n = 0
-local id = 0
-setup = function(thread) id = id + 1; thread:set("id", id) end
+local threads = 0
+setup = function(thread) threads = threads + 1; thread:set("id", threads) end
 request = function()
   n = n + 1
   return wrk.format("GET", "/", {["X-Api-Key"] = "flood-" .. id .. "-" .. n})
@@ -155,9 +156,9 @@ def test_keyed_flood_of_distinct_keys_evicts_in_fixed_memory_and_spares_busy_key
     assert k["capacity"] == cap and k["in_use"] <= cap
     assert after["zone_capacity"] == before["zone_capacity"]
     assert after["epoch"] == before["epoch"]
-    # Every wrk request carries a new key (but the few wrk sends again when nginx closes a
-    # keep-alive connection after keepalive_requests).
-    assert k["claims"] + k["races"] >= 0.99 * flooded
+    # Every wrk request carries a new key: each claimed an entry (or, contended, counted as a
+    # race in a shared one).
+    assert k["claims"] + k["races"] >= flooded
     assert k["evictions"] >= k["claims"] - cap
     prom = n.prometheus()
     assert re.search(r'^grl_bucket_key_evictions_total\{bucket="per-key"\} %d$' % k["evictions"],
