@@ -21,6 +21,9 @@ namespace {
 constexpr std::size_t kMaxPerWakeup = 20000;  // reports handled per batch
 constexpr std::size_t kMaxWrongZoneHosts = 1000;
 constexpr std::size_t kMaxHostKeys = 100000;  // CURVE keys bound to hosts
+constexpr int kReportQueue = 64;              // reports queued per nginx connection
+// A batch of reports yields the loop after this long (timers, /metrics, the relay).
+constexpr std::uint64_t kMaxBatchMs = 50;
 
 std::string list_names(const std::vector<std::string>& names) {
     std::string s;
@@ -39,6 +42,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       table_(cfg_.rates),
       malformed_log_(10000),
       send_log_(10000),
+      batch_log_(10000),
       // A binding lapses when its host would be forgotten (silent that long).
       host_keys_(kMaxHostKeys, std::uint64_t{cfg_.rates.forget_intervals} * cfg_.interval_ms),
       identity_log_(10000) {
@@ -48,15 +52,18 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     daemon::Socket pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
     daemon::Socket sub(ctx, ZMQ_SUB);
 
-    // nginx -> collector: reports. A deep queue absorbs the burst of a whole zone reporting
-    // at the same moment.
+    // nginx -> collector: reports. The high-water mark is per connection (one per nginx),
+    // and an nginx sends one report per interval, so a short queue holds many intervals of
+    // a busy loop; it bounds what a flood can make the collector hold (docs/control-plane.md
+    // "Memory under a flood"): 100000 per connection let one 8 s flood grow it to 900 MB.
     pull_.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
-    pull_.set(ZMQ_RCVHWM, 100000);
+    pull_.set(ZMQ_RCVHWM, kReportQueue);
     // collector -> nginx: relayed instructions.
     pub.set(ZMQ_SNDHWM, 10000);
     pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
     if (zap_) {
-        zap_->allow("nginx", cfg_.nginx_clients);
+        zap_->allow("nginx", curve::keys_of(cfg_.nginx_clients));
+        host_keys_.pin(cfg_.nginx_clients);
         loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
         daemon::make_curve_server(pull_, *cfg_.keypair, "nginx");
         daemon::make_curve_server(pub, *cfg_.keypair, "nginx");
@@ -68,19 +75,27 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     // controllers -> collector (one SUB connected to all of them, served by the relay).
     sub.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
     sub.set(ZMQ_RCVHWM, 10000);
-    // CURVE towards the controllers is on when their public key is given.
-    bool curve_up = !cfg_.server_key.empty();
+    // CURVE towards the controllers is on when their public keys are given. One SUB socket
+    // connects to every controller: each connection takes the server key set just before it.
+    bool curve_up = curve_to_controllers(cfg_);
     std::unique_ptr<daemon::HandshakeWatch> sub_watch;
+    std::map<std::string, std::string> publish_keys;
+    for (const std::string& ep : cfg_.controller_publish)
+        publish_keys[ep] = controller_key(cfg_, ep);
     if (curve_up) {
-        daemon::make_curve_client(sub, *cfg_.keypair, cfg_.server_key);
+        daemon::make_curve_client(sub, *cfg_.keypair,
+                                  publish_keys[cfg_.controller_publish.front()]);
         sub_watch = std::make_unique<daemon::HandshakeWatch>(ctx, sub.get(), "controller",
-                                                             cfg_.controller_publish);
+                                                             cfg_.controller_publish, publish_keys);
     }
     topics_[0] = wire::topic(Scope::Global, "", "");
     topics_[1] = wire::topic(Scope::Region, cfg_.region, "");
     topics_[2] = wire::topic(Scope::Zone, cfg_.region, cfg_.zone);
     for (const std::string& t : topics_) sub.set(ZMQ_SUBSCRIBE, std::string_view(t));
-    for (const std::string& ep : cfg_.controller_publish) sub.connect(ep);
+    for (const std::string& ep : cfg_.controller_publish) {
+        if (curve_up) sub.set(ZMQ_CURVE_SERVERKEY, std::string_view(publish_keys[ep]));
+        sub.connect(ep);
+    }
     for (const std::string& ep : cfg_.controller_usage) {
         auto c =
             std::make_unique<Controller>(Controller{ep, daemon::Socket(ctx, ZMQ_PUSH), nullptr});
@@ -89,9 +104,11 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         c->push.set(ZMQ_IMMEDIATE, 1);
         c->push.set(ZMQ_SNDHWM, 4);
         if (curve_up) {
-            daemon::make_curve_client(c->push, *cfg_.keypair, cfg_.server_key);
-            c->watch = std::make_unique<daemon::HandshakeWatch>(ctx, c->push.get(), "controller",
-                                                                std::vector<std::string>{ep});
+            daemon::make_curve_client(c->push, *cfg_.keypair, controller_key(cfg_, ep));
+            std::map<std::string, std::string> own_key;  // for the wording of log lines
+            if (cfg_.controller_keys.count(ep) > 0) own_key[ep] = controller_key(cfg_, ep);
+            c->watch = std::make_unique<daemon::HandshakeWatch>(
+                ctx, c->push.get(), "controller", std::vector<std::string>{ep}, std::move(own_key));
             daemon::HandshakeWatch* w = c->watch.get();
             loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
         }
@@ -147,10 +164,25 @@ std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {
 void Collector::on_reports() {
     std::string error;
     bool accepted_in_batch = false;
+    const std::uint64_t started = mono_ms();
+    std::uint64_t now = started;
     for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+        if (now - started >= kMaxBatchMs) {
+            // Reports come faster than they are handled (a flood): the rest waits in the
+            // queue, at most kReportQueue per connection, while the loop serves its timers,
+            // /metrics and the relay's subscribers.
+            ++batches_cut_;
+            batch_log_.hit(LogLevel::Warn, {},
+                           "reports arrive faster than they are handled: a batch stopped after " +
+                               std::to_string(kMaxBatchMs) + " ms (" + std::to_string(i) +
+                               " reports); each connection queues at most " +
+                               std::to_string(kReportQueue) + " here, then its sender waits",
+                           now);
+            break;
+        }
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) break;
-        const std::uint64_t now = mono_ms();
+        now = mono_ms();
         std::string_view body = frames_[0].view();
         report_bytes_ += body.size();
         if (n != 1 || !wire::read_report(body, report_, error)) {
@@ -406,6 +438,10 @@ std::string Collector::metrics() {
     m.family("grl_collector_reports_malformed_total", "counter",
              "Reports dropped as malformed, truncated, oversized or of a wrong version.");
     m.sample("grl_collector_reports_malformed_total", static_cast<double>(reports_malformed_));
+    m.family("grl_collector_report_batches_cut_total", "counter",
+             "Batches of reports stopped after 50 ms with more to take (reports arrive faster "
+             "than they are handled; the rest waits, bounded per connection).");
+    m.sample("grl_collector_report_batches_cut_total", static_cast<double>(batches_cut_));
     m.family("grl_collector_reports_refused_total", "counter",
              "Reports refused because their CURVE key speaks for another host (or another key "
              "for this one), by reason.");

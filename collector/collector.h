@@ -67,6 +67,7 @@ class Collector {
     // Counters for /metrics.
     std::map<rates::Verdict, std::uint64_t> reports_;
     std::uint64_t reports_malformed_ = 0;
+    std::uint64_t batches_cut_ = 0;  // report batches stopped at their time budget
     std::uint64_t reports_wrong_zone_ = 0;
     std::uint64_t report_bytes_ = 0;
     std::uint64_t usage_truncated_ = 0;
@@ -80,6 +81,7 @@ class Collector {
 
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter send_log_;
+    daemon::LogLimiter batch_log_;  // batches cut short: reports come faster than handled
     daemon::LogLimiter epoch_conflict_log_;
     daemon::LogLimiter full_log_;
     // With CURVE for nginx: which host each client key reports for (first come, one to

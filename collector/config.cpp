@@ -2,14 +2,38 @@
 
 namespace grl::collector {
 
+bool curve_to_controllers(const Config& c) {
+    return !c.server_key.empty() || !c.controller_keys.empty();
+}
+
+const std::string& controller_key(const Config& c, const std::string& ep) {
+    auto it = c.controller_keys.find(ep);
+    return it == c.controller_keys.end() ? c.server_key : it->second;
+}
+
 std::string check(const Config& c) {
     if (c.batch_ms >= c.interval_ms) return "--batch must be shorter than --interval";
     if (c.rates.forget_intervals < c.rates.stale_intervals)
         return "--forget-intervals must be at least --stale-intervals";
     if (!c.nginx_clients.empty() && !c.keypair) return "--curve-clients needs --curve-keypair";
     if (!c.server_key.empty() && !c.keypair) return "--curve-server-key needs --curve-keypair";
-    if (c.keypair && c.server_key.empty() && c.nginx_clients.empty())
+    if (!c.controller_keys.empty() && !c.keypair)
+        return "a controller's public key (--controller-usage or --controller-publish EP=FILE) "
+               "needs --curve-keypair";
+    if (c.keypair && !curve_to_controllers(c) && c.nginx_clients.empty())
         return "--curve-keypair needs --curve-server-key or --curve-clients";
+    if (curve_to_controllers(c)) {
+        for (const auto& [option, eps] :
+             {std::pair{"--controller-usage", &c.controller_usage},
+              std::pair{"--controller-publish", &c.controller_publish}}) {
+            for (const std::string& ep : *eps) {
+                if (controller_key(c, ep).empty())
+                    return std::string(option) + " " + ep +
+                           " with CURVE towards the controllers needs its public key (" + ep +
+                           "=FILE) or --curve-server-key";
+            }
+        }
+    }
     if (c.nginx_clients.empty()) {
         return daemon::cli::check_exposure(
             {{"--report-bind", c.report_bind}, {"--publish-bind", c.publish_bind}}, c.insecure);
@@ -36,11 +60,12 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                   "endpoint nginx sends reports to (PULL)");
     cli::add_text(app, "--publish-bind", c.publish_bind, "EP",
                   "endpoint nginx subscribes to for instructions (PUB)");
-    cli::add_list(app, "--controller-usage", c.controller_usage, "EP",
-                  "a controller's usage endpoint")
+    cli::add_list(app, "--controller-usage", c.controller_usage, "EP[=FILE]",
+                  "a controller's usage endpoint; with CURVE, =FILE names the file of its own "
+                  "public key (default: --curve-server-key)")
         ->required();
-    cli::add_list(app, "--controller-publish", c.controller_publish, "EP",
-                  "a controller's publish endpoint")
+    cli::add_list(app, "--controller-publish", c.controller_publish, "EP[=FILE]",
+                  "a controller's publish endpoint (=FILE: as for --controller-usage)")
         ->required();
     app.add_flag("--insecure", c.insecure,
                  "allow --report-bind and --publish-bind beyond loopback without CURVE "
@@ -65,14 +90,23 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                      "CURVE key pair of this collector (for --curve-server-key and "
                      "--curve-clients)");
     cli::add_public_key(app, "--curve-server-key", c.server_key,
-                        "public key of the controllers (switches CURVE on towards them)");
-    CLI::Option* clients = cli::add_authorized(
+                        "public key of the controllers without one of their own (EP=FILE); "
+                        "switches CURVE on towards them");
+    CLI::Option* clients = cli::add_key_list(
         app, "--curve-clients", c.nginx_clients,
-        "public keys of the nginx hosts allowed to connect (switches CURVE on for them)");
+        "public keys of the nginx hosts allowed to connect (switches CURVE on for them), each "
+        "optionally followed by the hosts it may report for");
 
     cli::Outcome<Config> out;
     if (!cli::parse(app, argc, argv, out.exit_code, out.text)) return out;
-    std::string error = check(c);
+    std::string error;
+    for (auto [option, eps] : {std::pair{"--controller-usage", &c.controller_usage},
+                               std::pair{"--controller-publish", &c.controller_publish}}) {
+        for (std::string& ep : *eps) {
+            if (error.empty()) error = cli::split_keyed_endpoint(option, ep, c.controller_keys);
+        }
+    }
+    if (error.empty()) error = check(c);
     // A list without keys would look like CURVE off (an empty list) and admit anyone.
     if (clients->count() > 0 && c.nginx_clients.empty())
         error = "--curve-clients: no key in " + clients->as<std::string>();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -33,11 +34,20 @@ struct Config {
     std::string endpoints_file;  // written after binding, empty: none
     daemon::LogLevel log_level = daemon::LogLevel::Info;
     // CURVE: `keypair` switches it on towards the controllers (needs `server_key`);
-    // `nginx_clients` (non-empty) switches it on for the sockets nginx connects to.
+    // `nginx_clients` (non-empty) switches it on for the sockets nginx connects to; each key
+    // with the hosts it may report for (none listed: the first it reports for).
     std::optional<daemon::KeyPair> keypair;
     std::string server_key;
-    std::set<std::string> nginx_clients;
+    // A controller's own public key (`--controller-usage EP=FILE`, `--controller-publish
+    // EP=FILE`), by endpoint; one without is checked against `server_key`.
+    std::map<std::string, std::string> controller_keys;
+    curve::KeyList nginx_clients;
 };
+
+// True when the collector talks CURVE to its controllers.
+bool curve_to_controllers(const Config& c);
+// The public key a connection to controller endpoint `ep` checks.
+const std::string& controller_key(const Config& c, const std::string& ep);
 
 // The rules between options (CURVE options that need each other): the first one `c` breaks,
 // or "" when it keeps them all.

@@ -6,8 +6,13 @@ namespace grl::controller {
 
 std::string check(const Config& c) {
     if (c.opts.ttl_ms < c.opts.interval_ms) return "--ttl must be at least --interval";
-    if (c.keypair && !c.peers.empty() && c.server_key.empty())
-        return "--peer with CURVE (--curve-keypair) needs --curve-server-key";
+    for (const std::string& p : c.peers) {
+        if (c.keypair && peer_key(c, p).empty())
+            return "--peer " + p + " with CURVE (--curve-keypair) needs its public key (--peer " +
+                   p + "=FILE) or --curve-server-key";
+        if (!c.keypair && c.peer_keys.count(p) > 0)
+            return "--peer " + p + "=FILE (its public key) needs --curve-keypair";
+    }
     if (!c.keypair) {
         return daemon::cli::check_exposure({{"--usage-bind", c.usage_bind},
                                             {"--publish-bind", c.publish_bind},
@@ -15,6 +20,11 @@ std::string check(const Config& c) {
                                            c.insecure);
     }
     return {};
+}
+
+const std::string& peer_key(const Config& c, const std::string& endpoint) {
+    auto it = c.peer_keys.find(endpoint);
+    return it == c.peer_keys.end() ? c.server_key : it->second;
 }
 
 daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
@@ -37,9 +47,10 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     app.add_flag("--insecure", c.insecure,
                  "allow binds beyond loopback without CURVE (--curve-keypair): anyone who "
                  "reaches them can send usage for any zone or change limits");
-    cli::add_list(app, "--peer", c.peers, "EP",
+    cli::add_list(app, "--peer", c.peers, "EP[=FILE]",
                   "publish endpoint of another controller (same region: active-active; other "
-                  "regions: global buckets)");
+                  "regions: global buckets); with CURVE, =FILE names the file of its own public "
+                  "key (default: --curve-server-key)");
     cli::add_duration(app, "--interval", c.opts.interval_ms, 50, 60000,
                       "how often ratios are computed and published");
     CLI::Option* ttl = app.add_option("--ttl", c.opts.ttl_ms,
@@ -97,11 +108,14 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     CLI::Option* keypair =
         cli::add_keypair(app, "--curve-keypair", c.keypair,
                          "CURVE key pair of this controller (switches CURVE on for every socket)");
-    CLI::Option* server_key = cli::add_public_key(app, "--curve-server-key", c.server_key,
-                                                  "public key of the peer controllers");
-    CLI::Option* clients = cli::add_authorized(
+    CLI::Option* server_key =
+        cli::add_public_key(app, "--curve-server-key", c.server_key,
+                            "public key of the peer controllers without one of their own "
+                            "(--peer EP=FILE)");
+    CLI::Option* clients = cli::add_key_list(
         app, "--curve-clients", c.clients,
-        "public keys allowed to send usage and to subscribe (collectors, peers)");
+        "public keys allowed to send usage and to subscribe (collectors, peers), each "
+        "optionally followed by the zones it may send usage for");
     CLI::Option* admin_clients =
         cli::add_authorized(app, "--curve-admin-clients", c.admin_clients,
                             "public keys allowed on the admin endpoint (operators' keys, its "
@@ -113,7 +127,12 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     if (ttl->count() == 0) c.opts.ttl_ms = 3 * c.opts.interval_ms;
     // Given, not their contents: an empty key list is a valid (closed) list.
     std::string error;
-    if (keypair->count() > 0 && clients->count() == 0) {
+    for (std::string& p : c.peers) {
+        if (error.empty()) error = cli::split_keyed_endpoint("--peer", p, c.peer_keys);
+    }
+    if (!error.empty()) {
+        // a bad --peer EP=FILE, reported as it is
+    } else if (keypair->count() > 0 && clients->count() == 0) {
         error = "--curve-keypair needs --curve-clients";
     } else if (keypair->count() == 0 &&
                clients->count() + server_key->count() + admin_clients->count() > 0) {

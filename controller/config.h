@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -21,8 +22,11 @@ struct Config {
     std::string usage_bind = "tcp://127.0.0.1:7201";
     std::string publish_bind = "tcp://127.0.0.1:7202";
     std::string admin_bind = "tcp://127.0.0.1:7203";
-    bool insecure = false;                         // --insecure: bind beyond loopback without CURVE
-    std::vector<std::string> peers;                // other controllers' publish endpoints
+    bool insecure = false;           // --insecure: bind beyond loopback without CURVE
+    std::vector<std::string> peers;  // other controllers' publish endpoints
+    // With CURVE: a peer's own public key (`--peer EP=FILE`), by endpoint; a peer without
+    // one is checked against `server_key`.
+    std::map<std::string, std::string> peer_keys;
     std::string limits_file;                       // empty: none; a path, or etcd://HOST:PORT/KEY
     std::optional<daemon::etcd::Url> limits_etcd;  // set when limits_file is an etcd URL
     daemon::etcd::Access etcd_access;              // TLS files and user for a secured etcd
@@ -31,19 +35,23 @@ struct Config {
     std::string metrics_bind;
     std::string endpoints_file;
     daemon::LogLevel log_level = daemon::LogLevel::Info;
-    // CURVE: `keypair` switches it on for every socket; connections to peers need
-    // `server_key`; `clients` may connect to the usage and publish sockets, `admin_clients`
-    // (a list of its own: operators, not collectors) to the admin socket, which admits no
-    // one over CURVE without it.
+    // CURVE: `keypair` switches it on for every socket; connections to peers need their own
+    // key (`peer_keys`) or `server_key`; `clients` may connect to the usage and publish sockets,
+    // `admin_clients` (a list of its own: operators, not collectors) to the admin socket, which
+    // admits no one over CURVE without it. `clients`: each key with the zones it may send usage for
+    // (none listed: the first).
     std::optional<daemon::KeyPair> keypair;
     std::string server_key;
-    std::set<std::string> clients;
+    curve::KeyList clients;
     std::set<std::string> admin_clients;
 };
 
 // The rules between fields (a TTL shorter than the interval, peers over CURVE without their
 // key): the first one `c` breaks, or "" when it keeps them all.
 std::string check(const Config& c);
+
+// The public key a connection to peer `endpoint` checks (its own, else --curve-server-key).
+const std::string& peer_key(const Config& c, const std::string& endpoint);
 
 // grl-controller's command line into a Config (key files read), or --help, or a usage error.
 daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv);

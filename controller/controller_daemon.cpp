@@ -102,24 +102,35 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     pub_.set(ZMQ_SNDHWM, 10000);
     admin_.set(ZMQ_MAXMSGSIZE, max);
     admin_.set(ZMQ_ROUTER_MANDATORY, 0);
+    // grlctl waits for each answer: a deep queue per client only holds a flood.
+    admin_.set(ZMQ_RCVHWM, 64);
     for (const std::string& ep : cfg_.peers) {
         auto p = std::make_unique<Peer>(Peer{ep, daemon::Socket(ctx, ZMQ_SUB), nullptr});
         p->sock.set(ZMQ_MAXMSGSIZE, max);
-        p->sock.set(ZMQ_RCVHWM, 1000);
+        // A peer's usage (at most 16 parts) per interval: 64 holds four sets, and bounds what
+        // one peer can make this controller hold (64 x 4 MiB; was 1000 x 4 MiB).
+        p->sock.set(ZMQ_RCVHWM, 64);
         peers_.push_back(std::move(p));
     }
     if (zap_) {
-        zap_->allow("collector", cfg_.clients);
-        zap_->allow("subscriber", cfg_.clients);
+        zap_->allow("collector", curve::keys_of(cfg_.clients));
+        zap_->allow("subscriber", curve::keys_of(cfg_.clients));
+        zone_keys_.pin(cfg_.clients);
         zap_->allow("admin", cfg_.admin_clients);
         loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
         daemon::make_curve_server(pull_, *cfg_.keypair, "collector");
         daemon::make_curve_server(pub_, *cfg_.keypair, "subscriber");
         daemon::make_curve_server(admin_, *cfg_.keypair, "admin");
         for (auto& p : peers_) {
-            daemon::make_curve_client(p->sock, *cfg_.keypair, cfg_.server_key);
+            // Each peer's own key when given: one stolen controller key pair then
+            // impersonates that controller only, not every peer.
+            daemon::make_curve_client(p->sock, *cfg_.keypair, peer_key(cfg_, p->endpoint));
+            std::map<std::string, std::string> own_key;  // names the =FILE in log lines
+            if (cfg_.peer_keys.count(p->endpoint) > 0)
+                own_key[p->endpoint] = peer_key(cfg_, p->endpoint);
             p->watch = std::make_unique<daemon::HandshakeWatch>(
-                ctx, p->sock.get(), "peer controller", std::vector<std::string>{p->endpoint});
+                ctx, p->sock.get(), "peer controller", std::vector<std::string>{p->endpoint},
+                std::move(own_key));
             daemon::HandshakeWatch* w = p->watch.get();
             loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
             loop_.every(250, [w] { w->handle(daemon::mono_ms()); });
@@ -280,18 +291,22 @@ void Daemon::on_peers(Peer& p) {
         KeyBindings::Result b = peer_sources_.check(p.endpoint, region_usage_.source, t.mono_ms);
         if (b != KeyBindings::Result::Ok) {
             ++ignored_[std::string("region_usage/") + std::string(to_string(b))];
-            ignored_log_.hit(
-                LogLevel::Warn, {},
-                "region usage from " + region_usage_.source + " (region " + region_usage_.region +
-                    ") on the connection to " + p.endpoint +
-                    " ignored: " + std::string(to_string(b)) +
-                    (b == KeyBindings::Result::KeyTaken
-                         ? " (that connection speaks for \"" + peer_sources_.name_of(p.endpoint) +
-                               "\")"
-                     : b == KeyBindings::Result::NameTaken
-                         ? " (" + region_usage_.source + " speaks on another connection)"
-                         : std::string(" (--max-peers connections bound)")),
-                t.mono_ms);
+            std::string why;
+            switch (b) {
+                case KeyBindings::Result::KeyTaken:
+                    why =
+                        "that connection speaks for \"" + peer_sources_.name_of(p.endpoint) + "\"";
+                    break;
+                case KeyBindings::Result::NameTaken:
+                    why = region_usage_.source + " speaks on another connection";
+                    break;
+                default: why = "--max-peers connections bound"; break;
+            }
+            ignored_log_.hit(LogLevel::Warn, {},
+                             "region usage from " + region_usage_.source + " (region " +
+                                 region_usage_.region + ") on the connection to " + p.endpoint +
+                                 " ignored: " + std::string(to_string(b)) + " (" + why + ")",
+                             t.mono_ms);
             continue;
         }
         if (!assembled(peer_parts_, region_usage_, "region_usage", t)) continue;

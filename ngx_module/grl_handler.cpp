@@ -34,6 +34,20 @@ const RequestCtx* find_record(ngx_http_request_t* r, const MainConf* m) {
     return reinterpret_cast<const RequestCtx*>(record_slot(r, m).data);
 }
 
+// At most this many of a complex value's variables are tracked (one bit each in a uint64_t).
+constexpr std::size_t kMaxTrackedFlushes = 64;
+
+// Calls f(i, slot) for the request's value of each variable a complex value flushes (`flushes`
+// ends at -1), up to kMaxTrackedFlushes; the bound is checked before the array is read.
+template <typename F>
+void for_each_flushed(ngx_http_request_t* r, const ngx_uint_t* flushes, F&& f) {
+    if (flushes == nullptr) return;
+    for (std::size_t i = 0; i < kMaxTrackedFlushes && flushes[i] != static_cast<ngx_uint_t>(-1);
+         ++i) {
+        f(i, r->variables[flushes[i]]);
+    }
+}
+
 }  // namespace
 
 // Values other modules change later in the request (realip's $remote_addr, a
@@ -53,19 +67,15 @@ bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) 
     // ngx_http_complex_value() flushes non-cacheable variables before evaluating
     // but leaves cacheable ones cached: remember which of them we evaluate first.
     std::uint64_t cached = 0;
-    const ngx_uint_t* flushes = s.cv->flushes;
-    for (std::size_t i = 0; flushes && flushes[i] != static_cast<ngx_uint_t>(-1) && i < 64; ++i) {
-        const ngx_http_variable_value_t& slot = r->variables[flushes[i]];
+    for_each_flushed(r, s.cv->flushes, [&](std::size_t i, ngx_http_variable_value_t& slot) {
         if (slot.valid || slot.not_found) cached |= std::uint64_t{1} << i;
-    }
+    });
     ngx_str_t val;
     const bool ok = ngx_http_complex_value(r, s.cv, &val) == NGX_OK && val.len != 0;
     if (ok) out = {reinterpret_cast<const char*>(val.data), val.len};  // a copy in the pool
-    for (std::size_t i = 0; flushes && flushes[i] != static_cast<ngx_uint_t>(-1) && i < 64; ++i) {
-        if ((cached >> i) & 1) continue;
-        ngx_http_variable_value_t& slot = r->variables[flushes[i]];
-        slot.valid = slot.not_found = 0;
-    }
+    for_each_flushed(r, s.cv->flushes, [&](std::size_t i, ngx_http_variable_value_t& slot) {
+        if (((cached >> i) & 1) == 0) slot.valid = slot.not_found = 0;
+    });
     return ok;
 }
 

@@ -17,7 +17,7 @@ Targets: tick <= 25 ms, the controller at most 20% of one core, propagation p99 
 Usage: /usr/bin/python3 bench/control_plane/controller_scale.py [--build-dir build]
        [--zones 50] [--peers 4] [--buckets 10000] [--interval 0.25] [--duration 30]
        [--warmup 10] [--over 0.01] [--pin] [--out results.json]
-Only the standard library is needed.
+Helpers from bench/benchlib.py and scale.py (Debian's python3).
 """
 
 import argparse
@@ -29,10 +29,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import re  # noqa: E402
 import urllib.request  # noqa: E402
 
-from scale import ROOT, cpu_seconds, free_port, memory_kb  # noqa: E402
+from benchlib import ROOT, free_port, wait_until  # noqa: E402
+from scale import cpu_seconds, memory_kb  # noqa: E402
 
 
 def metrics(addr):
@@ -114,12 +116,8 @@ def main():
                                   "--publish-bind", relay, "--controller-usage", usage, "--controller-publish", publish,
                                   "--interval", iv, "--metrics-bind", "127.0.0.1:0",
                                   "--endpoints-file", os.path.join(d, "col.json")])
-        for name in ("ctl.json", "col.json"):
-            deadline = time.monotonic() + 10
-            while not os.path.exists(os.path.join(d, name)):
-                if time.monotonic() > deadline:
-                    sys.exit("controller_scale.py: daemons did not start, see %s" % d)
-                time.sleep(0.05)
+        wait_until(lambda: all(os.path.exists(os.path.join(d, n)) for n in ("ctl.json", "col.json")),
+                   10, "the daemons to start (logs in %s)" % d)
         with open(os.path.join(d, "ctl.json")) as f:
             ctl_metrics = json.load(f)["metrics"]
         sim = subprocess.Popen(pinned([bins["sim"], "--zones", str(a.zones), "--peers", str(a.peers),

@@ -35,25 +35,13 @@
 #include "grl/usage_parts.h"
 #include "grl/wire.h"
 #include "grl/wire_control.h"
+#include "sim_common.h"
 
 namespace {
 
-double wall_s() {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
-double mono_s() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
-[[noreturn]] void die(const std::string& m) {
-    std::fprintf(stderr, "grl_controller_sim: %s\n", m.c_str());
-    std::exit(2);
-}
+using grl::sim::die;
+using grl::sim::mono_s;
+using grl::sim::wall_s;
 
 struct Options {
     std::size_t zones = 50;
@@ -194,17 +182,10 @@ double percentile(std::vector<double> v, double p) {
 }
 
 void* subscriber(void* ctx, const std::string& ep, bool peers_too) {
-    void* sub = zmq_socket(ctx, ZMQ_SUB);
-    int zero = 0;
-    zmq_setsockopt(sub, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(sub, ZMQ_RCVHWM, &zero, sizeof(zero));
-    int max = 64 << 20;
-    zmq_setsockopt(sub, ZMQ_RCVBUF, &max, sizeof(max));
-    for (const char* t : {"grl/g/", "grl/r/", "grl/z/"})
-        zmq_setsockopt(sub, ZMQ_SUBSCRIBE, t, std::strlen(t));
-    if (peers_too) zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "grl/p/", 6);
-    if (zmq_connect(sub, ep.c_str()) != 0) die("connect " + ep);
-    return sub;
+    std::vector<std::string> topics = {"grl/g/", "grl/r/", "grl/z/"};
+    if (peers_too) topics.emplace_back(grl::wire::kPeerTopic);
+    // Unbounded and a large buffer: the simulator must not drop what it times.
+    return grl::sim::subscriber(ctx, ep, topics, {{ZMQ_RCVHWM, 0}, {ZMQ_RCVBUF, 64 << 20}});
 }
 
 // Drains `sub`; counts what arrived when `measure` (after the warm-up).
@@ -277,7 +258,6 @@ int main(int argc, char** argv) {
 
     void* ctx = zmq_ctx_new();
     zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);
-    int zero = 0;
     std::vector<Sender> senders;
     std::uint64_t zone_usage_bytes = 0, zone_usage_parts = 0;
     std::uint64_t region_usage_bytes = 0, region_usage_parts = 0;
@@ -307,15 +287,12 @@ int main(int argc, char** argv) {
             s.parts.emplace_back(std::move(p));
         }
         s.offset_s = o.interval_s * static_cast<double>(z) / static_cast<double>(o.zones);
-        s.sock = zmq_socket(ctx, ZMQ_PUSH);
-        zmq_setsockopt(s.sock, ZMQ_LINGER, &zero, sizeof(zero));
-        if (zmq_connect(s.sock, o.usage_ep.c_str()) != 0) die("connect " + o.usage_ep);
+        s.sock = grl::sim::push(ctx, o.usage_ep);
         senders.push_back(std::move(s));
     }
     void* peer_pub = nullptr;
     if (o.peers > 0) {
-        peer_pub = zmq_socket(ctx, ZMQ_PUB);
-        zmq_setsockopt(peer_pub, ZMQ_LINGER, &zero, sizeof(zero));
+        peer_pub = grl::sim::socket(ctx, ZMQ_PUB);
         if (zmq_bind(peer_pub, o.peer_bind.c_str()) != 0) die("bind " + o.peer_bind);
     }
     for (std::size_t p = 0; p < o.peers; ++p) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "grl/wire.h"
+#include "sim_common.h"
 
 namespace {
 
@@ -35,22 +36,9 @@ std::uint64_t wall_ms() {
            static_cast<std::uint64_t>(tv.tv_usec) / 1000;
 }
 
-double wall_s() {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
-double mono_s() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
-
-[[noreturn]] void die(const std::string& m) {
-    std::fprintf(stderr, "grl_fleet_sim: %s\n", m.c_str());
-    std::exit(2);
-}
+using grl::sim::die;
+using grl::sim::mono_s;
+using grl::sim::wall_s;
 
 struct Options {
     std::size_t hosts = 1000;
@@ -130,22 +118,11 @@ int main(int argc, char** argv) {
     int io = 2;
     zmq_ctx_set(ctx, ZMQ_IO_THREADS, io);
     std::vector<void*> push(o.connections);
-    for (auto& s : push) {
-        s = zmq_socket(ctx, ZMQ_PUSH);
-        int zero = 0, hwm = 1000;
-        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-        zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-        if (zmq_connect(s, o.report_ep.c_str()) != 0) die("connect " + o.report_ep);
-    }
-    void* sub = zmq_socket(ctx, ZMQ_SUB);
-    int zero = 0;
-    zmq_setsockopt(sub, ZMQ_LINGER, &zero, sizeof(zero));
-    for (const std::string& t : {grl::wire::topic(grl::Scope::Global, "", ""),
-                                 grl::wire::topic(grl::Scope::Region, o.region, ""),
-                                 grl::wire::topic(grl::Scope::Zone, o.region, o.zone)}) {
-        zmq_setsockopt(sub, ZMQ_SUBSCRIBE, t.data(), t.size());
-    }
-    if (zmq_connect(sub, o.publish_ep.c_str()) != 0) die("connect " + o.publish_ep);
+    for (auto& s : push) s = grl::sim::push(ctx, o.report_ep);
+    void* sub = grl::sim::subscriber(ctx, o.publish_ep,
+                                     {grl::wire::topic(grl::Scope::Global, "", ""),
+                                      grl::wire::topic(grl::Scope::Region, o.region, ""),
+                                      grl::wire::topic(grl::Scope::Zone, o.region, o.zone)});
 
     std::mt19937_64 rng(42);
     std::vector<Host> hosts(o.hosts);

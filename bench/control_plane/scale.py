@@ -14,28 +14,23 @@ core; instruction propagation p99 under 50 ms.
 Usage: python3 bench/control_plane/scale.py [--build-dir build] [--hosts 10000] [--buckets 100]
        [--interval 1] [--duration 30] [--warmup 10] [--recent connect|never|always]
        [--out results.json]
-Only the standard library is needed.
+Helpers from bench/benchlib.py (Debian's python3; another one re-executes under it).
 """
 
 import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchlib import ROOT, free_port, wait_until  # noqa: E402
+
 HZ = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid):
@@ -113,12 +108,8 @@ def main():
                                   "--interval", iv, "--metrics-bind", "127.0.0.1:0",
                                   "--endpoints-file", os.path.join(d, "col.json")]
                     + (["--batch", a.batch] if a.batch else []))
-        for name in ("ctl.json", "col.json"):
-            deadline = time.monotonic() + 10
-            while not os.path.exists(os.path.join(d, name)):
-                if time.monotonic() > deadline:
-                    sys.exit("scale.py: daemons did not start, see %s" % d)
-                time.sleep(0.05)
+        wait_until(lambda: all(os.path.exists(os.path.join(d, n)) for n in ("ctl.json", "col.json")),
+                   10, "the daemons to start (logs in %s)" % d)
         with open(os.path.join(d, "col.json")) as f:
             col_metrics = json.load(f)["metrics"]
         with open(os.path.join(d, "ctl.json")) as f:

@@ -12,9 +12,44 @@ std::string_view to_string(KeyBindings::Result r) {
     return "?";
 }
 
+void KeyBindings::pin(const curve::KeyList& list) {
+    pinned_.clear();
+    pinned_names_.clear();
+    pinned_globs_.clear();
+    for (const auto& [key, names] : list) {
+        if (names.empty()) continue;
+        pinned_[key] = names;
+        for (const std::string& n : names) {
+            if (n.find('*') == std::string::npos) {
+                pinned_names_.insert(n);
+            } else {
+                pinned_globs_.push_back(n);
+            }
+        }
+    }
+}
+
+bool KeyBindings::listed_for_some_key(std::string_view name) {
+    scratch_.assign(name.data(), name.size());
+    if (pinned_names_.count(scratch_) > 0) return true;
+    for (const std::string& g : pinned_globs_) {
+        if (curve::name_matches(g, name)) return true;
+    }
+    return false;
+}
+
 KeyBindings::Result KeyBindings::check(std::string_view key, std::string_view name,
                                        std::uint64_t now_ms) {
     scratch_.assign(key.data(), key.size());
+    if (!pinned_.empty()) {
+        auto p = pinned_.find(scratch_);
+        if (p != pinned_.end()) {
+            for (const std::string& n : p->second) {
+                if (curve::name_matches(n, name)) return Result::Ok;
+            }
+            return Result::KeyTaken;
+        }
+    }
     auto k = by_key_.find(scratch_);
     if (k != by_key_.end()) {
         if (k->second.name == name) {
@@ -33,6 +68,8 @@ KeyBindings::Result KeyBindings::check(std::string_view key, std::string_view na
         if (other != by_key_.end()) by_key_.erase(other);
         by_name_.erase(n);
     }
+    // A name the list gives some key is never taken first come (checked once per binding).
+    if (!pinned_.empty() && listed_for_some_key(name)) return Result::NameTaken;
     if (by_key_.size() >= max_) {
         drop_lapsed(now_ms);
         if (by_key_.size() >= max_) return Result::Full;
@@ -54,6 +91,12 @@ void KeyBindings::drop_lapsed(std::uint64_t now_ms) {
 }
 
 std::string KeyBindings::name_of(std::string_view key) const {
+    auto p = pinned_.find(std::string(key));
+    if (p != pinned_.end()) {
+        std::string names;
+        for (const std::string& n : p->second) names += (names.empty() ? "" : ",") + n;
+        return names;
+    }
     auto it = by_key_.find(std::string(key));
     return it == by_key_.end() ? std::string() : it->second.name;
 }

@@ -293,4 +293,26 @@ CLI::Option* add_authorized(CLI::App& app, const std::string& name, std::set<std
                     [](const std::string& p) { return load_authorized(p); });
 }
 
+CLI::Option* add_key_list(CLI::App& app, const std::string& name, curve::KeyList& field,
+                          const std::string& help) {
+    return add_file(app, name, field, help, [](const std::string& p) { return load_key_list(p); });
+}
+
+std::string split_keyed_endpoint(const std::string& option, std::string& value,
+                                 std::map<std::string, std::string>& keys) {
+    std::size_t eq = value.find('=');
+    if (eq == std::string::npos) return {};
+    std::string file = value.substr(eq + 1);
+    std::string endpoint = value.substr(0, eq);
+    if (endpoint.empty() || file.empty())
+        return option + ": expected EP or EP=FILE, not \"" + value + "\"";
+    try {
+        keys[endpoint] = load_public_key(file);
+    } catch (const std::exception& e) {
+        return option + ": " + e.what();
+    }
+    value = endpoint;
+    return {};
+}
+
 }  // namespace grl::daemon::cli

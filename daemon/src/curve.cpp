@@ -43,6 +43,10 @@ std::set<std::string> load_authorized(const std::string& path) {
     return curve::parse_authorized(read_text(path), path);
 }
 
+curve::KeyList load_key_list(const std::string& path) {
+    return curve::parse_key_list(read_text(path), path);
+}
+
 KeyPair generate_keypair() {
     char pub[41], sec[41];
     if (zmq_curve_keypair(pub, sec) != 0) {
@@ -137,10 +141,12 @@ HandshakeFailure failure_of(std::uint16_t event, std::uint32_t value) {
 }  // namespace
 
 HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
-                               std::vector<std::string> endpoints)
+                               std::vector<std::string> endpoints,
+                               std::map<std::string, std::string> server_keys)
     : socket_(socket),
       monitor_(ctx, ZMQ_PAIR),
       peer_(std::move(peer)),
+      server_keys_(std::move(server_keys)),
       handshakes_(std::move(endpoints)) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-handshake-watch-" + std::to_string(next++);
@@ -173,12 +179,19 @@ void HandshakeWatch::handle(std::uint64_t now_ms) {
         } else {
             log_error("CURVE handshake with the " + peer_ + " at " + address + " " +
                       describe(failure_of(event, value), value,
-                               {peer_, "this daemon", "--curve-server-key"}) +
+                               {peer_, "this daemon",
+                                server_keys_.empty() ? "--curve-server-key"
+                                                     : "EP=FILE or --curve-server-key"}) +
                       "; retrying with backoff");
         }
     }
     for (const std::string& e : handshakes_.due(now_ms)) {
         zmq_disconnect(socket_, e.c_str());  // ENOENT when libzmq already dropped it
+        // A connection takes the socket's options as they are when it is made.
+        auto key = server_keys_.find(e);
+        if (key != server_keys_.end()) {
+            zmq_setsockopt(socket_, ZMQ_CURVE_SERVERKEY, key->second.data(), key->second.size());
+        }
         if (zmq_connect(socket_, e.c_str()) != 0) {
             log_error("connect " + e + ": " + zmq_error());
         }

@@ -166,3 +166,195 @@ def test_curve_unauthorised_peers_change_nothing(fleet, tmp_path):
         assert "CURVE: refused" in ctl.log()
     finally:
         ctx.destroy(0)
+
+
+def report(host, seq, bucket="named"):
+    return msgpack.packb({
+        "v": 1, "type": "report", "ts_ms": int(time.time() * 1000), "seq": seq,
+        "host": host, "zone": "z1", "region": "r1", "epoch": 7, "interval_ms": 250,
+        "reports_dropped": 0,
+        "buckets": [{"name": bucket, "scope": "global", "mode": "deny", "limit_mrps": 100000,
+                     "offered": 10 * seq, "admitted": 10 * seq, "dropped": 0, "shadow_dropped": 0}]})
+
+
+def test_a_key_list_names_what_each_key_speaks_for(fleet, tmp_path):
+    """The operator's key lists name what each key may speak for: hosts on the collector's
+    --curve-clients, zones on the controller's. A named key's message for another name is
+    refused whole, counted and logged, even as the key's first message (first come would have
+    bound the key to it); a key listed without names keeps first come but cannot take a name
+    the list gives another key."""
+    ctl_key, ctl_keys = keygen(tmp_path, "controller")
+    col_key, col_keys = keygen(tmp_path, "collector")
+    _, spare_keys = keygen(tmp_path, "spare")  # may send usage for z2 and z3 only
+    _, web_keys = keygen(tmp_path, "web")  # may report for h1 and web-*
+    _, bare_keys = keygen(tmp_path, "bare")  # no names: first come
+    pub = lambda k: k["public-key"].decode()  # noqa: E731
+    collectors = tmp_path / "collectors"
+    collectors.write_text("%s z1\n%s z2,z3\n" % (pub(col_keys), pub(spare_keys)))
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# nginx keys and their hosts\n%s h1,web-*\n%s\n" % (pub(web_keys), pub(bare_keys)))
+    ctl = fleet.controller(extra=["--curve-keypair", ctl_key, "--curve-clients", str(collectors)])
+    col = fleet.collector("z1", [ctl], extra=["--curve-keypair", col_key,
+                                               "--curve-server-key", ctl_key + ".pub",
+                                               "--curve-clients", str(hosts)])
+    ctx = zmq.Context()
+
+    def client(keys, server_keys, ep):
+        s = ctx.socket(zmq.PUSH)
+        s.setsockopt(zmq.LINGER, 0)
+        s.curve_serverkey = server_keys["public-key"]
+        s.curve_publickey = keys["public-key"]
+        s.curve_secretkey = keys["secret-key"]
+        s.connect(ep)
+        return s
+
+    def refused(d, metric_name, reason, **labels):
+        return f.metric(d.metrics(), metric_name, reason=reason, **labels) or 0
+
+    try:
+        # The collector: the named key's first report is for h9, not one of its hosts.
+        web = client(web_keys, col_keys, col.report)
+        bare = client(bare_keys, col_keys, col.report)
+        for seq in range(1, 4):
+            web.send(report("h9", seq))
+            bare.send(report("web-3", seq))  # a name the list gives the other key
+            time.sleep(0.1)
+        f.h.wait_until(lambda: refused(col, "grl_collector_reports_refused_total",
+                                       "key_bound_to_another_name") >= 3 and
+                       refused(col, "grl_collector_reports_refused_total",
+                               "name_bound_to_another_key") >= 3, 5,
+                       what="the reports for other hosts to be refused")
+        assert f.metric(col.metrics(), "grl_collector_reports_total", result="first") == 0
+        log = col.log()  # one warning per 10 s: the first refusal
+        assert ('refused a report for host h9 from key %s: key_bound_to_another_name '
+                '(the key reports for "h1,web-*")' % pub(web_keys)) in log, log[-2000:]
+        # Positive control: each key for a host it may speak for is taken.
+        for seq in range(4, 7):
+            web.send(report("web-7", seq))
+            bare.send(report("h5", seq))
+            time.sleep(0.1)
+        f.h.wait_until(lambda: f.metric(col.metrics(), "grl_collector_reports_total", result="first") == 2,
+                       5, what="web-7 and h5 to be taken")
+
+        # The controller: the spare collector key may send usage for z2 and z3, not z7.
+        spare = client(spare_keys, ctl_keys, ctl.usage)
+        for _ in range(4):
+            spare.send(zone_usage("z7", 10000))
+            time.sleep(0.1)
+        f.h.wait_until(lambda: refused(ctl, "grl_controller_messages_ignored_total",
+                                       "key_bound_to_another_name", kind="zone_usage") >= 4, 5,
+                       what="the usage for z7 to be refused")
+        assert f.metric(ctl.metrics(), "grl_controller_zone_usage_age_seconds", zone="z7") is None
+        assert ('zone usage for zone z7 from key %s ignored: key_bound_to_another_name '
+                '(the key sends for zone "z2,z3")' % pub(spare_keys)) in ctl.log()
+        # The real collector's key is listed for z1, and the same message for z2 is taken.
+        f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_zone_usage_age_seconds",
+                                        zone="z1") is not None, 5, what="z1's usage")
+        spare.send(zone_usage("z2", 10000))
+        f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_zone_usage_age_seconds",
+                                        zone="z2") is not None, 5, what="z2's usage to be taken")
+    finally:
+        ctx.destroy(0)
+
+
+def test_each_peer_controller_has_its_own_key(fleet, tmp_path):
+    """Controllers with key pairs of their own check each --peer's own public key
+    (--peer EP=FILE): two controllers with different keys peer, and a publisher holding one
+    controller's stolen key pair cannot pass for another controller (the handshake fails,
+    nothing it publishes is taken; counted and logged); the same message from a publisher
+    holding the key that peer is configured with is taken (the positive control)."""
+    a_key, a_keys = keygen(tmp_path, "ctl-a")
+    b_key, b_keys = keygen(tmp_path, "ctl-b")
+    c_key, c_keys = keygen(tmp_path, "ctl-c")  # a third controller, not started
+    pub = lambda k: k["public-key"].decode()  # noqa: E731
+    a_clients = tmp_path / "a-clients"
+    a_clients.write_text("%s\n" % pub(b_keys))
+    b_clients = tmp_path / "b-clients"
+    b_clients.write_text("%s\n" % pub(a_keys))
+    ctx = zmq.Context()
+    stolen_b, stolen_b_ep = curve_server(ctx, b_keys)  # B's key pair, where A expects C
+    real_c, real_c_ep = curve_server(ctx, c_keys)  # C's own key pair
+    try:
+        a = f.Controller(region="r1", name="ctl-r1",
+                         extra=["--curve-keypair", a_key, "--curve-clients", str(a_clients)])
+        b = f.Controller(region="r2", name="ctl-r2",
+                         extra=["--curve-keypair", b_key, "--curve-clients", str(b_clients),
+                                "--peer", "%s=%s.pub" % (a.publish, a_key)])
+        a.args += ["--peer", "%s=%s.pub" % (b.publish, b_key),
+                   "--peer", "%s=%s.pub" % (stolen_b_ep, c_key),
+                   "--peer", "%s=%s.pub" % (real_c_ep, c_key)]
+        fleet.add(a)
+        fleet.add(b)
+        for x, peer in ((a, "ctl-r2"), (b, "ctl-r1")):
+            f.h.wait_until(lambda: f.metric(x.metrics(), "grl_controller_peer_age_seconds",
+                                            peer=peer) is not None, 10,
+                           what="%s to hear %s over its own key" % (x.name, peer))
+
+        def usage(source, region):
+            return msgpack.packb({
+                "v": 1, "type": "region_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
+                "source": source, "region": region, "interval_ms": 250, "zones": 1, "hosts": 1,
+                "limits_digest": "", "buckets": [], "overrides": []}, use_bin_type=True)
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            stolen_b.send_multipart([b"grl/p/", usage("ctl-r3", "r3")])
+            real_c.send_multipart([b"grl/p/", usage("ctl-r4", "r4")])
+            time.sleep(0.1)
+        f.h.wait_until(lambda: f.metric(a.metrics(), "grl_controller_peer_age_seconds",
+                                        peer="ctl-r4") is not None, 5,
+                       what="the holder of C's key to be taken")
+        m = a.metrics()
+        assert f.metric(m, "grl_controller_peer_age_seconds", peer="ctl-r3") is None
+        assert f.metric(m, "grl_curve_client_handshakes_total", peer="peer", result="failed") >= 1
+        assert "CURVE handshake with the peer controller at %s" % stolen_b_ep in a.log()
+    finally:
+        ctx.destroy(0)
+
+
+def test_active_active_controllers_with_keys_of_their_own(fleet, tmp_path):
+    """A collector names each controller's own public key (--controller-usage EP=FILE,
+    --controller-publish EP=FILE), so active-active partners need not share a key pair: both
+    get the zone's usage and their instructions reach nginx, while a publisher holding one
+    partner's stolen key pair where the collector expects the other's never completes a
+    handshake (counted, logged), also when the collector connects to it again."""
+    a_key, a_keys = keygen(tmp_path, "ctl-a")
+    b_key, b_keys = keygen(tmp_path, "ctl-b")
+    col_key, col_keys = keygen(tmp_path, "collector")
+    collectors = tmp_path / "collectors"
+    collectors.write_text("%s z1\n" % col_keys["public-key"].decode())
+    ctx = zmq.Context()
+    stolen_b, stolen_b_ep = curve_server(ctx, b_keys)
+    try:
+        ctls = [fleet.controller(name=n, extra=["--curve-keypair", k, "--curve-clients", str(collectors)])
+                for n, k in (("ctl-a", a_key), ("ctl-b", b_key))]
+        extra = ["--curve-keypair", col_key,
+                 "--controller-publish", "%s=%s.pub" % (stolen_b_ep, a_key)]
+        for c, k in zip(ctls, (a_key, b_key)):
+            extra += ["--controller-usage", "%s=%s.pub" % (c.usage, k),
+                      "--controller-publish", "%s=%s.pub" % (c.publish, k)]
+        col = fleet.add(f.Collector("z1", [], extra=extra))
+        ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
+        for c in ctls:
+            fleet.wait_hosts(c, 2)
+        load = f.Load([(ns[0], 2), (ns[1], 1)], "150:20", "/g/x")
+        try:
+            f.wait_nginx_bucket(ns, "g", lambda b: abs(b["ratio"] - 1 / 3) < 0.05, 10)
+            for c in ctls:
+                f.h.wait_until(lambda: abs(ratio(c) - 1 / 3) < 0.05, 5, what="%s's ratio" % c.name)
+            # "Drop everything" from B's stolen key pair, where A's key is expected, past the
+            # collector's first two redials (1 s, then 2 s later).
+            end = time.monotonic() + 3.5
+            while time.monotonic() < end:
+                stolen_b.send_multipart([b"grl/g/", drop_all()])
+                for n in ns:
+                    b = n.bucket("g")
+                    assert abs(b["ratio"] - 1 / 3) < 0.1, ("the impostor's instruction got through", b)
+                time.sleep(0.1)
+            m = col.metrics()
+            assert f.metric(m, "grl_curve_client_handshakes_total", peer="controller", result="failed") >= 2
+            assert f.metric(m, "grl_curve_client_handshakes_total", peer="controller", result="ok") >= 4
+            assert "CURVE handshake with the controller at %s" % stolen_b_ep in col.log()
+        finally:
+            load.stop()
+    finally:
+        ctx.destroy(0)

@@ -164,7 +164,7 @@ TEST(CollectorConfig, UnknownRepeatedAndMissingOptions) {
                   .find("--controller-publish is required"),
               std::string::npos);
     // One value per occurrence of a repeatable option.
-    EXPECT_NE(error_of({"--controller-usage", "a", "b"}).find("b"), std::string::npos);
+    EXPECT_NE(error_of({"--controller-usage", "a", "b"}).find('b'), std::string::npos);
 }
 
 TEST(CollectorConfig, CrossOptionRules) {
@@ -197,6 +197,67 @@ TEST(CollectorConfig, CrossOptionRules) {
     EXPECT_EQ(p.config->server_key, daemon::load_public_key(key + ".pub"));
     EXPECT_EQ(p.config->nginx_clients.size(), 1u);
     EXPECT_EQ(check(*p.config), "");
+}
+
+// Controllers with key pairs of their own: EP=FILE names each one's public key, on both of its
+// endpoints; an endpoint without one is checked against --curve-server-key.
+TEST(CollectorConfig, EachControllerMayHaveItsOwnKey) {
+    TempDir d;
+    std::string key = d.keypair("col");
+    std::string a = d.keypair("ctl-a");
+    std::string b = d.keypair("ctl-b");
+    std::vector<std::string> args = {"--zone",
+                                     "z1",
+                                     "--region",
+                                     "r1",
+                                     "--curve-keypair",
+                                     key,
+                                     "--controller-usage",
+                                     "tcp://a:7201=" + a + ".pub",
+                                     "--controller-publish",
+                                     "tcp://a:7202=" + a + ".pub",
+                                     "--controller-usage",
+                                     "tcp://b:7201=" + b + ".pub",
+                                     "--controller-publish",
+                                     "tcp://b:7202=" + b + ".pub"};
+    auto p = parse(args, false);
+    ASSERT_TRUE(p.config) << p.text;
+    const Config& c = *p.config;
+    EXPECT_EQ(c.controller_usage, (std::vector<std::string>{"tcp://a:7201", "tcp://b:7201"}));
+    EXPECT_EQ(c.controller_publish, (std::vector<std::string>{"tcp://a:7202", "tcp://b:7202"}));
+    EXPECT_TRUE(curve_to_controllers(c));
+    EXPECT_EQ(controller_key(c, "tcp://a:7202"), daemon::load_public_key(a + ".pub"));
+    EXPECT_EQ(controller_key(c, "tcp://b:7201"), daemon::load_public_key(b + ".pub"));
+    EXPECT_NE(controller_key(c, "tcp://a:7201"), controller_key(c, "tcp://b:7201"));
+    // An endpoint without a key of its own, and no --curve-server-key.
+    std::vector<std::string> missing = {"--zone",
+                                        "z1",
+                                        "--region",
+                                        "r1",
+                                        "--curve-keypair",
+                                        key,
+                                        "--controller-usage",
+                                        "tcp://a:7201=" + a + ".pub",
+                                        "--controller-publish",
+                                        "tcp://a:7202"};
+    EXPECT_NE(error_of(missing, false)
+                  .find("--controller-publish tcp://a:7202 with CURVE towards the controllers "
+                        "needs its public key (tcp://a:7202=FILE) or --curve-server-key"),
+              std::string::npos);
+    missing.insert(missing.end(), {"--curve-server-key", key + ".pub"});
+    p = parse(missing, false);
+    ASSERT_TRUE(p.config) << p.text;
+    EXPECT_EQ(controller_key(*p.config, "tcp://a:7202"), daemon::load_public_key(key + ".pub"));
+    EXPECT_NE(error_of({"--zone", "z1", "--region", "r1", "--controller-usage",
+                        "tcp://a:7201=" + a + ".pub", "--controller-publish", "tcp://a:7202"},
+                       false)
+                  .find("needs --curve-keypair"),
+              std::string::npos);
+    EXPECT_NE(error_of({"--zone", "z1", "--region", "r1", "--controller-usage",
+                        "tcp://a:7201=/nonexistent.pub", "--controller-publish", "tcp://a:7202"},
+                       false)
+                  .find("--controller-usage: /nonexistent.pub: cannot read"),
+              std::string::npos);
 }
 
 // Without CURVE for nginx, binding beyond loopback needs --insecure; with CURVE it does not.

@@ -175,7 +175,8 @@ TEST(ControllerConfig, CrossOptionRules) {
     EXPECT_MENTIONS(error_of({"--curve-admin-clients", admins}), "need --curve-keypair");
     EXPECT_MENTIONS(
         error_of({"--curve-keypair", key, "--curve-clients", clients, "--peer", "tcp://p:1"}),
-        "--peer with CURVE (--curve-keypair) needs --curve-server-key");
+        "--peer tcp://p:1 with CURVE (--curve-keypair) needs its public key (--peer "
+        "tcp://p:1=FILE) or --curve-server-key");
 
     // The admin list is its own: collectors' keys never open the admin endpoint.
     auto p = parse({"--curve-keypair", key, "--curve-clients", clients});
@@ -186,9 +187,41 @@ TEST(ControllerConfig, CrossOptionRules) {
                "--curve-server-key", key + ".pub", "--peer", "tcp://p:1"});
     ASSERT_TRUE(p.config) << p.text;
     EXPECT_EQ(p.config->admin_clients, daemon::load_authorized(admins));
-    EXPECT_NE(p.config->admin_clients, p.config->clients);
+    EXPECT_NE(p.config->admin_clients, curve::keys_of(p.config->clients));
     EXPECT_EQ(p.config->server_key, daemon::load_public_key(key + ".pub"));
     EXPECT_EQ(check(*p.config), "");
+}
+
+// Each peer may have a key pair of its own: --peer EP=FILE names its public key, and a peer
+// without one is checked against --curve-server-key.
+TEST(ControllerConfig, EachPeerMayHaveItsOwnKey) {
+    TempDir d;
+    std::string key = d.keypair("ctl");
+    std::string b = d.keypair("ctl-b");
+    std::string c = d.keypair("ctl-c");
+    std::string clients = d.write("clients", daemon::generate_keypair().public_key + "\n");
+    auto p = parse({"--curve-keypair", key, "--curve-clients", clients, "--peer",
+                    "tcp://b:7202=" + b + ".pub", "--peer", "tcp://c:7202=" + c + ".pub"});
+    ASSERT_TRUE(p.config) << p.text;
+    EXPECT_EQ(p.config->peers, (std::vector<std::string>{"tcp://b:7202", "tcp://c:7202"}));
+    EXPECT_EQ(peer_key(*p.config, "tcp://b:7202"), daemon::load_public_key(b + ".pub"));
+    EXPECT_EQ(peer_key(*p.config, "tcp://c:7202"), daemon::load_public_key(c + ".pub"));
+    EXPECT_NE(peer_key(*p.config, "tcp://b:7202"), peer_key(*p.config, "tcp://c:7202"));
+    // Mixed: the peer without a key of its own gets --curve-server-key.
+    p = parse({"--curve-keypair", key, "--curve-clients", clients, "--curve-server-key",
+               key + ".pub", "--peer", "tcp://b:7202=" + b + ".pub", "--peer", "tcp://d:7202"});
+    ASSERT_TRUE(p.config) << p.text;
+    EXPECT_EQ(peer_key(*p.config, "tcp://b:7202"), daemon::load_public_key(b + ".pub"));
+    EXPECT_EQ(peer_key(*p.config, "tcp://d:7202"), daemon::load_public_key(key + ".pub"));
+    // Errors name the option and the file.
+    EXPECT_MENTIONS(error_of({"--curve-keypair", key, "--curve-clients", clients, "--peer",
+                              "tcp://b:7202=/nonexistent.pub"}),
+                    "--peer: /nonexistent.pub: cannot read");
+    EXPECT_MENTIONS(error_of({"--peer", "tcp://b:7202=" + b + ".pub"}),
+                    "--peer tcp://b:7202=FILE (its public key) needs --curve-keypair");
+    EXPECT_MENTIONS(
+        error_of({"--curve-keypair", key, "--curve-clients", clients, "--peer", "tcp://b:7202="}),
+        "--peer: expected EP or EP=FILE");
 }
 
 // Without CURVE, every bind beyond loopback needs --insecure (the admin one included).

@@ -158,3 +158,55 @@ TEST(CurveKeys, ParsesFromText) {
 
 }  // namespace
 }  // namespace grl::curve
+
+namespace grl::curve {
+namespace {
+
+const std::string kA = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID";
+const std::string kB = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+
+TEST(CurveKeys, AKeyListNamesWhatEachKeySpeaksFor) {
+    KeyList l = parse_key_list(
+        "# hosts of zone z1\n" + kA + " web-1, web-2\n" + kB + "\tweb-eu-*\n" + kB + " api-*.x:1\n",
+        "hosts.list");
+    ASSERT_EQ(l.size(), 2u);
+    EXPECT_EQ(l[kA], (std::vector<std::string>{"web-1", "web-2"}));
+    // A key on several lines speaks for the names of all of them.
+    EXPECT_EQ(l[kB], (std::vector<std::string>{"web-eu-*", "api-*.x:1"}));
+    EXPECT_EQ(keys_of(l), (std::set<std::string>{kA, kB}));
+}
+
+TEST(CurveKeys, OldKeyListsStayValidAndBindFirstCome) {
+    std::string old = "curve\n    public-key = \"" + kA + "\"\n" + kB + "\n" + kB + "  \n";
+    KeyList l = parse_key_list(old, "old.list");
+    EXPECT_EQ(l, (KeyList{{kA, {}}, {kB, {}}}));
+    EXPECT_EQ(parse_authorized(old, "old.list"), (std::set<std::string>{kA, kB}));
+}
+
+TEST(CurveKeys, ABadNameAfterAKeyNamesTheFileAndLine) {
+    for (const char* names : {"web 1", "web-1,,web-2", "web/1", "web-1,"}) {
+        try {
+            parse_key_list("\n" + kA + " " + names + "\n", "hosts.list");
+            ADD_FAILURE() << names << " was accepted";
+        } catch (const std::runtime_error& e) {
+            EXPECT_EQ(std::string(e.what()).rfind("hosts.list:2: invalid name \"", 0), 0u)
+                << e.what();
+        }
+    }
+}
+
+TEST(CurveKeys, NamesMatchGlobs) {
+    EXPECT_TRUE(name_matches("web-1", "web-1"));
+    EXPECT_FALSE(name_matches("web-1", "web-10"));
+    EXPECT_TRUE(name_matches("web-*", "web-"));
+    EXPECT_TRUE(name_matches("web-*", "web-10"));
+    EXPECT_FALSE(name_matches("web-*", "api-web-1"));
+    EXPECT_TRUE(name_matches("*-eu-*", "web-eu-3"));
+    EXPECT_TRUE(name_matches("*", "anything"));
+    EXPECT_TRUE(name_matches("a*b*c", "aXXbYYbc"));
+    EXPECT_FALSE(name_matches("a*b*c", "aXXbYYb"));
+    EXPECT_FALSE(name_matches("", "x"));
+}
+
+}  // namespace
+}  // namespace grl::curve

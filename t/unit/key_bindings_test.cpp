@@ -40,3 +40,31 @@ TEST(KeyBindings, BoundedWithLapsedEntriesMakingRoom) {
 
 }  // namespace
 }  // namespace grl
+
+namespace grl {
+namespace {
+
+using R = KeyBindings::Result;
+
+TEST(KeyBindings, AKeyListedWithNamesSpeaksForThoseOnly) {
+    KeyBindings b(100, 10000);
+    b.pin({{"K1", {"h1", "h2"}}, {"K2", {"web-*"}}, {"K3", {}}});
+    // Today's first come would bind K1 to h9; the list says h1 and h2 only.
+    EXPECT_EQ(b.check("K1", "h9", 0), R::KeyTaken);
+    EXPECT_EQ(b.check("K1", "h1", 1), R::Ok);
+    EXPECT_EQ(b.check("K1", "h2", 2), R::Ok);  // several hosts, one key
+    EXPECT_EQ(b.check("K2", "web-17", 3), R::Ok);
+    EXPECT_EQ(b.check("K2", "h1", 4), R::KeyTaken);
+    EXPECT_EQ(b.name_of("K1"), "h1,h2");
+    // A key listed without names binds first come, but never to a name the list gives others.
+    EXPECT_EQ(b.check("K3", "h2", 5), R::NameTaken);
+    EXPECT_EQ(b.check("K3", "web-3", 6), R::NameTaken);
+    EXPECT_EQ(b.check("K3", "h7", 7), R::Ok);
+    EXPECT_EQ(b.check("K3", "h8", 8), R::KeyTaken);
+    // Listed keys take no binding slots and do not lapse.
+    EXPECT_EQ(b.size(), 1u);
+    EXPECT_EQ(b.check("K1", "h1", 1000000), R::Ok);
+}
+
+}  // namespace
+}  // namespace grl

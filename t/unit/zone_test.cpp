@@ -335,8 +335,14 @@ struct PlaneFixture : ZoneFixture {
         m.seq = ts;
         m.ts_ms = ts;
         m.ttl_ms = ttl;
-        m.buckets.push_back({"api", ppm, 100000, Mode::Deny, false, {}, false, 0, 0, false, {}});
-        m.buckets.push_back({"unknown", ppm, 1, Mode::Deny, false, {}, false, 0, 0, false, {}});
+        for (auto [name, limit] :
+             {std::pair<const char*, std::uint64_t>{"api", 100000}, {"unknown", 1}}) {
+            wire::Instruction b;
+            b.name = name;
+            b.ratio_ppm = ppm;
+            b.limit_mrps = limit;
+            m.buckets.push_back(b);
+        }
         return m;
     }
 };

@@ -4,6 +4,10 @@
 // the two, one to one, for as long as either keeps being used; a binding unused for
 // `expiry_ms` lapses, so a host that got a new key pair (or a zone whose collector moved)
 // is taken after that time without a restart. Time is passed in (monotonic ms).
+//
+// The operator's key list may name what a key speaks for instead (grl/curve_keys.h, pin()):
+// such a key speaks for those names only, whatever came first, and those names are kept
+// from the keys listed without names.
 #pragma once
 
 #include <cstddef>
@@ -11,23 +15,32 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "grl/curve_keys.h"
 
 namespace grl {
 
 class KeyBindings {
   public:
     enum class Result : std::uint8_t {
-        Ok,         // the key is bound to this name (now or before)
-        KeyTaken,   // the key is bound to another name: the message speaks for someone else
-        NameTaken,  // another key is bound to this name
+        Ok,         // the key is bound to this name (now or before, or by the list)
+        KeyTaken,   // the key is bound (or listed) to another name: it speaks for someone else
+        NameTaken,  // another key is bound to this name, or the list names it for other keys
         Full,       // no binding for either, and `max` bindings exist
     };
 
     KeyBindings(std::size_t max, std::uint64_t expiry_ms) : max_(max), expiry_ms_(expiry_ms) {}
 
+    // The names the operator's list gives keys (keys listed without names are left to first
+    // come). Replaces what an earlier call pinned.
+    void pin(const curve::KeyList& list);
+
     Result check(std::string_view key, std::string_view name, std::uint64_t now_ms);
     std::size_t size() const { return by_key_.size(); }
-    // The name `key` is bound to, or "" (for log lines).
+    // The name `key` is bound to (the names the list gives it, comma-separated), or "" (for
+    // log lines).
     std::string name_of(std::string_view key) const;
 
   private:
@@ -39,6 +52,12 @@ class KeyBindings {
         return now_ms >= e.seen_ms + expiry_ms_;
     }
     void drop_lapsed(std::uint64_t now_ms);
+    bool listed_for_some_key(std::string_view name);
+
+    // From the list: key -> names or globs; the plain names and the globs of all keys.
+    std::unordered_map<std::string, std::vector<std::string>> pinned_;
+    std::unordered_set<std::string> pinned_names_;
+    std::vector<std::string> pinned_globs_;
 
     std::size_t max_;
     std::uint64_t expiry_ms_;

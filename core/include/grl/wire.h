@@ -79,7 +79,7 @@ struct ReportFields {
 struct ReportBucket : ReportCounts {
     std::string name;
     bool keyed = false;          // a keyed bucket: limit_mrps is each key's limit
-    std::vector<KeyRate> keys;   // keyed: this host's heavy hitters (at most kMaxReportKeys)
+    std::vector<KeyRate> keys{};  // keyed: this host's heavy hitters (at most kMaxReportKeys)
 };
 
 struct Report : ReportFields {
@@ -119,7 +119,7 @@ struct Instruction {
     // A keyed bucket: ratio_ppm is 0 and limit_mrps is each key's limit; `keys` holds the
     // ratios of the keys over their limit (at most kMaxInstructionKeys).
     bool keyed = false;
-    std::vector<KeyRatio> keys;
+    std::vector<KeyRatio> keys{};
 };
 
 struct Instructions {

@@ -64,7 +64,7 @@ struct UsageBucket {
     std::uint64_t rated_hosts = 0;             // ...of which the rates are in the sums
     std::vector<DefinitionCount> definitions;  // most common first
     std::vector<std::string> host_names;       // zone_usage: set when not all hosts report it
-    std::vector<KeyRate> keys;  // a keyed bucket: its busiest keys summed (at most kMaxUsageKeys)
+    std::vector<KeyRate> keys{};  // a keyed bucket: its busiest keys summed (at most kMaxUsageKeys)
 };
 
 // `zone_usage`: one collector's view of its zone, every collector interval.

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -69,6 +70,16 @@ CLI::Option* add_public_key(CLI::App& app, const std::string& name, std::string&
 // A list of authorised public keys (possibly empty).
 CLI::Option* add_authorized(CLI::App& app, const std::string& name, std::set<std::string>& field,
                             const std::string& help);
+// The same, with the names each key may speak for (grl/curve_keys.h KeyList).
+CLI::Option* add_key_list(CLI::App& app, const std::string& name, curve::KeyList& field,
+                          const std::string& help);
+
+// `EP=FILE` (an option's value naming a peer and the file of its CURVE public key): leaves the
+// endpoint in `value` and puts the key read from FILE into `keys[endpoint]`; a value without
+// '=' is left alone (tcp:// and ipc:// endpoints have no '=' of their own). Returns the error
+// naming `option` and the file, or "".
+std::string split_keyed_endpoint(const std::string& option, std::string& value,
+                                 std::map<std::string, std::string>& keys);
 
 // True for an endpoint only this machine can reach: tcp:// on a loopback address (127.0.0.0/8,
 // ::1, localhost), ipc:// and inproc://.

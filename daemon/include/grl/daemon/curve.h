@@ -22,6 +22,7 @@ using KeyPair = curve::KeyPair;
 KeyPair load_keypair(const std::string& path);
 std::string load_public_key(const std::string& path);
 std::set<std::string> load_authorized(const std::string& path);
+curve::KeyList load_key_list(const std::string& path);  // with the names keys speak for
 KeyPair generate_keypair();
 // Writes `<base>` (both keys, mode 0600) and `<base>.pub` (public key only).
 void write_keypair(const std::string& base, const KeyPair& k);
@@ -62,8 +63,10 @@ class ZapHandler {
 class HandshakeWatch {
   public:
     // `peer` names the other side in log lines ("controller", "peer controller").
-    HandshakeWatch(Context& ctx, void* socket, std::string peer,
-                   std::vector<std::string> endpoints);
+    // `server_keys` (endpoint -> public key) for a socket connected to servers with keys of
+    // their own: each is set again before its endpoint is connected again.
+    HandshakeWatch(Context& ctx, void* socket, std::string peer, std::vector<std::string> endpoints,
+                   std::map<std::string, std::string> server_keys = {});
     HandshakeWatch(const HandshakeWatch&) = delete;
     HandshakeWatch& operator=(const HandshakeWatch&) = delete;
 
@@ -80,6 +83,7 @@ class HandshakeWatch {
     void* socket_;
     Socket monitor_;
     std::string peer_;
+    std::map<std::string, std::string> server_keys_;
     Handshakes handshakes_;
     std::vector<Frame> frames_;
 };
