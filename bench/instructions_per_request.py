@@ -13,7 +13,9 @@ one), limit_req.
 Usage: bench/instructions_per_request.py [--module ...] [--requests 20000]
        [--variants plain,grl,limit_req]  (grl_headers: grl with grl_ratelimit_headers on;
        grl_noplane: grl without a control plane, i.e. no ZeroMQ thread, as in workers but 0;
-       grl=PATH: grl with the module at PATH, e.g. another branch's build, in the same run)
+       grl=PATH: grl with the module at PATH, e.g. another branch's build, in the same run;
+       grl_keyed: grl with the matched bucket keyed on $binary_remote_addr, docs/per-key.md;
+       grl_keyed1: one keyed bucket alone, on $binary_remote_addr, as limit_req is set up)
 """
 import argparse
 import http.client
@@ -121,7 +123,9 @@ def main():
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--keep", action="store_true", help="keep the callgrind files")
     ap.add_argument("--variants", default="plain,grl,limit_req",
-                    help="comma-separated; also grl_headers (grl with grl_ratelimit_headers on)")
+                    help="comma-separated; also grl_headers (grl with grl_ratelimit_headers on) "
+                         "grl_keyed (the matched bucket keyed on $binary_remote_addr) and "
+                         "grl_keyed1 (one keyed bucket alone, like limit_req's one zone)")
     args = ap.parse_args()
     args.module = os.path.abspath(args.module)
     # Instruction messages cost time-proportional work (decode, apply); send

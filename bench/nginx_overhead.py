@@ -55,10 +55,17 @@ def conf(variant, port, module, pub_endpoint):
     http = ""
     loc = ""
     if grl:
+        # grl_keyed: the bucket the requests match (b7) is keyed on the client address, like
+        # limit_req's zone below (docs/per-key.md).
+        key = "key=$binary_remote_addr keys=10000 " if variant == "grl_keyed" else ""
         buckets = "\n".join(
-            f"    grl_bucket b{i} procedure_prefix=/api/v{i}/ rate=1000000r/s;" for i in range(10))
+            f"    grl_bucket b{i} {key if i == 7 else ''}procedure_prefix=/api/v{i}/ "
+            "rate=1000000r/s;" for i in range(10))
+        if variant == "grl_keyed1":  # limit_req's setup: one bucket, every request, per address
+            buckets = ("    grl_bucket b7 key=$binary_remote_addr keys=10000 "
+                       "rate=1000000r/s;")
         http = f"""
-    grl_zone grl:1m;
+    grl_zone grl:4m;
 {buckets}
 {"" if variant == "grl_noplane" else f'''    grl_host id=bench zone=z1 region=r1;
     grl_instructions {pub_endpoint};

@@ -53,6 +53,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             if (grl::valid_name(text) && text.size() > grl::kMaxNameLen) std::abort();
             (void)grl::parse_scope(text);
             (void)grl::parse_mode(text);
+            // grl_bucket's per-key parameters: what is taken stays in range.
+            grl::KeyedSpec k;
+            std::string err;
+            if (grl::take_keyed_param(text, k, err) && err.empty() &&
+                (k.keys < 8 || k.keys > grl::kMaxKeys || k.report_keys < 1 ||
+                 k.report_keys > 256)) {
+                std::abort();
+            }
             break;
         }
         case 3: (void)grl::check_regex(text); break;

@@ -98,7 +98,42 @@ char* set_zone(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     });
 }
 
-// ---- grl_bucket NAME [caller*=V] [procedure*=V] rate=R [scope=S] [mode=M] --
+// ---- grl_caller / grl_procedure VALUE, grl_bucket's key=VALUE -------------
+
+// Compiles an attribute of the request (an nginx complex value) into `src`; an error text
+// (to follow the directive's name) or empty.
+std::string compile_source(ngx_conf_t* cf, ngx_str_t v, Source& src) {
+    if (v.len == 0) return "empty value";
+    // One plain variable ("$name"): read by index, no string is built per request.
+    bool plain = v.len > 1 && v.data[0] == '$';
+    for (size_t i = 1; plain && i < v.len; ++i) {
+        u_char c = v.data[i];
+        plain =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    }
+    if (plain) {
+        ngx_str_t name = {v.len - 1, v.data + 1};
+        src.index = ngx_http_get_variable_index(cf, &name);
+        return src.index == NGX_ERROR ? "unknown variable " + quoted(sv(v)) : std::string();
+    }
+    auto* cv = static_cast<ngx_http_complex_value_t*>(
+        ngx_pcalloc(cf->pool, sizeof(ngx_http_complex_value_t)));
+    if (cv == nullptr) return "out of memory";
+    ngx_http_compile_complex_value_t ccv;
+    ngx_memzero(&ccv, sizeof(ccv));
+    ccv.cf = cf;
+    ccv.value = &v;
+    ccv.complex_value = cv;
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return "invalid value " + quoted(sv(v));
+    if (cv->lengths == nullptr) {
+        return quoted(sv(v)) + " has no variable, so every request would look the same";
+    }
+    src.cv = cv;
+    return {};
+}
+
+// ---- grl_bucket NAME [key=V [keys=N] [report_keys=K] [hash_keys=on|off]] [caller*=V]
+//                     [procedure*=V] rate=R [scope=S] [mode=M] --------------------------
 
 bool take_match(std::string_view arg, std::string_view what, MatchSpec& spec, bool& dup,
                 bool& matched) {
@@ -137,9 +172,25 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         }
         d += " " + quoted(def.name);
         bool has_rate = false, has_scope = false, has_mode = false;
+        KeyedSpec keyed;
+        Source key_source = {nullptr, NGX_CONF_UNSET};
         for (ngx_uint_t i = 2; i < cf->args->nelts; ++i) {
             std::string_view arg = sv(value[i]);
             bool dup = false, matched = false;
+            if (arg.substr(0, 4) == "key=") {
+                if (keyed.keyed) return conf_error(cf, d + ": duplicate " + quoted(arg));
+                ngx_str_t v = {value[i].len - 4, value[i].data + 4};
+                std::string err = compile_source(cf, v, key_source);
+                if (!err.empty()) return conf_error(cf, d + ": key=: " + err);
+                keyed.keyed = true;
+                keyed.key = std::string(arg.substr(4));
+                continue;
+            }
+            std::string keyed_err;
+            if (take_keyed_param(arg, keyed, keyed_err)) {
+                if (!keyed_err.empty()) return conf_error(cf, d + ": " + keyed_err);
+                continue;
+            }
             if (take_match(arg, "caller", def.caller, dup, matched) ||
                 take_match(arg, "procedure", def.procedure, dup, matched)) {
                 std::string_view key = arg.substr(0, arg.find('='));
@@ -187,10 +238,19 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             return conf_error(cf, d + ": invalid parameter " + quoted(arg));
         }
         if (!has_rate) return conf_error(cf, d + " must have \"rate\" parameter");
+        if (keyed.given && !keyed.keyed) {
+            return conf_error(cf, d + ": keys=, report_keys= and hash_keys= need key=");
+        }
+        if (keyed.keyed && def.limit_mrps == 0) {
+            return conf_error(cf, d + ": a keyed bucket needs a rate above 0");
+        }
         if (m->cpp->table.defs.size() >= 65535) return conf_error(cf, d + ": too many buckets");
         std::string err = m->cpp->matcher.add(def);
         if (!err.empty()) return conf_error(cf, d + ": " + err);
         m->cpp->table.defs.push_back(def);
+        m->cpp->any_keyed = m->cpp->any_keyed || keyed.keyed;
+        m->cpp->table.keyed.push_back(std::move(keyed));
+        m->cpp->key_sources.push_back(key_source);
         return NGX_CONF_OK;
     });
 }
@@ -198,39 +258,15 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
 // ---- grl_caller / grl_procedure VALUE -------------------------------------
 
 char* set_source(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
-    auto* m = static_cast<MainConf*>(conf);
-    Source* src = reinterpret_cast<Source*>(reinterpret_cast<char*>(m) + cmd->offset);
-    ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
-    if (src->cv || src->index >= 0) return const_cast<char*>("is duplicate");
-    ngx_str_t v = value[1];
-    if (v.len == 0) return conf_error(cf, directive(cmd) + ": empty value");
-    // One plain variable ("$name"): read by index, no string is built per request.
-    bool plain = v.len > 1 && v.data[0] == '$';
-    for (size_t i = 1; plain && i < v.len; ++i) {
-        u_char c = v.data[i];
-        plain =
-            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-    }
-    if (plain) {
-        ngx_str_t name = {v.len - 1, v.data + 1};
-        src->index = ngx_http_get_variable_index(cf, &name);
-        return src->index == NGX_ERROR ? static_cast<char*>(NGX_CONF_ERROR) : NGX_CONF_OK;
-    }
-    auto* cv = static_cast<ngx_http_complex_value_t*>(
-        ngx_pcalloc(cf->pool, sizeof(ngx_http_complex_value_t)));
-    if (cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
-    ngx_http_compile_complex_value_t ccv;
-    ngx_memzero(&ccv, sizeof(ccv));
-    ccv.cf = cf;
-    ccv.value = &value[1];
-    ccv.complex_value = cv;
-    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
-    if (cv->lengths == nullptr) {
-        return conf_error(cf, directive(cmd) + ": " + quoted(sv(v)) +
-                                  " has no variable, so every request would look the same");
-    }
-    src->cv = cv;
-    return NGX_CONF_OK;
+    return guarded(cf, [&]() -> char* {
+        auto* m = static_cast<MainConf*>(conf);
+        Source* src = reinterpret_cast<Source*>(reinterpret_cast<char*>(m) + cmd->offset);
+        ngx_str_t* value = static_cast<ngx_str_t*>(cf->args->elts);
+        if (src->cv || src->index >= 0) return const_cast<char*>("is duplicate");
+        std::string err = compile_source(cf, value[1], *src);
+        if (!err.empty()) return conf_error(cf, directive(cmd) + ": " + err);
+        return NGX_CONF_OK;
+    });
 }
 
 // ---- grl_missing_caller skip | value=NAME ---------------------------------
@@ -478,6 +514,80 @@ std::uint64_t random_epoch() {
     return e ? e : 1;
 }
 
+// ---- key tables of keyed buckets (docs/per-key.md) ------------------------------
+// Each keyed bucket's table is a block of the zone's slab pool, found from its bucket slot
+// (BucketSlot::key_table). A reload keeps a table when the bucket keeps its key definition and
+// keys= (key_sig); else the bucket gets a new table and the old one goes back to the pool.
+
+std::uint64_t key_sig(const KeyedSpec& k) {
+    return keyed::hash_key(k.key + '\n' + std::to_string(k.keys));
+}
+
+// What a table takes from the slab pool: whole pages.
+std::size_t pool_bytes(std::uint32_t keys) {
+    const std::size_t b = keyed::bytes_for(keys);
+    return (b + ngx_pagesize - 1) / ngx_pagesize * ngx_pagesize;
+}
+
+std::size_t key_tables_bytes(const Config& c) {
+    std::size_t n = 0;
+    for (const KeyedSpec& k : c.table.keyed) n += k.keyed ? pool_bytes(k.keys) : 0;
+    return n;
+}
+
+std::string human_size(std::size_t bytes) {
+    return bytes >= (1u << 20) ? std::to_string((bytes + (1u << 20) - 1) >> 20) + "m"
+                               : std::to_string((bytes + 1023) >> 10) + "k";
+}
+
+// After assign(): frees the tables of slots it reset (`before`: each slot's table before), and
+// gives each keyed bucket its table (kept, or new). An error names the bucket and the size.
+std::string place_key_tables(ngx_shm_zone_t* shm_zone, const zone::View& z, const Config& c,
+                             const std::vector<std::int64_t>& before) {
+    auto* shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
+    char* base = reinterpret_cast<char*>(&z.header());
+    for (std::size_t i = 0; i < before.size(); ++i) {
+        if (before[i] != 0 && z.slot(static_cast<std::uint32_t>(i)).key_table.load() == 0) {
+            ngx_slab_free(shpool, base + before[i]);
+        }
+    }
+    for (std::size_t i = 0; i < c.table.defs.size(); ++i) {
+        zone::BucketSlot& s = z.slot(c.table.slots[i]);
+        const KeyedSpec* k = c.table.keyed_spec(i);
+        const std::int64_t held = s.key_table.load();
+        if (k != nullptr && held != 0 && s.key_sig == key_sig(*k)) continue;  // kept
+        // The old table goes back to the pool first, so that a table of the same size (a new
+        // key= with the same keys=) always fits. The slot is cleared before: a worker of the
+        // running configuration reads it per request and skips the bucket's keys meanwhile;
+        // only one that read the old offset within these few instructions may count one
+        // request in the new table.
+        if (held != 0) {
+            s.key_table.store(0, std::memory_order_release);
+            s.key_sig = 0;
+            ngx_slab_free(shpool, base + held);
+        }
+        std::int64_t made = 0;
+        if (k != nullptr) {
+            void* p = ngx_slab_alloc(shpool, keyed::bytes_for(k->keys));
+            if (p == nullptr) {
+                const std::size_t need = pool_bytes(k->keys);
+                const std::size_t free = shpool->pfree * ngx_pagesize;
+                return "no room for the key table of bucket \"" + c.table.defs[i].name +
+                       "\" (keys=" + std::to_string(k->keys) + ": " + std::to_string(need) +
+                       " bytes, " + std::to_string(free) + " free); a zone of at least " +
+                       human_size(shm_zone->shm.size + need - std::min(need, free) +
+                                  2 * ngx_pagesize) +
+                       " holds it (a new size creates a new zone)";
+            }
+            keyed::Table(p).format(k->keys);
+            made = static_cast<char*>(p) - base;
+        }
+        s.key_sig = k != nullptr ? key_sig(*k) : 0;
+        s.key_table.store(made, std::memory_order_release);
+    }
+    return {};
+}
+
 ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     auto* m = static_cast<MainConf*>(shm_zone->data);
     auto* shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
@@ -489,10 +599,20 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         } else if (shm_zone->shm.exists) {
             m->zone_base = shpool->data;
         } else {
-            std::uint32_t cap = zone::capacity_for(shpool->pfree * ngx_pagesize);
+            // The bucket slots take what the key tables of this configuration leave (two
+            // pages to spare for the pool's rounding). With keyed buckets, only half of it:
+            // the other half stays free for key tables a reload adds or grows.
+            const std::size_t free = shpool->pfree * ngx_pagesize;
+            const std::size_t tables = key_tables_bytes(*m->cpp) + 2 * ngx_pagesize;
+            const std::size_t rest = free > tables ? free - tables : 0;
+            std::uint32_t cap = zone::capacity_for(m->cpp->any_keyed ? rest / 2 : rest);
             if (cap <= zone::kRuntimeSlots) {
-                ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\" is too small",
-                              &shm_zone->shm.name);
+                const std::size_t need =
+                    shm_zone->shm.size - free + tables + zone::bytes_for(zone::kRuntimeSlots + 1);
+                ngx_log_error(NGX_LOG_EMERG, log, 0,
+                              "grl_zone \"%V\" is too small for its buckets and their key "
+                              "tables (keys=): it needs at least %s",
+                              &shm_zone->shm.name, human_size(need).c_str());
                 return NGX_ERROR;
             }
             void* p = ngx_slab_alloc(shpool, zone::bytes_for(cap));
@@ -512,7 +632,12 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         }
         std::vector<std::string> names;
         for (const BucketDef& d : m->cpp->table.defs) names.push_back(d.name);
+        std::vector<std::int64_t> tables_before(z.header().capacity);
+        for (std::uint32_t i = 0; i < z.header().capacity; ++i) {
+            tables_before[i] = z.slot(i).key_table.load();
+        }
         err = z.assign(names, m->cpp->table.slots, m->config_gen, pid_alive);
+        if (err.empty()) err = place_key_tables(shm_zone, z, *m->cpp, tables_before);
         if (!err.empty()) {
             ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\": %s", &shm_zone->shm.name,
                           err.c_str());

@@ -15,10 +15,10 @@ namespace {
 // A request decided while nothing needs the per-request record points at one of
 // these: no allocation, and $grl_decision (read by name, e.g. by SSI) still
 // shows the decision; n = 0 marks them.
-RequestCtx g_decided[] = {{{Decision::None, 0, 0}, 0, 0, 0, {}},
-                          {{Decision::Pass, 0, 0}, 0, 0, 0, {}},
-                          {{Decision::Drop, 0, 0}, 0, 0, 0, {}},
-                          {{Decision::ShadowDrop, 0, 0}, 0, 0, 0, {}}};
+RequestCtx g_decided[] = {{{Decision::None, 0, 0}, 0, 0, 0, {}, nullptr, 0},
+                          {{Decision::Pass, 0, 0}, 0, 0, 0, {}, nullptr, 0},
+                          {{Decision::Drop, 0, 0}, 0, 0, 0, {}, nullptr, 0},
+                          {{Decision::ShadowDrop, 0, 0}, 0, 0, 0, {}, nullptr, 0}};
 
 // The request's slot of our internal variable (see record_slot_index): it lives
 // in r->variables, which internal redirects keep (they clear module contexts)
@@ -48,7 +48,8 @@ void for_each_flushed(ngx_http_request_t* r, const ngx_uint_t* flushes, F&& f) {
     }
 }
 
-// Reads a request attribute; false when the variable is not found or empty.
+}  // namespace
+
 // Values other modules change later in the request (realip's $remote_addr, a
 // `set` in a later phase) must not stay frozen: what this read cached, it flushes.
 bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) {
@@ -77,6 +78,8 @@ bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) 
     });
     return ok;
 }
+
+namespace {
 
 // This process's copy of the run-time bucket definitions, rebuilt when the
 // zone's runtime_gen moves (rare; the only time the request path allocates).
@@ -169,6 +172,7 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     std::uint16_t slots[kMaxMatchesPerRequest];
     std::size_t n = m->cpp->matcher.match(key, idx, kMaxMatchesPerRequest);
     for (std::size_t i = 0; i < n; ++i) slots[i] = m->cpp->table.slots[idx[i]];
+    const std::size_t configured = n;
     const RuntimeCache* rt = runtime_buckets(m, z);
     if (rt && !rt->slots.empty() && n < kMaxMatchesPerRequest) {
         std::size_t k = rt->matcher.match(key, idx + n, kMaxMatchesPerRequest - n);
@@ -178,6 +182,20 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     if (n == 0) return NGX_DECLINED;
 
     Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng, l->dry_run != 0);
+    // Keyed buckets (docs/per-key.md): each key's own verdict, folded into the outcome.
+    KeyedRequest keys;
+    keys.n = 0;
+    if (m->cpp->any_keyed) {
+        admit_keys(r, m, z, idx, slots, configured, l->dry_run != 0, keys);
+        fold_keyed(z, slots, n, keys.verdicts, keys.n, worker, out);
+    }
+    const KeyedVerdict* by_key = nullptr;  // the keyed verdict that decided, if one did
+    for (std::size_t k = 0; k < keys.n; ++k) {
+        if (keys.verdicts[k].at == out.decided_by) by_key = &keys.verdicts[k];
+    }
+    const KeyedVerdict* shown = by_key ? by_key : keys.n ? &keys.verdicts[0] : nullptr;
+    const std::string_view request_key =
+        shown ? std::string_view(shown->key, shown->key_len) : std::string_view();
 
     // The record: read by the $grl_* variables and, where MainConf::record_needed says so, by
     // the RateLimit header fields and problem+json bodies (grl_conventions.cpp).
@@ -191,6 +209,8 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
             full->dry_run = l->dry_run ? 1 : 0;
             full->retry_after_s = 0;
             for (std::size_t i = 0; i < n; ++i) full->matched[i] = slots[i];
+            full->key = request_key.data();
+            full->key_len = static_cast<std::uint32_t>(request_key.size());
             ctx = full;
         }
     }
@@ -200,15 +220,31 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     if (out.decision == Decision::Pass || out.decision == Decision::None) return NGX_DECLINED;
     const char* name = z.slot(slots[out.decided_by]).name;
     std::uint32_t ppm = threshold_to_ppm(out.threshold);
-    if (out.decision == Decision::ShadowDrop) {
+    if (by_key && by_key->verdict != keyed::Verdict::Pass) {
+        const ngx_str_t k = {request_key.size(),
+                             reinterpret_cast<u_char*>(const_cast<char*>(request_key.data()))};
+        const char* why = by_key->verdict == keyed::Verdict::Ratio ? "ratio" : "local cap";
+        if (out.decision == Decision::ShadowDrop) {
+            ngx_log_error(l->log_level, r->connection->log, 0,
+                          "grl: bucket \"%s\" would drop the request of key \"%V\" (%s, %s), "
+                          "ratio %uD.%06uD",
+                          name, &k, l->dry_run ? "dry run" : "shadow", why, ppm / kPpmOne,
+                          ppm % kPpmOne);
+            return NGX_DECLINED;
+        }
+        ngx_log_error(l->log_level, r->connection->log, 0,
+                      "grl: request of key \"%V\" dropped by bucket \"%s\" (%s), ratio %uD.%06uD",
+                      &k, name, why, ppm / kPpmOne, ppm % kPpmOne);
+    } else if (out.decision == Decision::ShadowDrop) {
         ngx_log_error(l->log_level, r->connection->log, 0,
                       "grl: bucket \"%s\" would drop the request (%s), ratio %uD.%06uD", name,
                       l->dry_run ? "dry run" : "shadow", ppm / kPpmOne, ppm % kPpmOne);
         return NGX_DECLINED;
+    } else {
+        ngx_log_error(l->log_level, r->connection->log, 0,
+                      "grl: request dropped by bucket \"%s\", ratio %uD.%06uD", name, ppm / kPpmOne,
+                      ppm % kPpmOne);
     }
-    ngx_log_error(l->log_level, r->connection->log, 0,
-                  "grl: request dropped by bucket \"%s\", ratio %uD.%06uD", name, ppm / kPpmOne,
-                  ppm % kPpmOne);
     ngx_uint_t secs = 0;
     if (set_retry_after(r, l, secs) != NGX_OK) return NGX_ERROR;
     if (full) full->retry_after_s = static_cast<std::uint32_t>(secs);
@@ -220,7 +256,7 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
 
 namespace {
 
-enum VarKind : uintptr_t { kVarDecision, kVarBucket, kVarBuckets, kVarRatio, kVarStatus };
+enum VarKind : uintptr_t { kVarDecision, kVarBucket, kVarBuckets, kVarRatio, kVarStatus, kVarKey };
 
 // $grl_status in limit_req's words ($limit_req_status); a shadow drop, by a mode=shadow bucket
 // or under grl_dry_run, is what limit_req calls REJECTED_DRY_RUN.
@@ -265,6 +301,13 @@ ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
         const char* s = z.slot(slot).name;
         return std::string_view(s, strnlen(s, kMaxNameLen + 1));
     };
+    if (data == kVarKey) {  // the key the request was counted under in a keyed bucket
+        if (ctx->key_len == 0) {
+            v->not_found = 1;
+            return NGX_OK;
+        }
+        return set({ctx->key, ctx->key_len});
+    }
     if (data == kVarBucket) {
         Decision d = ctx->outcome.decision;
         if (d != Decision::Drop && d != Decision::ShadowDrop) {
@@ -300,11 +343,10 @@ struct VarDef {
     ngx_str_t name;
     VarKind kind;
 };
-VarDef var_defs[] = {{ngx_string("grl_decision"), kVarDecision},
-                     {ngx_string("grl_bucket"), kVarBucket},
-                     {ngx_string("grl_buckets"), kVarBuckets},
-                     {ngx_string("grl_ratio"), kVarRatio},
-                     {ngx_string("grl_status"), kVarStatus}};
+VarDef var_defs[] = {
+    {ngx_string("grl_decision"), kVarDecision}, {ngx_string("grl_bucket"), kVarBucket},
+    {ngx_string("grl_buckets"), kVarBuckets},   {ngx_string("grl_ratio"), kVarRatio},
+    {ngx_string("grl_status"), kVarStatus},     {ngx_string("grl_key"), kVarKey}};
 
 // The per-request record lives in the request's slot of this variable. It is
 // internal (not hashed: a name lookup at run time, e.g. by SSI, never finds it);

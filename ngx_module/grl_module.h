@@ -12,6 +12,7 @@ extern "C" {
 #include "grl/bucket.h"
 #include "grl/curve_keys.h"
 #include "grl/decision.h"
+#include "grl/keyed_decision.h"
 #include "grl/plane.h"
 #include "grl/prng.h"
 #include "grl/zone_layout.h"
@@ -49,6 +50,10 @@ struct Config {
     // def_of_slot[slot] is the index into table.defs of the configured bucket in that zone
     // slot, -1 for none (set by init_zone): the RateLimit-Policy field's configured limit.
     std::vector<int> def_of_slot;
+    // key_sources[i]: where bucket table.defs[i]'s key comes from (grl_bucket key=VALUE);
+    // {nullptr, -1} for a bucket that is not keyed.
+    std::vector<Source> key_sources;
+    bool any_keyed = false;  // some bucket has key=
 };
 
 struct MainConf {
@@ -102,6 +107,16 @@ struct RequestCtx {
     std::uint8_t dry_run;         // decided under grl_dry_run: nothing was enforced
     std::uint32_t retry_after_s;  // the Retry-After sent with a rejection, 0 none
     std::uint16_t matched[kMaxMatchesPerRequest];  // zone slots of the matched buckets
+    // $grl_key: the key the request was counted under in a keyed bucket (the deciding one, or
+    // else the first keyed bucket matched); the bytes are the request's own. len 0: none.
+    const char* key;
+    std::uint32_t key_len;
+};
+
+// The keys of the keyed buckets a request matched, and their verdicts (grl_keyed.cpp).
+struct KeyedRequest {
+    KeyedVerdict verdicts[kMaxMatchesPerRequest];  // the first n are set
+    std::size_t n;
 };
 
 inline zone::View zone_view(const MainConf* m) {
@@ -125,6 +140,15 @@ char* merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
 
 // grl_handler.cpp
 ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept;
+// Reads a request attribute; false when the variable is not found or empty.
+bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out);
+
+// grl_keyed.cpp: the keyed branch of the request path. For each matched configured keyed
+// bucket (idx: indices into table.defs; slots: their zone slots), reads its key (empty: "-"),
+// finds or claims the key's entry and decides it (keyed::Table::admit).
+void admit_keys(ngx_http_request_t* r, const MainConf* m, const zone::View& z,
+                const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
+                KeyedRequest& out) noexcept;
 // The request's record, also after internal redirects; nullptr when no bucket matched.
 RequestCtx* find_ctx(ngx_http_request_t* r) noexcept;
 ngx_int_t add_variables(ngx_conf_t* cf) noexcept;

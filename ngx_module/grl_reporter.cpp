@@ -348,6 +348,7 @@ void send_report(Reporter& rep, bool extra) {
     build_report(z, rep.conf->cpp->table, rep.conf->cpp->id, rep.conf->report_interval, wall_ms(),
                  rep.report);
     const ngx_msec_t now = ngx_current_msec;
+    if (rep.conf->cpp->any_keyed) add_key_rates(z, rep.conf->cpp->table, now, rep.report);
     bool older = extra && now - rep.prev_ms < rep.conf->report_interval / 2;
     const wire::Report& base = older ? rep.prev2 : rep.prev;
     add_recent(rep.report, base,

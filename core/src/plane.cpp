@@ -244,6 +244,37 @@ void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
     }
 }
 
+void add_key_rates(const zone::View& z, const BucketTable& t, std::uint64_t now_ms,
+                   wire::Report& r) {
+    // build_report lists the configured buckets first, in table order.
+    for (std::size_t i = 0; i < t.defs.size() && i < r.buckets.size(); ++i) {
+        const KeyedSpec* spec = t.keyed_spec(i);
+        if (spec == nullptr) continue;
+        wire::ReportBucket& b = r.buckets[i];
+        b.keyed = true;
+        b.keys.clear();
+        const keyed::Table table = z.key_table(t.slots[i]);
+        if (!table.valid()) continue;
+        const std::uint64_t last = table.header().reported_ms.exchange(now_ms);
+        // The first report after the table was made covers an unknown span: count it as one
+        // interval, the best guess (its rates only start the collector's view of the key).
+        const std::uint64_t span_ms =
+            last != 0 && now_ms > last ? now_ms - last : std::max<std::uint64_t>(r.interval_ms, 1);
+        // 1/64 of the limit over the span, in requests; at least one request.
+        const std::uint64_t min_offered =
+            std::max<std::uint64_t>(1, b.limit_mrps * span_ms / 1000 / 1000 / 64);
+        for (const keyed::Hitter& h : table.take_hitters(min_offered, spec->report_keys)) {
+            wire::KeyRate k;
+            k.hash = h.hash;
+            if (!spec->hash_keys) k.text = std::string(h.text);
+            k.offered_mrps = h.offered * 1000 * 1000 / span_ms;
+            k.dropped_mrps = h.dropped * 1000 * 1000 / span_ms;
+            k.hosts = 1;
+            b.keys.push_back(std::move(k));
+        }
+    }
+}
+
 void add_recent(wire::Report& r, const wire::Report& prev, std::uint64_t span_ms) {
     r.recent_ms = 0;
     for (wire::ReportBucket& b : r.buckets) b.has_recent = false;
@@ -295,6 +326,14 @@ std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
         s.received_ms.store(now_ms, std::memory_order_relaxed);
         s.expires_ms.store(now_ms + ttl, std::memory_order_release);
         ++applied;
+        // A keyed bucket: each key's ratio goes into the key's entry, when the key is in this
+        // host's table (a key not there has no traffic here to drop); ratio 0 clears.
+        const keyed::Table table = z.key_table(static_cast<std::uint32_t>(slot));
+        if (!in.keyed || !table.valid()) continue;
+        for (const wire::KeyRatio& k : in.keys) {
+            table.set_ratio(k.hash, ppm_to_threshold(k.ratio_ppm),
+                            k.ratio_ppm == 0 ? 0 : now_ms + ttl);
+        }
     }
     return applied;
 }
@@ -341,6 +380,8 @@ struct BucketView {
     std::uint64_t age_ms;      // since the last instruction; 0 when none
     Mode mode;                 // effective
     std::uint64_t limit_mrps;  // effective
+    std::uint16_t slot;
+    const KeyedSpec* keyed;  // null: not a keyed bucket
 };
 
 BucketView view_of(const StatusInput& in, const BucketDef& def, std::uint16_t slot, bool runtime) {
@@ -356,6 +397,8 @@ BucketView view_of(const StatusInput& in, const BucketDef& def, std::uint16_t sl
     v.age_ms = rec && in.now_ms > rec ? in.now_ms - rec : 0;
     v.mode = active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : v.def->mode;
     v.limit_mrps = active ? s.limit_mrps.load(std::memory_order_relaxed) : v.def->limit_mrps;
+    v.slot = slot;
+    v.keyed = nullptr;
     return v;
 }
 
@@ -364,6 +407,7 @@ std::vector<BucketView> all_views(const StatusInput& in, std::vector<RuntimeBuck
     std::vector<BucketView> views;
     for (std::size_t i = 0; i < in.table->defs.size(); ++i) {
         views.push_back(view_of(in, in.table->defs[i], in.table->slots[i], false));
+        views.back().keyed = in.table->keyed_spec(i);
     }
     std::uint64_t gen = 0;
     rt = load_runtime(*in.zone, gen);
@@ -385,6 +429,96 @@ std::uint64_t regex_limit_hits(const zone::View& z) {
         n += w.regex_limit_hits.load(std::memory_order_relaxed);
     }
     return n;
+}
+
+// A key's text as a JSON string: keys are whatever clients send.
+void append_json_string(std::string& out, std::string_view v) {
+    out += '"';
+    for (unsigned char c : v) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += static_cast<char>(c);
+        } else if (c < 0x20 || c >= 0x7f) {
+            append(out, "\\u%04x", c);  // a byte outside printable ASCII, shown as its value
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    out += '"';
+}
+
+// Keys shown per keyed bucket on the status page: the busiest since their entry was claimed.
+constexpr std::size_t kStatusTopKeys = 10;
+
+struct KeyRow {
+    std::uint32_t i;
+    std::uint64_t offered;
+};
+
+// ,"keyed":{...}: the bucket's key table and its busiest keys, each with its counts since its
+// entry was claimed, its rate since the last report and the control plane's ratio for it.
+void render_keyed_json(const StatusInput& in, const BucketView& v, std::string& out) {
+    const keyed::Table t = in.zone->key_table(v.slot);
+    if (!t.valid()) {
+        out += ",\"keyed\":null";
+        return;
+    }
+    const keyed::TableHeader& h = t.header();
+    std::vector<KeyRow> rows;
+    std::uint64_t in_use = 0;
+    for (std::uint32_t i = 0; i < t.capacity(); ++i) {
+        const std::uint64_t hash = t.entry(i).hash.load(std::memory_order_acquire);
+        if (hash == keyed::kFree || hash == keyed::kClaiming) continue;
+        ++in_use;
+        rows.push_back({i, t.entry(i).offered.load(std::memory_order_relaxed)});
+    }
+    const std::size_t top = std::min(rows.size(), kStatusTopKeys);
+    std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(top), rows.end(),
+                      [](const KeyRow& a, const KeyRow& b) { return a.offered > b.offered; });
+    const std::uint64_t reported_ms = h.reported_ms.load(std::memory_order_relaxed);
+    out += ",\"keyed\":{\"key\":";
+    append_json_string(out, v.keyed->key);
+    append(out,
+           ",\"capacity\":%u,\"in_use\":%llu,\"claims\":%llu,\"evictions\":%llu,"
+           "\"races\":%llu,\"report_keys\":%u,\"hash_keys\":%s,\"top\":[",
+           t.capacity(), static_cast<unsigned long long>(in_use),
+           static_cast<unsigned long long>(h.claims.load()),
+           static_cast<unsigned long long>(h.evictions.load()),
+           static_cast<unsigned long long>(h.races.load()), v.keyed->report_keys,
+           v.keyed->hash_keys ? "true" : "false");
+    for (std::size_t k = 0; k < top; ++k) {
+        const keyed::Entry& e = t.entry(rows[k].i);
+        const std::uint64_t offered = e.offered.load(std::memory_order_relaxed);
+        const std::uint64_t expires = e.expires_ms.load(std::memory_order_relaxed);
+        const bool active = expires > in.now_ms;
+        if (k) out += ',';
+        append(out, "{\"hash\":\"%016llx\",\"key\":",
+               static_cast<unsigned long long>(e.hash.load(std::memory_order_relaxed)));
+        if (v.keyed->hash_keys) {
+            out += "null";  // hash_keys=on: keys are not shown, here either
+        } else {
+            append_json_string(out, t.text_of(rows[k].i));
+        }
+        append(out, ",\"offered\":%llu,\"dropped\":%llu,\"rate_rps\":",
+               static_cast<unsigned long long>(offered),
+               static_cast<unsigned long long>(e.dropped.load(std::memory_order_relaxed)));
+        // Since the reporter's last look (none without a collector: no rate known).
+        if (reported_ms != 0 && in.now_ms > reported_ms) {
+            const std::uint64_t since =
+                (offered - e.reported.load(std::memory_order_relaxed)) & 0xffffffffULL;
+            append(
+                out, "%.3f",
+                static_cast<double>(since) * 1000.0 / static_cast<double>(in.now_ms - reported_ms));
+        } else {
+            out += "null";
+        }
+        append(out, ",\"ratio\":%s,\"ratio_state\":\"%s\"}",
+               ratio_str(active ? e.threshold.load(std::memory_order_relaxed) : 0).c_str(),
+               expires == 0 ? "waiting"
+               : active     ? "active"
+                            : "expired");
+    }
+    out += "]}";
 }
 
 }  // namespace
@@ -442,13 +576,15 @@ std::string render_status_json(const StatusInput& in) {
                static_cast<double>(v.def->limit_mrps) / 1000.0);
         append(out,
                "\"offered\":%llu,\"admitted\":%llu,\"dropped\":%llu,\"shadow_dropped\":%llu,"
-               "\"ratio\":%s,\"ratio_state\":\"%s\",\"ratio_age_ms\":%llu}",
+               "\"ratio\":%s,\"ratio_state\":\"%s\",\"ratio_age_ms\":%llu",
                static_cast<unsigned long long>(v.tot.offered),
                static_cast<unsigned long long>(v.tot.admitted),
                static_cast<unsigned long long>(v.tot.dropped),
                static_cast<unsigned long long>(v.tot.shadow_dropped),
                ratio_str(v.threshold).c_str(), std::string(to_string(v.state)).c_str(),
                static_cast<unsigned long long>(v.age_ms));
+        if (v.keyed) render_keyed_json(in, v, out);
+        out += '}';
     }
     out += "]}\n";
     return out;
@@ -508,6 +644,38 @@ std::string render_status_prometheus(const StatusInput& in) {
     for (const BucketView& v : views) {
         append(out, "grl_bucket_ratio_active{bucket=\"%s\"} %d\n", v.def->name.c_str(),
                v.state == zone::PlaneState::Active ? 1 : 0);
+    }
+    // Keyed buckets: their key tables, per bucket (never per key: docs/per-key.md).
+    const struct {
+        const char* name;
+        const char* type;
+        const char* help;
+        int what;
+    } key_families[] = {
+        {"grl_bucket_key_capacity", "gauge", "Entries of a keyed bucket's key table (keys=).", 0},
+        {"grl_bucket_key_claims_total", "counter",
+         "Keys that took an entry of the bucket's key table (new, or evicting another).", 1},
+        {"grl_bucket_key_evictions_total", "counter",
+         "Keys pushed out of the bucket's key table by a newer key (least recently used first).",
+         2},
+        {"grl_bucket_key_races_total", "counter",
+         "Claims of a key table entry lost to another worker (then retried).", 3},
+    };
+    for (const auto& f : key_families) {
+        bool any = false;
+        for (const BucketView& v : views) {
+            const keyed::Table t = v.keyed ? in.zone->key_table(v.slot) : keyed::Table();
+            if (!t.valid()) continue;
+            if (!any) family(f.name, f.type, f.help);
+            any = true;
+            const keyed::TableHeader& h = t.header();
+            const std::uint64_t value = f.what == 0   ? t.capacity()
+                                        : f.what == 1 ? h.claims.load()
+                                        : f.what == 2 ? h.evictions.load()
+                                                      : h.races.load();
+            append(out, "%s{bucket=\"%s\"} %llu\n", f.name, v.def->name.c_str(),
+                   static_cast<unsigned long long>(value));
+        }
     }
     zone::PlaneState ps = plane_state(*in.zone, in.now_ms, in.ttl_ms);
     family("grl_control_plane_state", "gauge", "1 for the current control-plane state.");

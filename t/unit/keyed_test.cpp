@@ -87,6 +87,50 @@ TEST(Keyed, AFullSetEvictsItsLeastRecentlyUsedKey) {
     EXPECT_EQ(n.expires_ms.load(), 0u);
 }
 
+TEST(Keyed, AFullSetEvictsAnIdleKeyThenAOneRequestKeyBeforeABusyOne) {
+    TableFixture f(kWays);  // one set
+    auto offer = [&](const std::string& k, int n, std::uint64_t now) {
+        Entry& e = f.t.touch(hash_key(k), k, now);
+        for (int i = 0; i < n; ++i) f.t.admit(e, now, 1000000, 100, 0);
+    };
+    offer("busy", 5, 5000);
+    for (std::uint32_t i = 1; i < kWays; ++i) offer("once" + std::to_string(i), 1, 5000 + i);
+    // busy is the least recently used, but the once-seen keys go first, oldest first.
+    offer("new1", 1, 5100);
+    EXPECT_NE(f.t.find(hash_key("busy")), nullptr);
+    EXPECT_EQ(f.t.find(hash_key("once1")), nullptr);
+    // A key idle for more than a second goes before all of them.
+    offer("idle-busy", 0, 5100);  // evicts once2
+    f.t.find(hash_key("busy"))->last_ms = 3000;
+    offer("new2", 1, 5200);
+    EXPECT_EQ(f.t.find(hash_key("busy")), nullptr);
+    EXPECT_NE(f.t.find(hash_key("once3")), nullptr);
+}
+
+TEST(Keyed, ABusyKeyStampedByALaggingClockSurvivesAFlood) {
+    // Workers stamp entries with their own cached clocks; here A's stamps lag the flood's by
+    // 5 ms. A at one request per 50 flood keys through 64 entries (8 sets): kept, capped.
+    TableFixture f(64);
+    const std::uint64_t a = hash_key("A");
+    int admitted = 0, offered = 0;
+    std::uint64_t now = 10000;
+    for (int i = 0; i < 200000; ++i) {
+        if (i % 50 == 0) {
+            now += 1;  // 1 ms per 50 flood keys: A at 1000 r/s
+            Entry& e = f.t.touch(a, "A", now - 5);
+            ++offered;
+            admitted += f.t.admit(e, now - 5, 100000, 100, 0) == Verdict::Pass;
+        }
+        std::string k = "flood-" + std::to_string(i);
+        Entry& e = f.t.touch(hash_key(k), k, now);
+        f.t.admit(e, now, 100000, 100, 0);
+    }
+    // 4 s at 100 r/s and the burst: 400 + 10, whatever the flood.
+    EXPECT_EQ(offered, 4000);
+    EXPECT_LE(admitted, 411);
+    EXPECT_GE(admitted, 390);
+}
+
 TEST(Keyed, AFloodOfOneRequestKeysStaysInItsMemoryAndSparesTheBusyKey) {
     TableFixture f(1024);
     const std::size_t bytes = bytes_for(1024);
@@ -177,6 +221,26 @@ TEST(Keyed, HeavyHittersAreTheBusiestSinceTheLastReport) {
     EXPECT_EQ(top[0].text, "small");
     EXPECT_EQ(top[0].offered, 30u);
     EXPECT_TRUE(f.t.take_hitters(1, 10).empty());
+}
+
+TEST(Keyed, HeavyHittersCarryTheirDropsSinceTheLastReport) {
+    TableFixture f(64);
+    Entry& e = f.t.touch(hash_key("k"), "k", 1);
+    // 10 r/s with a 100 ms burst, 30 requests in one millisecond: 1 + 1 admitted, the rest
+    // over the local cap.
+    int dropped = 0;
+    for (int i = 0; i < 30; ++i) dropped += f.t.admit(e, 1, 10000, 100, 0) != Verdict::Pass;
+    std::vector<Hitter> top = f.t.take_hitters(1, 4);
+    ASSERT_EQ(top.size(), 1u);
+    EXPECT_EQ(top[0].offered, 30u);
+    EXPECT_EQ(top[0].dropped, static_cast<std::uint64_t>(dropped));
+    EXPECT_GT(dropped, 20);
+    // Later: 5 requests a second apart, all admitted; only they count.
+    for (int i = 0; i < 5; ++i) f.t.admit(e, 2000 + 1000 * i, 10000, 100, 0);
+    top = f.t.take_hitters(1, 4);
+    ASSERT_EQ(top.size(), 1u);
+    EXPECT_EQ(top[0].offered, 5u);
+    EXPECT_EQ(top[0].dropped, 0u);
 }
 
 }  // namespace

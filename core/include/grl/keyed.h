@@ -33,7 +33,9 @@ struct alignas(64) Entry {
     std::atomic<std::uint64_t> tat_us;      // local cap: theoretical arrival time (GCRA)
     std::atomic<std::uint64_t> threshold;   // the control plane's ratio for this key...
     std::atomic<std::uint64_t> expires_ms;  // ...valid until then (0: none)
-    std::atomic<std::uint64_t> reported;    // `offered` at the last report (reporter only)
+    // At the last report (reporter only): `dropped` in the high 32 bits, `offered` in the low
+    // 32; the deltas are taken modulo 2^32, ample for one report interval of one key.
+    std::atomic<std::uint64_t> reported;
 };
 static_assert(sizeof(Entry) == 64, "Entry is one cache line");
 
@@ -52,10 +54,12 @@ static_assert(sizeof(KeyText) == 56, "KeyText layout");
 struct alignas(64) TableHeader {
     std::uint32_t capacity;  // entries: a multiple of kWays
     std::uint32_t reserved;
-    std::atomic<std::uint64_t> claims;     // keys that took an entry (new or evicting)
-    std::atomic<std::uint64_t> evictions;  // keys pushed out by a newer one
-    std::atomic<std::uint64_t> races;      // claims lost to another worker (then retried)
+    std::atomic<std::uint64_t> claims;       // keys that took an entry (new or evicting)
+    std::atomic<std::uint64_t> evictions;    // keys pushed out by a newer one
+    std::atomic<std::uint64_t> races;        // claims lost to another worker (then retried)
+    std::atomic<std::uint64_t> reported_ms;  // monotonic ms of the last take_hitters (0: none)
 };
+static_assert(sizeof(TableHeader) == 64, "TableHeader is one cache line");
 
 // Bytes for a table of `keys` entries (rounded up to a multiple of kWays), and the number of
 // entries that fit in `bytes`.
@@ -74,6 +78,7 @@ struct Hitter {
     std::uint64_t hash = 0;
     std::string_view text;  // points into the table; empty when unknown or overwritten
     std::uint64_t offered = 0;
+    std::uint64_t dropped = 0;  // of `offered`
 };
 
 class Table {
@@ -115,6 +120,8 @@ class Table {
                                           sizeof(Entry) * header().capacity)[i];
     }
     std::uint32_t capacity() const { return header().capacity; }
+    bool valid() const { return base_ != nullptr; }
+    char* base() const { return base_; }
 
   private:
     char* base_ = nullptr;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "grl/bucket.h"
+#include "grl/parse.h"
 #include "grl/wire.h"
 #include "grl/zone_layout.h"
 
@@ -23,6 +24,12 @@ struct Identity {
 struct BucketTable {
     std::vector<BucketDef> defs;
     std::vector<std::uint16_t> slots;  // slots[i] is the zone slot of defs[i]
+    // keyed[i]: defs[i]'s per-key options (KeyedSpec::keyed false for a plain bucket); may be
+    // shorter than defs (the rest are plain).
+    std::vector<KeyedSpec> keyed;
+    const KeyedSpec* keyed_spec(std::size_t i) const {
+        return i < keyed.size() && keyed[i].keyed ? &keyed[i] : nullptr;
+    }
     // Index into defs of `name`, or -1.
     int find(std::string_view name) const;
 };
@@ -49,6 +56,13 @@ std::uint64_t runtime_takeovers(const zone::Header& h);
 // the run-time buckets.
 void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
                   std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r);
+
+// Adds each keyed bucket's heavy hitters to its entry of `r` (built by build_report just
+// before): the keys whose traffic since the previous call is at least 1/64 of the limit, the
+// `report_keys=` busiest, with their rates on this host over that span (`now_ms`, monotonic);
+// their text is left out with `hash_keys=on`. Called by the reporter only.
+void add_key_rates(const zone::View& z, const BucketTable& t, std::uint64_t now_ms,
+                   wire::Report& r);
 
 // Adds to `r` each bucket's counts since `prev` (the reporter's previous report, `span_ms`
 // earlier on the monotonic clock) as `recent`, so that a collector without a baseline for

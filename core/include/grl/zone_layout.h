@@ -18,12 +18,13 @@
 #include <vector>
 
 #include "grl/bucket_types.h"
+#include "grl/keyed.h"
 #include "grl/wire.h"
 
 namespace grl::zone {
 
 inline constexpr std::uint64_t kMagic = 0x31656e6f7a6c7267ULL;  // "grlzone1"
-inline constexpr std::uint32_t kLayoutVersion = 3;              // 3: the worker registry
+inline constexpr std::uint32_t kLayoutVersion = 4;              // 4: key tables of keyed buckets
 inline constexpr std::uint32_t kWorkerSlots = 32;
 inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // ratio 1.0
 // The last kRuntimeSlots bucket slots are reserved for run-time (emergency)
@@ -96,7 +97,14 @@ struct alignas(64) BucketSlot {
     std::atomic<std::uint64_t> limit_mrps;    // effective limit from the control plane
     std::atomic<std::uint32_t> mode;          // effective Mode from the control plane
     std::atomic<std::uint32_t> state;         // PlaneState last logged for this bucket
+    // A keyed bucket's key table (keyed.h, docs/per-key.md): where it lies in the shared
+    // memory, as an offset from the zone's Header (0: none), and what it was made for (a hash
+    // of the key's definition and keys=), so that a reload keeping both keeps the table.
+    // Written by the master at configuration time; read per request by the workers.
+    std::atomic<std::int64_t> key_table;
+    std::uint64_t key_sig;
 };
+static_assert(sizeof(BucketSlot) == 192, "BucketSlot grew: bump kLayoutVersion");
 
 struct alignas(64) Header {
     std::uint64_t magic;
@@ -171,6 +179,11 @@ class View {
     void activate(std::uint64_t gen) const;
 
     Header& header() const { return *reinterpret_cast<Header*>(base_); }
+    // The key table of the bucket in slot i (an empty Table, base() null, when not keyed).
+    keyed::Table key_table(std::uint32_t i) const {
+        const std::int64_t off = slot(i).key_table.load(std::memory_order_acquire);
+        return off == 0 ? keyed::Table() : keyed::Table(base_ + off);
+    }
     BucketSlot& slot(std::uint32_t i) const {
         return reinterpret_cast<BucketSlot*>(base_ + sizeof(Header))[i];
     }

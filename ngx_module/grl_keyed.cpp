@@ -1,0 +1,51 @@
+// The keyed branch of the request path (docs/per-key.md): for each matched keyed bucket, the
+// request's key is read (a single variable by index, no copy), hashed, found or claimed in the
+// bucket's key table in the shared zone, and decided there (the control plane's ratio for the
+// key while it holds, else the local cap). No allocation, lock or syscall.
+
+#include "grl_module.h"
+
+namespace grl::ngx {
+
+namespace {
+
+// The key of requests whose key value is empty or missing: they share one key.
+constexpr std::string_view kEmptyKey = "-";
+
+}  // namespace
+
+void admit_keys(ngx_http_request_t* r, const MainConf* m, const zone::View& z,
+                const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
+                KeyedRequest& out) noexcept {
+    out.n = 0;
+    const Config& c = *m->cpp;
+    const std::uint64_t now = ngx_current_msec;
+    for (std::size_t i = 0; i < n; ++i) {
+        const KeyedSpec* spec = c.table.keyed_spec(idx[i]);
+        if (spec == nullptr) continue;
+        const keyed::Table t = z.key_table(slots[i]);
+        if (!t.valid()) continue;  // never for a configured keyed bucket (init_zone made it)
+        std::string_view key;
+        if (!read_source(r, c.key_sources[idx[i]], key)) key = kEmptyKey;
+        const BucketDef& def = c.table.defs[idx[i]];
+        // The control plane's mode and limit while its instruction holds, else the configured.
+        const zone::BucketSlot& s = z.slot(slots[i]);
+        const bool active = now < s.expires_ms.load(std::memory_order_relaxed);
+        const Mode mode =
+            active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : def.mode;
+        const std::uint64_t rate =
+            active ? s.limit_mrps.load(std::memory_order_relaxed) : def.limit_mrps;
+        keyed::Entry& e = t.touch(keyed::hash_key(key), key, now);
+        KeyedVerdict& v = out.verdicts[out.n];
+        v.at = static_cast<std::uint16_t>(i);
+        v.verdict = t.admit(e, now, rate, kKeyedBurstMs, g_prng.next32());
+        v.deny = !dry_run && mode == Mode::Deny;
+        v.threshold =
+            v.verdict == keyed::Verdict::Ratio ? e.threshold.load(std::memory_order_relaxed) : 0;
+        v.key = key.data();
+        v.key_len = static_cast<std::uint32_t>(key.size());
+        ++out.n;
+    }
+}
+
+}  // namespace grl::ngx

@@ -1,0 +1,316 @@
+"""Keyed buckets on one real nginx (docs/per-key.md): `grl_bucket NAME key=VALUE ...` limits
+each distinct key. The local cap holds a key near its rate without any control plane; a flood
+of one-request keys evicts within fixed memory and spares the busy keys; shadow mode only
+counts; $grl_key in the access log; heavy hitters in reports (bounded); per-key instructions;
+the key table across reloads; configuration errors named by nginx -t."""
+
+import re
+import subprocess
+import threading
+import time
+
+import msgpack
+import pytest
+
+import grl_harness as h
+
+KEY_LOG = ("log_format grlkey 'rid=$arg_rid status=$status decision=$grl_decision "
+           "bucket=$grl_bucket key=$grl_key';")
+KEY_ACCESS = "access_log keys.log grlkey;"
+
+
+def paced(port, key, rate, seconds, out):
+    """Requests of `key` at `rate` per second for `seconds`, each on a new connection; appends
+    (status, ...) to out["statuses"] and the elapsed time to out["elapsed"]."""
+    statuses = []
+    n = int(rate * seconds)
+    t0 = time.monotonic()
+    for i in range(n):
+        wait = t0 + i / rate - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        statuses.append(h.http_get(port, "/", {"X-Api-Key": key}).status)
+    out["statuses"] = statuses
+    out["elapsed"] = time.monotonic() - t0
+
+
+def run_keys(port, plans):
+    """plans: {key: (rate, seconds)} run concurrently -> {key: {"statuses", "elapsed"}}."""
+    outs = {k: {} for k in plans}
+    threads = [threading.Thread(target=paced, args=(port, k, r, s, outs[k]))
+               for k, (r, s) in plans.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return outs
+
+
+def keyed_of(nginx, name):
+    return nginx.bucket(name)["keyed"]
+
+
+def top_key(nginx, bucket, key):
+    for k in keyed_of(nginx, bucket)["top"]:
+        if k["key"] == key:
+            return k
+    raise KeyError(key)
+
+
+def assert_capped(statuses, elapsed, rate, what):
+    """The local cap: at most rate x t + the 100 ms burst (+1 for the first request) admitted,
+    and, offered well above the rate, not much less than rate x t (pacing may run late: 80%)."""
+    admitted = statuses.count(200)
+    assert set(statuses) <= {200, 429}, statuses
+    assert admitted <= rate * elapsed + rate * 0.1 + 2, (what, admitted, elapsed)
+    assert admitted >= 0.8 * rate * elapsed, (what, admitted, elapsed)
+
+
+# -- (a) one host, no control plane: the local cap -----------------------------------------
+
+
+def test_keyed_local_cap_holds_a_busy_key_and_spares_a_quiet_one(nginx_factory):
+    n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=50r/s keys=1000"],
+                                 host=None, interval=None))
+    outs = run_keys(n.port, {"A": (150, 4), "B": (20, 4)})
+    a, b = outs["A"], outs["B"]
+    assert_capped(a["statuses"], a["elapsed"], 50, "A")
+    assert b["statuses"].count(429) == 0, "B at 20 r/s must never be dropped"
+    st = n.bucket("per-key")
+    # Bucket counters count every request; the key table shows each key's own counts.
+    assert st["offered"] == len(a["statuses"]) + len(b["statuses"])
+    assert st["dropped"] == a["statuses"].count(429)
+    assert st["ratio"] == 0.0
+    ka, kb = top_key(n, "per-key", "A"), top_key(n, "per-key", "B")
+    assert ka["offered"] == len(a["statuses"]) and ka["dropped"] == a["statuses"].count(429)
+    assert kb["dropped"] == 0
+    assert keyed_of(n, "per-key")["claims"] == 2
+    assert 'request of key "A" dropped by bucket "per-key" (local cap)' in n.error_log()
+
+
+def test_keyed_missing_key_counts_under_dash(nginx_factory):
+    n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=5r/s keys=100"], host=None,
+                                 interval=None))
+    statuses = [n.get("/").status for _ in range(20)]  # no X-Api-Key: all share the key "-"
+    assert statuses.count(429) >= 10, statuses
+    k = keyed_of(n, "per-key")
+    assert [t["key"] for t in k["top"]] == ["-"]
+    assert k["top"][0]["offered"] == 20
+
+
+# -- (b) a flood of one-request keys --------------------------------------------------------
+
+# `id` is a global of each thread's own Lua state, set by setup() from the main state.
+FLOOD_LUA = """
+local n = 0
+local threads = 0
+setup = function(thread) threads = threads + 1; thread:set("id", threads) end
+request = function()
+  n = n + 1
+  return wrk.format("GET", "/", {["X-Api-Key"] = "flood-" .. id .. "-" .. n})
+end
+"""
+
+
+def test_keyed_flood_of_distinct_keys_evicts_in_fixed_memory_and_spares_busy_keys(
+        nginx_factory, collector, tmp_path):
+    n = nginx_factory(h.grl_conf(
+        ["per-key key=$http_x_api_key rate=50r/s keys=1024 report_keys=16"],
+        collector=collector, interval="100ms"), location_extra="keepalive_timeout 60s;")
+    before = n.status()
+    cap = keyed_of(n, "per-key")["capacity"]
+    assert cap == 1024
+    script = tmp_path / "flood.lua"
+    script.write_text(FLOOD_LUA)
+    # Raw report sizes, read while the flood runs.
+    sizes, bodies, stop = [], [], threading.Event()
+
+    def drain():
+        while not stop.is_set():
+            if collector.sock.poll(100):
+                body = collector.sock.recv()
+                sizes.append(len(body))
+                bodies.append(body)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    flood = subprocess.Popen(["wrk", "-t2", "-c16", "-d8s", "-s", str(script),
+                              "http://127.0.0.1:%d/" % n.port],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    outs = run_keys(n.port, {"A": (150, 6), "B": (20, 6)})
+    out = flood.communicate(timeout=60)[0].decode()
+    stop.set()
+    reader.join(10)
+    m = re.search(r"(\d+) requests in", out)
+    assert m, out
+    flooded = int(m.group(1))
+    print("flood: %d distinct one-request keys in 8 s through %d entries" % (flooded, cap))
+    assert flooded >= 20000, out  # enough to churn every set many times over
+
+    a, b = outs["A"], outs["B"]
+    assert_capped(a["statuses"], a["elapsed"], 50, "A under the flood")
+    assert b["statuses"].count(429) == 0
+    k = keyed_of(n, "per-key")
+    after = n.status()
+    # Memory: the same table and zone; every claim beyond the table's size evicted a key.
+    assert k["capacity"] == cap and k["in_use"] <= cap
+    assert after["zone_capacity"] == before["zone_capacity"]
+    assert after["epoch"] == before["epoch"]
+    # Every wrk request carries a new key: each claimed an entry (or, contended, counted as a
+    # race in a shared one).
+    assert k["claims"] + k["races"] >= flooded
+    assert k["evictions"] >= k["claims"] - cap
+    prom = n.prometheus()
+    assert re.search(r'^grl_bucket_key_evictions_total\{bucket="per-key"\} %d$' % k["evictions"],
+                     prom, re.M)
+    assert "flood-" not in prom  # never a series per key
+    # Reports stay bounded: at most report_keys=16 keys, whatever the number of keys.
+    reports = [msgpack.unpackb(x, raw=False) for x in bodies]
+    keyed = [b for r in reports for b in r["buckets"] if b["name"] == "per-key"]
+    assert len(keyed) >= 20 and all(b["keyed"] for b in keyed)
+    assert max(len(b.get("keys", [])) for b in keyed) == 16
+    print("report sizes: max %d bytes over %d reports" % (max(sizes), len(sizes)))
+    assert max(sizes) < 16 * 100 + 1024
+    assert k["evictions"] > 100 * cap
+
+
+# -- (c) shadow mode per key, $grl_key in the access log --------------------------------------
+
+
+def test_keyed_shadow_counts_would_drops_and_logs_the_key(nginx_factory):
+    n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=50r/s mode=shadow keys=64"],
+                                 host=None, interval=None, extra=KEY_LOG),
+                      location_extra=KEY_ACCESS)
+    outs = run_keys(n.port, {"A": (150, 2), "B": (20, 2)})
+    assert set(outs["A"]["statuses"]) == {200} and set(outs["B"]["statuses"]) == {200}
+    st = n.bucket("per-key")
+    would = st["shadow_dropped"]
+    assert st["dropped"] == 0
+    assert 0.5 * (150 - 50) * 2 <= would <= 150 * 2 - 50 * 2 + 10, would
+    assert top_key(n, "per-key", "A")["dropped"] == would  # all of them A's
+    log = n.error_log()
+    assert 'bucket "per-key" would drop the request of key "A" (shadow, local cap)' in log
+    assert 'of key "B"' not in log
+    lines = open(n.prefix + "/keys.log").read().splitlines()
+    assert len(lines) == len(outs["A"]["statuses"]) + len(outs["B"]["statuses"])
+    a_lines = [l for l in lines if l.endswith(" key=A")]
+    assert len(a_lines) == len(outs["A"]["statuses"])
+    assert sum(1 for l in a_lines if "decision=shadow_drop bucket=per-key" in l) == would
+    assert all("decision=pass" in l for l in lines if l.endswith(" key=B"))
+
+
+def test_keyed_grl_key_shows_a_composite_key(nginx_factory):
+    n = nginx_factory(h.grl_conf(['per-org "key=$http_x_org:$uri" rate=1000r/s keys=64'], host=None,
+                                 interval=None, extra=KEY_LOG), location_extra=KEY_ACCESS)
+    assert n.get("/x?rid=1", {"X-Org": "acme"}).status == 200
+    assert top_key(n, "per-org", "acme:/x")["offered"] == 1
+    assert open(n.prefix + "/keys.log").read().strip().endswith("key=acme:/x")
+
+
+# -- reports and instructions --------------------------------------------------------------
+
+
+def test_keyed_report_carries_heavy_hitters_and_hash_keys_hides_them(nginx_factory, collector):
+    n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=50r/s keys=64",
+                                  "hashed key=$http_x_api_key rate=50r/s hash_keys=on keys=64"],
+                                 collector=collector, interval="250ms"))
+    run_keys(n.port, {"A": (100, 2)})
+    hash_a = int(top_key(n, "per-key", "A")["hash"], 16)
+
+    def has_a(r):
+        b = h.report_buckets(r)
+        return "per-key" in b and any(k.get("k") == "A" for k in b["per-key"]["keys"]) and b
+    b = h.report_buckets(collector.wait_for(has_a, 10, "a report naming key A"))
+    k = [k for k in b["per-key"]["keys"] if k["k"] == "A"][0]
+    assert b["per-key"]["keyed"] is True and k["h"] == hash_a
+    assert 40000 <= k["offered_mrps"] <= 200000, k  # ~100 r/s on this host
+    assert k["dropped_mrps"] <= k["offered_mrps"]
+    hashed = [k for k in b["hashed"]["keys"]]
+    assert hashed and all("k" not in k for k in hashed) and hashed[0]["h"] == hash_a
+    # The status page hides hashed keys too.
+    assert all(t["key"] is None for t in keyed_of(n, "hashed")["top"])
+
+
+def test_keyed_instructions_set_a_keys_ratio_and_zero_clears_it(nginx_factory, publisher):
+    n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=1000r/s keys=64"],
+                                 publisher=publisher))
+    assert n.get("/", {"X-Api-Key": "A"}).status == 200
+    assert n.get("/", {"X-Api-Key": "B"}).status == 200
+    hash_a = int(top_key(n, "per-key", "A")["hash"], 16)
+    entry = {"name": "per-key", "ratio_ppm": 0, "limit_mrps": 1000000, "mode": "deny",
+             "keyed": True, "keys": [[hash_a, 1000000]]}
+    publisher.set([entry])
+    h.wait_until(lambda: top_key(n, "per-key", "A")["ratio_state"] == "active", 10,
+                 what="key A's ratio")
+    assert [n.get("/", {"X-Api-Key": "A"}).status for _ in range(20)] == [429] * 20
+    assert [n.get("/", {"X-Api-Key": "B"}).status for _ in range(20)] == [200] * 20
+    assert 'request of key "A" dropped by bucket "per-key" (ratio), ratio 1.000000' in n.error_log()
+    assert n.bucket("per-key")["ratio"] == 0.0
+    entry["keys"] = [[hash_a, 0]]
+    publisher.set([entry])
+    h.wait_until(lambda: top_key(n, "per-key", "A")["ratio"] == 0.0, 10, what="A cleared")
+    assert [n.get("/", {"X-Api-Key": "A"}).status for _ in range(5)] == [200] * 5
+
+
+# -- reloads and configuration errors --------------------------------------------------------
+
+
+def test_keyed_reload_keeps_the_table_unless_key_or_keys_change(nginx_factory):
+    conf = lambda b: h.grl_conf([b], host=None, interval=None)
+    n = nginx_factory(conf("per-key key=$http_x_api_key rate=1r/m keys=1000"))
+    for _ in range(10):
+        n.get("/", {"X-Api-Key": "A"})
+    dropped = top_key(n, "per-key", "A")["dropped"]
+    assert dropped > 0
+    n.write_conf(http_extra=conf("per-key key=$http_x_api_key rate=1r/m keys=1000 "
+                                 "report_keys=8"))
+    n.reload()
+    k = keyed_of(n, "per-key")
+    assert k["claims"] == 1 and top_key(n, "per-key", "A")["dropped"] == dropped
+    # The local cap's state survives too: A is still over its rate.
+    assert n.get("/", {"X-Api-Key": "A"}).status == 429
+    n.write_conf(http_extra=conf("per-key key=$http_x_api_key rate=5r/s keys=2000"))
+    n.reload()
+    k = keyed_of(n, "per-key")
+    assert k["capacity"] == 2000 and k["claims"] == 0
+    n.write_conf(http_extra=conf("per-key key=$http_x_org rate=5r/s keys=2000"))
+    n.reload()
+    assert keyed_of(n, "per-key")["key"] == "$http_x_org"
+
+
+BAD = [
+    ("keys=0", 'invalid keys "0", expected 8..16777216 (table entries)'),
+    ("keys=lots", 'invalid keys "lots"'),
+    ("report_keys=300", 'invalid report_keys "300", expected 1..256'),
+    ("hash_keys=yes", 'invalid hash_keys "yes", expected on or off'),
+    ("key=$http_x_a key=$http_x_b", 'duplicate "key=$http_x_b"'),
+    ("key=", "key=: empty value"),
+    ("key=plain", 'key=: "plain" has no variable, so every request would look the same'),
+    ("keys=100 keys=200", 'duplicate "keys=200"'),
+]
+
+
+@pytest.mark.parametrize("params,message", BAD, ids=[b[0] for b in BAD])
+def test_keyed_bad_parameters_fail_nginx_t_naming_the_value(nginx_factory, params, message):
+    key = "" if params.startswith("key=") else "key=$http_x_api_key "
+    n = nginx_factory(h.grl_conf(["per-key %s%s rate=10r/s" % (key, params)], host=None,
+                                 interval=None), start=False)
+    rc, out = n.test_config()
+    assert rc != 0
+    assert '"grl_bucket" "per-key": ' + message in out, out
+
+
+def test_keyed_parameters_need_key_and_a_rate(nginx_factory):
+    n = nginx_factory(h.grl_conf(["per-key keys=100 rate=10r/s"], host=None, interval=None),
+                      start=False)
+    rc, out = n.test_config()
+    assert rc != 0 and "keys=, report_keys= and hash_keys= need key=" in out, out
+
+
+def test_keyed_zone_too_small_names_the_size_needed(nginx_factory):
+    n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=10r/s keys=100000"],
+                                 host=None, interval=None, zone="grl:1m"), start=False)
+    rc, out = n.test_config()
+    assert rc != 0
+    assert re.search(r'grl_zone "grl" is too small for its buckets and their key tables '
+                     r'\(keys=\): it needs at least 1[0-9]m', out), out
