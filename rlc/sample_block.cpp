@@ -82,8 +82,7 @@ void decode_block(std::string_view blob, std::int64_t since_s, std::int64_t unti
         for (std::int64_t& v : r.v) v = add(v, unzigzag(in.varint()));
         if (r.v[0] < since_s || r.v[0] >= until_s) continue;
         // Room for the rest of the range at the first sample, as the row path reserves it.
-        if (out.empty() && r.v[1] > 0)
-            out.reserve(static_cast<std::size_t>((until_s - r.v[0]) / r.v[1] + 1));
+        if (out.empty()) out.reserve(samples_until(r.v[0], r.v[1], until_s));
         out.push_back(to_sample(r));
     }
     if (!in.done()) throw BlockError("sample block: bytes after its last row");

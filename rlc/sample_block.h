@@ -4,6 +4,8 @@
 // same rows column by column. Pure logic: the store reads and writes the blobs.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -54,6 +56,16 @@ inline Sample to_sample(const SampleRow& r) {
     x.candidate_would_drop.mean = milli(r.v[15]);
     x.candidate_would_drop.peak = milli(r.v[16]);
     return x;
+}
+
+// How many samples of `length_s` fit in [start_s, until_s): what a reader reserves at an
+// instance's first sample, instead of doublings that would leave up to half unused. At
+// most 2^20 (two years of minutes), whatever range is asked for.
+inline std::size_t samples_until(std::int64_t start_s, std::int64_t length_s,
+                                 std::int64_t until_s) {
+    if (length_s <= 0 || until_s <= start_s) return 1;
+    return static_cast<std::size_t>(
+        std::min<std::int64_t>((until_s - start_s) / length_s + 1, std::int64_t{1} << 20));
 }
 
 class BlockError : public std::runtime_error {

@@ -165,7 +165,7 @@ const std::string& existing(const std::string& path, bool create) {
 }  // namespace
 
 Store::Store(const std::string& path, bool create, int busy_timeout_ms)
-    : db_(existing(path, create), create, busy_timeout_ms) {
+    : db_(existing(path, create), create, busy_timeout_ms), busy_timeout_ms_(busy_timeout_ms) {
     // WAL: readers see the last committed state and never block the writer (nor it them).
     // synchronous=NORMAL: a committed batch survives a crash of grl-rlc; a power cut may
     // lose the last batches, which is one recording interval, not a corrupt file.
@@ -435,8 +435,7 @@ SampleRow row_of(const Stmt& q, int first) {
 // Appends the sample of `r`, reserving room for the rest of the range at the first one: one
 // allocation instead of doublings that would leave up to half of it unused.
 void append(std::vector<Sample>& samples, const SampleRow& r, std::int64_t until_s) {
-    if (samples.empty() && r.v[1] > 0)
-        samples.reserve(static_cast<std::size_t>((until_s - r.v[0]) / r.v[1] + 1));
+    if (samples.empty()) samples.reserve(samples_until(r.v[0], r.v[1], until_s));
     samples.push_back(to_sample(r));
 }
 
@@ -607,7 +606,7 @@ std::vector<Series> Store::read(std::int64_t since_s, std::int64_t until_s,
     std::thread helper;
     if (half > 0) {
         if (!helper_db_) {
-            helper_db_ = std::make_unique<Db>(path(), false, 10000);
+            helper_db_ = std::make_unique<Db>(path(), false, busy_timeout_ms_);
             helper_reader_ = std::make_unique<Reader>(*helper_db_, blocks_);
         }
         helper = std::thread([&] {

@@ -74,6 +74,7 @@ class Store : public HistorySource {
     std::int64_t instance_id(const InstanceKey& key);
 
     Db db_;
+    int busy_timeout_ms_;
     bool blocks_ = false;
     // The statements of read() on one connection, prepared once, reused by every slice:
     // this connection's, and a second connection's, used only by read()'s helper thread
