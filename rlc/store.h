@@ -1,6 +1,8 @@
 // The history store: one SQLite file in WAL mode holding every instance's samples
 // (docs/rlc-history.md, "The store"). Writers batch a poll's or a file's rows in one
-// transaction; readers (policies, what-if) never wait for a writer.
+// transaction; readers (policies, what-if) never wait for a writer, except to write a
+// missing sample block (one instance's day, a short transaction; skipped when the lock is
+// not free within the busy timeout).
 #pragma once
 
 #include <cstdint>
