@@ -207,17 +207,23 @@ void Store::add_blocks() {
         try {
             Transaction tx(db_);
             db_.exec(kBlocksSchema);
-            Stmt v(db_,
-                   "INSERT INTO schema_version (component, version) VALUES ('sample_blocks', ?1)");
-            v.bind(1, kBlocksSchemaVersion).step();
+            // OR IGNORE: another process opening the same old store may have added them first.
+            {
+                Stmt v(db_,
+                       "INSERT OR IGNORE INTO schema_version (component, version) VALUES "
+                       "('sample_blocks', ?1)");
+                v.bind(1, kBlocksSchemaVersion).step();
+                Stmt now(db_,
+                         "SELECT version FROM schema_version WHERE component = 'sample_blocks'");
+                if (now.step()) version = now.int64(0);
+            }
             tx.commit();
-            version = kBlocksSchemaVersion;
         } catch (const StoreError&) {
             return;
         }
     }
     // Another format of blocks (a newer grl-rlc): not read; its triggers still keep them right.
-    blocks_ = *version == kBlocksSchemaVersion;
+    blocks_ = version == kBlocksSchemaVersion;
     block_writes_ = std::make_unique<BlockWrites>();
 }
 
