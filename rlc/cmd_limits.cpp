@@ -105,6 +105,16 @@ void guarded(F&& body) {
     }
 }
 
+// Sample blocks that could not be written (a read-only store, a full disk) leave every cycle
+// reading rows, several times slower (docs/rlc-history.md, "Sample blocks"): said once per cycle.
+void warn_if_blocks_failed(HistorySource& history) {
+    if (auto* st = dynamic_cast<Store*>(&history)) {
+        std::string why = st->block_write_error();
+        if (!why.empty())
+            daemon::log_warn("sample blocks not written, cycles read the rows (slower): " + why);
+    }
+}
+
 void cmd_run(const Options& o) {
     guarded([&] {
         Config cfg = load_config(o.config);
@@ -114,6 +124,7 @@ void cmd_run(const Options& o) {
         VersionStore store(store_path(o, &cfg));
         Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file, cfg.etcd_access),
                                store.states(), now, o.force, o.slice);
+        warn_if_blocks_failed(*history);
         std::cout << render_plan(plan);
         if (!o.apply) {
             std::cout << "\n(not applied: --apply writes " << cfg.limits_file << ")\n";
@@ -235,6 +246,7 @@ void serve_cycle(const Config& cfg, const Options& o, const std::string& why,
     for (auto& b : history->buckets(now - cfg.window_s, now)) known.insert(std::move(b));
     Plan plan = plan_cycle(cfg, *history, read_limits(cfg.limits_file, cfg.etcd_access),
                            store.states(), now, false, o.slice);
+    warn_if_blocks_failed(*history);
     Applied a = apply_plan(cfg, store, plan, author_of(o), "grl-rlc serve: " + why);
     std::size_t proposals = 0, declined = 0;
     for (const auto& r : plan.rows) {

@@ -85,6 +85,19 @@ std::string Stmt::text(int col) const {
              : std::string();
 }
 
+std::string_view Stmt::blob(int col) const {
+    const void* p = sqlite3_column_blob(s_, col);
+    return p ? std::string_view(static_cast<const char*>(p),
+                                static_cast<std::size_t>(sqlite3_column_bytes(s_, col)))
+             : std::string_view();
+}
+
+Stmt& Stmt::bind_blob(int i, std::string_view v) {
+    if (sqlite3_bind_blob64(s_, i, v.data(), v.size(), SQLITE_TRANSIENT) != SQLITE_OK)
+        db_.fail("bind");
+    return *this;
+}
+
 bool Stmt::is_null(int col) const {
     return sqlite3_column_type(s_, col) == SQLITE_NULL;
 }

@@ -60,6 +60,9 @@ class Stmt {
     // Columns are 0-based, as in sqlite3_column_*.
     std::int64_t int64(int col) const;
     std::string text(int col) const;
+    // Valid until the next step() or reset().
+    std::string_view blob(int col) const;
+    Stmt& bind_blob(int i, std::string_view v);
     bool is_null(int col) const;
 
   private:

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -21,9 +23,6 @@ namespace {
 // always takes 8, which halves the file (docs/rlc-history.md, "Measured").
 std::int64_t to_milli(double v) {
     return static_cast<std::int64_t>(std::llround(v * 1000.0));
-}
-double from_milli(std::int64_t v) {
-    return static_cast<double>(v) / 1000.0;
 }
 
 const char* const kSchema = R"sql(
@@ -77,6 +76,36 @@ SELECT i.bucket, i.scope, i.region, i.zone,
        s.candidate_peak_mrps / 1000.0 AS candidate_would_drop_peak
 FROM samples s JOIN instances i ON i.id = s.instance;
 )sql";
+
+// The read cache of whole days (sample_block.h; docs/rlc-history.md, "Sample blocks"), its
+// own schema component so that the history schema and its readers stay as they are. A block
+// is dropped by SQL triggers whenever a row of its day is inserted, updated or deleted, by
+// whatever program (grl-rlc record, prune, the sqlite3 shell), so a block that exists is
+// the day's rows as they are; read() writes it again from the rows.
+constexpr std::int64_t kBlocksSchemaVersion = 1;
+const char* const kBlocksSchema = R"sql(
+CREATE TABLE IF NOT EXISTS sample_blocks (
+    instance INTEGER NOT NULL,
+    day      INTEGER NOT NULL,  -- unix seconds, 00:00 UTC; holds the samples starting that day
+    data     BLOB NOT NULL,     -- encode_block() of the day's rows (maybe none)
+    PRIMARY KEY (instance, day)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS sample_blocks_insert AFTER INSERT ON samples BEGIN
+    DELETE FROM sample_blocks WHERE instance = NEW.instance
+        AND day = NEW.start_s - ((NEW.start_s % 86400) + 86400) % 86400;
+END;
+CREATE TRIGGER IF NOT EXISTS sample_blocks_update AFTER UPDATE ON samples BEGIN
+    DELETE FROM sample_blocks WHERE instance = OLD.instance
+        AND day = OLD.start_s - ((OLD.start_s % 86400) + 86400) % 86400;
+    DELETE FROM sample_blocks WHERE instance = NEW.instance
+        AND day = NEW.start_s - ((NEW.start_s % 86400) + 86400) % 86400;
+END;
+CREATE TRIGGER IF NOT EXISTS sample_blocks_delete AFTER DELETE ON samples BEGIN
+    DELETE FROM sample_blocks WHERE instance = OLD.instance
+        AND day = OLD.start_s - ((OLD.start_s % 86400) + 86400) % 86400;
+END;
+)sql";
+static_assert(kBlockSpan == 86400, "the triggers' day is kBlockSpan");
 
 const char* const kColumns =
     "start_s, length_s, ticks, offered_mean_mrps, offered_peak_mrps, admitted_mean_mrps, "
@@ -136,7 +165,7 @@ const std::string& existing(const std::string& path, bool create) {
 }  // namespace
 
 Store::Store(const std::string& path, bool create, int busy_timeout_ms)
-    : db_(existing(path, create), create, busy_timeout_ms) {
+    : db_(existing(path, create), create, busy_timeout_ms), busy_timeout_ms_(busy_timeout_ms) {
     // WAL: readers see the last committed state and never block the writer (nor it them).
     // synchronous=NORMAL: a committed batch survives a crash of grl-rlc; a power cut may
     // lose the last batches, which is one recording interval, not a corrupt file.
@@ -160,6 +189,42 @@ Store::Store(const std::string& path, bool create, int busy_timeout_ms)
                          " is newer than this grl-rlc's (" + std::to_string(kHistorySchemaVersion) +
                          ")");
     if (version < kHistorySchemaVersion) migrate(version);
+    add_blocks();
+}
+
+Store::~Store() = default;
+
+void Store::add_blocks() {
+    std::optional<std::int64_t> version;
+    {
+        Stmt v(db_, "SELECT version FROM schema_version WHERE component = 'sample_blocks'");
+        if (v.step()) version = v.int64(0);
+    }
+    if (!version) {
+        // A store written before blocks (or by a grl-rlc without them): the table and its
+        // triggers are added, nothing else changes. A file this process may not write keeps
+        // working without blocks.
+        try {
+            Transaction tx(db_);
+            db_.exec(kBlocksSchema);
+            // OR IGNORE: another process opening the same old store may have added them first.
+            {
+                Stmt v(db_,
+                       "INSERT OR IGNORE INTO schema_version (component, version) VALUES "
+                       "('sample_blocks', ?1)");
+                v.bind(1, kBlocksSchemaVersion).step();
+                Stmt now(db_,
+                         "SELECT version FROM schema_version WHERE component = 'sample_blocks'");
+                if (now.step()) version = now.int64(0);
+            }
+            tx.commit();
+        } catch (const StoreError&) {
+            return;
+        }
+    }
+    // Another format of blocks (a newer grl-rlc): not read; its triggers still keep them right.
+    blocks_ = version == kBlocksSchemaVersion;
+    block_writes_ = std::make_unique<BlockWrites>();
 }
 
 // Each step brings a file one schema version up, in one transaction with its version row, so
@@ -311,6 +376,46 @@ std::string slice_samples_sql() {
            " AND start_s >= ?2 AND start_s < ?3 ORDER BY instance, start_s";
 }
 
+std::string instance_blocks_sql() {
+    return "SELECT day, data FROM sample_blocks WHERE instance = ?1 AND day >= ?2 AND day < ?3"
+           " ORDER BY day";
+}
+
+struct Store::BlockWrites {
+    // Cleared at the first block that cannot be written (a read-only file, a full disk):
+    // reads go on from samples, and block_write_error() says why.
+    std::atomic<bool> enabled{true};
+    std::mutex mu;
+    std::string error;
+    void fail(const std::string& why) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (error.empty()) error = why;
+        enabled = false;
+    }
+};
+
+std::string Store::block_write_error() const {
+    if (!block_writes_) return "";
+    std::lock_guard<std::mutex> lock(block_writes_->mu);
+    return block_writes_->error;
+}
+
+struct Store::Reader {
+    Db& db;
+    Stmt recent;  // slice_samples_sql
+    // With blocks only: an instance's blocks, its rows of one day, a block written.
+    std::unique_ptr<Stmt> blocks, day_rows, put_block;
+    Reader(Db& d, bool with_blocks) : db(d), recent(d, slice_samples_sql()) {
+        if (!with_blocks) return;
+        blocks = std::make_unique<Stmt>(d, instance_blocks_sql());
+        day_rows = std::make_unique<Stmt>(d, std::string("SELECT ") + kColumns +
+                                                 " FROM samples WHERE instance = ?1 AND start_s "
+                                                 ">= ?2 AND start_s < ?3 ORDER BY start_s");
+        put_block = std::make_unique<Stmt>(
+            d, "INSERT OR REPLACE INTO sample_blocks (instance, day, data) VALUES (?1, ?2, ?3)");
+    }
+};
+
 namespace {
 
 using SliceIndex = std::vector<std::pair<std::int64_t, std::size_t>>;  // instance id -> out[i]
@@ -324,8 +429,24 @@ std::string json_ids(const SliceIndex& index, std::size_t from, std::size_t to) 
     return ids + "]";
 }
 
+// Columns [first, first + 17) of the current row of `q`, as stored.
+SampleRow row_of(const Stmt& q, int first) {
+    SampleRow r;
+    for (int c = 0; c < SampleRow::kColumns; ++c) r.v[c] = q.int64(first + c);
+    r.limit_null = q.is_null(first + SampleRow::kLimit);
+    r.candidate_null = q.is_null(first + SampleRow::kCandidate);
+    return r;
+}
+
+// Appends the sample of `r`, reserving room for the rest of the range at the first one: one
+// allocation instead of doublings that would leave up to half of it unused.
+void append(std::vector<Sample>& samples, const SampleRow& r, std::int64_t until_s) {
+    if (samples.empty()) samples.reserve(samples_until(r.v[0], r.v[1], until_s));
+    samples.push_back(to_sample(r));
+}
+
 // The samples in [since_s, until_s) of the instances index[from, to) with `q`
-// (slice_samples_sql), each into its out[] element: two threads fill distinct elements.
+// (slice_samples_sql), appended to their out[] elements: two threads fill distinct elements.
 void read_samples(const std::string& path, Stmt& q, const SliceIndex& index, std::size_t from,
                   std::size_t to, std::int64_t since_s, std::int64_t until_s,
                   std::vector<Series>& out) {
@@ -346,28 +467,7 @@ void read_samples(const std::string& path, Stmt& q, const SliceIndex& index, std
                                      " not asked for");
                 samples = &out[it->second].samples;
             }
-            const std::int64_t start = q.int64(1);
-            const auto length = static_cast<std::int32_t>(q.int64(2));
-            if (samples->empty() && length > 0) {
-                // At most this many samples of this length fit before until_s: one
-                // allocation instead of doublings that would leave up to half of it unused.
-                samples->reserve(static_cast<std::size_t>((until_s - start) / length + 1));
-            }
-            Sample& x = samples->emplace_back();
-            x.start_s = start;
-            x.length_s = length;
-            x.ticks = static_cast<std::int32_t>(q.int64(3));
-            int col = 4;
-            for (Rate* r : {&x.offered, &x.admitted, &x.dropped, &x.shadow_dropped}) {
-                r->mean = from_milli(q.int64(col++));
-                r->peak = from_milli(q.int64(col++));
-            }
-            x.limit_rps = q.is_null(12) ? -1 : from_milli(q.int64(12));
-            x.mode = q.int64(13) == 1 ? Mode::Shadow : Mode::Deny;
-            x.ratio = static_cast<double>(q.int64(14)) / 1e6;
-            x.candidate_limit_rps = q.is_null(15) ? -1 : from_milli(q.int64(15));
-            x.candidate_would_drop.mean = from_milli(q.int64(16));
-            x.candidate_would_drop.peak = from_milli(q.int64(17));
+            append(*samples, row_of(q, 1), until_s);
         }
     } catch (...) {
         q.reset();
@@ -376,26 +476,107 @@ void read_samples(const std::string& path, Stmt& q, const SliceIndex& index, std
     q.reset();
 }
 
+// Resets a statement when leaving a scope, thrown out of or not.
+struct ResetOnExit {
+    Stmt& q;
+    ~ResetOnExit() { q.reset(); }
+};
+
 }  // namespace
+
+// Instance `id`'s samples in [since_s, until_s) that start in the days [first_day, end_day):
+// each day from its block, or from its rows, and then the rows become the day's block when
+// `writes` allows it (days before yesterday only: today's and yesterday's rows still change).
+// One transaction: the days are one snapshot, and a block written is the rows read.
+void Store::read_days(Reader& r, BlockWrites& writes, std::int64_t id, std::int64_t since_s,
+                      std::int64_t until_s, std::int64_t first_day, std::int64_t end_day,
+                      std::vector<Sample>& samples) {
+    // Which days have a block: those are read whatever happens; a missing one is written if
+    // this transaction can take the write lock now (else a later read writes it).
+    std::vector<std::int64_t> have;
+    auto list_blocks = [&] {
+        have.clear();
+        Stmt& q = *r.blocks;
+        ResetOnExit reset{q};
+        q.bind(1, id).bind(2, first_day).bind(3, end_day);
+        while (q.step()) have.push_back(q.int64(0));
+    };
+    const auto days = static_cast<std::size_t>((end_day - first_day) / kBlockSpan);
+    bool writing = false;
+    if (writes.enabled) {
+        list_blocks();
+        if (have.size() < days) {
+            try {
+                r.db.exec("BEGIN IMMEDIATE");
+                writing = true;
+            } catch (const StoreError&) {
+                // Busy (another writer held on past the busy timeout) or read-only: read
+                // the rows this time.
+            }
+        }
+    }
+    if (!writing) r.db.exec("BEGIN");
+    try {
+        Stmt& q = *r.blocks;
+        {
+            ResetOnExit reset{q};
+            q.bind(1, id).bind(2, first_day).bind(3, end_day);
+            bool more = q.step();
+            for (std::int64_t day = first_day; day < end_day; day += kBlockSpan) {
+                if (more && q.int64(0) == day) {
+                    try {
+                        decode_block(q.blob(1), since_s, until_s, samples);
+                    } catch (const BlockError& e) {
+                        throw StoreError(r.db.path() + ": block of instance " + std::to_string(id) +
+                                         " on " + std::to_string(day) + ": " + e.what());
+                    }
+                    more = q.step();
+                    continue;
+                }
+                std::vector<SampleRow> rows;
+                {
+                    Stmt& d = *r.day_rows;
+                    ResetOnExit reset_rows{d};
+                    d.bind(1, id).bind(2, day).bind(3, day + kBlockSpan);
+                    while (d.step()) rows.push_back(row_of(d, 0));
+                }
+                for (const SampleRow& row : rows)
+                    if (row.v[0] >= since_s && row.v[0] < until_s) append(samples, row, until_s);
+                if (!writing) continue;
+                try {
+                    Stmt& put = *r.put_block;
+                    ResetOnExit reset_put{put};
+                    put.bind(1, id).bind(2, day).bind_blob(3, encode_block(rows)).step();
+                } catch (const StoreError& e) {
+                    writes.fail(e.what());
+                    writing = false;
+                }
+            }
+        }
+        r.db.exec("COMMIT");
+    } catch (...) {
+        try {
+            r.db.exec("ROLLBACK");
+        } catch (const StoreError&) {
+            // Already rolled back by SQLite (an I/O error): nothing more to undo.
+        }
+        throw;
+    }
+}
 
 std::vector<Series> Store::read(std::int64_t since_s, std::int64_t until_s,
                                 const std::vector<std::string>& buckets) {
     std::vector<Series> out;
     if (buckets.empty()) return out;
-    // Two statements, prepared once and reused by every slice: the slice's instances (its
-    // names through instances' UNIQUE (bucket, scope, region, zone) index, in key order),
-    // then their samples (samples' primary key (instance, start_s), in start order; no sort:
-    // EXPLAIN QUERY PLAN in rlc_store_test.cpp). Not one join: a join row carries the
-    // instance's five columns too, a third more column reads per sample.
+    if (!reader_) reader_ = std::make_unique<Reader>(db_, blocks_);
+    // The slice's instances, through instances' UNIQUE (bucket, scope, region, zone) index,
+    // in key order. Their samples are read apart: a join row would carry the instance's five
+    // columns too, a third more column reads per sample.
     if (!slice_instances_) slice_instances_ = std::make_unique<Stmt>(db_, slice_instances_sql());
-    if (!slice_samples_) slice_samples_ = std::make_unique<Stmt>(db_, slice_samples_sql());
     Stmt& qi = *slice_instances_;
-    // One snapshot for the slice's instances and the samples read on this connection. The
-    // other half's single SELECT is a snapshot of its own: an instance pruned in between
-    // just reads nothing and is left out.
-    db_.exec("BEGIN");
-    try {
-        SliceIndex index;  // in key order, as `out`
+    SliceIndex index;  // in key order, as `out`
+    {
+        ResetOnExit reset{qi};
         qi.bind(1, json_array(buckets));
         while (qi.step()) {
             InstanceKey k;
@@ -409,40 +590,47 @@ std::vector<Series> Store::read(std::int64_t since_s, std::int64_t until_s,
             index.emplace_back(qi.int64(0), out.size());
             out.emplace_back().key = std::move(k);
         }
-        qi.reset();
-        // Decoding rows is the cost of a cycle (~300 ns per sample, nearly all of it in
-        // SQLite): a second connection reads half of the instances on a second thread. `out`
-        // is not resized meanwhile, and each half fills its own elements.
-        const std::size_t half = index.size() / 2;
-        std::exception_ptr helper_error;
-        std::thread helper;
-        if (half > 0) {
-            if (!helper_db_) {
-                helper_db_ = std::make_unique<Db>(path(), false, 10000);
-                helper_samples_ = std::make_unique<Stmt>(*helper_db_, slice_samples_sql());
+    }
+    // Whole days before yesterday come from sample blocks (decoding SQLite's rows column by
+    // column is ~300 ns a sample, a block ~40: docs/rlc.md, "Measured"); the rest, which the
+    // recorder is still writing, from the rows, for the whole half slice in one query.
+    const std::int64_t first_day = block_day(since_s);
+    const std::int64_t end_day =
+        blocks_ ? std::max(first_day, block_day(until_s) - kBlockSpan) : first_day;
+    const std::int64_t rows_since = std::max(since_s, end_day);
+    auto read_half = [&](Reader& r, std::size_t from, std::size_t to) {
+        if (end_day > first_day)
+            for (std::size_t i = from; i < to; ++i)
+                read_days(r, *block_writes_, index[i].first, since_s, until_s, first_day, end_day,
+                          out[index[i].second].samples);
+        read_samples(path(), r.recent, index, from, to, rows_since, until_s, out);
+    };
+    // A second connection reads half of the instances on a second thread. `out` is not
+    // resized meanwhile, and each half fills its own elements.
+    const std::size_t half = index.size() / 2;
+    std::exception_ptr helper_error;
+    std::thread helper;
+    if (half > 0) {
+        if (!helper_db_) {
+            helper_db_ = std::make_unique<Db>(path(), false, busy_timeout_ms_);
+            helper_reader_ = std::make_unique<Reader>(*helper_db_, blocks_);
+        }
+        helper = std::thread([&] {
+            try {
+                read_half(*helper_reader_, 0, half);
+            } catch (...) {
+                helper_error = std::current_exception();
             }
-            helper = std::thread([&] {
-                try {
-                    read_samples(path(), *helper_samples_, index, 0, half, since_s, until_s, out);
-                } catch (...) {
-                    helper_error = std::current_exception();
-                }
-            });
-        }
-        try {
-            read_samples(path(), *slice_samples_, index, half, index.size(), since_s, until_s, out);
-        } catch (...) {
-            if (helper.joinable()) helper.join();
-            throw;
-        }
-        if (helper.joinable()) helper.join();
-        if (helper_error) std::rethrow_exception(helper_error);
+        });
+    }
+    try {
+        read_half(*reader_, half, index.size());
     } catch (...) {
-        qi.reset();
-        db_.exec("ROLLBACK");
+        if (helper.joinable()) helper.join();
         throw;
     }
-    db_.exec("COMMIT");
+    if (helper.joinable()) helper.join();
+    if (helper_error) std::rethrow_exception(helper_error);
     // An instance with nothing in the range is not part of the answer.
     out.erase(
         std::remove_if(out.begin(), out.end(), [](const Series& s) { return s.samples.empty(); }),

@@ -9,14 +9,23 @@
 The figures are the process's own (its wall time includes waiting for a core
 on a shared machine; CPU is user + system of every thread).
 
+Before/after in one run (--compare OLD_BUILD_DIR): per policy and round, the old grl-rlc
+then the new one on the same store, interleaved so that the machine's load falls on both;
+medians over --runs rounds and the ratio. The new grl-rlc's first cycle on a store writes
+its sample blocks (docs/rlc-history.md): that cold cycle is run and reported first, apart.
+--taskset CPUS pins every grl-rlc run (taskset -c CPUS).
+
 Usage: bench/rlc/cycle_store_bench.py [--buckets 2000] [--weeks 5] [--slice 50]
        [--store FILE]   (an existing FILE is reused, not synthesized again)
+       [--compare OLD_BUILD_DIR] [--runs 3] [--taskset 0,1] [--policies peak,forecast,fixed]
 Binaries from GRL_BUILD_DIR (default build/).
 """
 import argparse
 import os
 import re
 import shutil
+import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +65,11 @@ def main():
     ap.add_argument("--weeks", type=int, default=5)
     ap.add_argument("--slice", type=int, default=50)
     ap.add_argument("--store", help="store file; reused when it exists")
+    ap.add_argument("--compare", metavar="OLD_BUILD_DIR",
+                    help="also run OLD_BUILD_DIR/rlc/grl-rlc, interleaved with this build's")
+    ap.add_argument("--runs", type=int, default=3, help="rounds with --compare")
+    ap.add_argument("--taskset", help="pin every grl-rlc run to these CPUs (taskset -c)")
+    ap.add_argument("--policies", default="peak,forecast,fixed")
     a = ap.parse_args()
     if not os.path.exists(RLC):
         sys.exit("%s not built" % RLC)
@@ -79,16 +93,71 @@ def main():
                                            for i, n in enumerate(names)))
         with open(os.path.join(d, "limits.yaml"), "w") as fh:
             fh.write("buckets: {}\n")
-        print("%-10s %10s %10s %12s %10s %10s" % ("policy", "wall (s)", "CPU (s)", "peak RSS (MB)",
-                                                  "proposed", "declined"))
-        for policy in ("peak", "forecast", "fixed"):
-            cfg = os.path.join(d, "rlc-%s.yaml" % policy)
-            with open(cfg, "w") as fh:
+        pin = ["taskset", "-c", a.taskset] if a.taskset else []
+        policies = a.policies.split(",")
+        for policy in policies:
+            with open(os.path.join(d, "rlc-%s.yaml" % policy), "w") as fh:
                 fh.write("limits_file: limits.yaml\nwindow: %dw\nquota_file: quotas.yaml\n"
                          "default: %s\n" % (a.weeks, policy))
-            cmd = [RLC, "run", "--config", cfg, "--store", store, "--at", str(END),
-                   "--slice", str(a.slice)]
-            wall, cpu, rss, out = timed(cmd)
+
+        def run(rlc, policy):
+            cmd = pin + [rlc, "run", "--config", os.path.join(d, "rlc-%s.yaml" % policy),
+                         "--store", store, "--at", str(END), "--slice", str(a.slice)]
+            return cmd, timed(cmd)
+
+        if a.compare:
+            old = os.path.join(a.compare, "rlc", "grl-rlc")
+            if not os.path.exists(old):
+                sys.exit("%s not built" % old)
+            print("load average at the start: %s" % open("/proc/loadavg").read().strip())
+            # The new grl-rlc's first cycle writes the blocks; later ones read them.
+            db = sqlite3.connect(store)
+            try:
+                db.execute("DELETE FROM sample_blocks")
+                db.commit()
+                what = "blocks deleted first"
+            except sqlite3.OperationalError:
+                what = "a store from before blocks"
+            db.close()
+            _, (wall, cpu, rss, out) = run(RLC, policies[0])
+            print("new, first cycle (%s, %s; it writes them): %.1f s wall, %.1f s CPU, %.0f MB"
+                  % (policies[0], what, wall, cpu, rss), flush=True)
+            print("%-10s %5s %12s %12s %12s %12s" % ("policy", "round", "old wall", "new wall",
+                                                     "old CPU", "new CPU"))
+            summary = []
+            for policy in policies:
+                walls = {"old": [], "new": []}
+                cpus = {"old": [], "new": []}
+                outs = {}
+                for i in range(a.runs):
+                    for name, rlc in (("old", old), ("new", RLC)):
+                        cmd, (wall, cpu, rss, out) = run(rlc, policy)
+                        walls[name].append(wall)
+                        cpus[name].append(cpu)
+                        outs.setdefault(name, out)
+                        if out != outs[name]:
+                            sys.exit("%s gave another plan in round %d" % (name, i + 1))
+                    print("%-10s %5d %12.1f %12.1f %12.1f %12.1f" % (
+                        policy, i + 1, walls["old"][-1], walls["new"][-1], cpus["old"][-1],
+                        cpus["new"][-1]), flush=True)
+                if outs["old"] != outs["new"]:
+                    sys.exit("%s: the old and the new grl-rlc proposed differently" % policy)
+                summary.append((policy, statistics.median(walls["old"]),
+                                statistics.median(walls["new"]), statistics.median(cpus["old"]),
+                                statistics.median(cpus["new"])))
+            print("medians over %d rounds (plans identical):" % a.runs)
+            print("%-10s %12s %12s %8s %12s %12s %8s" % ("policy", "old wall", "new wall", "ratio",
+                                                         "old CPU", "new CPU", "ratio"))
+            for policy, ow, nw, oc, nc in summary:
+                print("%-10s %12.1f %12.1f %8.1f %12.1f %12.1f %8.1f" % (policy, ow, nw, ow / nw,
+                                                                         oc, nc, oc / nc))
+            print("load average at the end: %s" % open("/proc/loadavg").read().strip())
+            print("command: %s" % " ".join(sys.argv))
+            return
+        print("%-10s %10s %10s %12s %10s %10s" % ("policy", "wall (s)", "CPU (s)", "peak RSS (MB)",
+                                                  "proposed", "declined"))
+        for policy in policies:
+            cmd, (wall, cpu, rss, out) = run(RLC, policy)
             table = out.split("\n\ndeclined:")[0].split("\n\nlimits file changes:")[0]
             proposed = len(re.findall(r"^b-\d{4} ", table, re.M))
             declined = len(re.findall(r"^  b-\d{4} \(", out, re.M))
