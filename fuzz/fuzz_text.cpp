@@ -37,8 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 for (const auto& [k, names] : grl::curve::parse_key_list(text, "fuzz.list")) {
                     if (!grl::curve::valid_key(k)) std::abort();
                     for (const std::string& n : names) {  // a name a key may speak for
-                        if (n.empty() || n.find_first_of(" \t,") != std::string::npos)
-                            std::abort();
+                        if (n.empty() || n.find_first_of(" \t,") != std::string::npos) std::abort();
                     }
                 }
             } catch (const std::runtime_error&) {

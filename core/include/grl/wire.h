@@ -45,9 +45,7 @@ struct KeyRate {
 struct KeyRatio {
     std::uint64_t hash = 0;
     std::uint32_t ratio_ppm = 0;  // 0 clears a ratio sent earlier
-    bool operator==(const KeyRatio& o) const {
-        return hash == o.hash && ratio_ppm == o.ratio_ppm;
-    }
+    bool operator==(const KeyRatio& o) const { return hash == o.hash && ratio_ppm == o.ratio_ppm; }
 };
 
 // A report's bucket entry but its name, and a report's fields but its names and buckets:
@@ -78,7 +76,7 @@ struct ReportFields {
 
 struct ReportBucket : ReportCounts {
     std::string name;
-    bool keyed = false;          // a keyed bucket: limit_mrps is each key's limit
+    bool keyed = false;           // a keyed bucket: limit_mrps is each key's limit
     std::vector<KeyRate> keys{};  // keyed: this host's heavy hitters (at most kMaxReportKeys)
 };
 
