@@ -8,8 +8,8 @@ joined by veth pairs (netns.py), each with its own address.
   address, CURVE off: refused without --insecure, working (and warning) with it.
 
 Skipped, with the reason, when namespaces are unavailable (not root, or `ip
-netns add` refused); GRL_REQUIRE_NETNS=1 (set by .ci/test) turns that into a
-failure, so that CI cannot skip them silently.
+netns add` refused); GRL_REQUIRE_NETNS=1 (set by .ci/run, CI's entry point)
+turns that into a failure, so that CI cannot skip them silently.
 """
 
 import json
