@@ -34,6 +34,12 @@ struct Reporter {
     void* sub = nullptr;
     ngx_connection_t* sub_conn = nullptr;
     ngx_event_t tick;
+    // While reports cannot be sent (collector away), the handshake monitor is also polled
+    // every kReconnectPollMs: its readiness comes through an edge-triggered ZMQ_FD, and a
+    // reconnection noticed only at the next tick costs the collector up to two intervals to
+    // rate this host again (test_collector_killed_and_restarted).
+    ngx_event_t reconnect_poll;
+    bool report_failing = false;  // the last report could not be sent
     // Surge damping (docs/design.md): one damper per configured bucket (table order),
     // checked every kSurgeCheckMs while one of them holds a basis; the ratio it applies is
     // the one decide() reads. None with grl_surge_damping off.
@@ -72,6 +78,7 @@ Reporter* g_reporter = nullptr;
 // Often enough that a 15x surge is held within a few checks; each check only sums the
 // counters of the configured buckets (no allocation, no syscall).
 constexpr ngx_msec_t kSurgeCheckMs = 10;
+constexpr ngx_msec_t kReconnectPollMs = 10;
 
 std::uint64_t wall_ms() {
     struct timeval tv;
@@ -369,8 +376,13 @@ void send_report(Reporter& rep, bool extra) {
     if (zmq_send(rep.push, rep.buf.data(), rep.buf.size(), ZMQ_DONTWAIT) < 0) {
         // Collector absent or slow: drop it; the next cumulative report covers it.
         z.header().reports_dropped.fetch_add(1, std::memory_order_relaxed);
+        rep.report_failing = true;
+        if (rep.reconnect_poll.handler != nullptr && !rep.reconnect_poll.timer_set) {
+            ngx_add_timer(&rep.reconnect_poll, kReconnectPollMs);
+        }
     } else {
         z.header().reports_sent.fetch_add(1, std::memory_order_relaxed);
+        rep.report_failing = false;
     }
 }
 
@@ -390,6 +402,19 @@ void on_monitor_readable(ngx_event_t* ev) noexcept {
     } catch (const std::exception& e) {
         ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
     }
+}
+
+void on_reconnect_poll(ngx_event_t* ev) noexcept {
+    if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
+    try {
+        if (on_handshakes(*g_reporter)) {
+            send_report(*g_reporter, true);  // re-arms this poll if it fails again
+            return;
+        }
+    } catch (const std::exception& e) {
+        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
+    }
+    if (g_reporter->report_failing) ngx_add_timer(ev, kReconnectPollMs);  // else: reports go out
 }
 
 void on_tick(ngx_event_t* ev) noexcept {
@@ -559,6 +584,10 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
         rep->tick.log = cycle->log;
         rep->tick.data = rep;
         rep->tick.cancelable = 1;  // never delays a graceful shutdown
+        rep->reconnect_poll.handler = on_reconnect_poll;
+        rep->reconnect_poll.log = cycle->log;
+        rep->reconnect_poll.data = rep;
+        rep->reconnect_poll.cancelable = 1;
         ngx_add_timer(&rep->tick, m->report_interval);
         // Damping needs both the instructions' basis and this host's own reports to find
         // its rate in it; the check is armed when a basis arrives (arm_surge_tick).
@@ -591,6 +620,7 @@ void reporter_stop(ngx_cycle_t*) noexcept {
     g_reporter = nullptr;
     if (rep->tick.timer_set) ngx_del_timer(&rep->tick);
     if (rep->surge_tick.timer_set) ngx_del_timer(&rep->surge_tick);
+    if (rep->reconnect_poll.timer_set) ngx_del_timer(&rep->reconnect_poll);
     unwatch_socket(rep->sub_conn);
     for (Reporter::Monitor& mon : rep->monitors) unwatch_socket(mon.conn);
     if (rep->push) zmq_close(rep->push);
