@@ -7,6 +7,7 @@ Binaries are found in GRL_BUILD_DIR (set by ctest): collector/grl-collector,
 controller/grl-controller, controller/grlctl, bench/grl_loadgen.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -186,6 +187,31 @@ def start_nginx(host, zone, region, collector, buckets, made, **kw):
     n.host = host
     n.zone = zone
     return n
+
+
+@contextlib.contextmanager
+def two_zones_of_two(buckets):
+    """One controller, collectors for zones z1 and z2 of region r1, and nginx h1, h2 (z1) and
+    h3, h4 (z2) with `buckets`, once all 4 hosts report; stopped afterwards."""
+    made, daemons = [], []
+    try:
+        ctl = Controller().start()
+        daemons.append(ctl)
+        z1 = Collector("z1", [ctl]).start()
+        z2 = Collector("z2", [ctl]).start()
+        daemons += [z1, z2]
+        hosts = [start_nginx("h1", "z1", "r1", z1, buckets, made),
+                 start_nginx("h2", "z1", "r1", z1, buckets, made),
+                 start_nginx("h3", "z2", "r1", z2, buckets, made),
+                 start_nginx("h4", "z2", "r1", z2, buckets, made)]
+        h.wait_until(lambda: metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 4,
+                     15, what="4 hosts reporting to the controller")
+        yield {"ctl": ctl, "collectors": [z1, z2], "nginx": hosts}
+    finally:
+        for n in made:
+            n.cleanup()
+        for d in daemons:
+            d.stop()
 
 
 def bucket_totals(nginxes, name):

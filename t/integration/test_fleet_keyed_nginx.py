@@ -22,25 +22,8 @@ TOLERANCE = 0.15
 
 @pytest.fixture(scope="module")
 def fl():
-    made, daemons = [], []
-    try:
-        ctl = f.Controller().start()
-        daemons.append(ctl)
-        z1 = f.Collector("z1", [ctl]).start()
-        z2 = f.Collector("z2", [ctl]).start()
-        daemons += [z1, z2]
-        hosts = [f.start_nginx("h1", "z1", "r1", z1, BUCKETS, made),
-                 f.start_nginx("h2", "z1", "r1", z1, BUCKETS, made),
-                 f.start_nginx("h3", "z2", "r1", z2, BUCKETS, made),
-                 f.start_nginx("h4", "z2", "r1", z2, BUCKETS, made)]
-        f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 4,
-                       15, what="4 hosts reporting to the controller")
-        yield {"ctl": ctl, "nginx": hosts}
-    finally:
-        for n in made:
-            n.cleanup()
-        for d in daemons:
-            d.stop()
+    with f.two_zones_of_two(BUCKETS) as fleet:
+        yield fleet
 
 
 def test_fleet_keyed_busy_key_held_fleet_wide_quiet_key_untouched(fl):

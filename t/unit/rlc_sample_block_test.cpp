@@ -1,6 +1,7 @@
 // Sample blocks (rlc/sample_block.h), the store's per-day read cache: the codec, and that a
 // read through blocks gives exactly what the rows give, whoever changes the rows.
 #include "sample_block.h"
+#include "temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,22 +17,10 @@
 namespace grl::rlc {
 namespace {
 
+using test::TempDir;
+
 constexpr std::int64_t kDay = kBlockSpan;
 constexpr std::int64_t kT0 = 1'795'996'800 - 10 * kDay;  // a 00:00 UTC
-
-class TempDir {
-  public:
-    TempDir() {
-        std::string tmpl = (std::filesystem::temp_directory_path() / "rlc-block-XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) std::abort();
-        path_ = tmpl;
-    }
-    ~TempDir() { std::filesystem::remove_all(path_); }
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-  private:
-    std::filesystem::path path_;
-};
 
 SampleRow row(std::int64_t start, std::int64_t base) {
     SampleRow r;
@@ -163,7 +152,7 @@ std::int64_t blocks_in(const std::string& file) {
 }
 
 TEST(RlcSampleBlock, AReadThroughBlocksIsTheReadOfTheRows) {
-    TempDir d;
+    TempDir d{"rlc-block"};
     Store st(d.file("h.db"));
     ASSERT_TRUE(st.uses_blocks());
     const std::vector<Series> h = history();
@@ -208,7 +197,7 @@ TEST(RlcSampleBlock, AReadThroughBlocksIsTheReadOfTheRows) {
 }
 
 TEST(RlcSampleBlock, EveryChangeOfTheRowsDropsTheDaysBlock) {
-    TempDir d;
+    TempDir d{"rlc-block"};
     Store st(d.file("h.db"));
     std::vector<Series> h = history();
     st.write(h, WriteMode::Replace);
@@ -264,7 +253,7 @@ TEST(RlcSampleBlock, EveryChangeOfTheRowsDropsTheDaysBlock) {
 }
 
 TEST(RlcSampleBlock, AStoreFromBeforeBlocksGetsThemWhenOpened) {
-    TempDir d;
+    TempDir d{"rlc-block"};
     const std::vector<Series> h = history();
     {
         Store st(d.file("old.db"));
@@ -287,7 +276,7 @@ TEST(RlcSampleBlock, AStoreFromBeforeBlocksGetsThemWhenOpened) {
 }
 
 TEST(RlcSampleBlock, ABusyStoreIsReadFromItsRowsAndABlockFormatItDoesNotKnowIsLeftAlone) {
-    TempDir d;
+    TempDir d{"rlc-block"};
     const std::vector<Series> h = history();
     { Store(d.file("h.db")).write(h, WriteMode::Replace); }
     Store reader(d.file("h.db"), false, /*busy_timeout_ms=*/0);

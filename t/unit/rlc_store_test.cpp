@@ -1,6 +1,7 @@
 // The history store on real SQLite files in a temporary directory: round trip, restart,
 // a reader beside a writer, merge and replace, retention.
 #include "store.h"
+#include "temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -14,19 +15,7 @@
 namespace grl::rlc {
 namespace {
 
-class TempDir {
-  public:
-    TempDir() {
-        std::string tmpl = (std::filesystem::temp_directory_path() / "rlc-store-XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) std::abort();
-        path_ = tmpl;
-    }
-    ~TempDir() { std::filesystem::remove_all(path_); }
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-  private:
-    std::filesystem::path path_;
-};
+using test::TempDir;
 
 Sample sample(std::int64_t start, double offered_mean, double offered_peak, int ticks = 60) {
     Sample s;
@@ -48,7 +37,7 @@ InstanceKey zone_key(const std::string& bucket) {
 }
 
 TEST(RlcStore, RoundTripKeepsEveryFieldAndOrder) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     Series a{zone_key("api"), {sample(120, 400.5, 512.25), sample(60, 300, 350)}};
     Series g{{"search", Scope::Global, "", ""}, {sample(60, 10, 12)}};
@@ -80,7 +69,7 @@ TEST(RlcStore, RoundTripKeepsEveryFieldAndOrder) {
 }
 
 TEST(RlcStore, ReadIsRestrictedToTheRangeAndSkipsEmptyInstances) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     st.write({{zone_key("a"), {sample(0, 1, 1), sample(60, 2, 2), sample(120, 3, 3)}},
               {zone_key("b"), {sample(600, 5, 5)}}},
@@ -92,7 +81,7 @@ TEST(RlcStore, ReadIsRestrictedToTheRangeAndSkipsEmptyInstances) {
 }
 
 TEST(RlcStore, ReplaceOverwritesAndMergeFoldsARow) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     st.write({{zone_key("a"), {sample(60, 100, 150, 20)}}}, WriteMode::Replace);
     st.write({{zone_key("a"), {sample(60, 200, 210, 60)}}}, WriteMode::Replace);
@@ -115,7 +104,7 @@ TEST(RlcStore, ReplaceOverwritesAndMergeFoldsARow) {
 }
 
 TEST(RlcStore, SurvivesCloseAndReopen) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     {
         Store st(d.file("h.db"));
         st.write({{zone_key("a"), {sample(60, 7, 9)}}}, WriteMode::Replace);
@@ -129,7 +118,7 @@ TEST(RlcStore, SurvivesCloseAndReopen) {
 }
 
 TEST(RlcStore, IsInWalModeWithASchemaVersion) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     { Store st(d.file("h.db")); }
     Db raw(d.file("h.db"), false, 1000);
     Stmt j(raw, "PRAGMA journal_mode");
@@ -141,7 +130,7 @@ TEST(RlcStore, IsInWalModeWithASchemaVersion) {
 }
 
 TEST(RlcStore, CandidateColumnsRoundTripMergeAndRollUp) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     Sample a = sample(0, 100, 120, 30), b = sample(0, 100, 120, 30);
     a.candidate_limit_rps = b.candidate_limit_rps = 90;
@@ -170,7 +159,7 @@ TEST(RlcStore, CandidateColumnsRoundTripMergeAndRollUp) {
 }
 
 TEST(RlcStore, AFileOfSchemaOneIsMigratedWhenOpened) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     {
         // A history store as grl-rlc wrote it before candidates: schema version 1, its
         // samples table without the candidate columns, one row.
@@ -225,7 +214,7 @@ INSERT INTO samples VALUES (1, 60, 60, 60, 100000, 120000, 90000, 100000, 10000,
 }
 
 TEST(RlcStore, AReaderNeverFailsWhileAWriterHoldsItsTransaction) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store writer(d.file("h.db"));
     writer.write({{zone_key("a"), {sample(0, 1, 1)}}}, WriteMode::Replace);
     Store reader(d.file("h.db"), false, /*busy_timeout_ms=*/0);  // would fail at once if blocked
@@ -242,7 +231,7 @@ TEST(RlcStore, AReaderNeverFailsWhileAWriterHoldsItsTransaction) {
 }
 
 TEST(RlcStore, ASecondWriterWaitsForTheLockInsteadOfFailing) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store a(d.file("h.db"));
     Store b(d.file("h.db"), false, /*busy_timeout_ms=*/5000);
     auto busy = std::make_unique<Db>(d.file("h.db"), false, 0);
@@ -263,7 +252,7 @@ TEST(RlcStore, ASecondWriterWaitsForTheLockInsteadOfFailing) {
 }
 
 TEST(RlcStore, PruneDeletesOldSamplesAndEmptyInstances) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     st.write({{zone_key("old"), {sample(0, 1, 1), sample(60, 1, 1)}},
               {zone_key("both"), {sample(60, 1, 1), sample(3600, 2, 2)}}},
@@ -282,7 +271,7 @@ TEST(RlcStore, PruneDeletesOldSamplesAndEmptyInstances) {
 }
 
 TEST(RlcStore, RollupFoldsWholeOldHoursAndLeavesTheRestAlone) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     std::vector<Sample> v;
     for (int m = 0; m < 180; ++m) {  // three hours of minutes
@@ -338,7 +327,7 @@ std::vector<Series> slice_fixture() {
 }
 
 TEST(RlcStore, BucketsListsExactlyThoseWithSamplesInTheRangeInNameOrder) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     st.write(slice_fixture(), WriteMode::Replace);
     EXPECT_EQ(st.buckets(60, 1000), (std::vector<std::string>{"api", "api.v2", "search"}));
@@ -348,7 +337,7 @@ TEST(RlcStore, BucketsListsExactlyThoseWithSamplesInTheRangeInNameOrder) {
 }
 
 TEST(RlcStore, ASliceReadReturnsExactlyTheRowsOfItsBuckets) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     const std::vector<Series> written = slice_fixture();
     st.write(written, WriteMode::Replace);
@@ -396,7 +385,7 @@ TEST(RlcStore, ASliceReadReturnsExactlyTheRowsOfItsBuckets) {
 }
 
 TEST(RlcStore, ASliceOfUnknownNamesOrNoNamesReadsNothing) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     Store st(d.file("h.db"));
     st.write(slice_fixture(), WriteMode::Replace);
     EXPECT_TRUE(st.read(0, 1000, {"nope", "ap", "api%", "\"api\""}).empty());
@@ -421,7 +410,7 @@ std::string query_plan(const std::string& file, const std::string& sql) {
 }
 
 TEST(RlcStore, ASliceReadIsTwoIndexedQueriesWithoutASort) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     { Store st(d.file("h.db")); }
     std::string plan = query_plan(d.file("h.db"), slice_instances_sql());
     EXPECT_NE(plan.find("SEARCH instances USING COVERING INDEX sqlite_autoindex_instances_1 "
@@ -439,7 +428,7 @@ TEST(RlcStore, ASliceReadIsTwoIndexedQueriesWithoutASort) {
 }
 
 TEST(RlcStore, ErrorsNameTheFile) {
-    TempDir d;
+    TempDir d{"rlc-store"};
     try {
         open_history(d.file("missing.db"));
         FAIL() << "a missing store must be an error";
