@@ -60,7 +60,7 @@ class Collector {
     rates::Table table_;
     wire::ReportView report_;  // zero-copy view into the frame being handled
     wire::ZoneUsage usage_;    // the last one sent
-    std::vector<daemon::Frame> frames_;
+    std::vector<zmq::Frame> frames_;
     std::vector<std::string> parts_;  // the last zone usage, encoded (one message, or parts)
     std::uint64_t seq_ = 0;
 

@@ -4,6 +4,7 @@
 
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
+#include "grl/zmq/socket.h"
 #include "grl/wire.h"
 
 namespace grl::collector {
@@ -56,7 +57,7 @@ std::map<std::string, Relay::Entry> Relay::entries(std::uint64_t now_mono) {
 
 void Relay::run() {
     daemon::LogLimiter bad_log(10000);
-    std::vector<daemon::Frame> frames;
+    std::vector<zmq::Frame> frames;
     wire::Instructions msg;
     std::string error;
     zmq_pollitem_t items[4] = {{sub_.get(), 0, ZMQ_POLLIN, 0},
@@ -81,20 +82,11 @@ void Relay::run() {
             std::size_t n = sub_.recv_frames(frames, 2);
             if (n == 0) break;
             const std::uint64_t now = daemon::mono_ms();
-            bool ok = n == 2;
-            if (!ok) error = n == 1 ? "one frame, expected topic and body" : "more than two frames";
             std::string_view topic = frames[0].view();
-            if (ok) ok = wire::decode(frames[1].view(), msg, error);
-            if (ok) {
-                std::string want = wire::topic(msg.scope, msg.region, msg.zone);
-                if (want != topic) {
-                    ok = false;
-                    error =
-                        "topic \"" + std::string(topic) + "\" does not match the message's scope";
-                } else if (want != topics_[0] && want != topics_[1] && want != topics_[2]) {
-                    ok = false;
-                    error = "topic \"" + want + "\" is not for this zone";
-                }
+            bool ok = zmq::read_instruction(n, topic, n >= 2 ? frames[1].view() : "", msg, error);
+            if (ok && topic != topics_[0] && topic != topics_[1] && topic != topics_[2]) {
+                ok = false;
+                error = "topic \"" + std::string(topic) + "\" is not for this zone";
             }
             if (!ok) {
                 malformed.fetch_add(1, std::memory_order_relaxed);
@@ -133,7 +125,7 @@ void Relay::run() {
 // Subscription messages from nginx: byte 1 = subscribe, then the topic. A subscriber to a
 // topic whose last message is still within its TTL gets it again now.
 void Relay::on_subscriptions() {
-    std::vector<daemon::Frame> frames;
+    std::vector<zmq::Frame> frames;
     std::string body;
     for (int guard = 0; guard < 1024; ++guard) {
         std::size_t n = pub_.recv_frames(frames, 1);

@@ -90,7 +90,7 @@ class Daemon {
     std::unique_ptr<daemon::MetricsServer> http_;
     std::string usage_ep_, publish_ep_, admin_ep_;
 
-    std::vector<daemon::Frame> frames_;
+    std::vector<zmq::Frame> frames_;
     std::string buf_;
     wire::ZoneUsage zone_usage_;
     wire::RegionUsage region_usage_;

@@ -393,7 +393,7 @@ int ask(daemon::Context& ctx, const grlctl::Config& c, wire::AdminRequest& q, wi
             err = "cannot send to " + ep + ": " + daemon::zmq_error();
             return 3;
         }
-        daemon::Frame reply;
+        zmq::Frame reply;
         if (zmq_msg_recv(reply.get(), s.get(), 0) < 0) {
             err = "no answer from " + ep + " within " + daemon::cli::format_duration(c.timeout_ms);
             return 3;

@@ -19,10 +19,11 @@
 #include <utility>
 #include <vector>
 
-#include "grl/handshake.h"
 #include "grl/ratio.h"
 #include "grl/surge.h"
 #include "grl/wire.h"
+#include "grl/zmq/monitor.h"
+#include "grl/zmq/socket.h"
 #include "grl_module.h"
 
 namespace grl::ngx {
@@ -56,7 +57,8 @@ struct Reporter {
     // Reports still to carry `recent` counts: set when the collector (re)connects, which is
     // when it may lack a baseline for this host; steady-state reports go without them.
     int recent_left = 0;
-    std::string topics[3];  // the three topics this host subscribes to
+    std::string topics[3];           // the three topics this host subscribes to
+    std::vector<zmq::Frame> frames;  // reused by drain()
     ngx_msec_t last_malformed_log = 0;
     std::uint64_t malformed_since_log = 0;
     // Handshake monitors (PAIR sockets fed by zmq_socket_monitor, watched in the
@@ -69,6 +71,7 @@ struct Reporter {
         void* socket = nullptr;
         const char* role = "";
         Handshakes handshakes{{}};
+        std::vector<zmq::Frame> frames;
         ngx_connection_t* conn = nullptr;
     } monitors[2];
 };
@@ -170,47 +173,16 @@ void drain(Reporter& rep) {
     wire::Instructions msg;
     std::string error;
     for (int guard = 0; guard < 10000; ++guard) {
-        zmq_msg_t topic, body;
-        zmq_msg_init(&topic);
-        if (zmq_msg_recv(&topic, rep.sub, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&topic);
-            if (errno != EAGAIN && errno != EINTR) {
-                ngx_log_error(NGX_LOG_ERR, rep.log, 0, "grl: zmq recv: %s", zmq_strerror(errno));
+        const std::size_t n = zmq::recv_frames(rep.sub, rep.frames, 2);
+        if (n == 0) {
+            if (zmq_errno() != EAGAIN && zmq_errno() != EINTR) {
+                ngx_log_error(NGX_LOG_ERR, rep.log, 0, "grl: zmq recv: %s",
+                              zmq_strerror(zmq_errno()));
             }
             return;
         }
-        bool more = zmq_msg_more(&topic);
-        std::string t(static_cast<const char*>(zmq_msg_data(&topic)), zmq_msg_size(&topic));
-        zmq_msg_close(&topic);
-        if (!more) {
-            malformed(rep, "one frame, expected topic and body");
-            continue;
-        }
-        zmq_msg_init(&body);
-        if (zmq_msg_recv(&body, rep.sub, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&body);
-            malformed(rep, "missing body frame");
-            continue;
-        }
-        bool extra = zmq_msg_more(&body);
-        std::string_view bytes(static_cast<const char*>(zmq_msg_data(&body)), zmq_msg_size(&body));
-        bool ok = wire::decode(bytes, msg, error);
-        zmq_msg_close(&body);
-        while (extra) {  // discard surplus frames of the same message
-            zmq_msg_t f;
-            zmq_msg_init(&f);
-            if (zmq_msg_recv(&f, rep.sub, ZMQ_DONTWAIT) < 0)
-                extra = false;
-            else
-                extra = zmq_msg_more(&f);
-            zmq_msg_close(&f);
-            ok = false;
-            error = "more than two frames";
-        }
-        if (ok && wire::topic(msg.scope, msg.region, msg.zone) != t) {
-            ok = false;
-            error = "topic \"" + t + "\" does not match the message's scope";
-        }
+        const bool ok = zmq::read_instruction(n, rep.frames[0].view(),
+                                              n >= 2 ? rep.frames[1].view() : "", msg, error);
         if (!ok) {
             malformed(rep, error);
             continue;
@@ -269,13 +241,6 @@ void log_state_changes(Reporter& rep) {
     }
 }
 
-HandshakeFailure failure_of(std::uint16_t event, std::uint32_t value) {
-    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return HandshakeFailure::Refused;
-    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return HandshakeFailure::Other;
-    return value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? HandshakeFailure::NoCurve
-                                                               : HandshakeFailure::Protocol;
-}
-
 void redial(Reporter& rep, Reporter::Monitor& mon) {
     for (const std::string& e : mon.handshakes.due(ngx_current_msec)) {
         zmq_disconnect(mon.socket, e.c_str());  // ENOENT when libzmq already dropped it
@@ -295,47 +260,26 @@ bool check_handshakes(Reporter& rep) {
     bool report_connected = false;
     for (Reporter::Monitor& mon : rep.monitors) {
         if (mon.pair == nullptr) continue;
-        for (int guard = 0; guard < 1000; ++guard) {
-            zmq_msg_t ev, addr;
-            zmq_msg_init(&ev);
-            if (zmq_msg_recv(&ev, mon.pair, ZMQ_DONTWAIT) < 0) {
-                zmq_msg_close(&ev);
-                break;
-            }
-            std::uint16_t event = 0;
-            std::uint32_t value = 0;
-            if (zmq_msg_size(&ev) >= 6) {
-                memcpy(&event, zmq_msg_data(&ev), 2);
-                memcpy(&value, static_cast<const char*>(zmq_msg_data(&ev)) + 2, 4);
-            }
-            bool more = zmq_msg_more(&ev);
-            zmq_msg_close(&ev);
-            std::string endpoint;
-            if (more) {
-                zmq_msg_init(&addr);
-                if (zmq_msg_recv(&addr, mon.pair, ZMQ_DONTWAIT) >= 0) {
-                    endpoint.assign(static_cast<const char*>(zmq_msg_data(&addr)),
-                                    zmq_msg_size(&addr));
-                }
-                zmq_msg_close(&addr);
-            }
-            bool ok = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+        zmq::HandshakeEvent e;
+        for (int guard = 0; guard < 1000 && zmq::next_handshake_event(mon.pair, mon.frames, e);
+             ++guard) {
+            const bool ok = e.ok;
             report_connected = report_connected || (ok && &mon == &rep.monitors[0]);
             if (!curve) continue;
             (ok ? h.curve_handshakes_ok : h.curve_handshakes_failed)
                 .fetch_add(1, std::memory_order_relaxed);
-            if (!mon.handshakes.record(ok, endpoint, ngx_current_msec)) continue;
+            if (!mon.handshakes.record(ok, e.address, ngx_current_msec)) continue;
             if (ok) {
                 ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
                               "grl: CURVE handshake of the %s socket with \"%s\" succeeded",
-                              mon.role, endpoint.c_str());
+                              mon.role, e.address.c_str());
             } else {
-                std::string why = describe(failure_of(event, value), value,
-                                           {"collector", "this host", "grl_curve_server_key"});
+                std::string why =
+                    zmq::describe(e, {"collector", "this host", "grl_curve_server_key"});
                 ngx_log_error(NGX_LOG_ERR, rep.log, 0,
                               "grl: CURVE handshake of the %s socket with \"%s\" %s; "
                               "retrying with backoff",
-                              mon.role, endpoint.c_str(), why.c_str());
+                              mon.role, e.address.c_str(), why.c_str());
             }
         }
         redial(rep, mon);
@@ -485,12 +429,6 @@ void unwatch_socket(ngx_connection_t* c) {
     ngx_free_connection(c);
 }
 
-void set_option(void* s, int option, const std::string& value, const char* what) {
-    if (zmq_setsockopt(s, option, value.data(), value.size()) != 0) {
-        throw std::runtime_error(std::string(what) + ": " + zmq_strerror(errno));
-    }
-}
-
 // A socket with linger 0; with CURVE configured, a CURVE client of the
 // collector. Its handshakes are watched by monitor `index` when it is the
 // report socket or CURVE is on.
@@ -507,21 +445,12 @@ void* make_socket(Reporter& rep, int type, int index, const char* role,
     const Config& c = *rep.conf->cpp;
     const bool curve = c.curve();
     if (curve) {
-        set_option(s, ZMQ_CURVE_SERVERKEY, c.curve_server_key, "ZMQ_CURVE_SERVERKEY");
-        set_option(s, ZMQ_CURVE_PUBLICKEY, c.curve_keypair.public_key, "ZMQ_CURVE_PUBLICKEY");
-        set_option(s, ZMQ_CURVE_SECRETKEY, c.curve_keypair.secret_key, "ZMQ_CURVE_SECRETKEY");
+        zmq::make_curve_client(s, c.curve_keypair, c.curve_server_key);
     } else if (index != 0) {
         return s;
     }
     std::string endpoint = "inproc://grl-monitor-" + std::to_string(index);
-    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
-    if (curve) {
-        events |= ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    }
-    if (zmq_socket_monitor(s, endpoint.c_str(), events) != 0) {
-        throw std::runtime_error(std::string("zmq_socket_monitor: ") + zmq_strerror(errno));
-    }
+    zmq::monitor_handshakes(s, endpoint, curve);
     Reporter::Monitor& mon = rep.monitors[index];
     mon.role = role;
     mon.socket = s;

@@ -16,6 +16,7 @@
 #include "grl/daemon/files.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
+#include "grl/zmq/monitor.h"
 
 namespace grl::daemon {
 
@@ -79,9 +80,7 @@ void make_curve_server(Socket& s, const KeyPair& server, const std::string& doma
 }
 
 void make_curve_client(Socket& s, const KeyPair& client, const std::string& server_public) {
-    s.set(ZMQ_CURVE_SERVERKEY, std::string_view(server_public));
-    s.set(ZMQ_CURVE_PUBLICKEY, std::string_view(client.public_key));
-    s.set(ZMQ_CURVE_SECRETKEY, std::string_view(client.secret_key));
+    zmq::make_curve_client(s.get(), client, server_public);
 }
 
 ZapHandler::ZapHandler(Context& ctx) : sock_(ctx, ZMQ_REP) {
@@ -129,17 +128,6 @@ void ZapHandler::handle() {
     }
 }
 
-namespace {
-
-HandshakeFailure failure_of(std::uint16_t event, std::uint32_t value) {
-    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) return HandshakeFailure::Refused;
-    if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return HandshakeFailure::Other;
-    return value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? HandshakeFailure::NoCurve
-                                                               : HandshakeFailure::Protocol;
-}
-
-}  // namespace
-
 HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
                                std::vector<std::string> endpoints,
                                std::map<std::string, std::string> server_keys)
@@ -150,38 +138,23 @@ HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
       handshakes_(std::move(endpoints)) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-handshake-watch-" + std::to_string(next++);
-    if (zmq_socket_monitor(socket_, ep.c_str(),
-                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
-        throw std::runtime_error("zmq_socket_monitor: " + zmq_error());
-    }
+    zmq::monitor_handshakes(socket_, ep, true);
     monitor_.connect(ep);
 }
 
 void HandshakeWatch::handle(std::uint64_t now_ms) {
-    for (int guard = 0; guard < 1000; ++guard) {
-        std::size_t n = monitor_.recv_frames(frames_, 2);
-        if (n == 0) break;
-        std::uint16_t event = 0;
-        std::uint32_t value = 0;
-        std::string_view head = frames_[0].view();
-        if (head.size() >= 6) {
-            std::memcpy(&event, head.data(), 2);
-            std::memcpy(&value, head.data() + 2, 4);
-        }
-        std::string address = n >= 2 ? std::string(frames_[1].view()) : std::string();
-        bool good = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
-        (good ? ok : failed).fetch_add(1, std::memory_order_relaxed);
-        if (!handshakes_.record(good, address, now_ms)) continue;
-        if (good) {
-            log_info("CURVE handshake with the " + peer_ + " at " + address + " succeeded");
+    zmq::HandshakeEvent e;
+    for (int guard = 0; guard < 1000 && zmq::next_handshake_event(monitor_.get(), frames_, e);
+         ++guard) {
+        (e.ok ? ok : failed).fetch_add(1, std::memory_order_relaxed);
+        if (!handshakes_.record(e.ok, e.address, now_ms)) continue;
+        if (e.ok) {
+            log_info("CURVE handshake with the " + peer_ + " at " + e.address + " succeeded");
         } else {
-            log_error("CURVE handshake with the " + peer_ + " at " + address + " " +
-                      describe(failure_of(event, value), value,
-                               {peer_, "this daemon",
-                                server_keys_.empty() ? "--curve-server-key"
-                                                     : "EP=FILE or --curve-server-key"}) +
+            log_error("CURVE handshake with the " + peer_ + " at " + e.address + " " +
+                      zmq::describe(e, {peer_, "this daemon",
+                                        server_keys_.empty() ? "--curve-server-key"
+                                                             : "EP=FILE or --curve-server-key"}) +
                       "; retrying with backoff");
         }
     }

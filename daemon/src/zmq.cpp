@@ -76,24 +76,4 @@ bool Socket::send_frames(const std::vector<std::string_view>& frames) {
     return true;
 }
 
-std::size_t Socket::recv_frames(std::vector<Frame>& frames, std::size_t max_frames) {
-    if (frames.size() < max_frames) frames = std::vector<Frame>(max_frames);
-    std::size_t n = 0;
-    for (;;) {
-        Frame scratch;
-        Frame& f = n < max_frames ? frames[n] : scratch;
-        if (n < max_frames) {
-            zmq_msg_close(f.get());
-            zmq_msg_init(f.get());
-        }
-        int rc;
-        while ((rc = zmq_msg_recv(f.get(), s_, n == 0 ? ZMQ_DONTWAIT : 0)) < 0 &&
-               zmq_errno() == EINTR) {
-        }
-        if (rc < 0) return n;  // EAGAIN on the first frame: nothing pending
-        ++n;
-        if (!f.more()) return n;
-    }
-}
-
 }  // namespace grl::daemon

@@ -1,6 +1,6 @@
-// Unit tests of core/include/grl/handshake.h: which endpoints are connected again after failed
+// Unit tests of zmq/include/grl/zmq/handshake.h: which endpoints are connected again after failed
 // handshakes and when (Redial), when a change is logged (Handshakes), and the words (describe).
-#include "grl/handshake.h"
+#include "grl/zmq/handshake.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "grl/handshake.h"
+#include "grl/zmq/handshake.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -9,10 +9,10 @@
 #include <string>
 
 #include "grl/curve_keys.h"
-#include "grl/handshake.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"
+#include "grl/zmq/handshake.h"
 
 namespace grl::daemon {
 
@@ -52,14 +52,14 @@ class ZapHandler {
     std::map<std::string, std::set<std::string>> keys_;
     std::map<std::string, std::uint64_t> accepted_;
     std::map<std::string, std::uint64_t> denied_;
-    std::vector<Frame> frames_;
+    std::vector<zmq::Frame> frames_;
     LogLimiter refused_log_;
 };
 
 // Watches the CURVE handshakes of one client socket (zmq_socket_monitor): counts them, logs one
 // line per change between working and failing, and connects endpoints whose handshake was
-// refused again with a backoff (grl/handshake.h), since libzmq abandons them. Create it before the
-// socket connects; use it on the thread that owns the socket.
+// refused again with a backoff (grl/zmq/handshake.h), since libzmq abandons them. Create it before
+// the socket connects; use it on the thread that owns the socket.
 class HandshakeWatch {
   public:
     // `peer` names the other side in log lines ("controller", "peer controller").
@@ -85,7 +85,7 @@ class HandshakeWatch {
     std::string peer_;
     std::map<std::string, std::string> server_keys_;
     Handshakes handshakes_;
-    std::vector<Frame> frames_;
+    std::vector<zmq::Frame> frames_;
 };
 
 // grl_curve_client_handshakes_total{peer,result}: the sums over `watches` (those not null).

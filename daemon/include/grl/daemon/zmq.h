@@ -1,4 +1,5 @@
-// A thin RAII layer over the ZeroMQ C API (cppzmq is not a dependency).
+// A thin RAII layer over the ZeroMQ C API (cppzmq is not a dependency) for the daemons; what
+// the nginx module does alike (frames, CURVE clients, handshake monitors) is grl_zmq's.
 #pragma once
 
 #include <zmq.h>
@@ -8,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "grl/zmq/socket.h"
 
 namespace grl::daemon {
 
@@ -26,29 +29,6 @@ class Context {
 
   private:
     void* ctx_;
-};
-
-// One received frame, without a copy.
-class Frame {
-  public:
-    Frame() { zmq_msg_init(&msg_); }
-    ~Frame() { zmq_msg_close(&msg_); }
-    Frame(const Frame&) = delete;
-    Frame& operator=(const Frame&) = delete;
-    zmq_msg_t* get() { return &msg_; }
-    std::string_view view() {
-        return {static_cast<const char*>(zmq_msg_data(&msg_)), zmq_msg_size(&msg_)};
-    }
-    bool more() { return zmq_msg_more(&msg_) != 0; }
-    // A metadata property of a received message ("User-Id": the CURVE key ZAP admitted;
-    // "Peer-Address": the sender's IP), or "" when the message has none.
-    std::string meta(const char* property) {
-        const char* v = zmq_msg_gets(&msg_, property);
-        return v ? v : "";
-    }
-
-  private:
-    zmq_msg_t msg_;
 };
 
 class Socket {
@@ -72,10 +52,10 @@ class Socket {
     bool send(std::string_view body, bool more = false);
     bool send_frames(const std::vector<std::string_view>& frames);
 
-    // Receives all frames of one pending message without blocking into `frames` (resized;
-    // at most `max_frames` kept, the rest received and discarded). Returns the number of
-    // frames received (> max_frames when there were more), or 0 when nothing was pending.
-    std::size_t recv_frames(std::vector<Frame>& frames, std::size_t max_frames);
+    // grl::zmq::recv_frames() on this socket.
+    std::size_t recv_frames(std::vector<zmq::Frame>& frames, std::size_t max_frames) {
+        return zmq::recv_frames(s_, frames, max_frames);
+    }
 
   private:
     void* s_;

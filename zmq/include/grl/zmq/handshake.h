@@ -1,7 +1,8 @@
 // The handshakes of a ZeroMQ CURVE client socket, as its owner sees them through a socket
 // monitor: which endpoints to connect again and when (Redial), when a change is worth one log
 // line (Handshakes), and the words of that line (describe). Shared by the nginx module's
-// reporter and the daemons' HandshakeWatch; pure logic, the caller supplies the clock.
+// reporter and the daemons' HandshakeWatch, with the monitor events of grl/zmq/monitor.h;
+// pure logic, the caller supplies the clock.
 //
 // Redial: libzmq gives up on an endpoint for good when a handshake fails with a
 // protocol error, which is what a refused CURVE key is: without help, a host

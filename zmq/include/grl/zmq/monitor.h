@@ -1,0 +1,43 @@
+// The handshake events of a ZeroMQ socket, from a socket monitor (zmq_socket_monitor): how the
+// nginx module's reporter and the daemons' HandshakeWatch start one, read its events and put a
+// failure into words (grl/zmq/handshake.h decides what to do about them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "grl/zmq/socket.h"
+#include "grl/zmq/handshake.h"
+
+namespace grl::zmq {
+
+// Makes `socket` publish its handshake events to the inproc `endpoint` (a PAIR socket then
+// connects there to read them): successes always, failures too when `failures`. Throws
+// std::runtime_error naming the endpoint.
+void monitor_handshakes(void* socket, const std::string& endpoint, bool failures);
+
+// One handshake event.
+struct HandshakeEvent {
+    bool ok = false;  // ZMQ_EVENT_HANDSHAKE_SUCCEEDED
+    HandshakeFailure failure = HandshakeFailure::Other;
+    std::uint32_t value = 0;  // ZAP status, protocol error or errno (see HandshakeFailure)
+    std::string address;      // the endpoint, as libzmq names it
+};
+
+// Decodes one monitor message: `head` is its first frame (event number, 16 bits, then the
+// value, 32 bits, in host order), `address` its second. A head too short is an event of no
+// kind (neither a success nor a known failure), as libzmq never sends one.
+HandshakeEvent decode_monitor_event(std::string_view head, std::string_view address);
+
+// Reads the next queued event of the monitor's PAIR socket without blocking; false when none.
+// `frames` is the caller's, reused from call to call.
+bool next_handshake_event(void* pair, std::vector<Frame>& frames, HandshakeEvent& event);
+
+// The words of a failed event (describe() of grl/zmq/handshake.h).
+inline std::string describe(const HandshakeEvent& e, const HandshakeWording& w) {
+    return describe(e.failure, e.value, w);
+}
+
+}  // namespace grl::zmq
