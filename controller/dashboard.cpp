@@ -5,6 +5,7 @@
 
 #include "grl/daemon/json.h"
 #include "grl/daemon/loop.h"
+#include "status_json.h"
 
 namespace grl::controller {
 
@@ -101,13 +102,7 @@ std::string render_state(
     }
     j.key("held_regions").uint(s.held_regions);
     j.key("zones").begin_array();
-    for (const wire::ZoneStatus& z : s.zones) {
-        j.begin_object();
-        j.key("zone").str(z.zone).key("collector").str(z.source).key("hosts").uint(z.hosts);
-        j.key("stale_hosts").uint(z.stale_hosts).key("age_ms").uint(z.age_ms);
-        j.key("fresh").boolean(z.fresh);
-        j.end_object();
-    }
+    for (const wire::ZoneStatus& z : s.zones) write_zone_status(j, z);
     j.end_array();
     j.key("peers").begin_array();
     for (const wire::PeerStatus& p : s.peers) {
@@ -125,30 +120,7 @@ std::string render_state(
     j.key("buckets").uint(s.limits.buckets).key("store_error").str(s.limits.store_error);
     j.end_object();
     j.key("buckets").begin_array();
-    for (const wire::BucketStatus& b : s.buckets) {
-        j.begin_object();
-        j.key("bucket").str(b.name).key("scope").str(to_string(b.scope));
-        j.key("region").str(b.region).key("zone").str(b.zone);
-        j.key("offered_rps").num(b.offered_mrps / 1000.0);
-        j.key("admitted_rps").num(b.admitted_mrps / 1000.0);
-        j.key("limit_rps").num(b.limit_mrps / 1000.0);
-        j.key("ratio").num(b.ratio_ppm / 1e6);
-        j.key("shadow_dropped_rps").num(b.shadow_dropped_mrps / 1000.0);
-        if (b.candidate_limit_mrps) {
-            j.key("candidate_limit_rps").num(*b.candidate_limit_mrps / 1000.0);
-            j.key("candidate_would_drop_rps").num(b.candidate_would_drop_mrps / 1000.0);
-        }
-        j.key("mode").str(to_string(b.mode));
-        j.key("limit_source").str(b.limit_source).key("mode_source").str(b.mode_source);
-        j.key("expires_ms").uint(b.expires_ms).key("hosts").uint(b.hosts);
-        j.key("definitions").uint(b.definitions.size());
-        j.key("runtime").boolean(b.has_match);
-        if (b.has_match) j.key("match").str(match_text(b.match));
-        // A keyed bucket: its limit is each key's and its own ratio 0; the page shows how many
-        // of its keys have a ratio (never the keys themselves: grlctl keys lists them).
-        if (b.keyed) j.key("keyed").boolean(true).key("keys_limited").uint(b.keys_limited);
-        j.end_object();
-    }
+    for (const wire::BucketStatus& b : s.buckets) write_bucket_status(j, b);
     j.end_array();
     j.key("overrides").begin_array();
     for (const wire::Override& o : s.overrides) {

@@ -26,6 +26,7 @@
 #include "grl/wire_control.h"
 #include "grlctl_config.h"
 #include "grlctl_top.h"
+#include "status_json.h"
 
 using namespace grl;
 
@@ -103,17 +104,6 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
 // ---------------------------------------------------------------------------------------------
 // JSON rendering of a reply
 
-void json_match(daemon::Json& j, const wire::RuntimeMatch& m) {
-    auto kind = [](MatchKind k) {
-        return k == MatchKind::Prefix ? "prefix" : k == MatchKind::Regex ? "regex" : "exact";
-    };
-    j.begin_object();
-    j.key("caller").str(m.caller).key("caller_kind").str(kind(m.caller_kind));
-    j.key("procedure").str(m.procedure).key("procedure_kind").str(kind(m.procedure_kind));
-    j.key("scope").str(to_string(m.scope));
-    j.end_object();
-}
-
 // A key's hash as errors and `grlctl keys` show it (16 hex digits).
 std::string key_hash(std::uint64_t h) {
     char b[24];
@@ -131,59 +121,10 @@ std::string to_json(const wire::AdminReply& r) {
     j.key("interval_ms").uint(r.interval_ms);
     j.key("ttl_ms").uint(r.ttl_ms);
     j.key("buckets").begin_array();
-    for (const auto& b : r.buckets) {
-        j.begin_object();
-        j.key("name").str(b.name);
-        j.key("scope").str(to_string(b.scope));
-        j.key("region").str(b.region);
-        j.key("zone").str(b.zone);
-        j.key("offered_rps").num(b.offered_mrps / 1000.0);
-        j.key("admitted_rps").num(b.admitted_mrps / 1000.0);
-        j.key("shadow_dropped_rps").num(b.shadow_dropped_mrps / 1000.0);
-        j.key("limit_rps").num(b.limit_mrps / 1000.0);
-        j.key("ratio").num(b.ratio_ppm / 1e6);
-        if (b.candidate_limit_mrps) {
-            j.key("candidate_limit_rps").num(*b.candidate_limit_mrps / 1000.0);
-            j.key("candidate_would_drop_rps").num(b.candidate_would_drop_mrps / 1000.0);
-        }
-        j.key("mode").str(to_string(b.mode));
-        j.key("limit_source").str(b.limit_source);
-        j.key("mode_source").str(b.mode_source);
-        j.key("expires_ms").uint(b.expires_ms);
-        j.key("hosts").uint(b.hosts);
-        j.key("host_names").begin_array();
-        for (const auto& h : b.host_names) j.str(h);
-        j.end_array();
-        j.key("definitions").begin_array();
-        for (const auto& d : b.definitions) {
-            j.begin_object();
-            j.key("scope").str(to_string(d.def.scope)).key("mode").str(to_string(d.def.mode));
-            j.key("limit_rps").num(d.def.limit_mrps / 1000.0).key("hosts").uint(d.hosts);
-            j.end_object();
-        }
-        j.end_array();
-        j.key("runtime").boolean(b.has_match);
-        j.key("keyed").boolean(b.keyed);
-        if (b.keyed) j.key("keys_limited").uint(b.keys_limited);
-        if (b.has_match) {
-            j.key("match");
-            json_match(j, b.match);
-        }
-        j.end_object();
-    }
+    for (const auto& b : r.buckets) controller::write_bucket_status(j, b);
     j.end_array();
     j.key("zones").begin_array();
-    for (const auto& z : r.zones) {
-        j.begin_object();
-        j.key("zone").str(z.zone).key("collector").str(z.source).key("hosts").uint(z.hosts);
-        j.key("stale_hosts")
-            .uint(z.stale_hosts)
-            .key("age_ms")
-            .uint(z.age_ms)
-            .key("fresh")
-            .boolean(z.fresh);
-        j.end_object();
-    }
+    for (const auto& z : r.zones) controller::write_zone_status(j, z);
     j.end_array();
     j.key("peers").begin_array();
     for (const auto& p : r.peers) {

@@ -68,8 +68,8 @@ function renderState(s) {
     (p.fresh ? "good'>fresh" : "bad'>STALE") + "</td></tr>"), "no peer controller");
   table($("buckets"), ["bucket", "scope", "where", "offered", "admitted", "limit", "ratio", "mode",
     "shadow would-drops", "hosts", "limit from"], s.buckets.map((b) =>
-    "<tr class='bucket' data-bucket='" + esc(b.bucket) + "' data-scope='" + esc(b.scope) + "' data-zone='" + esc(b.zone) + "'>" +
-    "<td>" + esc(b.bucket) + "</td><td>" + esc(b.scope) + "</td><td>" + esc(where(b)) + "</td>" +
+    "<tr class='bucket' data-bucket='" + esc(b.name) + "' data-scope='" + esc(b.scope) + "' data-zone='" + esc(b.zone) + "'>" +
+    "<td>" + esc(b.name) + "</td><td>" + esc(b.scope) + "</td><td>" + esc(where(b)) + "</td>" +
     "<td class='n offered'>" + rate(b.offered_rps) + "</td><td class='n admitted'>" + rate(b.admitted_rps) +
     "</td><td class='n limit'>" + rate(b.limit_rps) + (b.keyed ? " per key" : "") +
     "</td><td class='n ratio'>" + (b.keyed ? b.keys_limited + " keys limited" : ratio(b.ratio)) +

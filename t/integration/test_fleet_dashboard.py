@@ -76,7 +76,7 @@ def running():
 
         def settled():
             s = get_json(base + "/api/state")
-            offered = {(b["bucket"], b["zone"]): b["offered_rps"] for b in s["buckets"]}
+            offered = {(b["name"], b["zone"]): b["offered_rps"] for b in s["buckets"]}
             near = lambda v, want: v is not None and abs(v - want) <= 0.05 * want
             return (near(offered.get(("api", "")), OFFERED) and
                     near(offered.get(("api-zone", "zone-a")), OFFERED * 2 / 3) and

@@ -73,7 +73,8 @@ TEST(Dashboard, AKeyedBucketShowsItsLimitedKeyCount) {
     json j = json::parse(render_state(s, h, points));
     EXPECT_EQ(j["buckets"][0]["keyed"], true);
     EXPECT_EQ(j["buckets"][0]["keys_limited"], 3);
-    EXPECT_FALSE(j["buckets"][1].contains("keyed"));
+    EXPECT_EQ(j["buckets"][1]["keyed"], false);
+    EXPECT_FALSE(j["buckets"][1].contains("keys_limited"));
 }
 
 TEST(Dashboard, StateCarriesEveryInstanceLoopHealthOverridesAndTheNewestPoint) {
@@ -84,7 +85,7 @@ TEST(Dashboard, StateCarriesEveryInstanceLoopHealthOverridesAndTheNewestPoint) {
     json j = json::parse(render_state(s, h, points));
     EXPECT_EQ(j["controller"], "ctl-1");
     ASSERT_EQ(j["buckets"].size(), 2u);
-    EXPECT_EQ(j["buckets"][0]["bucket"], "api");
+    EXPECT_EQ(j["buckets"][0]["name"], "api");
     EXPECT_DOUBLE_EQ(j["buckets"][0]["offered_rps"].get<double>(), 450.0);
     EXPECT_DOUBLE_EQ(j["buckets"][0]["limit_rps"].get<double>(), 300.0);
     EXPECT_NEAR(j["buckets"][0]["ratio"].get<double>(), 0.333333, 1e-6);
@@ -168,7 +169,7 @@ TEST(Dashboard, RoutesServeThePageAndTheDocumentsTheThreadRendered) {
     d.publish(snapshot(1000, 450000));
     daemon::HttpResponse state = wait_ok(d, "/api/state");
     EXPECT_EQ(state.type, "application/json");
-    EXPECT_EQ(json::parse(*state.body)["buckets"][0]["bucket"], "api");
+    EXPECT_EQ(json::parse(*state.body)["buckets"][0]["name"], "api");
 
     // The history is rendered on demand (the first request wakes the thread), then with every
     // new point while the page watches.
