@@ -11,13 +11,13 @@
 #include "grl/bucket.h"
 #include "grl/decision.h"
 #include "grl/ratio.h"
-#include "grl/zone_layout.h"
+#include "grl/shm_layout.h"
 
 namespace {
 
 struct Setup {
     std::unique_ptr<void, decltype(&std::free)> mem{nullptr, &std::free};
-    grl::zone::View z;
+    grl::shm::View z;
     grl::Matcher matcher;
     std::vector<std::uint16_t> slots;
     grl::Prng rng{12345};
@@ -29,8 +29,8 @@ struct Setup {
           const char* pattern = "^/api/v[0-9]+/users/[0-9]+$", bool mixed = false) {
         const auto cap = static_cast<std::uint32_t>(buckets < 64 ? 64 : buckets + 32);
         // bytes_for() is a multiple of 64, as aligned_alloc requires.
-        mem.reset(std::aligned_alloc(64, grl::zone::bytes_for(cap)));
-        z = grl::zone::View(mem.get());
+        mem.reset(std::aligned_alloc(64, grl::shm::bytes_for(cap)));
+        z = grl::shm::View(mem.get());
         z.format(cap, 1);
         std::vector<std::string> names;
         for (int i = 0; i < buckets; ++i) {

@@ -78,19 +78,19 @@ char* set_zone(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         auto size = parse_size(arg.substr(colon + 1));
         if (!size) return conf_error(cf, directive(cmd) + ": " + size.error);
         // Room for the slab allocator's bookkeeping plus at least one bucket.
-        std::uint64_t min = 8 * ngx_pagesize + zone::bytes_for(zone::kRuntimeSlots + 1);
+        std::uint64_t min = 8 * ngx_pagesize + shm::bytes_for(shm::kRuntimeSlots + 1);
         if (size.value < min) {
             return conf_error(cf, directive(cmd) + ": zone " + quoted(arg) +
                                       " is too small, at least " + std::to_string(min / 1024 + 1) +
                                       "k");
         }
-        m->zone_name.data = value[1].data;
-        m->zone_name.len = colon;
-        m->shm_zone = ngx_shared_memory_add(cf, &m->zone_name, size.value, &ngx_http_grl_module);
+        m->shm_name.data = value[1].data;
+        m->shm_name.len = colon;
+        m->shm_zone = ngx_shared_memory_add(cf, &m->shm_name, size.value, &ngx_http_grl_module);
         if (m->shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
         if (m->shm_zone->data) {
             return conf_error(
-                cf, directive(cmd) + ": zone " + quoted(sv(m->zone_name)) + " is already used");
+                cf, directive(cmd) + ": zone " + quoted(sv(m->shm_name)) + " is already used");
         }
         m->shm_zone->init = init_zone;
         m->shm_zone->data = m;
@@ -542,7 +542,7 @@ std::string human_size(std::size_t bytes) {
 
 // After assign(): frees the tables of slots it reset (`before`: each slot's table before), and
 // gives each keyed bucket its table (kept, or new). An error names the bucket and the size.
-std::string place_key_tables(ngx_shm_zone_t* shm_zone, const zone::View& z, const Config& c,
+std::string place_key_tables(ngx_shm_zone_t* shm_zone, const shm::View& z, const Config& c,
                              const std::vector<std::int64_t>& before) {
     auto* shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
     char* base = reinterpret_cast<char*>(&z.header());
@@ -552,7 +552,7 @@ std::string place_key_tables(ngx_shm_zone_t* shm_zone, const zone::View& z, cons
         }
     }
     for (std::size_t i = 0; i < c.table.defs.size(); ++i) {
-        zone::BucketSlot& s = z.slot(c.table.slots[i]);
+        shm::BucketSlot& s = z.slot(c.table.slots[i]);
         const KeyedSpec* k = c.table.keyed_spec(i);
         const std::int64_t held = s.key_table.load();
         if (k != nullptr && held != 0 && s.key_sig == key_sig(*k)) continue;  // kept
@@ -595,9 +595,9 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     try {
         if (data) {
             // Reload with the same zone name and size: adopt the counters and ratios.
-            m->zone_base = static_cast<MainConf*>(data)->zone_base;
+            m->shm_base = static_cast<MainConf*>(data)->shm_base;
         } else if (shm_zone->shm.exists) {
-            m->zone_base = shpool->data;
+            m->shm_base = shpool->data;
         } else {
             // The bucket slots take what the key tables of this configuration leave (two
             // pages to spare for the pool's rounding). With keyed buckets, only half of it:
@@ -605,23 +605,23 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
             const std::size_t free = shpool->pfree * ngx_pagesize;
             const std::size_t tables = key_tables_bytes(*m->cpp) + 2 * ngx_pagesize;
             const std::size_t rest = free > tables ? free - tables : 0;
-            std::uint32_t cap = zone::capacity_for(m->cpp->any_keyed ? rest / 2 : rest);
-            if (cap <= zone::kRuntimeSlots) {
+            std::uint32_t cap = shm::capacity_for(m->cpp->any_keyed ? rest / 2 : rest);
+            if (cap <= shm::kRuntimeSlots) {
                 const std::size_t need =
-                    shm_zone->shm.size - free + tables + zone::bytes_for(zone::kRuntimeSlots + 1);
+                    shm_zone->shm.size - free + tables + shm::bytes_for(shm::kRuntimeSlots + 1);
                 ngx_log_error(NGX_LOG_EMERG, log, 0,
                               "grl_zone \"%V\" is too small for its buckets and their key "
                               "tables (keys=): it needs at least %s",
                               &shm_zone->shm.name, human_size(need).c_str());
                 return NGX_ERROR;
             }
-            void* p = ngx_slab_alloc(shpool, zone::bytes_for(cap));
+            void* p = ngx_slab_alloc(shpool, shm::bytes_for(cap));
             if (p == nullptr) return NGX_ERROR;
-            zone::View(p).format(cap, random_epoch());
-            m->zone_base = p;
+            shm::View(p).format(cap, random_epoch());
+            m->shm_base = p;
             shpool->data = p;
         }
-        zone::View z(m->zone_base);
+        shm::View z(m->shm_base);
         std::string err = z.check_compatible();
         if (!err.empty()) {
             ngx_log_error(NGX_LOG_EMERG, log, 0,

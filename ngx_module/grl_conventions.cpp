@@ -16,7 +16,7 @@ ngx_http_output_header_filter_pt g_next_header_filter = nullptr;
 // One list member per bucket at most: kMaxMatchesPerRequest x (quoted name + parameters).
 constexpr std::size_t kFieldMax = kMaxMatchesPerRequest * (kMaxNameLen + 64);
 
-std::string_view slot_name(const zone::View& z, std::uint16_t slot) {
+std::string_view slot_name(const shm::View& z, std::uint16_t slot) {
     const char* s = z.slot(slot).name;
     return {s, strnlen(s, kMaxNameLen + 1)};
 }
@@ -46,7 +46,7 @@ ngx_int_t push_header(ngx_http_request_t* r, ngx_str_t key, const char* begin, c
 // effective window is the Retry-After sent, else 1 s (the policy window). Nothing under
 // grl_dry_run: nothing is enforced there.
 ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx& ctx) {
-    zone::View z(m->zone_base);
+    shm::View z(m->shm_base);
     const std::uint64_t now = ngx_current_msec;
     // Composed on the stack, then copied to the pool at their size: the pool's first block
     // (4 KiB) usually has room for that, not for the worst case.
@@ -56,8 +56,8 @@ ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx&
     char* lp = limit;
     for (std::uint8_t i = 0; i < ctx.n; ++i) {
         std::uint16_t slot = ctx.matched[i];
-        const zone::BucketSlot& s = z.slot(slot);
-        bool live = bucket_state(s, now) == zone::PlaneState::Active;
+        const shm::BucketSlot& s = z.slot(slot);
+        bool live = bucket_state(s, now) == shm::PlaneState::Active;
         Mode mode;
         std::uint64_t limit_mrps;
         if (live) {
@@ -94,7 +94,7 @@ ngx_int_t header_filter(ngx_http_request_t* r) noexcept {
     auto* l = static_cast<LocConf*>(ngx_http_get_module_loc_conf(r, ngx_http_grl_module));
     if (!l->ratelimit_headers) return g_next_header_filter(r);
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
-    const RequestCtx* ctx = m->zone_base ? find_ctx(r) : nullptr;
+    const RequestCtx* ctx = m->shm_base ? find_ctx(r) : nullptr;
     // Out of memory: the response goes out without the fields rather than failing over a hint.
     if (ctx && !ctx->dry_run) (void)add_fields(r, m, *ctx);
     return g_next_header_filter(r);
@@ -115,7 +115,7 @@ ngx_int_t install_header_filter(ngx_conf_t* cf) noexcept {
 // plain rejection is returned instead.
 ngx_int_t send_problem(ngx_http_request_t* r, const RequestCtx& ctx, ngx_uint_t status) noexcept {
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
-    zone::View z(m->zone_base);
+    shm::View z(m->shm_base);
     std::string_view name = slot_name(z, ctx.matched[ctx.outcome.decided_by]);
     auto* buf = static_cast<char*>(ngx_pnalloc(r->pool, fields::kProblemMax));
     char* end = buf ? fields::append_problem(buf, buf + fields::kProblemMax,

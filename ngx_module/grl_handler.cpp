@@ -91,9 +91,9 @@ struct RuntimeCache {
 };
 RuntimeCache* g_runtime = nullptr;
 
-const RuntimeCache* runtime_buckets(const MainConf* m, const zone::View& z) {
+const RuntimeCache* runtime_buckets(const MainConf* m, const shm::View& z) {
     std::uint64_t gen = z.header().runtime_gen.load(std::memory_order_acquire);
-    if (g_runtime && g_runtime->gen == gen && g_runtime->zone == m->zone_base) return g_runtime;
+    if (g_runtime && g_runtime->gen == gen && g_runtime->zone == m->shm_base) return g_runtime;
     try {
         auto* c = new RuntimeCache();
         std::vector<RuntimeBucket> rt = load_runtime(z, c->gen);
@@ -103,9 +103,9 @@ const RuntimeCache* runtime_buckets(const MainConf* m, const zone::View& z) {
         }
         c->matcher.count_limit_hits_in(
             &z.header()
-                 .worker[static_cast<std::uint32_t>(ngx_worker) % zone::kWorkerSlots]
+                 .worker[static_cast<std::uint32_t>(ngx_worker) % shm::kWorkerSlots]
                  .regex_limit_hits);
-        c->zone = m->zone_base;
+        c->zone = m->shm_base;
         delete g_runtime;
         g_runtime = c;
     } catch (const std::exception&) {
@@ -144,16 +144,16 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     auto* l = static_cast<LocConf*>(ngx_http_get_module_loc_conf(r, ngx_http_grl_module));
     if (!l->enable || r != r->main) return NGX_DECLINED;
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
-    if (m->zone_base == nullptr || m->cpp->table.defs.empty()) return NGX_DECLINED;
+    if (m->shm_base == nullptr || m->cpp->table.defs.empty()) return NGX_DECLINED;
     ngx_http_variable_value_t& record = record_slot(r, m);
     if (record.data) return NGX_DECLINED;  // decided before an internal redirect: count once
 
-    zone::View z(m->zone_base);
+    shm::View z(m->shm_base);
     std::uint32_t worker = static_cast<std::uint32_t>(ngx_worker);
     RequestKey key;
     key.has_caller = read_source(r, m->caller, key.caller);
     if (!key.has_caller && (m->caller.cv || m->caller.index >= 0)) {
-        z.header().worker[worker % zone::kWorkerSlots].missing_caller.fetch_add(
+        z.header().worker[worker % shm::kWorkerSlots].missing_caller.fetch_add(
             1, std::memory_order_relaxed);
         if (m->missing_caller == kMissingValue) {
             key.caller = {reinterpret_cast<const char*>(m->missing_caller_value.data),
@@ -296,7 +296,7 @@ ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
         return NGX_OK;
     }
     // Names are read from the zone slots, which serve configured and run-time buckets alike.
-    zone::View z(m->zone_base);
+    shm::View z(m->shm_base);
     auto name = [&](std::uint16_t slot) {
         const char* s = z.slot(slot).name;
         return std::string_view(s, strnlen(s, kMaxNameLen + 1));

@@ -14,7 +14,7 @@ constexpr std::string_view kEmptyKey = "-";
 
 }  // namespace
 
-void admit_keys(ngx_http_request_t* r, const MainConf* m, const zone::View& z,
+void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
                 const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
                 KeyedRequest& out) noexcept {
     out.n = 0;
@@ -29,7 +29,7 @@ void admit_keys(ngx_http_request_t* r, const MainConf* m, const zone::View& z,
         if (!read_source(r, c.key_sources[idx[i]], key)) key = kEmptyKey;
         const BucketDef& def = c.table.defs[idx[i]];
         // The control plane's mode and limit while its instruction holds, else the configured.
-        const zone::BucketSlot& s = z.slot(slots[i]);
+        const shm::BucketSlot& s = z.slot(slots[i]);
         const bool active = now < s.expires_ms.load(std::memory_order_relaxed);
         const Mode mode =
             active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : def.mode;

@@ -15,7 +15,7 @@ extern "C" {
 #include "grl/keyed_decision.h"
 #include "grl/plane.h"
 #include "grl/prng.h"
-#include "grl/zone_layout.h"
+#include "grl/shm_layout.h"
 
 extern "C" {
 extern ngx_module_t ngx_http_grl_module;
@@ -59,8 +59,8 @@ struct Config {
 struct MainConf {
     Config* cpp;
     ngx_shm_zone_t* shm_zone;
-    ngx_str_t zone_name;
-    void* zone_base;           // the zone's Header, set by init_zone
+    ngx_str_t shm_name;
+    void* shm_base;            // the zone's Header, set by init_zone
     std::uint64_t config_gen;  // this configuration's generation in the zone
 
     Source caller;
@@ -119,8 +119,8 @@ struct KeyedRequest {
     std::size_t n;
 };
 
-inline zone::View zone_view(const MainConf* m) {
-    return zone::View(m->zone_base);
+inline shm::View shm_view(const MainConf* m) {
+    return shm::View(m->shm_base);
 }
 inline std::string to_std(const ngx_str_t& s) {
     return std::string(reinterpret_cast<const char*>(s.data), s.len);
@@ -146,7 +146,7 @@ bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out);
 // grl_keyed.cpp: the keyed branch of the request path. For each matched configured keyed
 // bucket (idx: indices into table.defs; slots: their zone slots), reads its key (empty: "-"),
 // finds or claims the key's entry and decides it (keyed::Table::admit).
-void admit_keys(ngx_http_request_t* r, const MainConf* m, const zone::View& z,
+void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
                 const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
                 KeyedRequest& out) noexcept;
 // The request's record, also after internal redirects; nullptr when no bucket matched.

@@ -91,7 +91,7 @@ std::uint64_t wall_ms() {
 }
 
 void malformed(Reporter& rep, const std::string& why) {
-    zone::View(rep.conf->zone_base).header().instructions_malformed.fetch_add(1);
+    shm::View(rep.conf->shm_base).header().instructions_malformed.fetch_add(1);
     ++rep.malformed_since_log;
     // At most one line per 10 s, however fast bad messages arrive.
     if (rep.last_malformed_log == 0 || ngx_current_msec - rep.last_malformed_log >= 10000) {
@@ -104,9 +104,9 @@ void malformed(Reporter& rep, const std::string& why) {
 }
 
 // Writes the damper's ratio for configured bucket i, while its instruction is active.
-void surge_check(Reporter& rep, const zone::View& z, std::size_t i) {
+void surge_check(Reporter& rep, const shm::View& z, std::size_t i) {
     const BucketTable& t = rep.conf->cpp->table;
-    zone::BucketSlot& s = z.slot(t.slots[i]);
+    shm::BucketSlot& s = z.slot(t.slots[i]);
     surge::Damper& d = rep.dampers[i];
     const ngx_msec_t now = ngx_current_msec;
     if (now >= s.expires_ms.load(std::memory_order_relaxed)) {
@@ -147,13 +147,13 @@ void arm_surge_tick(Reporter& rep) {
 
 // Gives each configured bucket's damper the instruction just applied (an entry that lost to a
 // fresher one held is not).
-void feed_dampers(Reporter& rep, const zone::View& z, const wire::Instructions& m) {
+void feed_dampers(Reporter& rep, const shm::View& z, const wire::Instructions& m) {
     const BucketTable& t = rep.conf->cpp->table;
     for (const wire::Instruction& in : m.buckets) {
         const int i = t.find(in.name);
         if (i < 0 || static_cast<std::size_t>(i) >= rep.dampers.size()) continue;
         const auto k = static_cast<std::size_t>(i);
-        const zone::BucketSlot& s = z.slot(t.slots[k]);
+        const shm::BucketSlot& s = z.slot(t.slots[k]);
         if (s.received_ms.load(std::memory_order_relaxed) != ngx_current_msec ||
             s.issued_ts_ms.load(std::memory_order_relaxed) != m.ts_ms) {
             continue;
@@ -169,7 +169,7 @@ void feed_dampers(Reporter& rep, const zone::View& z, const wire::Instructions& 
 // Receives every pending instruction message without blocking.
 void drain(Reporter& rep) {
     if (rep.sub == nullptr) return;
-    zone::View z(rep.conf->zone_base);
+    shm::View z(rep.conf->shm_base);
     wire::Instructions msg;
     std::string error;
     for (int guard = 0; guard < 10000; ++guard) {
@@ -210,16 +210,16 @@ void on_sub_readable(ngx_event_t* ev) noexcept {
 }
 
 void log_state_changes(Reporter& rep) {
-    zone::View z(rep.conf->zone_base);
+    shm::View z(rep.conf->shm_base);
     ngx_msec_t now = ngx_current_msec;
-    zone::PlaneState ps = plane_state(z, now, rep.conf->instruction_ttl);
-    auto old = static_cast<zone::PlaneState>(
+    shm::PlaneState ps = plane_state(z, now, rep.conf->instruction_ttl);
+    auto old = static_cast<shm::PlaneState>(
         z.header().plane_state.exchange(static_cast<std::uint32_t>(ps)));
     if (old != ps) {
-        ngx_uint_t level = ps == zone::PlaneState::Expired ? NGX_LOG_WARN : NGX_LOG_NOTICE;
+        ngx_uint_t level = ps == shm::PlaneState::Expired ? NGX_LOG_WARN : NGX_LOG_NOTICE;
         ngx_log_error(
-            level, rep.log, 0, "grl: control plane %s%s", std::string(zone::to_string(ps)).c_str(),
-            ps == zone::PlaneState::Expired ? ", no instruction within the TTL: failing open" : "");
+            level, rep.log, 0, "grl: control plane %s%s", std::string(shm::to_string(ps)).c_str(),
+            ps == shm::PlaneState::Expired ? ", no instruction within the TTL: failing open" : "");
     }
     bool writer = z.header().reporter_pid.load(std::memory_order_relaxed) ==
                   static_cast<std::uint32_t>(ngx_pid);
@@ -230,13 +230,13 @@ void log_state_changes(Reporter& rep) {
     }
     const BucketTable& t = rep.conf->cpp->table;
     for (std::size_t i = 0; i < t.defs.size(); ++i) {
-        zone::BucketSlot& s = z.slot(t.slots[i]);
-        zone::PlaneState bs = bucket_state(s, now);
-        auto prev = static_cast<zone::PlaneState>(s.state.exchange(static_cast<std::uint32_t>(bs)));
-        if (prev != bs && bs != zone::PlaneState::Waiting) {
+        shm::BucketSlot& s = z.slot(t.slots[i]);
+        shm::PlaneState bs = bucket_state(s, now);
+        auto prev = static_cast<shm::PlaneState>(s.state.exchange(static_cast<std::uint32_t>(bs)));
+        if (prev != bs && bs != shm::PlaneState::Waiting) {
             ngx_log_error(NGX_LOG_NOTICE, rep.log, 0, "grl: bucket \"%s\" ratio %s",
                           t.defs[i].name.c_str(),
-                          bs == zone::PlaneState::Active ? "active" : "expired, failing open");
+                          bs == shm::PlaneState::Active ? "active" : "expired, failing open");
         }
     }
 }
@@ -255,7 +255,7 @@ void redial(Reporter& rep, Reporter::Monitor& mon) {
 // when a socket's handshakes go from working to failing or back, and connects
 // failed endpoints again. True when the report socket completed a handshake.
 bool check_handshakes(Reporter& rep) {
-    zone::Header& h = zone::View(rep.conf->zone_base).header();
+    shm::Header& h = shm::View(rep.conf->shm_base).header();
     const bool curve = rep.conf->cpp->curve();
     bool report_connected = false;
     for (Reporter::Monitor& mon : rep.monitors) {
@@ -295,7 +295,7 @@ bool check_handshakes(Reporter& rep) {
 // report they cost the collector a sixth more CPU: docs/protocol.md).
 void send_report(Reporter& rep, bool extra) {
     if (rep.push == nullptr) return;
-    zone::View z(rep.conf->zone_base);
+    shm::View z(rep.conf->shm_base);
     build_report(z, rep.conf->cpp->table, rep.conf->cpp->id, rep.conf->report_interval, wall_ms(),
                  rep.report);
     const ngx_msec_t now = ngx_current_msec;
@@ -378,7 +378,7 @@ void on_tick(ngx_event_t* ev) noexcept {
 void on_surge_tick(ngx_event_t* ev) noexcept {
     if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
     Reporter& rep = *g_reporter;
-    zone::View z(rep.conf->zone_base);
+    shm::View z(rep.conf->shm_base);
     if (z.header().reporter_pid.load(std::memory_order_relaxed) ==
         static_cast<std::uint32_t>(ngx_pid)) {
         for (std::size_t i = 0; i < rep.dampers.size(); ++i) surge_check(rep, z, i);
@@ -470,7 +470,7 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
     if (ngx_worker != 0) return NGX_OK;
     auto* m =
         static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
-    if (m == nullptr || m->zone_base == nullptr) return NGX_OK;
+    if (m == nullptr || m->shm_base == nullptr) return NGX_OK;
     const Config& c = *m->cpp;
     if (c.collector_endpoint.empty() && c.instruction_endpoints.empty()) return NGX_OK;
     try {
@@ -478,7 +478,7 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
         g_reporter = rep;
         rep->conf = m;
         rep->log = cycle->log;
-        zone::View(m->zone_base).header().reporter_pid.store(static_cast<std::uint32_t>(ngx_pid));
+        shm::View(m->shm_base).header().reporter_pid.store(static_cast<std::uint32_t>(ngx_pid));
         grow_fd_table(cycle);
         rep->ctx = zmq_ctx_new();
         if (rep->ctx == nullptr) throw std::runtime_error(zmq_strerror(errno));

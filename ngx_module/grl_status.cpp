@@ -10,7 +10,7 @@ ngx_int_t status_handler(ngx_http_request_t* r) noexcept {
     ngx_int_t rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) return rc;
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
-    if (m->zone_base == nullptr) {
+    if (m->shm_base == nullptr) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "grl_status: no \"grl_zone\" configured");
         return NGX_HTTP_NOT_FOUND;
     }
@@ -21,11 +21,11 @@ ngx_int_t status_handler(ngx_http_request_t* r) noexcept {
     std::string body;
     try {
         StatusInput in;
-        zone::View z(m->zone_base);
+        shm::View z(m->shm_base);
         in.zone = &z;
         in.table = &m->cpp->table;
         in.id = m->cpp->id;
-        in.zone_name = to_std(m->zone_name);
+        in.shm_name = to_std(m->shm_name);
         in.now_ms = ngx_current_msec;
         in.ttl_ms = m->instruction_ttl;
         in.reporting = !m->cpp->collector_endpoint.empty();

@@ -59,19 +59,19 @@ ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
                 (static_cast<std::uint64_t>(ngx_worker) << 48));
     auto* m =
         static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
-    if (m && m->zone_base) {
-        zone::View z(m->zone_base);
+    if (m && m->shm_base) {
+        shm::View z(m->shm_base);
         z.activate(m->config_gen);
         // Until this worker exits, no reload frees a slot its configuration uses.
         if (!z.register_worker(static_cast<std::uint32_t>(ngx_pid), m->config_gen, pid_alive)) {
             ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
                           "grl: the zone's worker registry is full (%ui entries): slots of "
                           "buckets this worker counts are protected for one reload only",
-                          static_cast<ngx_uint_t>(zone::kWorkerRegs));
+                          static_cast<ngx_uint_t>(shm::kWorkerRegs));
         }
         m->cpp->matcher.count_limit_hits_in(
             &z.header()
-                 .worker[static_cast<std::uint32_t>(ngx_worker) % zone::kWorkerSlots]
+                 .worker[static_cast<std::uint32_t>(ngx_worker) % shm::kWorkerSlots]
                  .regex_limit_hits);
     }
     return reporter_start(cycle);
@@ -82,8 +82,8 @@ void exit_process(ngx_cycle_t* cycle) noexcept {
     if (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE) return;
     auto* m =
         static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
-    if (m && m->zone_base)
-        zone::View(m->zone_base).unregister_worker(static_cast<std::uint32_t>(ngx_pid));
+    if (m && m->shm_base)
+        shm::View(m->shm_base).unregister_worker(static_cast<std::uint32_t>(ngx_pid));
 }
 
 ngx_http_module_t module_ctx = {

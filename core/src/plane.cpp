@@ -32,7 +32,7 @@ namespace {
 constexpr std::uint64_t kStuckClaimMs = 1000;
 
 // The sequence value claimed, or 0 when another live writer holds the lock.
-std::uint32_t claim_runtime_def(zone::RuntimeDef& d, std::uint64_t now_ms) {
+std::uint32_t claim_runtime_def(shm::RuntimeDef& d, std::uint64_t now_ms) {
     std::uint32_t s = d.seq.load(std::memory_order_acquire);
     for (;;) {
         if ((s & 1) == 0) {
@@ -50,20 +50,20 @@ std::uint32_t claim_runtime_def(zone::RuntimeDef& d, std::uint64_t now_ms) {
     }
 }
 
-void release_runtime_def(zone::RuntimeDef& d, std::uint32_t mine) {
+void release_runtime_def(shm::RuntimeDef& d, std::uint32_t mine) {
     d.seq.compare_exchange_strong(mine, mine + 1, std::memory_order_release,
                                   std::memory_order_relaxed);
 }
 
 // Writes a claimed definition.
-void fill_runtime_def(zone::RuntimeDef& d, const std::string& name, const wire::RuntimeMatch& m) {
+void fill_runtime_def(shm::RuntimeDef& d, const std::string& name, const wire::RuntimeMatch& m) {
     std::atomic_thread_fence(std::memory_order_release);
     std::memset(d.name, 0, sizeof(d.name));
     std::memcpy(d.name, name.data(), std::min(name.size(), kMaxNameLen));
-    d.caller_len = static_cast<std::uint8_t>(std::min(m.caller.size(), zone::kMaxRuntimeValue));
+    d.caller_len = static_cast<std::uint8_t>(std::min(m.caller.size(), shm::kMaxRuntimeValue));
     std::memcpy(d.caller, m.caller.data(), d.caller_len);
     d.procedure_len =
-        static_cast<std::uint8_t>(std::min(m.procedure.size(), zone::kMaxRuntimeValue));
+        static_cast<std::uint8_t>(std::min(m.procedure.size(), shm::kMaxRuntimeValue));
     std::memcpy(d.procedure, m.procedure.data(), d.procedure_len);
     d.caller_kind = static_cast<std::uint8_t>(m.caller_kind);
     d.procedure_kind = static_cast<std::uint8_t>(m.procedure_kind);
@@ -71,7 +71,7 @@ void fill_runtime_def(zone::RuntimeDef& d, const std::string& name, const wire::
     d.in_use = 1;
 }
 
-wire::RuntimeMatch match_of(const zone::RuntimeDef& d) {
+wire::RuntimeMatch match_of(const shm::RuntimeDef& d) {
     wire::RuntimeMatch m;
     m.caller.assign(d.caller, d.caller_len);
     m.caller_kind = static_cast<MatchKind>(d.caller_kind);
@@ -84,11 +84,11 @@ wire::RuntimeMatch match_of(const zone::RuntimeDef& d) {
 // Finds or creates the run-time definition for `in`; returns its bucket slot, or -1 when
 // there is no free definition or another reporter is writing the definitions right now
 // (the control plane sends the same entry again next interval).
-int runtime_slot_for(const zone::View& z, const wire::Instruction& in, std::uint64_t now_ms) {
-    zone::Header& h = z.header();
+int runtime_slot_for(const shm::View& z, const wire::Instruction& in, std::uint64_t now_ms) {
+    shm::Header& h = z.header();
     int free_def = -1;
-    for (std::uint32_t i = 0; i < zone::kRuntimeSlots; ++i) {
-        zone::RuntimeDef& d = h.runtime[i];
+    for (std::uint32_t i = 0; i < shm::kRuntimeSlots; ++i) {
+        shm::RuntimeDef& d = h.runtime[i];
         std::uint32_t before = d.seq.load(std::memory_order_acquire);
         if ((before & 1) != 0) {
             // Locked: another reporter writes it now, or a dead one left it mid-write, its
@@ -125,14 +125,14 @@ int runtime_slot_for(const zone::View& z, const wire::Instruction& in, std::uint
         return -1;
     }
     auto i = static_cast<std::uint32_t>(free_def);
-    zone::RuntimeDef& d = h.runtime[i];
+    shm::RuntimeDef& d = h.runtime[i];
     const std::uint32_t mine = claim_runtime_def(d, now_ms);
     if (mine == 0 || d.in_use) {  // another reporter took this definition first
         if (mine) release_runtime_def(d, mine);
         return -1;
     }
     z.reset_slot(z.runtime_slot(i));
-    zone::BucketSlot& s = z.slot(z.runtime_slot(i));
+    shm::BucketSlot& s = z.slot(z.runtime_slot(i));
     std::memcpy(s.name, in.name.data(), std::min(in.name.size(), kMaxNameLen));
     s.in_use = 1;
     fill_runtime_def(d, in.name, in.match);
@@ -143,12 +143,12 @@ int runtime_slot_for(const zone::View& z, const wire::Instruction& in, std::uint
 
 }  // namespace
 
-std::vector<RuntimeBucket> load_runtime(const zone::View& z, std::uint64_t& gen) {
-    zone::Header& h = z.header();
+std::vector<RuntimeBucket> load_runtime(const shm::View& z, std::uint64_t& gen) {
+    shm::Header& h = z.header();
     std::vector<RuntimeBucket> out;
     gen = h.runtime_gen.load(std::memory_order_acquire);
-    for (std::uint32_t i = 0; i < zone::kRuntimeSlots; ++i) {
-        const zone::RuntimeDef& d = h.runtime[i];
+    for (std::uint32_t i = 0; i < shm::kRuntimeSlots; ++i) {
+        const shm::RuntimeDef& d = h.runtime[i];
         for (int attempt = 0; attempt < 1000; ++attempt) {
             std::uint32_t before = d.seq.load(std::memory_order_acquire);
             if (before & 1) continue;
@@ -165,7 +165,7 @@ std::vector<RuntimeBucket> load_runtime(const zone::View& z, std::uint64_t& gen)
             std::atomic_thread_fence(std::memory_order_acquire);
             if (d.seq.load(std::memory_order_relaxed) != before) continue;
             if (in_use) {
-                const zone::BucketSlot& s = z.slot(b.slot);
+                const shm::BucketSlot& s = z.slot(b.slot);
                 b.def.mode = static_cast<Mode>(s.mode.load(std::memory_order_relaxed));
                 b.def.limit_mrps = s.limit_mrps.load(std::memory_order_relaxed);
                 out.push_back(std::move(b));
@@ -176,13 +176,13 @@ std::vector<RuntimeBucket> load_runtime(const zone::View& z, std::uint64_t& gen)
     return out;
 }
 
-std::vector<std::string> expire_runtime(const zone::View& z, std::uint64_t now_ms) {
-    zone::Header& h = z.header();
+std::vector<std::string> expire_runtime(const shm::View& z, std::uint64_t now_ms) {
+    shm::Header& h = z.header();
     std::vector<std::string> removed;
-    for (std::uint32_t i = 0; i < zone::kRuntimeSlots; ++i) {
-        zone::RuntimeDef& d = h.runtime[i];
+    for (std::uint32_t i = 0; i < shm::kRuntimeSlots; ++i) {
+        shm::RuntimeDef& d = h.runtime[i];
         if (!d.in_use) continue;
-        const zone::BucketSlot& s = z.slot(z.runtime_slot(i));
+        const shm::BucketSlot& s = z.slot(z.runtime_slot(i));
         if (now_ms < s.expires_ms.load(std::memory_order_relaxed)) continue;
         const std::uint32_t mine = claim_runtime_def(d, now_ms);
         if (mine == 0) continue;  // another reporter is writing it: next time
@@ -194,15 +194,15 @@ std::vector<std::string> expire_runtime(const zone::View& z, std::uint64_t now_m
     return removed;
 }
 
-std::uint64_t runtime_takeovers(const zone::Header& h) {
+std::uint64_t runtime_takeovers(const shm::Header& h) {
     std::uint64_t n = 0;
-    for (const zone::RuntimeDef& d : h.runtime) n += d.takeovers.load(std::memory_order_relaxed);
+    for (const shm::RuntimeDef& d : h.runtime) n += d.takeovers.load(std::memory_order_relaxed);
     return n;
 }
 
-void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
+void build_report(const shm::View& z, const BucketTable& t, const Identity& id,
                   std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r) {
-    zone::Header& h = z.header();
+    shm::Header& h = z.header();
     r.host = id.host;
     r.zone = id.zone;
     r.region = id.region;
@@ -215,7 +215,7 @@ void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
     r.buckets.reserve(t.defs.size());
     for (std::size_t i = 0; i < t.defs.size(); ++i) {
         const BucketDef& d = t.defs[i];
-        zone::View::Totals tot = z.totals(t.slots[i]);
+        shm::View::Totals tot = z.totals(t.slots[i]);
         wire::ReportBucket b;
         b.name = d.name;
         b.scope = d.scope;
@@ -230,7 +230,7 @@ void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
     std::uint64_t gen = 0;
     for (const RuntimeBucket& rb : load_runtime(z, gen)) {
         if (t.find(rb.def.name) >= 0) continue;  // a configured bucket of that name wins
-        zone::View::Totals tot = z.totals(rb.slot);
+        shm::View::Totals tot = z.totals(rb.slot);
         wire::ReportBucket b;
         b.name = rb.def.name;
         b.scope = rb.def.scope;
@@ -244,7 +244,7 @@ void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
     }
 }
 
-void add_key_rates(const zone::View& z, const BucketTable& t, std::uint64_t now_ms,
+void add_key_rates(const shm::View& z, const BucketTable& t, std::uint64_t now_ms,
                    wire::Report& r) {
     // build_report lists the configured buckets first, in table order.
     for (std::size_t i = 0; i < t.defs.size() && i < r.buckets.size(); ++i) {
@@ -298,10 +298,10 @@ void add_recent(wire::Report& r, const wire::Report& prev, std::uint64_t span_ms
     }
 }
 
-std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
+std::size_t apply_instructions(const shm::View& z, const BucketTable& t,
                                const wire::Instructions& m, std::uint64_t now_ms,
                                std::uint64_t ttl_cap_ms) {
-    zone::Header& h = z.header();
+    shm::Header& h = z.header();
     h.instructions_received.fetch_add(1, std::memory_order_relaxed);
     h.plane_last_ms.store(now_ms, std::memory_order_relaxed);
     std::uint64_t ttl = m.ttl_ms < ttl_cap_ms ? m.ttl_ms : ttl_cap_ms;
@@ -314,7 +314,7 @@ std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
             h.instructions_unknown_bucket.fetch_add(1, std::memory_order_relaxed);
             continue;
         }
-        zone::BucketSlot& s = z.slot(static_cast<std::uint32_t>(slot));
+        shm::BucketSlot& s = z.slot(static_cast<std::uint32_t>(slot));
         bool held_live = now_ms < s.expires_ms.load(std::memory_order_relaxed);
         if (held_live && m.ts_ms < s.issued_ts_ms.load(std::memory_order_relaxed)) continue;
         // Ratio and mode first, expiry last: a reader that sees the new expiry
@@ -338,16 +338,16 @@ std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
     return applied;
 }
 
-zone::PlaneState bucket_state(const zone::BucketSlot& s, std::uint64_t now_ms) {
+shm::PlaneState bucket_state(const shm::BucketSlot& s, std::uint64_t now_ms) {
     std::uint64_t exp = s.expires_ms.load(std::memory_order_relaxed);
-    if (exp == 0) return zone::PlaneState::Waiting;
-    return now_ms < exp ? zone::PlaneState::Active : zone::PlaneState::Expired;
+    if (exp == 0) return shm::PlaneState::Waiting;
+    return now_ms < exp ? shm::PlaneState::Active : shm::PlaneState::Expired;
 }
 
-zone::PlaneState plane_state(const zone::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms) {
+shm::PlaneState plane_state(const shm::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms) {
     std::uint64_t last = z.header().plane_last_ms.load(std::memory_order_relaxed);
-    if (last == 0) return zone::PlaneState::Waiting;
-    return now_ms < last + ttl_ms ? zone::PlaneState::Active : zone::PlaneState::Expired;
+    if (last == 0) return shm::PlaneState::Waiting;
+    return now_ms < last + ttl_ms ? shm::PlaneState::Active : shm::PlaneState::Expired;
 }
 
 namespace {
@@ -374,8 +374,8 @@ std::string ratio_str(std::uint64_t threshold) {
 struct BucketView {
     const BucketDef* def;
     bool runtime;
-    zone::View::Totals tot;
-    zone::PlaneState state;
+    shm::View::Totals tot;
+    shm::PlaneState state;
     std::uint64_t threshold;   // 0 unless active
     std::uint64_t age_ms;      // since the last instruction; 0 when none
     Mode mode;                 // effective
@@ -385,13 +385,13 @@ struct BucketView {
 };
 
 BucketView view_of(const StatusInput& in, const BucketDef& def, std::uint16_t slot, bool runtime) {
-    const zone::BucketSlot& s = in.zone->slot(slot);
+    const shm::BucketSlot& s = in.zone->slot(slot);
     BucketView v;
     v.def = &def;
     v.runtime = runtime;
     v.tot = in.zone->totals(slot);
     v.state = bucket_state(s, in.now_ms);
-    bool active = v.state == zone::PlaneState::Active;
+    bool active = v.state == shm::PlaneState::Active;
     v.threshold = active ? s.threshold.load(std::memory_order_relaxed) : 0;
     std::uint64_t rec = s.received_ms.load(std::memory_order_relaxed);
     v.age_ms = rec && in.now_ms > rec ? in.now_ms - rec : 0;
@@ -417,13 +417,13 @@ std::vector<BucketView> all_views(const StatusInput& in, std::vector<RuntimeBuck
     return views;
 }
 
-std::uint64_t missing_caller(const zone::View& z) {
+std::uint64_t missing_caller(const shm::View& z) {
     std::uint64_t n = 0;
     for (const auto& w : z.header().worker) n += w.missing_caller.load(std::memory_order_relaxed);
     return n;
 }
 
-std::uint64_t regex_limit_hits(const zone::View& z) {
+std::uint64_t regex_limit_hits(const shm::View& z) {
     std::uint64_t n = 0;
     for (const auto& w : z.header().worker) {
         n += w.regex_limit_hits.load(std::memory_order_relaxed);
@@ -524,13 +524,13 @@ void render_keyed_json(const StatusInput& in, const BucketView& v, std::string& 
 }  // namespace
 
 std::string render_status_json(const StatusInput& in) {
-    const zone::Header& h = in.zone->header();
+    const shm::Header& h = in.zone->header();
     std::uint64_t last = h.plane_last_ms.load(std::memory_order_relaxed);
     std::string out;
     out.reserve(512 + in.table->defs.size() * 400);
     append(out, "{\"version\":1,\"host\":\"%s\",\"zone\":\"%s\",\"region\":\"%s\",",
            in.id.host.c_str(), in.id.zone.c_str(), in.id.region.c_str());
-    append(out, "\"shared_zone\":\"%s\",\"epoch\":\"%016llx\",", in.zone_name.c_str(),
+    append(out, "\"shared_zone\":\"%s\",\"epoch\":\"%016llx\",", in.shm_name.c_str(),
            static_cast<unsigned long long>(h.epoch));
     append(out,
            "\"control_plane\":{\"state\":\"%s\",\"reporting\":%s,\"last_instruction_age_ms\":%s,"
@@ -554,7 +554,7 @@ std::string render_status_json(const StatusInput& in) {
            "\"runtime_takeovers\":%llu,\"regex_limit_hits\":%llu,\"worker_registry_full\":%llu,"
            "\"surge_tightened\":%llu,\"surge_eased\":%llu,\"buckets\":[",
            static_cast<unsigned long long>(missing_caller(*in.zone)),
-           h.capacity > zone::kRuntimeSlots ? h.capacity - zone::kRuntimeSlots : 0,
+           h.capacity > shm::kRuntimeSlots ? h.capacity - shm::kRuntimeSlots : 0,
            static_cast<unsigned long long>(h.runtime_rejected.load()),
            static_cast<unsigned long long>(runtime_takeovers(h)),
            static_cast<unsigned long long>(regex_limit_hits(*in.zone)),
@@ -591,7 +591,7 @@ std::string render_status_json(const StatusInput& in) {
 }
 
 std::string render_status_prometheus(const StatusInput& in) {
-    const zone::Header& h = in.zone->header();
+    const shm::Header& h = in.zone->header();
     std::string out;
     out.reserve(1024 + in.table->defs.size() * 900);
     auto family = [&](const char* name, const char* type, const char* help) {
@@ -602,17 +602,17 @@ std::string render_status_prometheus(const StatusInput& in) {
     struct Counter {
         const char* name;
         const char* help;
-        std::uint64_t zone::View::Totals::*field;
+        std::uint64_t shm::View::Totals::*field;
     };
     const Counter counters[] = {
         {"grl_bucket_offered_total", "Requests that matched the bucket.",
-         &zone::View::Totals::offered},
+         &shm::View::Totals::offered},
         {"grl_bucket_admitted_total", "Matched requests that were passed.",
-         &zone::View::Totals::admitted},
+         &shm::View::Totals::admitted},
         {"grl_bucket_dropped_total", "Matched requests that were rejected.",
-         &zone::View::Totals::dropped},
+         &shm::View::Totals::dropped},
         {"grl_bucket_shadow_dropped_total", "Matched requests a shadow bucket would have dropped.",
-         &zone::View::Totals::shadow_dropped},
+         &shm::View::Totals::shadow_dropped},
     };
     std::vector<RuntimeBucket> rt;
     std::vector<BucketView> views = all_views(in, rt);
@@ -643,7 +643,7 @@ std::string render_status_prometheus(const StatusInput& in) {
     family("grl_bucket_ratio_active", "gauge", "1 if the bucket holds an unexpired instruction.");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_ratio_active{bucket=\"%s\"} %d\n", v.def->name.c_str(),
-               v.state == zone::PlaneState::Active ? 1 : 0);
+               v.state == shm::PlaneState::Active ? 1 : 0);
     }
     // Keyed buckets: their key tables, per bucket (never per key: docs/per-key.md).
     const struct {
@@ -677,10 +677,10 @@ std::string render_status_prometheus(const StatusInput& in) {
                    static_cast<unsigned long long>(value));
         }
     }
-    zone::PlaneState ps = plane_state(*in.zone, in.now_ms, in.ttl_ms);
+    shm::PlaneState ps = plane_state(*in.zone, in.now_ms, in.ttl_ms);
     family("grl_control_plane_state", "gauge", "1 for the current control-plane state.");
-    for (zone::PlaneState s :
-         {zone::PlaneState::Waiting, zone::PlaneState::Active, zone::PlaneState::Expired}) {
+    for (shm::PlaneState s :
+         {shm::PlaneState::Waiting, shm::PlaneState::Active, shm::PlaneState::Expired}) {
         append(out, "grl_control_plane_state{state=\"%s\"} %d\n", std::string(to_string(s)).c_str(),
                s == ps ? 1 : 0);
     }

@@ -60,12 +60,12 @@ TEST(KeyedParams, BadValuesNameTheValue) {
 
 // A zone of 4 configurable buckets and, behind it, a key table for slot 0 ("per-key").
 struct KeyedZone : ::testing::Test {
-    static constexpr std::uint32_t kCap = 4 + zone::kRuntimeSlots;
+    static constexpr std::uint32_t kCap = 4 + shm::kRuntimeSlots;
     static constexpr std::uint32_t kKeys = 64;
-    std::size_t zone_bytes = (zone::bytes_for(kCap) + 63) / 64 * 64;
+    std::size_t zone_bytes = (shm::bytes_for(kCap) + 63) / 64 * 64;
     std::unique_ptr<void, decltype(&std::free)> mem{
         std::aligned_alloc(64, zone_bytes + keyed::bytes_for(kKeys)), &std::free};
-    zone::View z{mem.get()};
+    shm::View z{mem.get()};
     BucketTable table;
     Identity id{"h1", "z1", "r1"};
     keyed::Table keys;
@@ -125,10 +125,10 @@ TEST_F(KeyedZone, AKeyedShadowDropOnlyCountsWhatItWouldDrop) {
     const std::uint16_t matched[2] = {table.slots[0], table.slots[1]};
     Prng rng(1);
     Outcome out = decide(z, matched, 2, 0, 1000, rng);
-    KeyedVerdict v{0, keyed::Verdict::Ratio, false, 1, "a", zone::kThresholdOne / 2};
+    KeyedVerdict v{0, keyed::Verdict::Ratio, false, 1, "a", shm::kThresholdOne / 2};
     fold_keyed(z, matched, 2, &v, 1, 0, out);
     EXPECT_EQ(out.decision, Decision::ShadowDrop);
-    EXPECT_EQ(out.threshold, zone::kThresholdOne / 2);
+    EXPECT_EQ(out.threshold, shm::kThresholdOne / 2);
     EXPECT_EQ(z.totals(matched[0]).shadow_dropped, 1u);
     EXPECT_EQ(z.totals(matched[0]).dropped, 0u);
     EXPECT_EQ(z.totals(matched[1]).shadow_dropped, 0u);
@@ -244,7 +244,7 @@ TEST_F(KeyedZone, StatusShowsTheKeyTableAndTopKeysAndPrometheusNoKey) {
     in.zone = &z;
     in.table = &table;
     in.id = id;
-    in.zone_name = "grl";
+    in.shm_name = "grl";
     in.now_ms = 200;
     in.ttl_ms = 5000;
     std::string json = render_status_json(in);

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "grl/prng.h"
-#include "grl/zone_layout.h"
+#include "grl/shm_layout.h"
 
 namespace grl {
 
@@ -34,13 +34,13 @@ struct Outcome {
 // drop; shadow buckets always sample and count would-be drops. Every matched
 // bucket counts the request as offered, and as dropped when it was rejected.
 // `dry_run` (grl_dry_run): every bucket is evaluated as if its mode were shadow.
-inline Outcome decide(const zone::View& z, const std::uint16_t* matched, std::size_t n,
+inline Outcome decide(const shm::View& z, const std::uint16_t* matched, std::size_t n,
                       std::uint32_t worker, std::uint64_t now_ms, Prng& rng, bool dry_run = false) {
     Outcome out;
     if (n == 0) return out;
     out.decision = Decision::Pass;
     for (std::size_t i = 0; i < n; ++i) {
-        zone::BucketSlot& s = z.slot(matched[i]);
+        shm::BucketSlot& s = z.slot(matched[i]);
         if (now_ms >= s.expires_ms.load(std::memory_order_relaxed)) continue;  // fail open
         std::uint64_t t = s.threshold.load(std::memory_order_relaxed);
         if (t == 0) continue;
@@ -64,7 +64,7 @@ inline Outcome decide(const zone::View& z, const std::uint16_t* matched, std::si
     }
     bool drop = out.decision == Decision::Drop;
     for (std::size_t i = 0; i < n; ++i) {
-        zone::WorkerCounters& c = z.counters(matched[i], worker);
+        shm::WorkerCounters& c = z.counters(matched[i], worker);
         c.offered.fetch_add(1, std::memory_order_relaxed);
         if (drop) c.dropped.fetch_add(1, std::memory_order_release);
     }

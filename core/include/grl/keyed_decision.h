@@ -9,7 +9,7 @@
 
 #include "grl/decision.h"
 #include "grl/keyed.h"
-#include "grl/zone_layout.h"
+#include "grl/shm_layout.h"
 
 namespace grl {
 
@@ -31,7 +31,7 @@ struct KeyedVerdict {
 // counted every bucket's offered request already): a deny bucket's drop rejects the request,
 // counted as dropped in every matched bucket, as decide() does; a shadow bucket's drop counts
 // as shadow_dropped in that bucket and makes a passing request a shadow drop.
-inline void fold_keyed(const zone::View& z, const std::uint16_t* matched, std::size_t n,
+inline void fold_keyed(const shm::View& z, const std::uint16_t* matched, std::size_t n,
                        const KeyedVerdict* kv, std::size_t kn, std::uint32_t worker, Outcome& out) {
     bool newly_dropped = false;
     for (std::size_t k = 0; k < kn; ++k) {

@@ -10,7 +10,7 @@
 #include "grl/bucket.h"
 #include "grl/parse.h"
 #include "grl/wire.h"
-#include "grl/zone_layout.h"
+#include "grl/shm_layout.h"
 
 namespace grl {
 
@@ -42,27 +42,26 @@ struct RuntimeBucket {
 
 // Copies the run-time bucket definitions out of the zone (consistent per
 // definition, via their sequence locks); `gen` receives the generation read.
-std::vector<RuntimeBucket> load_runtime(const zone::View& z, std::uint64_t& gen);
+std::vector<RuntimeBucket> load_runtime(const shm::View& z, std::uint64_t& gen);
 
 // Removes run-time buckets whose instruction has expired at `now_ms` (fail
 // open); returns their names. Called by the reporter only.
-std::vector<std::string> expire_runtime(const zone::View& z, std::uint64_t now_ms);
+std::vector<std::string> expire_runtime(const shm::View& z, std::uint64_t now_ms);
 
 // Run-time definitions whose lock a dead writer left held and a reporter took over
 // (status page: runtime_takeovers).
-std::uint64_t runtime_takeovers(const zone::Header& h);
+std::uint64_t runtime_takeovers(const shm::Header& h);
 
 // Fills `r` with the cumulative counters of every configured bucket and of
 // the run-time buckets.
-void build_report(const zone::View& z, const BucketTable& t, const Identity& id,
+void build_report(const shm::View& z, const BucketTable& t, const Identity& id,
                   std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r);
 
 // Adds each keyed bucket's heavy hitters to its entry of `r` (built by build_report just
 // before): the keys whose traffic since the previous call is at least 1/64 of the limit, the
 // `report_keys=` busiest, with their rates on this host over that span (`now_ms`, monotonic);
 // their text is left out with `hash_keys=on`. Called by the reporter only.
-void add_key_rates(const zone::View& z, const BucketTable& t, std::uint64_t now_ms,
-                   wire::Report& r);
+void add_key_rates(const shm::View& z, const BucketTable& t, std::uint64_t now_ms, wire::Report& r);
 
 // Adds to `r` each bucket's counts since `prev` (the reporter's previous report, `span_ms`
 // earlier on the monotonic clock) as `recent`, so that a collector without a baseline for
@@ -75,21 +74,21 @@ void add_recent(wire::Report& r, const wire::Report& prev, std::uint64_t span_ms
 // is not configured define (or update) a run-time bucket. Called by the
 // reporter only (the single writer of instructions). Returns how many entries
 // were applied.
-std::size_t apply_instructions(const zone::View& z, const BucketTable& t,
+std::size_t apply_instructions(const shm::View& z, const BucketTable& t,
                                const wire::Instructions& m, std::uint64_t now_ms,
                                std::uint64_t ttl_cap_ms);
 
 // State of one bucket's instruction at `now_ms`.
-zone::PlaneState bucket_state(const zone::BucketSlot& s, std::uint64_t now_ms);
+shm::PlaneState bucket_state(const shm::BucketSlot& s, std::uint64_t now_ms);
 // State of the control plane as a whole: waiting (never heard), active (a
 // valid message within the TTL), expired.
-zone::PlaneState plane_state(const zone::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms);
+shm::PlaneState plane_state(const shm::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms);
 
 struct StatusInput {
-    const zone::View* zone = nullptr;
+    const shm::View* zone = nullptr;
     const BucketTable* table = nullptr;
     Identity id;
-    std::string zone_name;
+    std::string shm_name;
     std::uint64_t now_ms = 0;
     std::uint64_t ttl_ms = 0;
     bool reporting = false;  // a collector endpoint is configured

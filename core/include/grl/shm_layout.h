@@ -1,5 +1,8 @@
-// The shared-zone layout: plain integers only (no pointers, no floats), so the
-// zone is valid in every worker and survives `nginx -s reload`.
+// The layout of the module's shared-memory zone (`grl_zone`): plain integers only (no
+// pointers, no floats), so the zone is valid in every worker and survives `nginx -s reload`.
+// In code it is `shm` (namespace grl::shm, MainConf::shm_base), as nginx's ngx_shm_zone_t:
+// a bare "zone" is the fleet's availability zone, the one a collector serves
+// (docs/design.md "Words").
 //
 //   [Header][BucketSlot x capacity][WorkerCounters x capacity x kWorkerSlots]
 //
@@ -21,7 +24,7 @@
 #include "grl/keyed.h"
 #include "grl/wire.h"
 
-namespace grl::zone {
+namespace grl::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31656e6f7a6c7267ULL;  // "grlzone1"
 inline constexpr std::uint32_t kLayoutVersion = 4;              // 4: key tables of keyed buckets
@@ -213,4 +216,4 @@ class View {
     char* base_ = nullptr;
 };
 
-}  // namespace grl::zone
+}  // namespace grl::shm

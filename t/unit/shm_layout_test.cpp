@@ -14,16 +14,16 @@
 #include "grl/decision.h"
 #include "grl/plane.h"
 #include "grl/ratio.h"
-#include "grl/zone_layout.h"
+#include "grl/shm_layout.h"
 
 namespace grl {
 namespace {
 
 struct ZoneFixture : ::testing::Test {
-    static constexpr std::uint32_t kCap = 8 + zone::kRuntimeSlots;  // 8 configurable
-    std::unique_ptr<void, decltype(&std::free)> mem{std::aligned_alloc(64, zone::bytes_for(kCap)),
+    static constexpr std::uint32_t kCap = 8 + shm::kRuntimeSlots;  // 8 configurable
+    std::unique_ptr<void, decltype(&std::free)> mem{std::aligned_alloc(64, shm::bytes_for(kCap)),
                                                     &std::free};
-    zone::View z{mem.get()};
+    shm::View z{mem.get()};
     void SetUp() override { z.format(kCap, 42); }
 };
 
@@ -57,10 +57,10 @@ TEST_F(ZoneFixture, FormatThenCompatible) {
 
 TEST(ZoneSizing, CapacityAndBytesAgree) {
     for (std::uint32_t cap : {1u, 10u, 300u})
-        EXPECT_EQ(zone::capacity_for(zone::bytes_for(cap)), cap);
-    EXPECT_EQ(zone::capacity_for(10), 0u);
+        EXPECT_EQ(shm::capacity_for(shm::bytes_for(cap)), cap);
+    EXPECT_EQ(shm::capacity_for(10), 0u);
     // 1 MiB holds a useful number of buckets (documented in docs/directives.md).
-    EXPECT_GE(zone::capacity_for(1 << 20), 400u);
+    EXPECT_GE(shm::capacity_for(1 << 20), 400u);
 }
 
 TEST_F(ZoneFixture, ReloadKeepsSlotsCountersAndRatios) {
@@ -89,8 +89,8 @@ TEST_F(ZoneFixture, OfferedSumsEveryWorkerLineOfOneBucket) {
     std::uint64_t gen = 0;
     ASSERT_EQ(z.assign({"a", "b"}, slots, gen), "");
     z.counters(slots[0], 0).offered = 3;
-    z.counters(slots[0], zone::kWorkerSlots - 1).offered = 4;
-    z.counters(slots[0], zone::kWorkerSlots + 5).offered += 5;  // worker 37 wraps onto line 5
+    z.counters(slots[0], shm::kWorkerSlots - 1).offered = 4;
+    z.counters(slots[0], shm::kWorkerSlots + 5).offered += 5;  // worker 37 wraps onto line 5
     z.counters(slots[0], 0).dropped = 2;
     z.counters(slots[1], 1).offered = 100;
     EXPECT_EQ(z.offered(slots[0]), 12u);
@@ -167,7 +167,7 @@ TEST_F(ZoneFixture, AKilledWorkersEntryIsRecognisedAndReused) {
     // Without a liveness check every registered worker counts as running.
     EXPECT_EQ(z.oldest_running_gen(nullptr), 5u);
     // Fill the registry with running workers; the dead one's entry is reused, then it is full.
-    for (std::uint32_t pid = 10; pid < 10 + zone::kWorkerRegs - 1; ++pid) {
+    for (std::uint32_t pid = 10; pid < 10 + shm::kWorkerRegs - 1; ++pid) {
         g_running.insert(pid);
         ASSERT_TRUE(z.register_worker(pid, 8, fake_alive)) << pid;
     }
@@ -217,7 +217,7 @@ TEST_F(ZoneFixture, TotalsSumWorkersAndDeriveAdmitted) {
     EXPECT_EQ(t.shadow_dropped, 3u);
 }
 
-void set_ratio(zone::View& z, std::uint16_t slot, std::uint32_t ppm, Mode mode,
+void set_ratio(shm::View& z, std::uint16_t slot, std::uint32_t ppm, Mode mode,
                std::uint64_t expires) {
     z.slot(slot).threshold = ppm_to_threshold(ppm);
     z.slot(slot).mode = static_cast<std::uint32_t>(mode);
@@ -415,7 +415,7 @@ TEST_F(PlaneFixture, ReportCarriesTheCountsSinceThePreviousOne) {
 }
 
 TEST_F(PlaneFixture, ApplyFreshestWinsAndTtlIsCapped) {
-    const zone::BucketSlot& s = z.slot(table.slots[0]);
+    const shm::BucketSlot& s = z.slot(table.slots[0]);
     EXPECT_EQ(apply_instructions(z, table, instr(2000, 500000), 100, 10000), 1u);
     EXPECT_EQ(s.expires_ms.load(), 3100u);
     EXPECT_EQ(z.header().instructions_unknown_bucket.load(), 1u);
@@ -432,14 +432,14 @@ TEST_F(PlaneFixture, ApplyFreshestWinsAndTtlIsCapped) {
 }
 
 TEST_F(PlaneFixture, StatesWaitingActiveExpired) {
-    const zone::BucketSlot& s = z.slot(table.slots[0]);
-    EXPECT_EQ(bucket_state(s, 0), zone::PlaneState::Waiting);
-    EXPECT_EQ(plane_state(z, 50, 1000), zone::PlaneState::Waiting);
+    const shm::BucketSlot& s = z.slot(table.slots[0]);
+    EXPECT_EQ(bucket_state(s, 0), shm::PlaneState::Waiting);
+    EXPECT_EQ(plane_state(z, 50, 1000), shm::PlaneState::Waiting);
     apply_instructions(z, table, instr(1, 1), 100, 1000);
-    EXPECT_EQ(bucket_state(s, 500), zone::PlaneState::Active);
-    EXPECT_EQ(plane_state(z, 500, 1000), zone::PlaneState::Active);
-    EXPECT_EQ(bucket_state(s, 1100), zone::PlaneState::Expired);
-    EXPECT_EQ(plane_state(z, 1100, 1000), zone::PlaneState::Expired);
+    EXPECT_EQ(bucket_state(s, 500), shm::PlaneState::Active);
+    EXPECT_EQ(plane_state(z, 500, 1000), shm::PlaneState::Active);
+    EXPECT_EQ(bucket_state(s, 1100), shm::PlaneState::Expired);
+    EXPECT_EQ(plane_state(z, 1100, 1000), shm::PlaneState::Expired);
 }
 
 TEST_F(PlaneFixture, StatusRendersBucketsAndPlane) {
@@ -450,7 +450,7 @@ TEST_F(PlaneFixture, StatusRendersBucketsAndPlane) {
     in.zone = &z;
     in.table = &table;
     in.id = id;
-    in.zone_name = "grl";
+    in.shm_name = "grl";
     in.now_ms = 350;
     in.ttl_ms = 5000;
     std::string j = render_status_json(in);
@@ -519,7 +519,7 @@ TEST_F(RuntimeFixture, MatchDefinesARuntimeBucketEveryWorkerCanLoad) {
     EXPECT_EQ(rt[0].def.procedure.kind, MatchKind::Prefix);
     EXPECT_EQ(rt[0].def.scope, Scope::Region);
     EXPECT_EQ(rt[0].def.limit_mrps, 5000u);
-    EXPECT_GE(rt[0].slot, kCap - zone::kRuntimeSlots) << "run-time buckets use reserved slots";
+    EXPECT_GE(rt[0].slot, kCap - shm::kRuntimeSlots) << "run-time buckets use reserved slots";
     EXPECT_EQ(z.slot(rt[0].slot).threshold.load(), ppm_to_threshold(500000));
 
     // Counted and reported like a configured bucket.
@@ -640,10 +640,10 @@ TEST_F(RuntimeFixture, TwoWritersNeverLeaveATornOrLockedDefinition) {
 
 TEST_F(RuntimeFixture, BoundedNumberOfRuntimeBuckets) {
     std::vector<wire::Instruction> many;
-    for (std::uint32_t i = 0; i <= zone::kRuntimeSlots; ++i) {
+    for (std::uint32_t i = 0; i <= shm::kRuntimeSlots; ++i) {
         many.push_back(runtime_entry("rt" + std::to_string(i), "c", 1000));
     }
-    EXPECT_EQ(apply_instructions(z, table, msg(many), 100, 5000), zone::kRuntimeSlots);
+    EXPECT_EQ(apply_instructions(z, table, msg(many), 100, 5000), shm::kRuntimeSlots);
     EXPECT_EQ(z.header().runtime_rejected.load(), 1u);
     EXPECT_EQ(z.header().instructions_unknown_bucket.load(), 1u);
 }

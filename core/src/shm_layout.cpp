@@ -1,10 +1,10 @@
-#include "grl/zone_layout.h"
+#include "grl/shm_layout.h"
 
 #include <algorithm>
 #include <cstring>
 #include <new>
 
-namespace grl::zone {
+namespace grl::shm {
 
 std::string_view to_string(PlaneState s) {
     switch (s) {
@@ -188,4 +188,4 @@ std::uint64_t View::offered(std::uint32_t bucket) const {
     return n;
 }
 
-}  // namespace grl::zone
+}  // namespace grl::shm
