@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <new>
+#include <stdexcept>
 
 #include "grl/wire.h"
 
@@ -307,19 +308,45 @@ MapReader::MapReader(const msgpack_object& o, const Path& path, std::string& err
                  type_name(o) + " (want map)";
         return;
     }
+    ok_ = check_keys(o);
+}
+
+MapReader::MapReader(const msgpack_object& o, const std::string_view* keys, std::size_t n_keys,
+                     std::string where, std::string& error)
+    : error_(error), keys_(keys), n_keys_(n_keys), where_(std::move(where)) {
+    if (n_keys > kMaxListedKeys) throw std::logic_error("MapReader: too many listed keys");
+    if (o.type != MSGPACK_OBJECT_MAP) {
+        fail(std::string("bad map type ") + type_name(o));
+        return;
+    }
+    ok_ = check_keys(o);
+}
+
+bool MapReader::check_keys(const msgpack_object& o) {
     for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
-        if (o.via.map.ptr[i].key.type != MSGPACK_OBJECT_STR) {
-            fail(std::string(type_name(o.via.map.ptr[i].key)) + " key in map");
-            return;
+        const msgpack_object_kv& kv = o.via.map.ptr[i];
+        if (kv.key.type != MSGPACK_OBJECT_STR) {
+            return fail(std::string(type_name(kv.key)) + " key in map");
+        }
+        const std::string_view key = str_of(kv.key);
+        for (std::size_t k = 0; k < n_keys_; ++k) {
+            if (keys_[k] != key) continue;
+            if (vals_[k] != nullptr) return fail("duplicate key " + quote_key(key));
+            vals_[k] = &kv.val;
+            break;
         }
     }
     map_ = &o;
-    ok_ = true;
+    return true;
 }
 
 bool MapReader::fail(const std::string& what) const {
-    std::string where = path_.render();
     error_ = what;
+    if (keys_ != nullptr) {
+        error_ += where_;
+        return false;
+    }
+    std::string where = path_.render();
     if (!where.empty()) error_ += " in " + where;
     return false;
 }
@@ -327,6 +354,14 @@ bool MapReader::fail(const std::string& what) const {
 bool MapReader::find(std::string_view key, const msgpack_object*& out) const {
     out = nullptr;
     if (map_ == nullptr) return fail("not a map");
+    if (keys_ != nullptr) {  // collected, duplicates refused: a lookup in the list
+        for (std::size_t k = 0; k < n_keys_; ++k) {
+            if (keys_[k] != key) continue;
+            out = vals_[k];
+            return true;
+        }
+        throw std::logic_error("MapReader: key " + std::string(key) + " not listed");
+    }
     for (std::uint32_t i = 0; i < map_->via.map.size; ++i) {
         const msgpack_object_kv& kv = map_->via.map.ptr[i];
         if (str_of(kv.key) != key) continue;
@@ -374,6 +409,13 @@ bool MapReader::str(std::string_view key, std::string& out, std::size_t max_len)
         return fail(quote_key(key) + " longer than " + std::to_string(max_len) + " bytes");
     }
     out.assign(v.data(), v.size());
+    return true;
+}
+
+bool MapReader::str(std::string_view key, std::string_view& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
+    out = str_of(*o);
     return true;
 }
 

@@ -7,6 +7,7 @@
 
 #include <msgpack.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -81,14 +82,23 @@ struct Path {
     std::string render() const;
 };
 
-// Strict typed access to the keys of one map. Every getter returns false with `error` set
-// (naming the key and the path) when the key is missing (required getters), appears twice, or
-// has the wrong type or an invalid value.
+// Strict typed access to the keys of one map: the one map reader of every codec. Every getter
+// returns false with `error` set (naming the key and where the map is) when the key is missing
+// (required getters), appears twice, or has the wrong type or an invalid value.
 class MapReader {
   public:
-    // False (with error) when `o` is not a map or has a non-string key.
+    // False (with error) when `o` is not a map or has a non-string key. Errors end with
+    // " in <path>" (nothing at the top level).
     MapReader(const msgpack_object& o, const Path& path, std::string& error);
+    // The same, for a map whose keys the caller lists: they are collected in one pass, which
+    // also refuses a listed key that appears twice (before any getter runs), and a getter may
+    // ask only for listed keys. Errors end with `where` (e.g. ` in buckets[3]`), which
+    // set_where() changes once more is known (` for bucket "api"`).
+    MapReader(const msgpack_object& o, const std::string_view* keys, std::size_t n_keys,
+              std::string where, std::string& error);
     bool ok() const { return ok_; }
+    void set_where(std::string where) { where_ = std::move(where); }
+    const std::string& where() const { return where_; }  // with listed keys
 
     // The value of `key`, nullptr when absent; false on a duplicate.
     bool find(std::string_view key, const msgpack_object*& out) const;
@@ -97,7 +107,8 @@ class MapReader {
     bool u64(std::string_view key, std::uint64_t& out) const;
     bool boolean(std::string_view key, bool& out) const;
     bool str(std::string_view key, std::string& out, std::size_t max_len) const;
-    bool name(std::string_view key, std::string& out) const;  // valid_name()
+    bool str(std::string_view key, std::string_view& out) const;  // points into the message
+    bool name(std::string_view key, std::string& out) const;      // valid_name()
     // A name or the empty string.
     bool name_or_empty(std::string_view key, std::string& out) const;
     bool scope(std::string_view key, Scope& out) const;
@@ -110,18 +121,25 @@ class MapReader {
     bool opt_bool(std::string_view key, bool& out) const;  // absent: out = false
     bool opt_mode(std::string_view key, std::optional<Mode>& out) const;
 
-    // Sets `error` to "<what> <detail> in <path>" and returns false.
+    // Sets `error` to "<what> in <path>" (or "<what><where>") and returns false.
     bool fail(const std::string& what) const;
     const Path& path() const { return path_; }
 
   private:
     bool get(std::string_view key, msgpack_object_type want, const char* want_name,
              const msgpack_object*& o) const;
+    bool check_keys(const msgpack_object& o);
 
     const msgpack_object* map_ = nullptr;
     Path path_;
     std::string& error_;
     bool ok_ = false;
+    // With listed keys: the keys, each one's value (nullptr: absent), and the error suffix.
+    const std::string_view* keys_ = nullptr;
+    std::size_t n_keys_ = 0;
+    static constexpr std::size_t kMaxListedKeys = 16;
+    std::array<const msgpack_object*, kMaxListedKeys> vals_{};
+    std::string where_;
 };
 
 // "v" == 1 and "type" == want.
