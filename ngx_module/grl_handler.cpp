@@ -151,8 +151,10 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     zone::View z(m->zone_base);
     std::uint32_t worker = static_cast<std::uint32_t>(ngx_worker);
     RequestKey key;
-    key.has_caller = read_source(r, m->caller, key.caller);
-    if (!key.has_caller && (m->caller.cv || m->caller.index >= 0)) {
+    // Without grl_caller there is nothing to read (and read_source is a call, not inlined).
+    const bool caller_set = m->caller.cv != nullptr || m->caller.index >= 0;
+    key.has_caller = caller_set && read_source(r, m->caller, key.caller);
+    if (!key.has_caller && caller_set) {
         z.header().worker[worker % zone::kWorkerSlots].missing_caller.fetch_add(
             1, std::memory_order_relaxed);
         if (m->missing_caller == kMissingValue) {
