@@ -40,8 +40,11 @@ void admit_keys(ngx_http_request_t* r, const MainConf* m, const zone::View& z,
         v.at = static_cast<std::uint16_t>(i);
         v.verdict = t.admit(e, now, rate, kKeyedBurstMs, g_prng.next32());
         v.deny = !dry_run && mode == Mode::Deny;
-        v.threshold =
-            v.verdict == keyed::Verdict::Ratio ? e.threshold.load(std::memory_order_relaxed) : 0;
+        const std::uint64_t key_ratio = e.expires_ms.load(std::memory_order_relaxed) > now
+                                            ? e.threshold.load(std::memory_order_relaxed)
+                                            : 0;
+        v.threshold = v.verdict == keyed::Verdict::Ratio ? key_ratio : 0;
+        v.over = v.verdict != keyed::Verdict::Pass || key_ratio > 0;
         v.key = key.data();
         v.key_len = static_cast<std::uint32_t>(key.size());
         ++out.n;
