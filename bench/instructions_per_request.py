@@ -48,6 +48,7 @@ def count(variant, requests, args, pub):
     # proportion to time, not to requests.
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--separate-threads=yes",
                              "--keep-debuginfo=yes",  # nginx dlcloses the module at exit: keep its lines
+                             "--dump-instr=" + ("yes" if args.instr else "no"),
                              "--callgrind-out-file=" + out,
                              ov.NGINX, "-p", prefix, "-c", path],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -139,6 +140,8 @@ def main():
     ap.add_argument("--module", default=os.path.join(ov.ROOT, "build/ngx_module/ngx_http_grl_module.so"))
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--keep", action="store_true", help="keep the callgrind files")
+    ap.add_argument("--instr", action="store_true",
+                    help="count per instruction (--dump-instr=yes), for bench/callgrind_lines.py")
     ap.add_argument("--variants", default="plain,grl,limit_req",
                     help="comma-separated; also grl_headers (grl with grl_ratelimit_headers on) "
                          "grl_keyed (the matched bucket keyed on $binary_remote_addr) and "
