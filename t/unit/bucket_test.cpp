@@ -151,7 +151,8 @@ TEST(Matcher, AValueWithMorePrefixesThanListsFallsBackToTheLinearScan) {
     for (std::uint16_t i = 20; i < 20 + kMaxMatchesPerRequest; ++i) callers.push_back(i);
     EXPECT_EQ(run(m, path, true, "/x"), callers);  // 20 caller prefixes
     std::uint16_t a[kMaxMatchesPerRequest], b[kMaxMatchesPerRequest];
-    const RequestKey both{path, true, "/" + path.substr(0, 10)};  // 10 + 20 lists
+    const std::string short_path = "/" + path.substr(0, 10);
+    const RequestKey both{path, true, short_path};  // 10 + 20 lists
     const std::size_t na = m.match(both, a, kMaxMatchesPerRequest);
     EXPECT_EQ(V(a, a + na), V(b, b + m.match_linear(both, b, kMaxMatchesPerRequest)));
     EXPECT_EQ(na, kMaxMatchesPerRequest);
