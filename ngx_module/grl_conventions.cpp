@@ -76,7 +76,15 @@ ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx&
         char* np = fields::append_policy(policy, pp, policy + kFieldMax, name, limit_mrps);
         if (np == nullptr) break;
         pp = np;
-        if (!live || s.threshold.load(std::memory_order_relaxed) == 0) continue;
+        // A keyed bucket's own ratio is always 0: what counts is the request's key, over its
+        // limit (a ratio for the key, or this host's local cap, which holds without the
+        // control plane too).
+        const auto bit = static_cast<std::uint16_t>(1U << i);
+        if (ctx.keyed & bit) {
+            if ((ctx.keyed_over & bit) == 0) continue;
+        } else if (!live || s.threshold.load(std::memory_order_relaxed) == 0) {
+            continue;
+        }
         bool decider = ctx.outcome.decision == Decision::Drop && ctx.outcome.decided_by == i;
         std::uint64_t t = decider && ctx.retry_after_s ? ctx.retry_after_s : 1;
         np = fields::append_exhausted(limit, lp, limit + kFieldMax, name, t);
@@ -118,8 +126,9 @@ ngx_int_t send_problem(ngx_http_request_t* r, const RequestCtx& ctx, ngx_uint_t 
     shm::View z(m->shm_base);
     std::string_view name = slot_name(z, ctx.matched[ctx.outcome.decided_by]);
     auto* buf = static_cast<char*>(ngx_pnalloc(r->pool, fields::kProblemMax));
+    const bool per_key = (ctx.keyed >> ctx.outcome.decided_by) & 1;
     char* end = buf ? fields::append_problem(buf, buf + fields::kProblemMax,
-                                             static_cast<unsigned>(status), name)
+                                             static_cast<unsigned>(status), name, per_key)
                     : nullptr;
     if (end == nullptr) return static_cast<ngx_int_t>(status);
     ngx_http_complex_value_t cv;

@@ -38,10 +38,17 @@ void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
         keyed::Entry& e = t.touch(keyed::hash_key(key), key, now);
         KeyedVerdict& v = out.verdicts[out.n];
         v.at = static_cast<std::uint16_t>(i);
-        v.verdict = t.admit(e, now, rate, kKeyedBurstMs, g_prng.next32());
+        // The key's ratio in force, if any. Most keys have none: then nothing is sampled, and
+        // the largest draw keeps a ratio below 1.0 that the reporter sets meanwhile from
+        // dropping this request (decided as if it had come a moment earlier).
+        const std::uint64_t key_ratio = e.expires_ms.load(std::memory_order_relaxed) > now
+                                            ? e.threshold.load(std::memory_order_relaxed)
+                                            : 0;
+        const std::uint32_t draw = key_ratio > 0 ? g_prng.next32() : ~std::uint32_t{0};
+        v.verdict = t.admit(e, now, rate, kKeyedBurstMs, draw);
         v.deny = !dry_run && mode == Mode::Deny;
-        v.threshold =
-            v.verdict == keyed::Verdict::Ratio ? e.threshold.load(std::memory_order_relaxed) : 0;
+        v.threshold = v.verdict == keyed::Verdict::Ratio ? key_ratio : 0;
+        v.over = v.verdict != keyed::Verdict::Pass || key_ratio > 0;
         v.key = key.data();
         v.key_len = static_cast<std::uint32_t>(key.size());
         ++out.n;

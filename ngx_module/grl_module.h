@@ -111,7 +111,12 @@ struct RequestCtx {
     // else the first keyed bucket matched); the bytes are the request's own. len 0: none.
     const char* key;
     std::uint32_t key_len;
+    // Bit i for matched[i]: a keyed bucket, and its key is over its limit (KeyedVerdict::over);
+    // the RateLimit header field and the problem+json body speak of the key's own limit there.
+    std::uint16_t keyed;
+    std::uint16_t keyed_over;
 };
+static_assert(kMaxMatchesPerRequest <= 16, "RequestCtx::keyed holds one bit per matched bucket");
 
 // The keys of the keyed buckets a request matched, and their verdicts (grl_keyed.cpp).
 struct KeyedRequest {

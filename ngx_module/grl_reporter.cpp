@@ -47,6 +47,9 @@ struct Reporter {
     ngx_event_t surge_tick;
     std::vector<surge::Damper> dampers;
     std::vector<surge::State> damper_logged;
+    // Per configured bucket (table order): a keyed bucket's instruction limits keys (one log
+    // line when it starts and one when it stops: log_key_limiting).
+    std::vector<bool> keys_limiting;
     MainConf* conf = nullptr;
     ngx_log_t* log = nullptr;
     std::string buf;      // reused encode buffer
@@ -166,6 +169,41 @@ void feed_dampers(Reporter& rep, const shm::View& z, const wire::Instructions& m
     arm_surge_tick(rep);
 }
 
+void log_keys_stopped(const Reporter& rep, std::size_t i, const char* why) {
+    ngx_log_error(NGX_LOG_NOTICE, rep.log, 0, "grl: bucket \"%s\" stopped limiting keys (%s)",
+                  rep.conf->cpp->table.defs[i].name.c_str(), why);
+}
+
+// One line when a keyed bucket's instruction starts naming keys over their limit, and one when
+// it names none any more (docs/per-key.md): operators see a bucket begin and end limiting
+// keys without a line per request or per message. Entries that lost to a fresher instruction
+// held are not looked at.
+void log_key_limiting(Reporter& rep, const shm::View& z, const wire::Instructions& m) {
+    const BucketTable& t = rep.conf->cpp->table;
+    for (const wire::Instruction& in : m.buckets) {
+        const int i = t.find(in.name);
+        if (i < 0 || static_cast<std::size_t>(i) >= rep.keys_limiting.size()) continue;
+        const auto k = static_cast<std::size_t>(i);
+        const shm::BucketSlot& s = z.slot(t.slots[k]);
+        if (s.received_ms.load(std::memory_order_relaxed) != ngx_current_msec ||
+            s.issued_ts_ms.load(std::memory_order_relaxed) != m.ts_ms) {
+            continue;
+        }
+        bool limiting = rep.keys_limiting[k];
+        const KeyLimiting change = key_limiting(limiting, in);
+        rep.keys_limiting[k] = limiting;
+        if (change == KeyLimiting::Started) {
+            ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
+                          "grl: bucket \"%s\" started limiting keys: %uz key(s) over its limit "
+                          "of %.3f r/s for each key",
+                          t.defs[k].name.c_str(), limited_keys(in),
+                          static_cast<double>(in.limit_mrps) / 1000.0);
+        } else if (change == KeyLimiting::Stopped) {
+            log_keys_stopped(rep, k, "no key over its limit");
+        }
+    }
+}
+
 // Receives every pending instruction message without blocking.
 void drain(Reporter& rep) {
     if (rep.sub == nullptr) return;
@@ -196,6 +234,7 @@ void drain(Reporter& rep) {
         apply_instructions(z, rep.conf->cpp->table, msg, ngx_current_msec,
                            rep.conf->instruction_ttl);
         feed_dampers(rep, z, msg);
+        log_key_limiting(rep, z, msg);
     }
 }
 
@@ -237,6 +276,11 @@ void log_state_changes(Reporter& rep) {
             ngx_log_error(NGX_LOG_NOTICE, rep.log, 0, "grl: bucket \"%s\" ratio %s",
                           t.defs[i].name.c_str(),
                           bs == shm::PlaneState::Active ? "active" : "expired, failing open");
+        }
+        if (bs == shm::PlaneState::Expired && i < rep.keys_limiting.size() &&
+            rep.keys_limiting[i]) {
+            rep.keys_limiting[i] = false;  // the keys' ratios expire with the instruction
+            log_keys_stopped(rep, i, "instruction expired");
         }
     }
 }
@@ -509,6 +553,7 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
             }
             rep->sub_conn = watch_socket(rep->sub, on_sub_readable, cycle->log);
         }
+        rep->keys_limiting.assign(c.table.defs.size(), false);
         rep->tick.handler = on_tick;
         rep->tick.log = cycle->log;
         rep->tick.data = rep;

@@ -309,38 +309,64 @@ void Matcher::build_index() {
     }
 }
 
+inline __attribute__((always_inline)) std::size_t Matcher::probe(Tag exact, Tag prefix,
+                                                                 std::string_view v,
+                                                                 const List** found,
+                                                                 std::size_t n) const {
+    for (const KeyLength& k : lengths_[exact]) {
+        if (k.len < v.size()) continue;
+        if (k.len == v.size() && k.may_match(v)) {
+            if (const List* l = lookup(exact, v.data(), v.size())) {
+                if (n >= kMaxFoundLists) return kMaxFoundLists + 1;
+                found[n++] = l;
+            }
+        }
+        break;
+    }
+    for (const KeyLength& k : lengths_[prefix]) {
+        if (k.len > v.size()) break;
+        if (!k.may_match(v)) continue;
+        const List* l = lookup(prefix, v.data(), k.len);
+        if (l == nullptr) continue;
+        if (n >= kMaxFoundLists) return kMaxFoundLists + 1;
+        found[n++] = l;
+    }
+    return n;
+}
+
 std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_t max) const {
+    if (entries_.size() <= kLinearMatchBuckets) return match_linear(key, out, max);
+    // The lists of the keys the request's values have (each in definition order).
+    const List* found[kMaxFoundLists];
+    std::size_t nf = probe(kProcedureExact, kProcedurePrefix, key.procedure, found, 0);
+    if (key.has_caller && nf <= kMaxFoundLists) {
+        nf = probe(kCallerExact, kCallerPrefix, key.caller, found, nf);
+    }
+    if (nf > kMaxFoundLists) return match_linear(key, out, max);
+    const std::uint64_t caller_head = key.has_caller ? head8(key.caller) : 0;
+    const std::uint64_t procedure_head = head8(key.procedure);
+    std::size_t n = 0;
+    // One list and nothing to scan (the usual case): it is in definition order already, so its
+    // buckets are verified in place, without the copy and the merge below.
+    if (scan_.empty() && nf <= 1) {
+        if (nf == 0) return 0;
+        for (const std::uint16_t i : found[0]->buckets) {
+            if (n == max) break;
+            if (candidate(i, key, caller_head, procedure_head)) out[n++] = i;
+        }
+        return n;
+    }
     std::uint16_t cand[kMaxMatchCandidates];
     std::size_t c = 0;
-    bool overflow = false;
-    if (entries_.size() <= kLinearMatchBuckets) return match_linear(key, out, max);
     auto take_list = [&](const std::vector<std::uint16_t>& list) {
-        for (std::uint16_t i : list) {
-            if (c == kMaxMatchCandidates) {
-                overflow = true;
-                return;
-            }
-            cand[c++] = i;
-        }
+        if (list.size() > kMaxMatchCandidates - c) return false;
+        for (std::uint16_t i : list) cand[c++] = i;
+        return true;
     };
-    auto take = [&](const List* list) {
-        if (list) take_list(list->buckets);
-    };
-    auto probe = [&](Tag exact, Tag prefix, std::string_view v) {
-        for (const KeyLength& k : lengths_[exact]) {
-            if (k.len < v.size()) continue;
-            if (k.len == v.size() && k.may_match(v)) take(lookup(exact, v.data(), v.size()));
-            break;
-        }
-        for (const KeyLength& k : lengths_[prefix]) {
-            if (k.len > v.size()) break;
-            if (k.may_match(v)) take(lookup(prefix, v.data(), k.len));
-        }
-    };
-    probe(kProcedureExact, kProcedurePrefix, key.procedure);
-    if (key.has_caller) probe(kCallerExact, kCallerPrefix, key.caller);
-    take_list(scan_);
-    if (overflow) return match_linear(key, out, max);
+    for (std::size_t f = 0; f < nf; ++f) {
+        if (!take_list(found[f]->buckets)) return match_linear(key, out, max);
+    }
+    if (!take_list(scan_)) return match_linear(key, out, max);
     // Lists are ascending; merging a few short ones by insertion keeps definition order.
     for (std::size_t i = 1; i < c; ++i) {
         const std::uint16_t v = cand[i];
@@ -348,9 +374,6 @@ std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_
         for (; j > 0 && cand[j - 1] > v; --j) cand[j] = cand[j - 1];
         cand[j] = v;
     }
-    const std::uint64_t caller_head = key.has_caller ? head8(key.caller) : 0;
-    const std::uint64_t procedure_head = head8(key.procedure);
-    std::size_t n = 0;
     for (std::size_t k = 0; k < c && n < max; ++k) {
         if (candidate(cand[k], key, caller_head, procedure_head)) out[n++] = cand[k];
     }

@@ -338,6 +338,19 @@ std::size_t apply_instructions(const shm::View& z, const BucketTable& t,
     return applied;
 }
 
+std::size_t limited_keys(const wire::Instruction& in) {
+    std::size_t n = 0;
+    for (const wire::KeyRatio& k : in.keys) n += k.ratio_ppm > 0 ? 1 : 0;
+    return n;
+}
+
+KeyLimiting key_limiting(bool& limiting, const wire::Instruction& in) {
+    const bool now = in.keyed && limited_keys(in) > 0;
+    if (now == limiting) return KeyLimiting::Unchanged;
+    limiting = now;
+    return now ? KeyLimiting::Started : KeyLimiting::Stopped;
+}
+
 shm::PlaneState bucket_state(const shm::BucketSlot& s, std::uint64_t now_ms) {
     std::uint64_t exp = s.expires_ms.load(std::memory_order_relaxed);
     if (exp == 0) return shm::PlaneState::Waiting;

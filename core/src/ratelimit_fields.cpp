@@ -66,7 +66,7 @@ std::string_view problem_title(unsigned status) {
     return status == 503 ? "Temporary Reduced Capacity" : "Quota Exceeded";
 }
 
-char* append_problem(char* p, char* end, unsigned status, std::string_view bucket) {
+char* append_problem(char* p, char* end, unsigned status, std::string_view bucket, bool per_key) {
     p = put(p, end, "{\"type\":\"");
     p = put(p, end, problem_type(status));
     p = put(p, end, "\",\"title\":\"");
@@ -75,7 +75,10 @@ char* append_problem(char* p, char* end, unsigned status, std::string_view bucke
     p = put_uint(p, end, status);
     p = put(p, end, ",\"detail\":\"rejected by bucket ");
     p = put(p, end, bucket);
-    p = put(p, end, ", which is over its fleet-wide limit\",\"violated-policies\":[\"");
+    p = put(p, end,
+            per_key ? ": the request's key is over the bucket's limit for each key"
+                      "\",\"violated-policies\":[\""
+                    : ", which is over its fleet-wide limit\",\"violated-policies\":[\"");
     p = put(p, end, bucket);
     return put(p, end, "\"]}\n");
 }

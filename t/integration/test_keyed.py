@@ -4,6 +4,7 @@ of one-request keys evicts within fixed memory and spares the busy keys; shadow 
 counts; $grl_key in the access log; heavy hitters in reports (bounded); per-key instructions;
 the key table across reloads; configuration errors named by nginx -t."""
 
+import json
 import re
 import subprocess
 import threading
@@ -250,6 +251,102 @@ def test_keyed_instructions_set_a_keys_ratio_and_zero_clears_it(nginx_factory, p
     publisher.set([entry])
     h.wait_until(lambda: top_key(n, "per-key", "A")["ratio"] == 0.0, 10, what="A cleared")
     assert [n.get("/", {"X-Api-Key": "A"}).status for _ in range(5)] == [200] * 5
+
+
+KEYED_CONVENTIONS = """\
+grl_ratelimit_headers on;
+grl_retry_after 2s;
+location /capped/p { grl_problem_json on; empty_gif; }
+location /ratio/p { grl_problem_json on; empty_gif; }
+"""
+PER_KEY_DETAIL = "the request's key is over the bucket's limit for each key"
+
+
+def test_keyed_ratelimit_fields_and_problem_body_speak_of_the_key(nginx_factory, publisher):
+    """For a keyed bucket the RateLimit fields are the key's own: q is each key's limit, and
+    r=0 only for a key over it (its local cap here, or its ratio from the control plane),
+    never for another key of the same bucket; the problem+json body says the key was over."""
+    n = nginx_factory(h.grl_conf(["capped key=$http_x_api_key procedure_prefix=/capped "
+                                  "rate=2r/s keys=64",
+                                  "ratio key=$http_x_api_key procedure_prefix=/ratio "
+                                  "rate=1000r/s keys=64"], publisher=publisher),
+                      location_extra=KEYED_CONVENTIONS)
+    # The local cap, without any control plane: A's first request passes, its next ones in
+    # the same 100 ms are over this host's cap for the key.
+    rs = [n.get("/capped/x", {"X-Api-Key": "A"}) for _ in range(6)]
+    assert [r.status for r in rs].count(429) >= 4, [r.status for r in rs]
+    for r in rs:
+        assert r.headers["ratelimit-policy"] == '"capped";q=2;w=1', r.headers
+        if r.status == 429:
+            assert r.headers["ratelimit"] == '"capped";r=0;t=2', r.headers
+    r = n.get("/capped/p", {"X-Api-Key": "A"})
+    assert r.status == 429 and r.headers["content-type"] == "application/problem+json"
+    body = json.loads(r.body)
+    assert body["detail"] == "rejected by bucket capped: " + PER_KEY_DETAIL, body
+    assert body["violated-policies"] == ["capped"] and "A" not in r.body.decode()
+    # Another key of the same bucket is not over its limit: no RateLimit field.
+    r = n.get("/capped/x", {"X-Api-Key": "B"})
+    assert r.status == 200 and r.headers["ratelimit-policy"] == '"capped";q=2;w=1'
+    assert "ratelimit" not in r.headers, r.headers
+
+    # The control plane's ratio for key C (1.0) and key D (0.5): C rejected, D's passed
+    # requests still say r=0 (the key is over its limit), E untouched.
+    for key in ("C", "D", "E"):
+        assert n.get("/ratio/x", {"X-Api-Key": key}).status == 200
+    hashes = {k: int(top_key(n, "ratio", k)["hash"], 16) for k in ("C", "D")}
+    publisher.set([{"name": "ratio", "ratio_ppm": 0, "limit_mrps": 1000000, "mode": "deny",
+                    "keyed": True, "keys": [[hashes["C"], 1000000], [hashes["D"], 500000]]}])
+    h.wait_until(lambda: top_key(n, "ratio", "D")["ratio_state"] == "active", 10,
+                 what="key D's ratio")
+    r = n.get("/ratio/x", {"X-Api-Key": "C"})
+    assert r.status == 429 and r.headers["ratelimit"] == '"ratio";r=0;t=2', r.headers
+    assert r.headers["ratelimit-policy"] == '"ratio";q=1000;w=1', r.headers
+    r = n.get("/ratio/p", {"X-Api-Key": "C"})
+    assert r.status == 429 and json.loads(r.body)["detail"].endswith(PER_KEY_DETAIL)
+    rs = [n.get("/ratio/x", {"X-Api-Key": "D"}) for _ in range(60)]
+    passed = [r for r in rs if r.status == 200]
+    dropped = [r for r in rs if r.status == 429]
+    assert passed and dropped, [r.status for r in rs]
+    assert {r.headers.get("ratelimit") for r in passed} == {'"ratio";r=0;t=1'}
+    assert {r.headers.get("ratelimit") for r in dropped} == {'"ratio";r=0;t=2'}
+    r = n.get("/ratio/x", {"X-Api-Key": "E"})
+    assert r.status == 200 and "ratelimit" not in r.headers, r.headers
+    # The bucket's own ratio stays 0: a bucket-wide field would have told E it was over.
+    assert n.bucket("ratio")["ratio"] == 0.0
+
+
+def test_keyed_start_and_stop_of_limiting_keys_is_logged_once(nginx_factory, publisher):
+    """One notice when a keyed bucket's instructions start naming keys over their limit and one
+    when they name none any more, however often the instruction is resent (every 0.1 s)."""
+    n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=1000r/s keys=64"],
+                                 publisher=publisher, ttl="1s"))
+    assert n.get("/", {"X-Api-Key": "A"}).status == 200
+    hash_a = int(top_key(n, "per-key", "A")["hash"], 16)
+    entry = {"name": "per-key", "ratio_ppm": 0, "limit_mrps": 50000, "mode": "deny",
+             "keyed": True, "keys": []}
+    started = ('bucket "per-key" started limiting keys: 2 key(s) over its limit of 50.000 r/s '
+               'for each key')
+    stopped = 'bucket "per-key" stopped limiting keys (no key over its limit)'
+    expired = 'bucket "per-key" stopped limiting keys (instruction expired)'
+    publisher.set([dict(entry)])  # keyed, no key over: nothing to say
+    h.wait_ratio(n, "per-key", 0.0)
+    time.sleep(0.5)
+    assert "limiting keys" not in n.error_log()
+    publisher.set([dict(entry, keys=[[hash_a, 400000], [12345, 900000], [777, 0]])])
+    h.wait_until(lambda: started in n.error_log(), 10, what="the started line")
+    time.sleep(0.5)  # five resends
+    publisher.set([dict(entry, keys=[[hash_a, 0]])])
+    h.wait_until(lambda: stopped in n.error_log(), 10, what="the stopped line")
+    time.sleep(0.5)
+    log = n.error_log()
+    assert log.count("started limiting keys") == 1 and log.count(stopped) == 1, log[-3000:]
+    # Limiting again, then the control plane goes silent: the instruction expires (ttl 1s).
+    publisher.set([dict(entry, keys=[[hash_a, 400000]])])
+    h.wait_until(lambda: n.error_log().count("started limiting keys") == 2, 10,
+                 what="the second started line")
+    publisher.clear()
+    h.wait_until(lambda: expired in n.error_log(), 10, what="the expired line")
+    assert n.error_log().count("stopped limiting keys") == 2
 
 
 # -- reloads and configuration errors --------------------------------------------------------

@@ -126,6 +126,38 @@ TEST(Matcher, RespectsMaxMatches) {
     EXPECT_EQ(out[3], 3);
 }
 
+// A value that has more prefix keys than match() keeps lists for (kMaxFoundLists) is matched
+// by the linear scan: defined longest first, so that keeping the first lists found (the
+// shortest prefixes, the last definitions) would answer other buckets.
+TEST(Matcher, AValueWithMorePrefixesThanListsFallsBackToTheLinearScan) {
+    Matcher m;
+    const std::string path(24, 'a');
+    for (int len = 20; len >= 1; --len) {
+        ASSERT_EQ(
+            m.add(make("p" + std::to_string(len), {},
+                       {MatchKind::Prefix, "/" + path.substr(0, static_cast<std::size_t>(len))})),
+            "");
+    }
+    for (int len = 20; len >= 1; --len) {
+        ASSERT_EQ(
+            m.add(make("c" + std::to_string(len),
+                       {MatchKind::Prefix, path.substr(0, static_cast<std::size_t>(len))}, {})),
+            "");
+    }
+    V want;
+    for (std::uint16_t i = 0; i < kMaxMatchesPerRequest; ++i) want.push_back(i);
+    EXPECT_EQ(run(m, "x", true, "/" + path), want);  // 20 procedure prefixes
+    V callers;
+    for (std::uint16_t i = 20; i < 20 + kMaxMatchesPerRequest; ++i) callers.push_back(i);
+    EXPECT_EQ(run(m, path, true, "/x"), callers);  // 20 caller prefixes
+    std::uint16_t a[kMaxMatchesPerRequest], b[kMaxMatchesPerRequest];
+    const std::string short_path = "/" + path.substr(0, 10);
+    const RequestKey both{path, true, short_path};  // 10 + 20 lists
+    const std::size_t na = m.match(both, a, kMaxMatchesPerRequest);
+    EXPECT_EQ(V(a, a + na), V(b, b + m.match_linear(both, b, kMaxMatchesPerRequest)));
+    EXPECT_EQ(na, kMaxMatchesPerRequest);
+}
+
 // The indexed match() against the linear scan (the matcher before the index) and
 // against the definition written out naively: random configurations of up to
 // 600 buckets over a small alphabet, so that values share prefixes, exact values

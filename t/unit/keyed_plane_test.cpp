@@ -110,7 +110,7 @@ TEST_F(KeyedZone, AKeyedDenyDropRejectsAndEveryMatchedBucketCountsIt) {
     Prng rng(1);
     Outcome out = decide(z, matched, 2, 0, 1000, rng);
     ASSERT_EQ(out.decision, Decision::Pass);  // a keyed bucket's own ratio is 0
-    KeyedVerdict v{0, keyed::Verdict::LocalCap, true, 1, "a", 0};
+    KeyedVerdict v{0, keyed::Verdict::LocalCap, true, 1, "a", 0, true};
     fold_keyed(z, matched, 2, &v, 1, 0, out);
     EXPECT_EQ(out.decision, Decision::Drop);
     EXPECT_EQ(out.decided_by, 0);
@@ -125,7 +125,7 @@ TEST_F(KeyedZone, AKeyedShadowDropOnlyCountsWhatItWouldDrop) {
     const std::uint16_t matched[2] = {table.slots[0], table.slots[1]};
     Prng rng(1);
     Outcome out = decide(z, matched, 2, 0, 1000, rng);
-    KeyedVerdict v{0, keyed::Verdict::Ratio, false, 1, "a", shm::kThresholdOne / 2};
+    KeyedVerdict v{0, keyed::Verdict::Ratio, false, 1, "a", shm::kThresholdOne / 2, true};
     fold_keyed(z, matched, 2, &v, 1, 0, out);
     EXPECT_EQ(out.decision, Decision::ShadowDrop);
     EXPECT_EQ(out.threshold, shm::kThresholdOne / 2);
@@ -134,7 +134,7 @@ TEST_F(KeyedZone, AKeyedShadowDropOnlyCountsWhatItWouldDrop) {
     EXPECT_EQ(z.totals(matched[1]).shadow_dropped, 0u);
     // A pass changes nothing.
     Outcome again = decide(z, matched, 2, 0, 1000, rng);
-    KeyedVerdict pass{0, keyed::Verdict::Pass, true, 1, "a", 0};
+    KeyedVerdict pass{0, keyed::Verdict::Pass, true, 1, "a", 0, false};
     fold_keyed(z, matched, 2, &pass, 1, 0, again);
     EXPECT_EQ(again.decision, Decision::Pass);
     EXPECT_EQ(z.totals(matched[0]).dropped, 0u);
@@ -234,6 +234,33 @@ TEST_F(KeyedZone, KeyedInstructionsSetEachKeysRatioWithTheTtlAndZeroClears) {
     EXPECT_EQ(keys.admit(*b, 1700, 64000, kKeyedBurstMs, 0), keyed::Verdict::Pass);
     // a's ratio expires with its TTL: fail open per key.
     EXPECT_EQ(keys.admit(*a, 4001, 64000, kKeyedBurstMs, 0), keyed::Verdict::Pass);
+}
+
+// The reporter's log line when a keyed bucket starts and stops limiting keys: only on the
+// transitions; a key sent with ratio 0 (being cleared) is not limited.
+TEST(KeyLimiting, StartsWithAKeyOverItsLimitAndStopsWhenNoneIs) {
+    wire::Instruction in;
+    in.name = "per-key";
+    in.keyed = true;
+    bool limiting = false;
+    EXPECT_EQ(key_limiting(limiting, in), KeyLimiting::Unchanged);  // no key: not limiting
+    in.keys = {{1, 0}};
+    EXPECT_EQ(limited_keys(in), 0u);
+    EXPECT_EQ(key_limiting(limiting, in), KeyLimiting::Unchanged);
+    in.keys = {{1, 500000}, {2, 0}, {3, 1000000}};
+    EXPECT_EQ(limited_keys(in), 2u);
+    EXPECT_EQ(key_limiting(limiting, in), KeyLimiting::Started);
+    EXPECT_TRUE(limiting);
+    in.keys = {{1, 250000}};
+    EXPECT_EQ(key_limiting(limiting, in), KeyLimiting::Unchanged);  // still limiting: no line
+    in.keys = {{1, 0}};
+    EXPECT_EQ(key_limiting(limiting, in), KeyLimiting::Stopped);
+    EXPECT_FALSE(limiting);
+    EXPECT_EQ(key_limiting(limiting, in), KeyLimiting::Unchanged);
+    in.keys = {{1, 1000}};
+    in.keyed = false;  // a bucket that is no longer keyed limits no key
+    limiting = true;
+    EXPECT_EQ(key_limiting(limiting, in), KeyLimiting::Stopped);
 }
 
 TEST_F(KeyedZone, StatusShowsTheKeyTableAndTopKeysAndPrometheusNoKey) {

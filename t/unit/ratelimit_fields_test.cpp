@@ -66,4 +66,13 @@ TEST(RateLimitFields, ProblemBody) {
     EXPECT_NE(body.find("#temporary-reduced-capacity\",\"title\":\"Temporary Reduced Capacity\""),
               std::string::npos);
     EXPECT_EQ(fields::append_problem(buf, buf + 20, 429, "api"), nullptr);
+    // A keyed bucket: the limit is each key's; the key itself is never written.
+    p = fields::append_problem(buf, buf + sizeof(buf), 429, name, true);
+    ASSERT_NE(p, nullptr) << "kProblemMax too small for the longest name, keyed";
+    body.assign(buf, static_cast<std::size_t>(p - buf));
+    EXPECT_NE(body.find("\"detail\":\"rejected by bucket " + name +
+                        ": the request's key is over the bucket's limit for each key\""),
+              std::string::npos)
+        << body;
+    EXPECT_NE(body.find("\"violated-policies\":[\"" + name + "\"]"), std::string::npos);
 }

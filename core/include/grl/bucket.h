@@ -136,6 +136,11 @@ class Matcher {
     };
     static std::uint64_t hash(Tag tag, const char* data, std::size_t len);
     const List* lookup(Tag tag, const char* data, std::size_t len) const;
+    // Adds to found[n...] the lists of the keys `v` has under `exact` and `prefix` and returns
+    // the new count; kMaxFoundLists + 1 when they do not fit (match() then scans linearly).
+    static constexpr std::size_t kMaxFoundLists = 16;
+    std::size_t probe(Tag exact, Tag prefix, std::string_view v, const List** found,
+                      std::size_t n) const;
     void build_index();
     std::vector<IndexKey> table_;  // open addressing, a power of two
     std::vector<List> lists_;

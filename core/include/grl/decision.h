@@ -34,8 +34,10 @@ struct Outcome {
 // drop; shadow buckets always sample and count would-be drops. Every matched
 // bucket counts the request as offered, and as dropped when it was rejected.
 // `dry_run` (grl_dry_run): every bucket is evaluated as if its mode were shadow.
-inline Outcome decide(const shm::View& z, const std::uint16_t* matched, std::size_t n,
-                      std::uint32_t worker, std::uint64_t now_ms, Prng& rng, bool dry_run = false) {
+inline __attribute__((always_inline)) Outcome decide(const shm::View& z,
+                                                     const std::uint16_t* matched, std::size_t n,
+                                                     std::uint32_t worker, std::uint64_t now_ms,
+                                                     Prng& rng, bool dry_run = false) {
     Outcome out;
     if (n == 0) return out;
     out.decision = Decision::Pass;

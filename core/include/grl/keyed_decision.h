@@ -25,6 +25,9 @@ struct KeyedVerdict {
     std::uint32_t key_len;    // the request's key (for $grl_key and the log)...
     const char* key;          // ...its bytes, the request's own
     std::uint64_t threshold;  // the key's ratio when verdict is Ratio (for $grl_ratio)
+    // The key is over its limit: dropped (ratio or local cap), or passed under a ratio above 0
+    // in force (the RateLimit header field's r=0 for a keyed bucket).
+    bool over;
 };
 
 // Folds the keyed verdicts into `out` (decide()'s result for the same `matched`, which

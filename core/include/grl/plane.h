@@ -69,6 +69,16 @@ void add_key_rates(const shm::View& z, const BucketTable& t, std::uint64_t now_m
 // the span is 0; a bucket that is new, or whose counters went back, gets none.
 void add_recent(wire::Report& r, const wire::Report& prev, std::uint64_t span_ms);
 
+// Whether a keyed bucket limits keys (docs/per-key.md "Ratios per key"): the reporter logs one
+// line when a bucket starts limiting keys (its instruction names a key with a ratio above 0)
+// and one when it stops (no such key any more, or its instruction expired), never per request.
+enum class KeyLimiting : std::uint8_t { Unchanged, Started, Stopped };
+// The keys of a keyed instruction entry with a ratio above 0 (a key sent with ratio 0 is being
+// cleared: it is no longer limited).
+std::size_t limited_keys(const wire::Instruction& in);
+// Updates `limiting` (the bucket's state so far) from the instruction just applied.
+KeyLimiting key_limiting(bool& limiting, const wire::Instruction& in);
+
 // Applies one decoded instruction message received at monotonic `now_ms`.
 // `ttl_cap_ms` is grl_instruction_ttl. Entries with a `match` for a name that
 // is not configured define (or update) a run-time bucket. Called by the

@@ -37,8 +37,11 @@ std::string_view problem_title(unsigned status);
 // Bytes append_problem() writes at most for a bucket name of kMaxNameLen.
 inline constexpr std::size_t kProblemMax = 512;
 
-// Appends the application/problem+json body (RFC 9457) of a request rejected by `bucket`.
-// Returns the new end, or nullptr when it does not fit.
-char* append_problem(char* p, char* end, unsigned status, std::string_view bucket);
+// Appends the application/problem+json body (RFC 9457) of a request rejected by `bucket`;
+// `per_key`: a keyed bucket, whose limit is each key's and which rejected the request's key
+// (the key itself is not written: it may be a credential). Returns the new end, or nullptr
+// when it does not fit.
+char* append_problem(char* p, char* end, unsigned status, std::string_view bucket,
+                     bool per_key = false);
 
 }  // namespace grl::fields
