@@ -25,7 +25,10 @@ struct Window {
     double factor;
     double sigmas;
 };
-inline constexpr std::array<Window, 3> kWindows = {{{50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
+// The 20 ms window (2x) sees a 15x surge on a busy host at the first or second check after
+// it began; the 50 ms one (1.5x) a smaller host's, whose 20 ms hold too few requests.
+inline constexpr std::array<Window, 4> kWindows = {
+    {{20, 2.0, 3}, {50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
 inline constexpr std::size_t kReports = 8;  // report history kept for finding the basis
 // A host whose rate rose since the basis but stays within the instance's whole offered rate
 // in it (x this margin) may be receiving load the balancer moved from other hosts, the total
@@ -76,8 +79,10 @@ class Damper {
     struct Point {
         std::uint64_t ms = 0;
         std::uint64_t offered = 0;
+        double admitted = 0;  // checks only: cumulative, at the ratios this damper applied
     };
     const Point* window_start(std::uint64_t now_ms, std::uint64_t span_ms) const;
+    double pace_to_share(std::uint64_t now_ms, double admitted_total, std::uint64_t span_ms) const;
 
     std::array<Point, kReports> reports_{};  // wall clock
     std::size_t n_reports_ = 0;              // total pushed
