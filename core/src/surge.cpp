@@ -24,7 +24,13 @@ void Damper::on_instruction(const Basis& b) {
     cp_ppm_ = b.ratio_ppm;
     has_basis_ = false;
     const double instance = static_cast<double>(b.offered_mrps) / 1000.0;
-    total_rising_ = previous_instance_rps_ > 0 && instance > kTotalRising * previous_instance_rps_;
+    // A rise seen over several samples (each host's reports fall before or after the surge's
+    // start, so the samples see it in part) stays a rise while O keeps growing: in between,
+    // a host whose own part of the sample is still the old rate would otherwise take its
+    // rise for a shift and let it through at 1 - L / O, from an O that has not caught up.
+    total_rising_ =
+        previous_instance_rps_ > 0 && (instance > kTotalRising * previous_instance_rps_ ||
+                                       (total_rising_ && instance > previous_instance_rps_));
     previous_instance_rps_ = instance;
     if (b.basis_ms == 0 || b.offered_mrps == 0) return;
     // The collector rated this host from its last two reports it had received when it built

@@ -247,3 +247,30 @@ TEST(Surge, WhatTheFirstChecksLetThroughIsPaidBack) {
 
 }  // namespace
 }  // namespace grl::surge
+
+namespace grl::surge {
+namespace {
+
+// A surge the samples see over several ticks: O rises 400 -> 560 (1.4x: rising) -> 650 (only
+// 1.16x, but still rising). This host's part of the last sample is still its old rate (its
+// reports fell before the surge), its rate now 3x that, within O: without the rise going on
+// it would be taken for a load-balancer shift and let through at 1 - L / O (0 here, O < L).
+TEST(Surge, ARiseSeenOverSeveralSamplesIsNoShift) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(0, 800, 400, 100);
+    h.answer(0, 800, 560, 100);
+    h.run(100, 300);
+    h.answer(0, 800, 650, 100);  // the basis: this host 100 r/s of 650, share 123 r/s
+    h.run(200, 300);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_GE(h.ratio / 1e6, 1 - 123.0 / 300 - 0.03);
+    // O stops rising (the same again): a shift is possible again, and 1 - L / O (0) applies.
+    h.answer(0, 800, 650, 100);
+    h.run(100, 300);
+    EXPECT_EQ(h.d.state(), State::Following);
+    EXPECT_EQ(h.ratio, 0u);
+}
+
+}  // namespace
+}  // namespace grl::surge

@@ -35,7 +35,8 @@ inline constexpr std::size_t kReports = 8;  // report history kept for finding t
 // unchanged; only a rate beyond that must be a surge (docs/design.md, "load-balancer shift").
 inline constexpr double kShiftMargin = 1.05;
 // A basis whose instance rate O is this much above the previous basis's says the total is
-// rising: a surge the control plane has begun to see, not a shift; the shares apply.
+// rising: a surge the control plane has begun to see, not a shift; the shares apply, and go
+// on applying while each next basis's O is above the one before.
 inline constexpr double kTotalRising = 1.25;
 inline constexpr std::size_t kChecks = 110;  // check points kept (at 10 ms: 1.09 s)
 
