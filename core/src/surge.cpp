@@ -126,14 +126,15 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
 }
 
 // The fraction of this host's share to admit from now: 1 while every window up to `span_ms`
-// (the one that saw the rise) has admitted at most its share, down to 0 while one has admitted
-// twice its share or more. Not the longer windows: what they admitted before the rise was let
-// through on purpose (the control plane's ratio, or the load-balancer shift's), not late.
+// (the one that saw the rise, at least kPaceSpanMs) has admitted at most its share, down to 0
+// while one has admitted twice its share or more. Not the longer windows: what they admitted
+// before the rise was let through on purpose (the control plane's ratio, or the load-balancer
+// shift's), not late.
 double Damper::pace_to_share(std::uint64_t now_ms, double admitted_total,
                              std::uint64_t span_ms) const {
     double pace = 1.0;
     for (const Window& w : kWindows) {
-        if (w.span_ms > span_ms) break;
+        if (w.span_ms > std::max(span_ms, kPaceSpanMs)) break;
         const Point* from = window_start(now_ms, w.span_ms);
         if (from == nullptr) break;
         const double share = budget_rps_ * static_cast<double>(now_ms - from->ms) / 1000.0;

@@ -25,10 +25,15 @@ struct Window {
     double factor;
     double sigmas;
 };
-// The 20 ms window (2x) sees a 15x surge on a busy host at the first or second check after
-// it began; the 50 ms one (1.5x) a smaller host's, whose 20 ms hold too few requests.
+// The 20 ms window sees a 15x surge on a busy host at the first check after it began, on a
+// smaller one (a tenth of the load) within about two; 1.5x there is still beyond any noise
+// of a host at its share (3 sigmas + 3 requests of 20 ms).
 inline constexpr std::array<Window, 4> kWindows = {
-    {{20, 2.0, 3}, {50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
+    {{20, 1.5, 3}, {50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
+// Tightening pays back what the windows up to the one that saw the rise, and at least the
+// windows up to this span, admitted beyond their share (the checks before it let the rise
+// through): the surge's onset, before the 20 ms window saw it, lies within the 50 ms one.
+inline constexpr std::uint64_t kPaceSpanMs = 50;
 inline constexpr std::size_t kReports = 8;  // report history kept for finding the basis
 // A host whose rate rose since the basis but stays within the instance's whole offered rate
 // in it (x this margin) may be receiving load the balancer moved from other hosts, the total
