@@ -114,6 +114,11 @@ class Nginx:
     """One nginx instance (master + 1 worker) under its own prefix, pinned to SUT_CPU."""
 
     def __init__(self, name, http_body, modules=(), workers=1, error_level="warn"):
+        # GRL_BENCH_NGINX_LOGS=DIR: error logs at notice level (surge damping's state changes,
+        # the control plane's) kept in DIR, one file per nginx, for reading a run afterwards.
+        self.keep_logs = os.environ.get("GRL_BENCH_NGINX_LOGS")
+        if self.keep_logs:
+            error_level = "notice"
         self.name = name
         self.prefix = tempfile.mkdtemp(prefix=f"grl-bench-{name}-")
         os.chmod(self.prefix, 0o755)  # workers run as nobody when we are root
@@ -185,6 +190,10 @@ http {{
 
     def cleanup(self):
         self.stop()
+        if self.keep_logs:
+            os.makedirs(self.keep_logs, exist_ok=True)
+            shutil.copy(os.path.join(self.prefix, "logs", "error.log"),
+                        os.path.join(self.keep_logs, f"{os.path.basename(self.prefix)}.log"))
         shutil.rmtree(self.prefix, ignore_errors=True)
 
 

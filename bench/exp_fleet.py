@@ -9,6 +9,7 @@ A fleet of --hosts nginx frontends (1 worker each) proxies to one backend nginx.
              (grl-collector + grl-controller) at their shipped default intervals; never a
              test publisher here
   grl:250ms  the same with 250 ms intervals (nginx reports, collector, controller)
+  grl:nodamp, grl:250ms:nodamp   the same with surge damping off (grl_surge_damping off;)
 Open-loop load (grl_loadgen) spread unevenly over the hosts (--weights, default 70/10/10/10),
 following one schedule per run:
   base     0.5 L    (the control plane learns the fleet)
@@ -96,6 +97,11 @@ def analyse(lg, backend_series, phases, limit, accuracy_window):
             "settle_s": settle_time(r1, s, e, dt, min(ph["rate"], limit), limit),
             "peak_1s_rps": max(r1[s:e]),
             "peak_100ms_rps": max(ok[s:e]) / dt,
+            # The phase's first second (a surge's: what passed before the control plane knew).
+            "first_1s_admitted_rps": sum(ok[s:min(e, s + round(1.0 / dt))]) / min(secs, 1.0),
+            # Until the last interval with a 429 (0: none); below the limit, how long
+            # legitimate requests were still rejected after a fall.
+            "rejecting_s": max((i - s + 1 for i in range(s, e) if iv[i]["r429"]), default=0) * dt,
             "r429": sum(x["r429"] for x in iv[s:e]),
             "other": sum(x["other"] for x in iv[s:e]),
             "errors": sum(x["errors"] for x in iv[s:e]),
@@ -130,15 +136,20 @@ def backend_per_interval(samples, t0, dt, n):
 
 def one(spec, backend, args, phases, rnd):
     """spec: a variant, or grl:INTERVAL for grl with that interval everywhere (nginx reports,
-    collector, controller)."""
-    variant, _, interval = spec.partition(":")
+    collector, controller); a final :nodamp runs grl with `grl_surge_damping off;`."""
+    variant, *rest = spec.split(":")
+    nodamp = rest[-1:] == ["nodamp"]
+    interval = ":".join(rest[:-1] if nodamp else rest)
     per_host = args.limit / args.hosts if variant == "limit_req" else None
     bucket = bl.Bucket("api", "/api/", args.limit)
     fleet = bl.start_fleet(variant, backend, [bucket], hosts=args.hosts, per_host_rate=per_host,
                            grl_interval=interval or args.grl_interval,
-                           grl_window=args.grl_window)
+                           grl_window=args.grl_window,
+                           grl_extra="grl_surge_damping off;" if nodamp else "")
     if interval:
         fleet.label = f"grl, {interval} intervals"
+    if nodamp:
+        fleet.label += ", surge damping off"
     try:
         weights = [float(w) for w in args.weights.split(",")]
         poller = bl.BackendPoller(backend, 0.1)
@@ -186,7 +197,8 @@ def main(argv=None):
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--weights", default="70,10,10,10")
     ap.add_argument("--variants", default="limit_req,redis,grl,grl:250ms",
-                    help="limit_req, redis, grl, grl:INTERVAL (grl with that interval)")
+                    help="limit_req, redis, grl, grl:INTERVAL (grl with that interval); "
+                         "a final :nodamp turns surge damping off (grl:nodamp, grl:250ms:nodamp)")
     ap.add_argument("--phases", default=DEFAULT_PHASES,
                     help="NAME:MULTIPLE_OF_L:SECONDS,... (names step and surge are analysed)")
     ap.add_argument("--accuracy-window", type=float, default=5)

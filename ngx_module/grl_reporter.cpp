@@ -41,15 +41,19 @@ struct Reporter {
     // rate this host again (test_collector_killed_and_restarted).
     ngx_event_t reconnect_poll;
     bool report_failing = false;  // the last report could not be sent
-    // Surge damping (docs/design.md): one damper per configured bucket (table order),
-    // checked every kSurgeCheckMs while one of them holds a basis; the ratio it applies is
-    // the one decide() reads. None with grl_surge_damping off.
+    // Surge damping (docs/design.md): one damper per configured bucket (table order), then
+    // one per run-time definition (shm::kRuntimeSlots, definition order), checked every
+    // kSurgeCheckMs while one of them holds a basis; the ratio it applies is the one
+    // decide() reads. None with grl_surge_damping off.
     ngx_event_t surge_tick;
     std::vector<surge::Damper> dampers;
     std::vector<surge::State> damper_logged;
     // Per configured bucket (table order): a keyed bucket's instruction limits keys (one log
     // line when it starts and one when it stops: log_key_limiting).
     std::vector<bool> keys_limiting;
+    // The run-time bucket each run-time damper follows ("": none), as of runtime_gen.
+    std::vector<std::string> runtime_names;
+    std::uint64_t runtime_gen = ~std::uint64_t{0};
     MainConf* conf = nullptr;
     ngx_log_t* log = nullptr;
     std::string buf;      // reused encode buffer
@@ -106,17 +110,64 @@ void malformed(Reporter& rep, const std::string& why) {
     }
 }
 
-// Writes the damper's ratio for configured bucket i, while its instruction is active.
-void surge_check(Reporter& rep, const shm::View& z, std::size_t i) {
+// Damper i's bucket: a configured one (table order), then run-time definition i - defs.
+std::uint32_t damper_slot(const Reporter& rep, const shm::View& z, std::size_t i) {
     const BucketTable& t = rep.conf->cpp->table;
-    shm::BucketSlot& s = z.slot(t.slots[i]);
+    return i < t.defs.size() ? t.slots[i]
+                             : z.runtime_slot(static_cast<std::uint32_t>(i - t.defs.size()));
+}
+
+const std::string& damper_name(const Reporter& rep, std::size_t i) {
+    const BucketTable& t = rep.conf->cpp->table;
+    return i < t.defs.size() ? t.defs[i].name : rep.runtime_names[i - t.defs.size()];
+}
+
+// Follows the zone's run-time definitions (reloaded only when their generation changed): a
+// definition that now names another bucket, or none, starts its damper afresh. A run-time
+// definition whose name a configured bucket has is not that bucket's (the configured one
+// wins) and gets no damper.
+void sync_runtime(Reporter& rep, const shm::View& z) {
+    if (rep.runtime_names.empty()) return;  // damping off
+    const std::uint64_t gen = z.header().runtime_gen.load(std::memory_order_acquire);
+    if (gen == rep.runtime_gen) return;
+    const BucketTable& t = rep.conf->cpp->table;
+    std::vector<std::string> names(rep.runtime_names.size());
+    for (const RuntimeBucket& rb : load_runtime(z, rep.runtime_gen)) {
+        const std::size_t i = rb.slot - z.runtime_slot(0);
+        if (i < names.size() && t.find(rb.def.name) < 0) names[i] = rb.def.name;
+    }
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        if (names[i] == rep.runtime_names[i]) continue;
+        rep.dampers[t.defs.size() + i] = surge::Damper{};
+        rep.damper_logged[t.defs.size() + i] = surge::State::NoBasis;
+        rep.runtime_names[i] = std::move(names[i]);
+    }
+}
+
+// Damper of the bucket `name` (configured or run-time), or -1.
+int damper_of(const Reporter& rep, const std::string& name) {
+    const BucketTable& t = rep.conf->cpp->table;
+    const int i = t.find(name);
+    if (i >= 0) return static_cast<std::size_t>(i) < rep.dampers.size() ? i : -1;
+    for (std::size_t k = 0; k < rep.runtime_names.size(); ++k) {
+        if (rep.runtime_names[k] == name) return static_cast<int>(t.defs.size() + k);
+    }
+    return -1;
+}
+
+// Writes damper i's ratio for its bucket, while the bucket's instruction is active.
+void surge_check(Reporter& rep, const shm::View& z, std::size_t i) {
+    const std::string& name = damper_name(rep, i);
+    if (name.empty()) return;  // a free run-time definition
+    const std::uint32_t slot = damper_slot(rep, z, i);
+    shm::BucketSlot& s = z.slot(slot);
     surge::Damper& d = rep.dampers[i];
     const ngx_msec_t now = ngx_current_msec;
     if (now >= s.expires_ms.load(std::memory_order_relaxed)) {
         d.clear();
         return;
     }
-    const std::uint32_t ppm = d.check(now, z.offered(t.slots[i]));
+    const std::uint32_t ppm = d.check(now, z.offered(slot));
     if (d.state() == surge::State::NoBasis) return;  // the control plane's ratio stands
     s.threshold.store(ppm_to_threshold(ppm), std::memory_order_relaxed);
     const surge::State st = d.state();
@@ -129,8 +180,8 @@ void surge_check(Reporter& rep, const shm::View& z, std::size_t i) {
     ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
                   "grl: bucket \"%s\" surge damping %s: offered %.1f r/s here against %.1f r/s "
                   "in the control plane's basis, this host's share %.1f r/s, ratio %.4f",
-                  t.defs[i].name.c_str(), std::string(surge::to_string(st)).c_str(),
-                  d.current_rps(), d.basis_rps(), d.budget_rps(), static_cast<double>(ppm) / 1e6);
+                  name.c_str(), std::string(surge::to_string(st)).c_str(), d.current_rps(),
+                  d.basis_rps(), d.budget_rps(), static_cast<double>(ppm) / 1e6);
 }
 
 // The periodic check runs only while some damper holds a basis: without one (a controller
@@ -148,15 +199,15 @@ void arm_surge_tick(Reporter& rep) {
     ngx_add_timer(&rep.surge_tick, kSurgeCheckMs);
 }
 
-// Gives each configured bucket's damper the instruction just applied (an entry that lost to a
-// fresher one held is not).
+// Gives each bucket's damper (configured or run-time) the instruction just applied (an entry
+// that lost to a fresher one held is not).
 void feed_dampers(Reporter& rep, const shm::View& z, const wire::Instructions& m) {
-    const BucketTable& t = rep.conf->cpp->table;
+    sync_runtime(rep, z);  // the message may have defined run-time buckets
     for (const wire::Instruction& in : m.buckets) {
-        const int i = t.find(in.name);
-        if (i < 0 || static_cast<std::size_t>(i) >= rep.dampers.size()) continue;
+        const int i = damper_of(rep, in.name);
+        if (i < 0) continue;
         const auto k = static_cast<std::size_t>(i);
-        const shm::BucketSlot& s = z.slot(t.slots[k]);
+        const shm::BucketSlot& s = z.slot(damper_slot(rep, z, k));
         if (s.received_ms.load(std::memory_order_relaxed) != ngx_current_msec ||
             s.issued_ts_ms.load(std::memory_order_relaxed) != m.ts_ms) {
             continue;
@@ -351,9 +402,14 @@ void send_report(Reporter& rep, bool extra) {
     if (rep.recent_left > 0) --rep.recent_left;
     rep.buf.clear();
     wire::encode(rep.report, rep.buf);
-    // The report's first buckets are the configured ones, in table order.
-    for (std::size_t i = 0; i < rep.dampers.size() && i < rep.report.buckets.size(); ++i) {
-        rep.dampers[i].on_report(rep.report.ts_ms, rep.report.buckets[i].offered);
+    // The report's first buckets are the configured ones, in table order; the run-time ones
+    // follow, found by name.
+    sync_runtime(rep, z);
+    const std::size_t ndefs = rep.conf->cpp->table.defs.size();
+    for (std::size_t i = 0; i < rep.report.buckets.size() && !rep.dampers.empty(); ++i) {
+        const wire::ReportBucket& b = rep.report.buckets[i];
+        const int k = i < ndefs ? static_cast<int>(i) : damper_of(rep, b.name);
+        if (k >= 0) rep.dampers[static_cast<std::size_t>(k)].on_report(rep.report.ts_ms, b.offered);
     }
     if (!extra) {  // rotate, keeping all three buffers allocated
         std::swap(rep.prev2, rep.prev);
@@ -425,6 +481,7 @@ void on_surge_tick(ngx_event_t* ev) noexcept {
     shm::View z(rep.conf->shm_base);
     if (z.header().reporter_pid.load(std::memory_order_relaxed) ==
         static_cast<std::uint32_t>(ngx_pid)) {
+        sync_runtime(rep, z);
         for (std::size_t i = 0; i < rep.dampers.size(); ++i) surge_check(rep, z, i);
     }
     if (any_basis(rep)) ngx_add_timer(ev, kSurgeCheckMs);  // else feed_dampers re-arms it
@@ -566,8 +623,9 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
         // Damping needs both the instructions' basis and this host's own reports to find
         // its rate in it; the check is armed when a basis arrives (arm_surge_tick).
         if (m->surge_damping && !c.instruction_endpoints.empty() && rep->push != nullptr) {
-            rep->dampers.resize(c.table.defs.size());
-            rep->damper_logged.assign(c.table.defs.size(), surge::State::NoBasis);
+            rep->dampers.resize(c.table.defs.size() + shm::kRuntimeSlots);
+            rep->damper_logged.assign(rep->dampers.size(), surge::State::NoBasis);
+            rep->runtime_names.assign(shm::kRuntimeSlots, std::string());
             rep->surge_tick.handler = on_surge_tick;
             rep->surge_tick.log = cycle->log;
             rep->surge_tick.data = rep;

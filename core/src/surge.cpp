@@ -16,7 +16,7 @@ std::string_view to_string(State s) {
 }
 
 void Damper::on_report(std::uint64_t wall_ms, std::uint64_t offered) {
-    reports_[n_reports_ % kReports] = {wall_ms, offered};
+    reports_[n_reports_ % kReports] = {wall_ms, offered, 0};
     ++n_reports_;
 }
 
@@ -24,7 +24,13 @@ void Damper::on_instruction(const Basis& b) {
     cp_ppm_ = b.ratio_ppm;
     has_basis_ = false;
     const double instance = static_cast<double>(b.offered_mrps) / 1000.0;
-    total_rising_ = previous_instance_rps_ > 0 && instance > kTotalRising * previous_instance_rps_;
+    // A rise seen over several samples (each host's reports fall before or after the surge's
+    // start, so the samples see it in part) stays a rise while O keeps growing: in between,
+    // a host whose own part of the sample is still the old rate would otherwise take its
+    // rise for a shift and let it through at 1 - L / O, from an O that has not caught up.
+    total_rising_ =
+        previous_instance_rps_ > 0 && (instance > kTotalRising * previous_instance_rps_ ||
+                                       (total_rising_ && instance > previous_instance_rps_));
     previous_instance_rps_ = instance;
     if (b.basis_ms == 0 || b.offered_mrps == 0) return;
     // The collector rated this host from its last two reports it had received when it built
@@ -53,7 +59,18 @@ void Damper::clear() {
 }
 
 std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
-    checks_[n_checks_ % kChecks] = {now_ms, offered};
+    // What this host admitted since the last check, at the ratio written then (the request
+    // path applies exactly that ratio until this check writes the next one).
+    double admitted_total = 0;
+    if (n_checks_ > 0) {
+        const Point& last = checks_[(n_checks_ - 1) % kChecks];
+        admitted_total = last.admitted;
+        if (offered >= last.offered) {
+            admitted_total += static_cast<double>(offered - last.offered) *
+                              (1.0 - static_cast<double>(applied_ppm_) / 1e6);
+        }
+    }
+    checks_[n_checks_ % kChecks] = {now_ms, offered, admitted_total};
     ++n_checks_;
     applied_ppm_ = cp_ppm_;
     state_ = has_basis_ ? State::Following : State::NoBasis;
@@ -92,14 +109,39 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
             return applied_ppm_;
         }
         current_rps_ = rate;
-        // The ratio that admits this host's share of the limit at its current rate.
-        const double r = std::clamp(1.0 - budget_rps_ / std::max(current_rps_, 1e-9), 0.0, 1.0);
+        // The ratio that admits this host's share of the limit at its current rate; when
+        // tightening, less while the window has already admitted more than its share: the
+        // checks before this one let the surge through at the old ratio (the detection delay)
+        // and then at a rate the window, still half before the surge, understated. Paying
+        // that back holds the host at its share over the window, not only from now on.
+        const double pace = above ? pace_to_share(now_ms, admitted_total, w.span_ms) : 1.0;
+        const double r =
+            std::clamp(1.0 - pace * budget_rps_ / std::max(current_rps_, 1e-9), 0.0, 1.0);
         const auto share_ppm = static_cast<std::uint32_t>(std::lround(r * 1e6));
         state_ = above ? State::Tightened : State::Eased;
         applied_ppm_ = above ? std::max(cp_ppm_, share_ppm) : std::min(cp_ppm_, share_ppm);
         return applied_ppm_;
     }
     return applied_ppm_;
+}
+
+// The fraction of this host's share to admit from now: 1 while every window up to `span_ms`
+// (the one that saw the rise, at least kPaceSpanMs) has admitted at most its share, down to 0
+// while one has admitted twice its share or more. Not the longer windows: what they admitted
+// before the rise was let through on purpose (the control plane's ratio, or the load-balancer
+// shift's), not late.
+double Damper::pace_to_share(std::uint64_t now_ms, double admitted_total,
+                             std::uint64_t span_ms) const {
+    double pace = 1.0;
+    for (const Window& w : kWindows) {
+        if (w.span_ms > std::max(span_ms, kPaceSpanMs)) break;
+        const Point* from = window_start(now_ms, w.span_ms);
+        if (from == nullptr) break;
+        const double share = budget_rps_ * static_cast<double>(now_ms - from->ms) / 1000.0;
+        const double excess = admitted_total - from->admitted - share;
+        pace = std::min(pace, std::clamp(1.0 - excess / std::max(share, 1e-9), 0.0, 1.0));
+    }
+    return pace;
 }
 
 // The newest check at least `span_ms` before `now_ms`, else the oldest held; null when there

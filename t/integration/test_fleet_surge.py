@@ -11,12 +11,12 @@ L = 100  # r/s, global
 BUCKETS = ["api procedure_prefix=/api rate=%dr/s" % L]
 
 
-def start(made, daemons, extra=""):
+def start(made, daemons, extra="", buckets=BUCKETS):
     ctl = f.Controller(interval="1s", ttl="5s").start()
     daemons.append(ctl)
     col = f.Collector("z1", [ctl], interval="1s").start()
     daemons.append(col)
-    hosts = [f.start_nginx("h%d" % i, "z1", "r1", col, BUCKETS, made, interval="1s", ttl="5s",
+    hosts = [f.start_nginx("h%d" % i, "z1", "r1", col, buckets, made, interval="1s", ttl="5s",
                            extra=extra)
              for i in (1, 2)]
 
@@ -82,6 +82,35 @@ def test_fleet_surge_damping_off_leaves_the_surge_to_the_control_plane():
         assert all("surge damping tightened" not in log for log in logs), logs[0][-2000:]
         assert any("surge damping off" in log for log in logs), logs[0][-2000:]
         assert sum(x.status()["surge_tightened"] for x in n) == 0
+    finally:
+        for x in made:
+            x.cleanup()
+        for d in daemons:
+            d.stop()
+
+
+def test_fleet_surge_on_a_runtime_bucket_is_damped():
+    """A run-time bucket (grlctl add, no nginx.conf entry) is damped like a configured one: the
+    same 15x surge, with the only limit on /api a run-time bucket, admits under 2 L in its
+    first second (its ratio alone, 0 until the control plane has seen the surge, would admit
+    about 7.5 L), and the host logs the run-time bucket's tightening."""
+    made, daemons = [], []
+    try:
+        fl = start(made, daemons, buckets=["other procedure_prefix=/other rate=1000r/s"])
+        n = fl["nginx"]
+        r = f.grlctl(fl["ctl"], "add", "emerg", "--procedure-prefix", "/api",
+                     "--limit", "%dr/s" % L)
+        assert r["ok"] and r["buckets"][0]["runtime"], r
+        f.wait_nginx_bucket(n, "emerg", lambda b: b["runtime"] and b["ratio_state"] == "active", 5)
+        base, first, rest = surge(n)
+        print("run-time bucket: base:", base, "first second of the surge:", first, "then:", rest)
+        assert base["r429"] < 1 and base["errors"] == 0, base
+        assert first["offered"] > 5 * L, ("the generator must have surged", first)
+        assert first["ok"] < 2 * L, ("admitted in the surge's first second", first)
+        assert first["ok"] > 0.5 * L, ("damping must not drop everything", first)
+        logs = [x.error_log() for x in n]
+        assert any('bucket "emerg" surge damping tightened' in log for log in logs), \
+            logs[0][-2000:]
     finally:
         for x in made:
             x.cleanup()

@@ -319,6 +319,17 @@ TEST(Controller, StepResponseOfTheSmoothingWindow) {
         feed(200);
         EXPECT_EQ(feed(220), drop_ratio_ppm(210000, 150000));
         EXPECT_EQ(feed(230), drop_ratio_ppm(225000, 150000));
+        // A step that the samples see over three ticks (the first ones in part): 100 -> 200
+        // is a surge; 280 is not 1.2x the mean (240) but the rise goes on, and so does the
+        // attack, to 300; the first sample not above the one before ends it.
+        feed(100);
+        feed(100);
+        EXPECT_EQ(feed(200),
+                  attack > 0 ? drop_ratio_ppm(200000, 150000) : drop_ratio_ppm(150000, 150000));
+        EXPECT_EQ(feed(280),
+                  attack > 0 ? drop_ratio_ppm(280000, 150000) : drop_ratio_ppm(240000, 150000));
+        EXPECT_EQ(feed(300), attack > 0 ? 500000u : drop_ratio_ppm(290000, 150000));
+        EXPECT_EQ(feed(290), drop_ratio_ppm(295000, 150000));
     }
 }
 

@@ -195,3 +195,82 @@ TEST(Surge, AStepTo1Point5LIsHeldAtTheShareByTheLongWindow) {
 
 }  // namespace
 }  // namespace grl::surge
+
+namespace grl::surge {
+namespace {
+
+// The request path between checks: a host whose offered rate jumps 15x, checked every 10 ms as
+// the reporter does; counts what the ratio written at each check admits until the next one.
+struct Fine {
+    Damper d;
+    std::uint64_t now = 1000;  // monotonic ms; wall clock = now + Host::kWall
+    double offered = 0;
+    double admitted = 0;
+    std::uint32_t ratio = 0;
+
+    void run(std::uint64_t ms, double rps) {
+        for (std::uint64_t t = 0; t < ms; t += 10) {
+            now += 10;
+            offered += rps * 0.010;
+            admitted += rps * 0.010 * (1.0 - ratio / 1e6);
+            if (now % 250 == 0) d.on_report(now + Host::kWall, count());
+            ratio = d.check(now, count());
+        }
+    }
+    std::uint64_t count() const { return static_cast<std::uint64_t>(offered); }
+};
+
+// Issue 11: a 15x surge must admit at most 2 L in any 100 ms. The checks that see the surge
+// come after it began (the old ratio lets it through meanwhile), and the first ratio is
+// computed from a window still mostly before the surge; what that let through is paid back,
+// so the host's first 100 ms stay near its share and its first second at it.
+TEST(Surge, WhatTheFirstChecksLetThroughIsPaidBack) {
+    Fine h;
+    h.run(2000, 350);
+    h.d.on_instruction({0, 1'000'000, 500'000, h.now + Host::kWall - 100});  // share 700 r/s
+    h.run(200, 350);
+    ASSERT_EQ(h.ratio, 0u);
+    const double before = h.admitted;
+    h.run(100, 5250);
+    const double first_100ms = h.admitted - before;
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    // The share is 70 requests per 100 ms; the ratio alone (0) would admit 525; holding the
+    // share only from the check that saw the surge, with the rate the window gives, ~150.
+    EXPECT_LT(first_100ms, 1.5 * 70) << "first 100 ms";
+    EXPECT_GT(first_100ms, 0.5 * 70) << "first 100 ms";
+    h.run(900, 5250);
+    const double first_second = h.admitted - before;
+    EXPECT_NEAR(first_second, 700, 0.1 * 700) << "first second";
+    // Held at the share, no longer paying back: the ratio that admits 700 of 5,250 r/s.
+    EXPECT_NEAR(h.ratio / 1e6, 1 - 700.0 / 5250, 0.03);
+}
+
+}  // namespace
+}  // namespace grl::surge
+
+namespace grl::surge {
+namespace {
+
+// A surge the samples see over several ticks: O rises 400 -> 560 (1.4x: rising) -> 650 (only
+// 1.16x, but still rising). This host's part of the last sample is still its old rate (its
+// reports fell before the surge), its rate now 3x that, within O: without the rise going on
+// it would be taken for a load-balancer shift and let through at 1 - L / O (0 here, O < L).
+TEST(Surge, ARiseSeenOverSeveralSamplesIsNoShift) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(0, 800, 400, 100);
+    h.answer(0, 800, 560, 100);
+    h.run(100, 300);
+    h.answer(0, 800, 650, 100);  // the basis: this host 100 r/s of 650, share 123 r/s
+    h.run(200, 300);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_GE(h.ratio / 1e6, 1 - 123.0 / 300 - 0.03);
+    // O stops rising (the same again): a shift is possible again, and 1 - L / O (0) applies.
+    h.answer(0, 800, 650, 100);
+    h.run(100, 300);
+    EXPECT_EQ(h.d.state(), State::Following);
+    EXPECT_EQ(h.ratio, 0u);
+}
+
+}  // namespace
+}  // namespace grl::surge

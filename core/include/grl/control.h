@@ -198,6 +198,7 @@ struct Instance {
 
     std::deque<Rates> samples;      // the smoothing window, newest last
     bool last_provisional = false;  // the newest sample summed only part of the hosts
+    bool attacking = false;         // fast attack: the newest sample alone sets the ratio
     // Surge-damping basis sent with the ratio (docs/design.md "Surge damping"): the newest
     // sample's offered rate and the wall clock of the oldest zone usage in it (0: none yet).
     double basis_offered_mrps = 0;

@@ -25,14 +25,23 @@ struct Window {
     double factor;
     double sigmas;
 };
-inline constexpr std::array<Window, 3> kWindows = {{{50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
+// The 20 ms window sees a 15x surge on a busy host at the first check after it began, on a
+// smaller one (a tenth of the load) within about two; 1.5x there is still beyond any noise
+// of a host at its share (3 sigmas + 3 requests of 20 ms).
+inline constexpr std::array<Window, 4> kWindows = {
+    {{20, 1.5, 3}, {50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
+// Tightening pays back what the windows up to the one that saw the rise, and at least the
+// windows up to this span, admitted beyond their share (the checks before it let the rise
+// through): the surge's onset, before the 20 ms window saw it, lies within the 50 ms one.
+inline constexpr std::uint64_t kPaceSpanMs = 50;
 inline constexpr std::size_t kReports = 8;  // report history kept for finding the basis
 // A host whose rate rose since the basis but stays within the instance's whole offered rate
 // in it (x this margin) may be receiving load the balancer moved from other hosts, the total
 // unchanged; only a rate beyond that must be a surge (docs/design.md, "load-balancer shift").
 inline constexpr double kShiftMargin = 1.05;
 // A basis whose instance rate O is this much above the previous basis's says the total is
-// rising: a surge the control plane has begun to see, not a shift; the shares apply.
+// rising: a surge the control plane has begun to see, not a shift; the shares apply, and go
+// on applying while each next basis's O is above the one before.
 inline constexpr double kTotalRising = 1.25;
 inline constexpr std::size_t kChecks = 110;  // check points kept (at 10 ms: 1.09 s)
 
@@ -76,8 +85,10 @@ class Damper {
     struct Point {
         std::uint64_t ms = 0;
         std::uint64_t offered = 0;
+        double admitted = 0;  // checks only: cumulative, at the ratios this damper applied
     };
     const Point* window_start(std::uint64_t now_ms, std::uint64_t span_ms) const;
+    double pace_to_share(std::uint64_t now_ms, double admitted_total, std::uint64_t span_ms) const;
 
     std::array<Point, kReports> reports_{};  // wall clock
     std::size_t n_reports_ = 0;              // total pushed
