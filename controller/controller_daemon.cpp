@@ -9,6 +9,7 @@
 #include "grl/daemon/files.h"
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
+#include "grl/usage_reader.h"
 
 namespace grl::controller {
 
@@ -223,7 +224,7 @@ void Daemon::on_usage() {
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) return;
         const control::Clock t = now();
-        if (n != 1 || !wire::decode(frames_[0].view(), zone_usage_, error)) {
+        if (n != 1 || !wire::read_usage(frames_[0].view(), zone_usage_, error)) {
             ++malformed_["zone_usage"];
             malformed_log_.hit(LogLevel::Warn, {},
                                "dropped malformed zone usage: " +
@@ -249,7 +250,9 @@ void Daemon::on_usage() {
         }
         if (!assembled(zone_parts_, zone_usage_, "zone_usage", t)) continue;
         bool early = ctl_.brings_new_rates(zone_usage_, t);
-        control::Accepted a = ctl_.on_zone_usage(zone_usage_, t, &why_);
+        // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
+        // vectors the next read_usage() reuses.
+        control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_);
         if (a == control::Accepted::Yes && early && early_tick_.due(t.mono_ms)) {
             // First rates of a bucket (after a start or a restart): publish now, not at the
             // next tick. Rate-limited to four extra ticks per interval.
@@ -277,7 +280,7 @@ void Daemon::on_peers(Peer& p) {
         control::Clock t = now();
         bool ok = n == 2 && frames_[0].view() == wire::kPeerTopic;
         if (!ok) error = "expected two frames, topic \"grl/p/\" and body";
-        if (ok) ok = wire::decode(frames_[1].view(), region_usage_, error);
+        if (ok) ok = wire::read_usage(frames_[1].view(), region_usage_, error);
         if (!ok) {
             ++malformed_["region_usage"];
             malformed_log_.hit(LogLevel::Warn, {}, "dropped malformed region usage: " + error,
@@ -311,7 +314,7 @@ void Daemon::on_peers(Peer& p) {
         }
         if (!assembled(peer_parts_, region_usage_, "region_usage", t)) continue;
         const std::uint64_t refused_before = ctl_.overrides_rejected();
-        control::Accepted a = ctl_.on_region_usage(region_usage_, t, &why_);
+        control::Accepted a = ctl_.take_region_usage(region_usage_, t, &why_);
         if (a != control::Accepted::Yes)
             ++ignored_[std::string("region_usage/").append(to_string(a))];
         log_refusal(a, t);

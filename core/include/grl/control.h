@@ -229,6 +229,10 @@ class Controller {
     Accepted on_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr);
     Accepted on_region_usage(const wire::RegionUsage& u, const Clock& now,
                              std::string* why = nullptr);
+    // The same, without copying the message: when accepted, `u` is swapped with the usage
+    // held for its sender (the caller's next message reuses that storage); else unchanged.
+    Accepted take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr);
+    Accepted take_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why = nullptr);
 
     // Replaces the limits file's content (the loader validated it). `file` is for status.
     void set_limits(Limits l, const Clock& now);
@@ -284,12 +288,22 @@ class Controller {
     std::uint64_t keys_refused() const { return keys_refused_; }
 
   private:
+    struct LastRated {
+        std::string name;
+        std::uint64_t offered_mrps = 0;
+        std::uint64_t admitted_mrps = 0;
+        std::uint64_t dropped_mrps = 0;
+        std::uint64_t shadow_dropped_mrps = 0;
+        std::uint64_t rated_hosts = 0;
+        std::uint64_t mono = 0;  // when it was received
+    };
     struct ZoneEntry {
         wire::ZoneUsage usage;
         std::uint64_t recv_mono = 0;
         // The last rated entry of each bucket: stands in for a bucket none of whose hosts has
-        // a rate yet (a restarted collector needs two reports per host), for a while.
-        std::map<std::string, std::pair<wire::UsageBucket, std::uint64_t>> last_rated;
+        // a rate yet (a restarted collector needs two reports per host), for a while. Sorted
+        // by name, merged with each new usage in one pass (usage entries come sorted).
+        std::vector<LastRated> last_rated;
     };
     struct PeerEntry {
         wire::RegionUsage usage;
@@ -358,6 +372,10 @@ class Controller {
 
     const Instance* find_instance(std::string_view bucket, Scope scope,
                                   std::string_view zone) const;
+    void stand_in(ZoneEntry& e, const Clock& now);
+    Accepted check_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) const;
+    Accepted check_region_usage(const wire::RegionUsage& u, const Clock& now, std::string* why);
+    void keep_region_usage(wire::RegionUsage& u, const Clock& now);  // swapped into the table
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
     bool peer_fresh(const PeerEntry& p, const Clock& now) const;
     bool override_active(const wire::Override& o, const Clock& now) const;
@@ -377,6 +395,8 @@ class Controller {
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick
     Instances instances_;
+    std::vector<LastRated> last_rated_scratch_;  // stand_in()'s, kept for its capacity
+    std::vector<std::size_t> order_scratch_;
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
     std::uint64_t fresh_hosts_ = 0;
