@@ -304,10 +304,12 @@ class Controller {
         // a rate yet (a restarted collector needs two reports per host), for a while. Sorted
         // by name, merged with each new usage in one pass (usage entries come sorted).
         std::vector<LastRated> last_rated;
+        std::vector<std::uint32_t> order;  // of usage.buckets by name; empty when in order
     };
     struct PeerEntry {
         wire::RegionUsage usage;
         std::uint64_t recv_mono = 0;
+        std::vector<std::uint32_t> order;  // as in ZoneEntry
     };
 
     // The steps of tick(), in the order it runs them, and the state passed between them.
@@ -315,12 +317,13 @@ class Controller {
         std::vector<const ZoneEntry*> zones;             // this region's fresh zones, by name
         std::map<std::string, const PeerEntry*> remote;  // other regions: the freshest peer
     };
-    struct BucketUsage {  // aggregate(): one bucket's entries among the inputs
+    struct BucketUsage {        // aggregate(): one bucket's entries among the inputs
+        std::string_view name;  // into the inputs or the override and limits tables
         std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
         std::vector<const wire::UsageBucket*> remote;
         std::vector<wire::DefinitionCount> fleet_defs;  // every region's hosts
     };
-    using Usage = std::map<std::string, BucketUsage>;  // by bucket name
+    using Usage = std::vector<BucketUsage>;  // sorted by bucket name
     struct BucketRule {  // bucket_rule(): what applies to every instance of a bucket
         Scope scope = Scope::Global;
         const wire::Override* active_override = nullptr;  // in force
@@ -347,14 +350,14 @@ class Controller {
 
     Inputs gather(const Clock& now, std::vector<Event>& events);
     void expire_overrides(const Clock& now, std::vector<Event>& events);
-    Usage aggregate(const Inputs& in, const Clock& now) const;
-    std::optional<BucketRule> bucket_rule(const std::string& name, const BucketUsage& u,
+    const Usage& aggregate(const Inputs& in, const Clock& now);
+    std::optional<BucketRule> bucket_rule(std::string_view name, const BucketUsage& u,
                                           const Clock& now) const;
-    void sample_zones(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+    void sample_zones(std::string_view name, const BucketUsage& u, const BucketRule& rule,
                       const Inputs& in, const Clock& now, std::vector<Event>& events);
-    void sample_wide(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+    void sample_wide(std::string_view name, const BucketUsage& u, const BucketRule& rule,
                      const Clock& now, std::vector<Event>& events);
-    void update_instance(const std::string& name, const std::string& zone, const BucketRule& rule,
+    void update_instance(std::string_view name, const std::string& zone, const BucketRule& rule,
                          Sample&& s, const Clock& now, std::vector<Event>& events);
     // How long hosts may go on reporting a removed run-time bucket: nginx drops it one TTL
     // after its last instruction, then a report, a collector and a controller interval pass.
@@ -396,7 +399,7 @@ class Controller {
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick
     Instances instances_;
     std::vector<LastRated> last_rated_scratch_;  // stand_in()'s, kept for its capacity
-    std::vector<std::size_t> order_scratch_;
+    Usage usage_;                                // aggregate()'s, kept for its capacity
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
     std::uint64_t fresh_hosts_ = 0;
