@@ -253,10 +253,23 @@ void Daemon::on_usage() {
         // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
         // vectors the next read_usage() reuses.
         control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_);
-        if (a == control::Accepted::Yes && early && early_tick_.due(t.mono_ms)) {
+        if (a == control::Accepted::Yes && early) {
             // First rates of a bucket (after a start or a restart): publish now, not at the
-            // next tick. Rate-limited to four extra ticks per interval.
-            tick();
+            // next tick. Rate-limited to four extra ticks per interval, and to a 40th of the
+            // time (a tick of a large fleet is long: EarlyTick).
+            const bool was_deferring = early_tick_.deferring();
+            if (early_tick_.due(t.mono_ms, tick_last_us_)) {
+                if (was_deferring) {
+                    daemon::log_info("early ticks again: the last tick took " +
+                                     std::to_string(tick_last_us_ / 1000) + " ms");
+                }
+                tick();
+            } else if (early_tick_.deferring() && !was_deferring) {
+                daemon::log_warn("early ticks deferred: the last tick took " +
+                                 std::to_string(tick_last_us_ / 1000) +
+                                 " ms, and early ticks may take at most a 40th of the time "
+                                 "(new rates wait for the next tick)");
+            }
         }
         if (a != control::Accepted::Yes) {
             ++ignored_[std::string("zone_usage/").append(to_string(a))];
@@ -1093,6 +1106,11 @@ void Daemon::scale_metrics(daemon::MetricsText& m) const {
              "CPU time the controller's thread spent in ticks (divided by the ticks: a tick's "
              "cost, without the time other processes ran).");
     m.sample("grl_controller_tick_cpu_seconds_total", static_cast<double>(tick_cpu_us_) / 1e6);
+    m.family("grl_controller_early_ticks_deferred_total", "counter",
+             "Early ticks (a zone usage with a bucket's first rates) not taken because the "
+             "last tick was long: early ticks take at most a 40th of the time.");
+    m.sample("grl_controller_early_ticks_deferred_total",
+             static_cast<double>(early_tick_.deferred()));
     m.family("grl_controller_tick_last_seconds", "gauge", "Duration of the last tick.");
     m.sample("grl_controller_tick_last_seconds", static_cast<double>(tick_last_us_) / 1e6);
     m.family("grl_controller_tick_max_seconds", "gauge",
