@@ -170,6 +170,12 @@ std::optional<Scope> resolve_scope(const std::vector<wire::DefinitionCount>& def
 
 void merge_definitions(std::vector<wire::DefinitionCount>& into,
                        const std::vector<wire::DefinitionCount>& add) {
+    // Called per bucket and zone every tick (a million times at 50 zones x 10,000 buckets):
+    // most often every host of the fleet reports one definition.
+    if (into.size() == 1 && add.size() == 1 && into[0].def == add[0].def) {
+        into[0].hosts = sat_add(into[0].hosts, add[0].hosts);
+        return;
+    }
     for (const auto& a : add) {
         bool found = false;
         for (auto& d : into) {
@@ -185,7 +191,6 @@ void merge_definitions(std::vector<wire::DefinitionCount>& into,
         if (x.hosts != y.hosts) return x.hosts > y.hosts;
         return x.def < y.def;
     };
-    // Called per bucket and zone every tick: most often one definition, already in order.
     if (!std::is_sorted(into.begin(), into.end(), before))
         std::sort(into.begin(), into.end(), before);
 }
