@@ -823,17 +823,22 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
         u.name = min;
         u.own.clear();
         u.remote.clear();
+        u.own_defs.clear();
         u.fleet_defs.clear();
+        // Zones' lists come first: this region's definitions, then the fleet's from them.
         for (List* l : at_min) {
             const wire::UsageBucket& b = *l->at();
             if (l->zone) {
                 u.own.emplace_back(l->zone, &b);
+                merge_definitions(u.own_defs, b.definitions);
             } else {
+                if (u.remote.empty()) u.fleet_defs = u.own_defs;
                 u.remote.push_back(&b);
+                merge_definitions(u.fleet_defs, b.definitions);
             }
-            merge_definitions(u.fleet_defs, b.definitions);
             ++l->pos;
         }
+        if (u.remote.empty()) u.fleet_defs = u.own_defs;
     }
     usage_.resize(n);
     return usage_;
@@ -936,9 +941,9 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
         // of their usages bounds which of its own reports a host finds in the sample.
         s.basis_ms = s.basis_ms == 0 ? z->usage.ts_ms : std::min(s.basis_ms, z->usage.ts_ms);
         s.own_hosts = sat_add(s.own_hosts, b->hosts);
-        if (!global) merge_definitions(s.domain, b->definitions);
     }
     s.hosts = s.own_hosts;
+    if (!global) s.domain = u.own_defs;
     if (global) {
         for (const wire::UsageBucket* b : u.remote) {
             add(*b);
@@ -983,7 +988,7 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
     inst.tick = tick_;
     inst.hosts = s.hosts;
     inst.own_hosts = s.own_hosts;
-    inst.own_zones = std::move(s.own_zones);
+    inst.own_zones.assign(s.own_zones.begin(), s.own_zones.end());  // strings' storage kept
     // A run-time bucket that lost its definition while hosts still report it: it is not a
     // bucket of nginx.conf, whatever the hosts' definitions say, until they drop it.
     // Past the grace, a name still reported is a bucket of nginx.conf by that name now.
@@ -1296,8 +1301,8 @@ wire::RegionUsage Controller::region_usage(const Inputs& in, const Usage& usage,
             u.shadow_dropped_mrps = sat_add(u.shadow_dropped_mrps, b->shadow_dropped_mrps);
             u.hosts = sat_add(u.hosts, b->hosts);
             u.rated_hosts = sat_add(u.rated_hosts, b->rated_hosts);
-            merge_definitions(u.definitions, b->definitions);
         }
+        u.definitions = a.own_defs;
         if (u.definitions.size() > wire::kMaxDefinitions)
             u.definitions.resize(wire::kMaxDefinitions);
         // A keyed bucket's keys, summed over the region's zones (peers sum them for global

@@ -321,6 +321,7 @@ class Controller {
         std::string_view name;  // into the inputs or the override and limits tables
         std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
         std::vector<const wire::UsageBucket*> remote;
+        std::vector<wire::DefinitionCount> own_defs;    // this region's hosts
         std::vector<wire::DefinitionCount> fleet_defs;  // every region's hosts
     };
     using Usage = std::vector<BucketUsage>;  // sorted by bucket name
@@ -339,7 +340,7 @@ class Controller {
         std::uint64_t hosts = 0;
         std::uint64_t own_hosts = 0;
         std::vector<wire::DefinitionCount> domain;  // the hosts that vote on the definition
-        std::vector<std::string> own_zones;
+        std::vector<std::string_view> own_zones;    // into the zone table
         std::vector<wire::KeyRate> keys;  // a keyed bucket's keys summed over the instance
     };
     struct Before {  // an instance's state before this tick, for announce()
