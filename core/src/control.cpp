@@ -825,10 +825,32 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
         u.remote.clear();
         u.own_defs.clear();
         u.fleet_defs.clear();
+        u.own_sums = u.remote_sums = BucketUsage::Sums{};
+        u.basis_ms = 0;
         // Zones' lists come first: this region's definitions, then the fleet's from them.
         for (List* l : at_min) {
             const wire::UsageBucket& b = *l->at();
+            BucketUsage::Sums& sums = l->zone ? u.own_sums : u.remote_sums;
+            if (b.hosts > 0 && b.rated_hosts == 0) {
+                ++sums.missing;
+            } else {
+                add_rates(sums.rated, b);
+                ++sums.rated_n;
+            }
+            sums.incomplete += b.rated_hosts < b.hosts;
+            sums.hosts = sat_add(sums.hosts, b.hosts);
+            sums.offered = sat_add(sums.offered, b.offered_mrps);
+            sums.admitted = sat_add(sums.admitted, b.admitted_mrps);
+            sums.dropped = sat_add(sums.dropped, b.dropped_mrps);
+            sums.shadow_dropped = sat_add(sums.shadow_dropped, b.shadow_dropped_mrps);
+            sums.rated_hosts = sat_add(sums.rated_hosts, b.rated_hosts);
+            sums.keys = sums.keys || !b.keys.empty();
             if (l->zone) {
+                // The hosts that apply an instance's ratio here reported to these zones: the
+                // oldest of their usages bounds which of its own reports a host finds in the
+                // sample (sample_wide).
+                const std::uint64_t ts = l->zone->usage.ts_ms;
+                u.basis_ms = u.basis_ms == 0 ? ts : std::min(u.basis_ms, ts);
                 u.own.emplace_back(l->zone, &b);
                 merge_definitions(u.own_defs, b.definitions);
             } else {
@@ -925,30 +947,27 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
                              const Clock& now, std::vector<Event>& events) {
     const bool global = rule.scope == Scope::Global;
     Sample s;
-    std::size_t rated = 0, missing = 0, incomplete = 0;
-    auto add = [&](const wire::UsageBucket& b) {
-        if (unrated(b)) {
-            ++missing;
-        } else {
-            add_rates(s.sum, b);
-            ++rated;
-        }
-        incomplete += partial(b);
+    // The sums aggregate() took: unrated entries are left out (and counted), so that an
+    // unknown part of the usage is never counted as zero.
+    auto add = [](Rates& into, const Rates& r) {
+        into.offered += r.offered;
+        into.admitted += r.admitted;
+        into.dropped += r.dropped;
+        into.shadow_dropped += r.shadow_dropped;
     };
-    for (const auto& [z, b] : u.own) {
-        add(*b);
-        // The hosts that apply this instance's ratio here reported to these zones: the oldest
-        // of their usages bounds which of its own reports a host finds in the sample.
-        s.basis_ms = s.basis_ms == 0 ? z->usage.ts_ms : std::min(s.basis_ms, z->usage.ts_ms);
-        s.own_hosts = sat_add(s.own_hosts, b->hosts);
-    }
+    add(s.sum, u.own_sums.rated);
+    std::size_t rated = u.own_sums.rated_n, missing = u.own_sums.missing,
+                incomplete = u.own_sums.incomplete;
+    s.basis_ms = u.basis_ms;
+    s.own_hosts = u.own_sums.hosts;
     s.hosts = s.own_hosts;
     if (!global) s.domain = u.own_defs;
     if (global) {
-        for (const wire::UsageBucket* b : u.remote) {
-            add(*b);
-            s.hosts = sat_add(s.hosts, b->hosts);
-        }
+        add(s.sum, u.remote_sums.rated);
+        rated += u.remote_sums.rated_n;
+        missing += u.remote_sums.missing;
+        incomplete += u.remote_sums.incomplete;
+        s.hosts = sat_add(s.hosts, u.remote_sums.hosts);
         s.domain = u.fleet_defs;  // a global bucket's hosts are the fleet's
     }
     s.has_usage = !u.own.empty() || (global && !u.remote.empty());
@@ -957,10 +976,12 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
     if (s.has_usage && rated == 0 && !s.hold && !rule.match) return;
     s.provisional = incomplete > 0;
     std::vector<const std::vector<wire::KeyRate>*> key_lists;
-    for (const auto& [z, b] : u.own) {
-        if (!b->keys.empty()) key_lists.push_back(&b->keys);
+    if (u.own_sums.keys) {
+        for (const auto& [z, b] : u.own) {
+            if (!b->keys.empty()) key_lists.push_back(&b->keys);
+        }
     }
-    if (global) {
+    if (global && u.remote_sums.keys) {
         for (const wire::UsageBucket* b : u.remote) {
             if (!b->keys.empty()) key_lists.push_back(&b->keys);
         }
@@ -1294,14 +1315,12 @@ wire::RegionUsage Controller::region_usage(const Inputs& in, const Usage& usage,
         if (a.own.empty()) continue;
         wire::UsageBucket u;
         u.name = a.name;
-        for (const auto& [z, b] : a.own) {
-            u.offered_mrps = sat_add(u.offered_mrps, b->offered_mrps);
-            u.admitted_mrps = sat_add(u.admitted_mrps, b->admitted_mrps);
-            u.dropped_mrps = sat_add(u.dropped_mrps, b->dropped_mrps);
-            u.shadow_dropped_mrps = sat_add(u.shadow_dropped_mrps, b->shadow_dropped_mrps);
-            u.hosts = sat_add(u.hosts, b->hosts);
-            u.rated_hosts = sat_add(u.rated_hosts, b->rated_hosts);
-        }
+        u.offered_mrps = a.own_sums.offered;  // summed by aggregate()
+        u.admitted_mrps = a.own_sums.admitted;
+        u.dropped_mrps = a.own_sums.dropped;
+        u.shadow_dropped_mrps = a.own_sums.shadow_dropped;
+        u.hosts = a.own_sums.hosts;
+        u.rated_hosts = a.own_sums.rated_hosts;
         u.definitions = a.own_defs;
         if (u.definitions.size() > wire::kMaxDefinitions)
             u.definitions.resize(wire::kMaxDefinitions);
