@@ -185,8 +185,11 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
     if (it == sets_.end()) {
         if (sets_.size() >= max_sources_) return PartResult::Full;
         Set s;
+        // The head without the part's buckets (thousands: not copied only to be cleared).
+        std::vector<UsageBucket> buckets;
+        buckets.swap(m.buckets);
         s.head = m;
-        s.head.buckets.clear();
+        m.buckets.swap(buckets);
         clear_head_extra(s.head);
         s.first_ms = now_ms;
         s.have.assign(m.parts, false);
