@@ -9,6 +9,7 @@
 #include "grl/daemon/files.h"
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
+#include "grl/usage_reader.h"
 
 namespace grl::controller {
 
@@ -223,7 +224,7 @@ void Daemon::on_usage() {
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) return;
         const control::Clock t = now();
-        if (n != 1 || !wire::decode(frames_[0].view(), zone_usage_, error)) {
+        if (n != 1 || !wire::read_usage(frames_[0].view(), zone_usage_, error)) {
             ++malformed_["zone_usage"];
             malformed_log_.hit(LogLevel::Warn, {},
                                "dropped malformed zone usage: " +
@@ -249,11 +250,26 @@ void Daemon::on_usage() {
         }
         if (!assembled(zone_parts_, zone_usage_, "zone_usage", t)) continue;
         bool early = ctl_.brings_new_rates(zone_usage_, t);
-        control::Accepted a = ctl_.on_zone_usage(zone_usage_, t, &why_);
-        if (a == control::Accepted::Yes && early && early_tick_.due(t.mono_ms)) {
+        // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
+        // vectors the next read_usage() reuses.
+        control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_);
+        if (a == control::Accepted::Yes && early) {
             // First rates of a bucket (after a start or a restart): publish now, not at the
-            // next tick. Rate-limited to four extra ticks per interval.
-            tick();
+            // next tick. Rate-limited to four extra ticks per interval, and to a 40th of the
+            // time (a tick of a large fleet is long: EarlyTick).
+            const bool was_deferring = early_tick_.deferring();
+            if (early_tick_.due(t.mono_ms, tick_last_us_)) {
+                if (was_deferring) {
+                    daemon::log_info("early ticks again: the last tick took " +
+                                     std::to_string(tick_last_us_ / 1000) + " ms");
+                }
+                tick();
+            } else if (early_tick_.deferring() && !was_deferring) {
+                daemon::log_warn("early ticks deferred: the last tick took " +
+                                 std::to_string(tick_last_us_ / 1000) +
+                                 " ms, and early ticks may take at most a 40th of the time "
+                                 "(new rates wait for the next tick)");
+            }
         }
         if (a != control::Accepted::Yes) {
             ++ignored_[std::string("zone_usage/").append(to_string(a))];
@@ -277,7 +293,7 @@ void Daemon::on_peers(Peer& p) {
         control::Clock t = now();
         bool ok = n == 2 && frames_[0].view() == wire::kPeerTopic;
         if (!ok) error = "expected two frames, topic \"grl/p/\" and body";
-        if (ok) ok = wire::decode(frames_[1].view(), region_usage_, error);
+        if (ok) ok = wire::read_usage(frames_[1].view(), region_usage_, error);
         if (!ok) {
             ++malformed_["region_usage"];
             malformed_log_.hit(LogLevel::Warn, {}, "dropped malformed region usage: " + error,
@@ -311,7 +327,7 @@ void Daemon::on_peers(Peer& p) {
         }
         if (!assembled(peer_parts_, region_usage_, "region_usage", t)) continue;
         const std::uint64_t refused_before = ctl_.overrides_rejected();
-        control::Accepted a = ctl_.on_region_usage(region_usage_, t, &why_);
+        control::Accepted a = ctl_.take_region_usage(region_usage_, t, &why_);
         if (a != control::Accepted::Yes)
             ++ignored_[std::string("region_usage/").append(to_string(a))];
         log_refusal(a, t);
@@ -1090,6 +1106,11 @@ void Daemon::scale_metrics(daemon::MetricsText& m) const {
              "CPU time the controller's thread spent in ticks (divided by the ticks: a tick's "
              "cost, without the time other processes ran).");
     m.sample("grl_controller_tick_cpu_seconds_total", static_cast<double>(tick_cpu_us_) / 1e6);
+    m.family("grl_controller_early_ticks_deferred_total", "counter",
+             "Early ticks (a zone usage with a bucket's first rates) not taken because the "
+             "last tick was long: early ticks take at most a 40th of the time.");
+    m.sample("grl_controller_early_ticks_deferred_total",
+             static_cast<double>(early_tick_.deferred()));
     m.family("grl_controller_tick_last_seconds", "gauge", "Duration of the last tick.");
     m.sample("grl_controller_tick_last_seconds", static_cast<double>(tick_last_us_) / 1e6);
     m.family("grl_controller_tick_max_seconds", "gauge",

@@ -1,7 +1,7 @@
 // Writes the seed corpus of the fuzz harnesses (fuzz/corpus/): one valid message of every
 // kind, encoded by the real encoders, and sample operator text. Run by .ci/fuzz and
 // bench/fuzz.sh before fuzzing, so that the seeds always follow the current protocol.
-//   grl_fuzz_seeds DIR   -> DIR/wire/*, DIR/report_reader/*, DIR/text/*
+//   grl_fuzz_seeds DIR   -> DIR/wire/*, DIR/report_reader/*, DIR/usage/*, DIR/text/*
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -140,6 +140,22 @@ int main(int argc, char** argv) {
     out.clear();
     wire::encode(zu, out);
     put(root / "wire", "zone_usage", 2, out);
+    // The usage reader's seeds (selector: even zone_usage, odd region_usage): the message
+    // with a keyed bucket (read by wire::decode), one without (the fast path), and a part.
+    put(root / "usage", "zone_usage_keyed", 0, out);
+    {
+        wire::ZoneUsage plain = zu;
+        plain.buckets.pop_back();
+        std::string b;
+        wire::encode(plain, b);
+        put(root / "usage", "zone_usage", 0, b);
+        plain.host_names.clear();
+        plain.part = 1;
+        plain.parts = 2;
+        b.clear();
+        wire::encode(plain, b);
+        put(root / "usage", "zone_usage_part", 0, b);
+    }
 
     wire::RegionUsage ru;
     ru.source = "ctl-r2";
@@ -169,6 +185,15 @@ int main(int argc, char** argv) {
     out.clear();
     wire::encode(ru, out);
     put(root / "wire", "region_usage", 3, out);
+    put(root / "usage", "region_usage_overrides", 1, out);
+    {
+        wire::RegionUsage plain = ru;
+        plain.buckets.pop_back();
+        plain.overrides.clear();
+        std::string b;
+        wire::encode(plain, b);
+        put(root / "usage", "region_usage", 1, b);
+    }
 
     wire::AdminRequest q;
     q.seq = 1;

@@ -38,9 +38,17 @@ from scale import cpu_seconds, memory_kb  # noqa: E402
 
 
 def metrics(addr):
-    """Like scale.py's, with a long timeout: a saturated controller answers late."""
+    """Like scale.py's, with a long timeout and three tries: a saturated controller answers
+    late, or cuts a long answer (http.client.IncompleteRead)."""
     out = {}
-    text = urllib.request.urlopen("http://%s/metrics" % addr, timeout=60).read().decode()
+    for attempt in range(3):
+        try:
+            text = urllib.request.urlopen("http://%s/metrics" % addr, timeout=60).read().decode()
+            break
+        except Exception:  # noqa: BLE001 - retried, then raised
+            if attempt == 2:
+                raise
+            time.sleep(0.5)
     for line in text.splitlines():
         if line and not line.startswith("#") and line.startswith("grl_controller_"):
             m = re.match(r'^(\w+)(\{.*\})? (\S+)$', line)

@@ -143,7 +143,13 @@ bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
     out.buckets.clear();
     out.buckets.reserve(total);
     for (auto& b : s.buckets) std::move(b.begin(), b.end(), std::back_inserter(out.buckets));
-    // Each part's names are unique (the decoder checks); across parts only here.
+    // Each part's names are unique (the decoder checks); across parts only here. Senders sort
+    // the buckets and cut them into runs: names strictly ascending prove them unique without
+    // the sort (at 10,000 buckets a sort per set was a tenth of the controller's intake).
+    bool ascending = true;
+    for (std::size_t i = 1; i < out.buckets.size() && ascending; ++i)
+        ascending = out.buckets[i - 1].name < out.buckets[i].name;
+    if (ascending) return true;
     std::vector<std::string_view> names;
     names.reserve(total);
     for (const UsageBucket& b : out.buckets) names.emplace_back(b.name);
@@ -179,8 +185,11 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
     if (it == sets_.end()) {
         if (sets_.size() >= max_sources_) return PartResult::Full;
         Set s;
+        // The head without the part's buckets (thousands: not copied only to be cleared).
+        std::vector<UsageBucket> buckets;
+        buckets.swap(m.buckets);
         s.head = m;
-        s.head.buckets.clear();
+        m.buckets.swap(buckets);
         clear_head_extra(s.head);
         s.first_ms = now_ms;
         s.have.assign(m.parts, false);

@@ -463,6 +463,44 @@ TEST(Controller, UnratedUsageNeverPublishesAFalseZero) {
     EXPECT_EQ(inst(fresh, "api")->samples.size(), 1u);  // no sample taken while unknown
 }
 
+// take_zone_usage() keeps the message without a copy (the daemon's intake) and stands in for
+// unrated entries as on_zone_usage() does, whatever the order of the entries; a bucket absent
+// from one usage keeps its last rated entry for the next.
+TEST(Controller, TakenUsageStandsInForUnratedEntriesInAnyOrder) {
+    Fleet f;
+    Controller c(opts());
+    auto unrated = [](wire::UsageBucket b) {
+        b.offered_mrps = b.admitted_mrps = 0;
+        b.rated_hosts = 0;
+        return b;
+    };
+    wire::ZoneUsage first = zu("z1", {ub("c", 300, 2), ub("a", 200, 2), ub("b", 400, 2)}, f.now);
+    ASSERT_EQ(c.take_zone_usage(first, f.now), Accepted::Yes);
+    EXPECT_TRUE(first.buckets.empty());  // the zone's previous usage: none
+    c.tick(f.now);
+    EXPECT_EQ(ratio(c, "a"), drop_ratio_ppm(200000, 100000));
+    f.advance(1000);
+    // Unsorted, "b" absent, "a" and "c" unrated: the last rates stand in.
+    wire::ZoneUsage second = zu("z1", {unrated(ub("c", 0, 2)), unrated(ub("a", 0, 2))}, f.now);
+    ASSERT_EQ(c.take_zone_usage(second, f.now), Accepted::Yes);
+    EXPECT_EQ(second.buckets.size(), 3u);  // swapped: the first usage came back
+    c.tick(f.now);
+    EXPECT_EQ(ratio(c, "a"), drop_ratio_ppm(200000, 100000));
+    EXPECT_EQ(ratio(c, "c"), drop_ratio_ppm(300000, 100000));
+    f.advance(1000);
+    // "b" comes back unrated: its entry of two usages ago stands in.
+    wire::ZoneUsage third = zu("z1", {unrated(ub("b", 0, 2)), ub("a", 200, 2)}, f.now);
+    ASSERT_EQ(c.take_zone_usage(third, f.now), Accepted::Yes);
+    TickOutput out = c.tick(f.now);
+    ASSERT_NE(entry(out, Scope::Global, "b"), nullptr);
+    EXPECT_EQ(entry(out, Scope::Global, "b")->ratio_ppm, drop_ratio_ppm(400000, 100000));
+    // A refused message is left as it was.
+    wire::ZoneUsage late = zu("z1", {ub("a", 900, 2)}, f.now);
+    late.ts_ms -= 5000;
+    EXPECT_EQ(c.take_zone_usage(late, f.now), Accepted::Older);
+    EXPECT_EQ(late.buckets.size(), 1u);
+}
+
 TEST(Controller, DisagreeingHostsAreResolvedCountedAndLogged) {
     Fleet f;
     Controller c(opts());

@@ -39,5 +39,25 @@ TEST(EarlyTick, AtMostFourExtraTicksAnInterval) {
     EXPECT_EQ(ticks, 4);
 }
 
+// A tick of 30 ms (50 zones x 10,000 buckets): early ticks at least 1.2 s apart, so that
+// they take at most a 40th of the loop; the refusals are counted.
+TEST(EarlyTick, ALongTickDefersEarlyTicks) {
+    EarlyTick t(250);
+    EXPECT_TRUE(t.due(1000, 30000));
+    EXPECT_FALSE(t.due(1050, 30000));  // within a quarter interval: not a deferral
+    EXPECT_EQ(t.deferred(), 0u);
+    EXPECT_FALSE(t.due(1300, 30000));
+    EXPECT_TRUE(t.deferring());
+    int ticks = 0;
+    for (std::uint64_t ms = 1300; ms < 3700; ms += 10) ticks += t.due(ms, 30000) ? 1 : 0;
+    EXPECT_EQ(ticks, 2);  // at 2200 and 3400
+    EXPECT_GT(t.deferred(), 100u);
+    // Short ticks again: four an interval.
+    ticks = 0;
+    for (std::uint64_t ms = 4000; ms < 4250; ms += 10) ticks += t.due(ms, 500) ? 1 : 0;
+    EXPECT_EQ(ticks, 4);
+    EXPECT_FALSE(t.deferring());
+}
+
 }  // namespace
 }  // namespace grl

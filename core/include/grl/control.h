@@ -230,6 +230,10 @@ class Controller {
     Accepted on_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr);
     Accepted on_region_usage(const wire::RegionUsage& u, const Clock& now,
                              std::string* why = nullptr);
+    // The same, without copying the message: when accepted, `u` is swapped with the usage
+    // held for its sender (the caller's next message reuses that storage); else unchanged.
+    Accepted take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr);
+    Accepted take_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why = nullptr);
 
     // Replaces the limits file's content (the loader validated it). `file` is for status.
     void set_limits(Limits l, const Clock& now);
@@ -285,16 +289,28 @@ class Controller {
     std::uint64_t keys_refused() const { return keys_refused_; }
 
   private:
+    struct LastRated {
+        std::string name;
+        std::uint64_t offered_mrps = 0;
+        std::uint64_t admitted_mrps = 0;
+        std::uint64_t dropped_mrps = 0;
+        std::uint64_t shadow_dropped_mrps = 0;
+        std::uint64_t rated_hosts = 0;
+        std::uint64_t mono = 0;  // when it was received
+    };
     struct ZoneEntry {
         wire::ZoneUsage usage;
         std::uint64_t recv_mono = 0;
         // The last rated entry of each bucket: stands in for a bucket none of whose hosts has
-        // a rate yet (a restarted collector needs two reports per host), for a while.
-        std::map<std::string, std::pair<wire::UsageBucket, std::uint64_t>> last_rated;
+        // a rate yet (a restarted collector needs two reports per host), for a while. Sorted
+        // by name, merged with each new usage in one pass (usage entries come sorted).
+        std::vector<LastRated> last_rated;
+        std::vector<std::uint32_t> order;  // of usage.buckets by name; empty when in order
     };
     struct PeerEntry {
         wire::RegionUsage usage;
         std::uint64_t recv_mono = 0;
+        std::vector<std::uint32_t> order;  // as in ZoneEntry
     };
 
     // The steps of tick(), in the order it runs them, and the state passed between them.
@@ -302,12 +318,32 @@ class Controller {
         std::vector<const ZoneEntry*> zones;             // this region's fresh zones, by name
         std::map<std::string, const PeerEntry*> remote;  // other regions: the freshest peer
     };
-    struct BucketUsage {  // aggregate(): one bucket's entries among the inputs
+    struct BucketUsage {        // aggregate(): one bucket's entries among the inputs
+        std::string_view name;  // into the inputs or the override and limits tables
         std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
         std::vector<const wire::UsageBucket*> remote;
+        std::vector<wire::DefinitionCount> own_defs;    // this region's hosts
         std::vector<wire::DefinitionCount> fleet_defs;  // every region's hosts
+        // Sums taken while merging, so that the tick reads each entry once (at 50 zones x
+        // 10,000 buckets the entries do not fit the cache). Of this region's zones (own) and
+        // of the other regions (remote):
+        struct Sums {
+            Rates rated;                 // the entries whose hosts have rates (sample_wide)
+            std::size_t rated_n = 0;     // such entries
+            std::size_t missing = 0;     // entries none of whose hosts has a rate yet
+            std::size_t incomplete = 0;  // entries some of whose hosts have no rate yet
+            std::uint64_t hosts = 0;     // saturating
+            std::uint64_t offered = 0;   // every entry, saturating (region_usage)
+            std::uint64_t admitted = 0;
+            std::uint64_t dropped = 0;
+            std::uint64_t shadow_dropped = 0;
+            std::uint64_t rated_hosts = 0;
+            bool keys = false;  // some entry carries keys
+        };
+        Sums own_sums, remote_sums;
+        std::uint64_t basis_ms = 0;  // the oldest ts_ms of this region's zone usages in it
     };
-    using Usage = std::map<std::string, BucketUsage>;  // by bucket name
+    using Usage = std::vector<BucketUsage>;  // sorted by bucket name
     struct BucketRule {  // bucket_rule(): what applies to every instance of a bucket
         Scope scope = Scope::Global;
         const wire::Override* active_override = nullptr;  // in force
@@ -323,7 +359,7 @@ class Controller {
         std::uint64_t hosts = 0;
         std::uint64_t own_hosts = 0;
         std::vector<wire::DefinitionCount> domain;  // the hosts that vote on the definition
-        std::vector<std::string> own_zones;
+        std::vector<std::string_view> own_zones;    // into the zone table
         std::vector<wire::KeyRate> keys;  // a keyed bucket's keys summed over the instance
     };
     struct Before {  // an instance's state before this tick, for announce()
@@ -334,14 +370,14 @@ class Controller {
 
     Inputs gather(const Clock& now, std::vector<Event>& events);
     void expire_overrides(const Clock& now, std::vector<Event>& events);
-    Usage aggregate(const Inputs& in, const Clock& now) const;
-    std::optional<BucketRule> bucket_rule(const std::string& name, const BucketUsage& u,
+    const Usage& aggregate(const Inputs& in, const Clock& now);
+    std::optional<BucketRule> bucket_rule(std::string_view name, const BucketUsage& u,
                                           const Clock& now) const;
-    void sample_zones(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+    void sample_zones(std::string_view name, const BucketUsage& u, const BucketRule& rule,
                       const Inputs& in, const Clock& now, std::vector<Event>& events);
-    void sample_wide(const std::string& name, const BucketUsage& u, const BucketRule& rule,
+    void sample_wide(std::string_view name, const BucketUsage& u, const BucketRule& rule,
                      const Clock& now, std::vector<Event>& events);
-    void update_instance(const std::string& name, const std::string& zone, const BucketRule& rule,
+    void update_instance(std::string_view name, const std::string& zone, const BucketRule& rule,
                          Sample&& s, const Clock& now, std::vector<Event>& events);
     // How long hosts may go on reporting a removed run-time bucket: nginx drops it one TTL
     // after its last instruction, then a report, a collector and a controller interval pass.
@@ -359,6 +395,10 @@ class Controller {
 
     const Instance* find_instance(std::string_view bucket, Scope scope,
                                   std::string_view zone) const;
+    void stand_in(ZoneEntry& e, const Clock& now);
+    Accepted check_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) const;
+    Accepted check_region_usage(const wire::RegionUsage& u, const Clock& now, std::string* why);
+    void keep_region_usage(wire::RegionUsage& u, const Clock& now);  // swapped into the table
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
     bool peer_fresh(const PeerEntry& p, const Clock& now) const;
     bool override_active(const wire::Override& o, const Clock& now) const;
@@ -378,6 +418,8 @@ class Controller {
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick
     Instances instances_;
+    std::vector<LastRated> last_rated_scratch_;  // stand_in()'s, kept for its capacity
+    Usage usage_;                                // aggregate()'s, kept for its capacity
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
     std::uint64_t fresh_hosts_ = 0;

@@ -49,22 +49,42 @@ class EarlyUsage {
     bool pending_ = false;
 };
 
-// The controller's early tick: at most four extra ticks per interval.
+// The controller's early tick: at most four extra ticks per interval, and at most a 40th of
+// the time in early ticks. An early tick costs a whole tick: at fleet scale (a tick of 20-40 ms
+// at a 250 ms interval, bench/control_plane) four extra ticks an interval would take most of
+// the loop, and a loop that falls behind its usage sees zones fall silent and come back, each
+// asking for another early tick.
 class EarlyTick {
   public:
+    // Early ticks are at least this many times the last tick's duration apart.
+    static constexpr std::uint64_t kCostFactor = 40;
+
     explicit EarlyTick(std::uint64_t interval_ms) : interval_ms_(interval_ms) {}
-    // A zone usage brought new rates at `now_ms`: tick now?
-    bool due(std::uint64_t now_ms) {
+    // A zone usage brought new rates at `now_ms`: tick now? `last_tick_us`: how long the last
+    // tick took. A tick refused only because of that cost counts in deferred().
+    bool due(std::uint64_t now_ms, std::uint64_t last_tick_us = 0) {
         if (ticked_once_ && now_ms < last_ms_ + interval_ms_ / 4) return false;
+        const std::uint64_t gap_ms = last_tick_us / 1000 * kCostFactor;
+        if (ticked_once_ && now_ms < last_ms_ + gap_ms) {
+            ++deferred_;
+            deferring_ = true;
+            return false;
+        }
         ticked_once_ = true;
         last_ms_ = now_ms;
+        deferring_ = false;
         return true;
     }
+    // Early ticks refused for their cost, and whether the last one asked for was.
+    std::uint64_t deferred() const { return deferred_; }
+    bool deferring() const { return deferring_; }
 
   private:
     std::uint64_t interval_ms_;
     std::uint64_t last_ms_ = 0;
+    std::uint64_t deferred_ = 0;
     bool ticked_once_ = false;
+    bool deferring_ = false;
 };
 
 }  // namespace grl

@@ -1,0 +1,271 @@
+// See usage_reader.h. The fast path reads the layout wire::encode writes, key by key in its
+// order, with a bounds check on every read; it enforces every rule wire_control.cpp's decoder
+// applies to that layout, and gives up (to wire::decode) at the first byte or value it does not
+// expect. Giving up is never wrong, only slower; accepting is checked against wire::decode by
+// t/unit/usage_reader_test.cpp and fuzz/fuzz_usage.cpp.
+#include "grl/usage_reader.h"
+
+#include <cstring>
+
+#include "grl/saturating.h"
+
+namespace grl::wire {
+
+namespace {
+
+// A cursor over msgpack bytes that only knows the encodings wire::encode's packer emits for
+// usage messages: positive integers, strings, arrays and maps.
+class Cursor {
+  public:
+    explicit Cursor(std::string_view b)
+        : p_(reinterpret_cast<const unsigned char*>(b.data())), end_(p_ + b.size()) {}
+
+    bool at_end() const { return p_ == end_; }
+
+    // A key: the packer writes every key of these messages as a fixstr.
+    bool key(std::string_view k) {
+        const std::size_t n = k.size();
+        if (static_cast<std::size_t>(end_ - p_) < n + 1 || *p_ != (0xa0 | n) ||
+            std::memcmp(p_ + 1, k.data(), n) != 0) {
+            return false;
+        }
+        p_ += n + 1;
+        return true;
+    }
+
+    bool uint(std::uint64_t& v) {
+        if (p_ == end_) return false;
+        const unsigned char t = *p_;
+        if (t <= 0x7f) {
+            v = t;
+            ++p_;
+            return true;
+        }
+        std::size_t n = 0;
+        switch (t) {
+            case 0xcc: n = 1; break;
+            case 0xcd: n = 2; break;
+            case 0xce: n = 4; break;
+            case 0xcf: n = 8; break;
+            default: return false;
+        }
+        return big_endian(1, n, v);
+    }
+
+    bool str(std::string_view& s) {
+        if (p_ == end_) return false;
+        const unsigned char t = *p_;
+        std::uint64_t n = 0;
+        std::size_t head = 1;
+        if ((t & 0xe0) == 0xa0) {
+            n = t & 0x1f;
+        } else if (t == 0xd9 || t == 0xda || t == 0xdb) {
+            head = 1 + (std::size_t{1} << (t - 0xd9));
+            if (!big_endian(1, head - 1, n, false)) return false;
+        } else {
+            return false;
+        }
+        if (static_cast<std::uint64_t>(end_ - p_) - head < n) return false;
+        s = std::string_view(reinterpret_cast<const char*>(p_ + head), static_cast<std::size_t>(n));
+        p_ += head + n;
+        return true;
+    }
+
+    bool name(std::string_view& s) { return str(s) && valid_name(s); }
+
+    bool array(std::uint64_t& n) { return container(0x90, 0xdc, n); }
+    bool map(std::uint64_t& n) { return container(0x80, 0xde, n); }
+
+  private:
+    // fix tag (0x90 array, 0x80 map) or 16/32-bit forms (0xdc/0xde and the next tag).
+    bool container(unsigned char fix, unsigned char wide16, std::uint64_t& n) {
+        if (p_ == end_) return false;
+        const unsigned char t = *p_;
+        if ((t & 0xf0) == fix) {
+            n = t & 0x0f;
+            ++p_;
+            return true;
+        }
+        if (t == wide16) return big_endian(1, 2, n);
+        if (t == wide16 + 1) return big_endian(1, 4, n);
+        return false;
+    }
+
+    // The n-byte big-endian integer `skip` bytes ahead; moves past it when `advance`.
+    bool big_endian(std::size_t skip, std::size_t n, std::uint64_t& v, bool advance = true) {
+        if (static_cast<std::size_t>(end_ - p_) < skip + n) return false;
+        v = 0;
+        for (std::size_t i = 0; i < n; ++i) v = (v << 8) | p_[skip + i];
+        if (advance) p_ += skip + n;
+        return true;
+    }
+
+    const unsigned char* p_;
+    const unsigned char* end_;
+};
+
+bool header(Cursor& c, std::string_view type, std::uint64_t& keys) {
+    std::uint64_t v = 0;
+    std::string_view t;
+    return c.map(keys) && c.key("v") && c.uint(v) && v == kVersion && c.key("type") && c.str(t) &&
+           t == type;
+}
+
+bool name_into(Cursor& c, std::string_view key, std::string& out) {
+    std::string_view s;
+    if (!c.key(key) || !c.name(s)) return false;
+    out.assign(s.data(), s.size());
+    return true;
+}
+
+bool uint_into(Cursor& c, std::string_view key, std::uint64_t& out) {
+    return c.key(key) && c.uint(out);
+}
+
+// An array of names, at most `max`, into `out` (strings reused).
+bool names(Cursor& c, std::string_view key, std::size_t max, std::vector<std::string>& out) {
+    std::uint64_t n = 0;
+    if (!c.key(key) || !c.array(n) || n > max) return false;
+    out.resize(static_cast<std::size_t>(n));
+    for (std::string& s : out) {
+        std::string_view v;
+        if (!c.name(v)) return false;
+        s.assign(v.data(), v.size());
+    }
+    return true;
+}
+
+// Definitions of the unkeyed form (4 keys); a keyed one (5 keys) goes to wire::decode.
+bool definitions(Cursor& c, std::vector<DefinitionCount>& out) {
+    std::uint64_t n = 0;
+    if (!c.key("definitions") || !c.array(n) || n > kMaxDefinitions) return false;
+    out.clear();
+    for (std::uint64_t i = 0; i < n; ++i) {
+        std::uint64_t keys = 0;
+        std::string_view scope, mode;
+        DefinitionCount d;
+        if (!c.map(keys) || keys != 4 || !c.key("scope") || !c.str(scope) || !c.key("mode") ||
+            !c.str(mode) || !uint_into(c, "limit_mrps", d.def.limit_mrps) ||
+            !uint_into(c, "hosts", d.hosts)) {
+            return false;
+        }
+        std::optional<Scope> s = parse_scope(scope);
+        std::optional<Mode> m = parse_mode(mode);
+        if (!s || !m) return false;
+        d.def.scope = *s;
+        d.def.mode = *m;
+        for (const DefinitionCount& prev : out) {
+            if (prev.def == d.def) return false;
+        }
+        out.push_back(d);
+    }
+    return true;
+}
+
+// The usage entries: `zone` for zone_usage (per-entry host_names). Names strictly ascending, as
+// senders sort them (which proves them unique; unsorted but unique ones go to wire::decode).
+bool buckets(Cursor& c, bool zone, std::uint64_t message_hosts, std::vector<UsageBucket>& out) {
+    std::uint64_t n = 0;
+    if (!c.key("buckets") || !c.array(n) || n > kMaxBucketsPerMessage) return false;
+    out.resize(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        UsageBucket& b = out[i];
+        std::uint64_t keys = 0;
+        if (!c.map(keys) || keys != (zone ? 9u : 8u) || !name_into(c, "name", b.name) ||
+            !uint_into(c, "offered_mrps", b.offered_mrps) ||
+            !uint_into(c, "admitted_mrps", b.admitted_mrps) ||
+            !uint_into(c, "dropped_mrps", b.dropped_mrps) ||
+            !uint_into(c, "shadow_dropped_mrps", b.shadow_dropped_mrps) ||
+            !uint_into(c, "hosts", b.hosts) || !uint_into(c, "rated_hosts", b.rated_hosts) ||
+            !definitions(c, b.definitions)) {
+            return false;
+        }
+        if (zone) {
+            if (!names(c, "host_names", kMaxBucketHostNames, b.host_names)) return false;
+        } else {
+            b.host_names.clear();
+        }
+        b.keys.clear();
+        // check_usage_counts() in wire_control.cpp.
+        std::uint64_t defined = 0;
+        for (const DefinitionCount& d : b.definitions) defined = sat_add(defined, d.hosts);
+        if (b.rated_hosts > b.hosts || b.hosts > message_hosts || defined > b.hosts ||
+            b.host_names.size() > b.hosts) {
+            return false;
+        }
+        if (i > 0 && !(out[i - 1].name < b.name)) return false;
+    }
+    return true;
+}
+
+// "part"/"parts" when the map has the two more keys (read_part() in wire_control.cpp).
+bool part(Cursor& c, std::uint64_t keys, std::size_t head_extra, std::uint32_t& part,
+          std::uint32_t& parts) {
+    part = 0;
+    parts = 1;
+    if (keys == 12) return true;
+    std::uint64_t pt = 0, pts = 0;
+    if (keys != 14 || !uint_into(c, "part", pt) || !uint_into(c, "parts", pts)) return false;
+    if (pts < 1 || pts > kMaxParts || pt >= pts || (pt > 0 && head_extra > 0)) return false;
+    part = static_cast<std::uint32_t>(pt);
+    parts = static_cast<std::uint32_t>(pts);
+    return true;
+}
+
+bool fast(std::string_view bytes, ZoneUsage& m) {
+    if (bytes.size() > kMaxMessageBytes) return false;
+    Cursor c(bytes);
+    std::uint64_t keys = 0;
+    if (!header(c, "zone_usage", keys) || !uint_into(c, "ts_ms", m.ts_ms) ||
+        !uint_into(c, "seq", m.seq) || !name_into(c, "source", m.source) ||
+        !name_into(c, "region", m.region) || !name_into(c, "zone", m.zone) ||
+        !uint_into(c, "interval_ms", m.interval_ms) || !uint_into(c, "hosts", m.hosts) ||
+        !uint_into(c, "stale_hosts", m.stale_hosts) ||
+        !names(c, "host_names", kMaxHostNames, m.host_names) || m.host_names.size() > m.hosts ||
+        !buckets(c, true, m.hosts, m.buckets) ||
+        !part(c, keys, m.host_names.size(), m.part, m.parts)) {
+        return false;
+    }
+    return c.at_end();
+}
+
+bool fast(std::string_view bytes, RegionUsage& m) {
+    if (bytes.size() > kMaxMessageBytes) return false;
+    Cursor c(bytes);
+    std::uint64_t keys = 0, overrides = 0;
+    std::string_view digest;
+    if (!header(c, "region_usage", keys) || !uint_into(c, "ts_ms", m.ts_ms) ||
+        !uint_into(c, "seq", m.seq) || !name_into(c, "source", m.source) ||
+        !name_into(c, "region", m.region) || !uint_into(c, "interval_ms", m.interval_ms) ||
+        !uint_into(c, "zones", m.zones) || !uint_into(c, "hosts", m.hosts) ||
+        !c.key("limits_digest") || !c.str(digest) || digest.size() > kMaxDigestLen ||
+        !buckets(c, false, m.hosts, m.buckets) || !c.key("overrides") || !c.array(overrides) ||
+        overrides != 0 || !part(c, keys, 0, m.part, m.parts)) {
+        return false;
+    }
+    m.limits_digest.assign(digest.data(), digest.size());
+    m.overrides.clear();
+    return c.at_end();
+}
+
+template <class Usage>
+bool read(std::string_view bytes, Usage& out, std::string& error, UsageRead* how) {
+    if (fast(bytes, out)) {
+        if (how) *how = UsageRead::Fast;
+        return true;
+    }
+    if (how) *how = UsageRead::Decoded;
+    return decode(bytes, out, error);
+}
+
+}  // namespace
+
+bool read_usage(std::string_view bytes, ZoneUsage& out, std::string& error, UsageRead* how) {
+    return read(bytes, out, error, how);
+}
+
+bool read_usage(std::string_view bytes, RegionUsage& out, std::string& error, UsageRead* how) {
+    return read(bytes, out, error, how);
+}
+
+}  // namespace grl::wire

@@ -1,0 +1,304 @@
+// read_usage() (grl/usage_reader.h) against wire::decode: the same answer, the same message,
+// the same error, on valid, invalid, truncated and randomly mutated usage messages; and the
+// fast path is the one taken for what grl senders write.
+#include "grl/usage_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grl/usage_parts.h"
+#include "grl/wire_control.h"
+
+namespace grl::wire {
+namespace {
+
+bool same(const UsageBucket& a, const UsageBucket& b) {
+    return a.name == b.name && a.offered_mrps == b.offered_mrps &&
+           a.admitted_mrps == b.admitted_mrps && a.dropped_mrps == b.dropped_mrps &&
+           a.shadow_dropped_mrps == b.shadow_dropped_mrps && a.hosts == b.hosts &&
+           a.rated_hosts == b.rated_hosts && a.definitions == b.definitions &&
+           a.host_names == b.host_names && a.keys == b.keys;
+}
+
+bool same_buckets(const std::vector<UsageBucket>& a, const std::vector<UsageBucket>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        if (!same(a[i], b[i])) return false;
+    }
+    return true;
+}
+
+bool same(const ZoneUsage& a, const ZoneUsage& b) {
+    return a.source == b.source && a.region == b.region && a.zone == b.zone && a.seq == b.seq &&
+           a.ts_ms == b.ts_ms && a.interval_ms == b.interval_ms && a.hosts == b.hosts &&
+           a.stale_hosts == b.stale_hosts && a.host_names == b.host_names &&
+           same_buckets(a.buckets, b.buckets) && a.part == b.part && a.parts == b.parts;
+}
+
+bool same(const RegionUsage& a, const RegionUsage& b) {
+    return a.source == b.source && a.region == b.region && a.seq == b.seq && a.ts_ms == b.ts_ms &&
+           a.interval_ms == b.interval_ms && a.zones == b.zones && a.hosts == b.hosts &&
+           a.limits_digest == b.limits_digest && same_buckets(a.buckets, b.buckets) &&
+           a.overrides == b.overrides && a.part == b.part && a.parts == b.parts;
+}
+
+UsageBucket bucket(std::string name, std::uint64_t hosts = 3) {
+    UsageBucket b;
+    b.name = std::move(name);
+    b.offered_mrps = 1234567;
+    b.admitted_mrps = 1000000;
+    b.dropped_mrps = 234567;
+    b.shadow_dropped_mrps = 7;
+    b.hosts = hosts;
+    b.rated_hosts = hosts > 0 ? hosts - 1 : 0;
+    b.definitions.push_back({{Scope::Global, Mode::Deny, 100000, false}, hosts > 0 ? 1u : 0u});
+    if (hosts > 1) b.definitions.push_back({{Scope::Zone, Mode::Shadow, 300000000000, false}, 1});
+    return b;
+}
+
+ZoneUsage zone_usage(std::size_t n) {
+    ZoneUsage u;
+    u.source = "col-z1";
+    u.region = "r1";
+    u.zone = "z1";
+    u.seq = 77;
+    u.ts_ms = 1700000000123;
+    u.interval_ms = 250;
+    u.hosts = 20;
+    u.stale_hosts = 2;
+    u.host_names = {"h1", "h2", "h3"};
+    for (std::size_t i = 0; i < n; ++i) {
+        char name[32];
+        std::snprintf(name, sizeof(name), "svc-%05zu.route", i);
+        u.buckets.push_back(bucket(name, i % 4));
+    }
+    if (n > 1) u.buckets[1].host_names = {"h2"};
+    return u;
+}
+
+RegionUsage region_usage(std::size_t n) {
+    RegionUsage u;
+    u.source = "ctl-r2";
+    u.region = "r2";
+    u.seq = 5;
+    u.ts_ms = 1700000000000;
+    u.interval_ms = 250;
+    u.zones = 3;
+    u.hosts = 60;
+    u.limits_digest = "0123456789abcdef";
+    for (std::size_t i = 0; i < n; ++i) u.buckets.push_back(bucket("b" + std::to_string(i), 5));
+    std::sort(u.buckets.begin(), u.buckets.end(),
+              [](const UsageBucket& a, const UsageBucket& b) { return a.name < b.name; });
+    return u;
+}
+
+template <class Usage>
+std::string bytes_of(const Usage& u) {
+    std::string out;
+    encode(u, out);
+    return out;
+}
+
+template <class Usage>
+bool valid(const std::string& b) {
+    Usage m;
+    std::string error;
+    return decode(b, m, error);
+}
+
+// read_usage and wire::decode agree on `b`; returns how read_usage read it.
+template <class Usage>
+UsageRead agree(const std::string& b, const std::string& what) {
+    Usage want, got;
+    std::string e1, e2;
+    UsageRead how = UsageRead::Fast;
+    const bool a = decode(b, want, e1);
+    const bool r = read_usage(b, got, e2, &how);
+    EXPECT_EQ(a, r) << what << ": decode says " << (a ? "ok" : e1);
+    if (a && r) {
+        EXPECT_TRUE(same(want, got)) << what;
+    } else {
+        EXPECT_EQ(e1, e2) << what;
+    }
+    return how;
+}
+
+TEST(UsageReader, WhatSendersWriteTakesTheFastPath) {
+    EXPECT_EQ(agree<ZoneUsage>(bytes_of(zone_usage(0)), "empty zone"), UsageRead::Fast);
+    EXPECT_EQ(agree<ZoneUsage>(bytes_of(zone_usage(300)), "zone of 300"), UsageRead::Fast);
+    EXPECT_EQ(agree<RegionUsage>(bytes_of(region_usage(0)), "empty region"), UsageRead::Fast);
+    EXPECT_EQ(agree<RegionUsage>(bytes_of(region_usage(300)), "region of 300"), UsageRead::Fast);
+    // The parts of a usage too large for one message (5000 buckets: two parts).
+    std::vector<std::string> parts;
+    ASSERT_TRUE(encode_parts(zone_usage(5000), parts));
+    ASSERT_EQ(parts.size(), 2u);
+    for (const std::string& p : parts) EXPECT_EQ(agree<ZoneUsage>(p, "zone part"), UsageRead::Fast);
+    ASSERT_TRUE(encode_parts(region_usage(5000), parts));
+    ASSERT_EQ(parts.size(), 2u);
+    for (const std::string& p : parts) {
+        EXPECT_EQ(agree<RegionUsage>(p, "region part"), UsageRead::Fast);
+    }
+    // Large values take the wide integer and string encodings.
+    ZoneUsage big = zone_usage(2);
+    big.ts_ms = UINT64_MAX;
+    big.buckets[0].offered_mrps = 1ULL << 40;
+    big.buckets[0].name = std::string(63, 'n');
+    EXPECT_EQ(agree<ZoneUsage>(bytes_of(big), "wide values"), UsageRead::Fast);
+}
+
+TEST(UsageReader, KeyedBucketsAndOverridesAreDecoded) {
+    ZoneUsage z = zone_usage(3);
+    z.buckets[2].definitions = {{{Scope::Global, Mode::Deny, 1000, true}, 1}};
+    z.buckets[2].keys.push_back({42, "", 5000, 10, 1});
+    ASSERT_TRUE(valid<ZoneUsage>(bytes_of(z)));
+    EXPECT_EQ(agree<ZoneUsage>(bytes_of(z), "keyed"), UsageRead::Decoded);
+    RegionUsage r = region_usage(3);
+    Override o;
+    o.name = "b1";
+    o.limit_mrps = 5000;
+    o.set_ms = 1700000000000;
+    o.origin = "ctl-r2";
+    r.overrides.push_back(o);
+    ASSERT_TRUE(valid<RegionUsage>(bytes_of(r)));
+    EXPECT_EQ(agree<RegionUsage>(bytes_of(r), "overrides"), UsageRead::Decoded);
+    // Unique names out of order: valid, left to wire::decode.
+    ZoneUsage u = zone_usage(3);
+    std::swap(u.buckets[0], u.buckets[2]);
+    ASSERT_TRUE(valid<ZoneUsage>(bytes_of(u)));
+    EXPECT_EQ(agree<ZoneUsage>(bytes_of(u), "unsorted"), UsageRead::Decoded);
+}
+
+// Messages the encoder writes but the protocol forbids: refused with wire::decode's reason.
+TEST(UsageReader, InvalidMessagesAreRefusedWithTheDecodersReason) {
+    std::vector<std::pair<std::string, ZoneUsage>> cases;
+    auto add = [&](const char* what, auto edit) {
+        ZoneUsage u = zone_usage(4);
+        edit(u);
+        cases.emplace_back(what, u);
+    };
+    add("rated above hosts", [](ZoneUsage& u) { u.buckets[1].rated_hosts = 9; });
+    add("entry hosts above message", [](ZoneUsage& u) {
+        u.buckets[1].hosts = 21;
+        u.buckets[1].rated_hosts = 21;
+    });
+    add("definitions above hosts", [](ZoneUsage& u) { u.buckets[2].definitions[0].hosts = 50; });
+    add("duplicate definition",
+        [](ZoneUsage& u) { u.buckets[3].definitions[1] = u.buckets[3].definitions[0]; });
+    add("entry host names above hosts", [](ZoneUsage& u) {
+        u.buckets[1].host_names = {"a", "b", "c"};
+    });
+    add("message host names above hosts", [](ZoneUsage& u) { u.hosts = 2; });
+    add("duplicate bucket", [](ZoneUsage& u) { u.buckets[2].name = u.buckets[1].name; });
+    add("invalid bucket name", [](ZoneUsage& u) { u.buckets[0].name = "a b"; });
+    add("empty zone name", [](ZoneUsage& u) { u.zone.clear(); });
+    add("invalid host name", [](ZoneUsage& u) { u.host_names[0] = "h/1"; });
+    add("part not below parts", [](ZoneUsage& u) {
+        u.part = 3;
+        u.parts = 3;
+    });
+    add("too many parts", [](ZoneUsage& u) { u.parts = 17; });
+    add("host names beyond part 0", [](ZoneUsage& u) {
+        u.part = 1;
+        u.parts = 2;
+    });
+    for (const auto& [what, u] : cases) {
+        ZoneUsage out;
+        std::string error;
+        EXPECT_FALSE(decode(bytes_of(u), out, error)) << what;
+        agree<ZoneUsage>(bytes_of(u), what);
+    }
+    RegionUsage r = region_usage(2);
+    r.limits_digest = std::string(65, 'f');
+    agree<RegionUsage>(bytes_of(r), "long digest");
+}
+
+TEST(UsageReader, EveryTruncationAndTrailingByteAgree) {
+    const std::string z = bytes_of(zone_usage(3));
+    for (std::size_t n = 0; n < z.size(); ++n) agree<ZoneUsage>(z.substr(0, n), "truncated");
+    agree<ZoneUsage>(z + '\0', "trailing byte");
+    const std::string r = bytes_of(region_usage(3));
+    for (std::size_t n = 0; n < r.size(); ++n) agree<RegionUsage>(r.substr(0, n), "truncated");
+    agree<RegionUsage>(r + '\xc0', "trailing byte");
+    // One type for the other.
+    agree<RegionUsage>(z, "zone usage read as region usage");
+    agree<ZoneUsage>(r, "region usage read as zone usage");
+}
+
+template <class Usage>
+void mutate_and_agree(const std::vector<std::string>& bases, std::uint64_t seed, int rounds) {
+    std::mt19937_64 rng(seed);
+    for (int round = 0; round < rounds; ++round) {
+        std::string b = bases[rng() % bases.size()];
+        const int edits = 1 + static_cast<int>(rng() % 3);
+        for (int e = 0; e < edits; ++e) {
+            const std::size_t pos = rng() % b.size();
+            switch (rng() % 4) {
+                case 0: b[pos] = static_cast<char>(rng()); break;
+                case 1: b[pos] = static_cast<char>(b[pos] ^ (1 << (rng() % 8))); break;
+                case 2: b.erase(pos, 1 + rng() % 3); break;
+                case 3: b.insert(pos, 1, static_cast<char>(rng())); break;
+            }
+            if (b.empty()) b = "x";
+        }
+        agree<Usage>(b, "mutation " + std::to_string(round));
+        if (testing::Test::HasFailure()) return;
+    }
+}
+
+TEST(UsageReader, RandomMutationsAgree) {
+    ZoneUsage part = zone_usage(3);
+    part.host_names.clear();
+    part.part = 1;
+    part.parts = 2;
+    mutate_and_agree<ZoneUsage>({bytes_of(zone_usage(1)), bytes_of(zone_usage(4)), bytes_of(part)},
+                                2026, 30000);
+    RegionUsage rpart = region_usage(3);
+    rpart.part = 0;
+    rpart.parts = 3;
+    mutate_and_agree<RegionUsage>(
+        {bytes_of(region_usage(1)), bytes_of(region_usage(4)), bytes_of(rpart)}, 2027, 30000);
+}
+
+// The reader writes into the message it is given: nothing of a previous, larger one may stay.
+TEST(UsageReader, AReusedMessageForgetsThePreviousOne) {
+    ZoneUsage out;
+    std::string error;
+    ZoneUsage large = zone_usage(50);
+    large.buckets[3].host_names = {"h1", "h3"};
+    ASSERT_TRUE(read_usage(bytes_of(large), out, error));
+    ZoneUsage small = zone_usage(5);
+    small.host_names.clear();
+    small.part = 1;
+    small.parts = 2;
+    UsageRead how = UsageRead::Decoded;
+    ASSERT_TRUE(read_usage(bytes_of(small), out, error, &how));
+    EXPECT_EQ(how, UsageRead::Fast);
+    EXPECT_TRUE(same(out, small));
+    // After a decoded (keyed) message, the fast path clears its keys.
+    ZoneUsage keyed = zone_usage(3);
+    keyed.buckets[2].definitions = {{{Scope::Global, Mode::Deny, 1000, true}, 1}};
+    keyed.buckets[2].keys.push_back({42, "", 5000, 10, 1});
+    ASSERT_TRUE(read_usage(bytes_of(keyed), out, error));
+    ZoneUsage plain = zone_usage(3);
+    ASSERT_TRUE(read_usage(bytes_of(plain), out, error, &how));
+    EXPECT_EQ(how, UsageRead::Fast);
+    EXPECT_TRUE(same(out, plain));
+    RegionUsage rout;
+    RegionUsage with_overrides = region_usage(4);
+    Override o;
+    o.name = "b1";
+    o.mode = Mode::Shadow;
+    o.set_ms = 1;
+    o.origin = "ctl-r2";
+    with_overrides.overrides.push_back(o);
+    ASSERT_TRUE(read_usage(bytes_of(with_overrides), rout, error));
+    ASSERT_TRUE(read_usage(bytes_of(region_usage(2)), rout, error, &how));
+    EXPECT_EQ(how, UsageRead::Fast);
+    EXPECT_TRUE(same(rout, region_usage(2)));
+}
+
+}  // namespace
+}  // namespace grl::wire
