@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "grl/batch_budget.h"
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
 #include "grl/usage_parts.h"
@@ -22,8 +23,6 @@ constexpr std::size_t kMaxPerWakeup = 20000;  // reports handled per batch
 constexpr std::size_t kMaxWrongZoneHosts = 1000;
 constexpr std::size_t kMaxHostKeys = 100000;  // CURVE keys bound to hosts
 constexpr int kReportQueue = 64;              // reports queued per nginx connection
-// A batch of reports yields the loop after this long (timers, /metrics, the relay).
-constexpr std::uint64_t kMaxBatchMs = 50;
 
 std::string list_names(const std::vector<std::string>& names) {
     std::string s;
@@ -164,22 +163,10 @@ std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {
 void Collector::on_reports() {
     std::string error;
     bool accepted_in_batch = false;
-    const std::uint64_t started = mono_ms();
-    std::uint64_t now = started;
-    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
-        if (now - started >= kMaxBatchMs) {
-            // Reports come faster than they are handled (a flood): the rest waits in the
-            // queue, at most kReportQueue per connection, while the loop serves its timers,
-            // /metrics and the relay's subscribers.
-            ++batches_cut_;
-            batch_log_.hit(LogLevel::Warn, {},
-                           "reports arrive faster than they are handled: a batch stopped after " +
-                               std::to_string(kMaxBatchMs) + " ms (" + std::to_string(i) +
-                               " reports); each connection queues at most " +
-                               std::to_string(kReportQueue) + " here, then its sender waits",
-                           now);
-            break;
-        }
+    std::uint64_t now = mono_ms();
+    BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.interval_ms));
+    batch.start(now);
+    while (batch.more(mono_ms())) {
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) break;
         now = mono_ms();
@@ -250,6 +237,19 @@ void Collector::on_reports() {
             daemon::log_debug("host " + std::string(report_.host) + " joined" +
                               (report_.recent_ms ? " (rated from its recent counts)" : ""));
         }
+    }
+    if (batch.cut() && pull_.readable()) {
+        // Reports come faster than they are handled (a flood): the rest waits in the queue,
+        // at most kReportQueue per connection, while the loop serves its timers, /metrics and
+        // the relay's subscribers.
+        ++batches_cut_;
+        batch_log_.hit(LogLevel::Warn, {},
+                       "reports arrive faster than they are handled: a batch stopped after " +
+                           std::to_string(batch.max_ms()) + " ms (" +
+                           std::to_string(batch.taken()) +
+                           " reports); each connection queues at most " +
+                           std::to_string(kReportQueue) + " here, then its sender waits",
+                       now);
     }
     // Warming up (just started, or hosts new to us): the last usage sent had buckets that
     // lacked some hosts' rates. Send as soon as more rates exist instead of waiting for the
@@ -453,8 +453,9 @@ std::string Collector::metrics() {
              "Reports dropped as malformed, truncated, oversized or of a wrong version.");
     m.sample("grl_collector_reports_malformed_total", static_cast<double>(reports_malformed_));
     m.family("grl_collector_report_batches_cut_total", "counter",
-             "Batches of reports stopped after 50 ms with more to take (reports arrive faster "
-             "than they are handled; the rest waits, bounded per connection).");
+             "Batches of reports stopped at their time budget (a fifth of the interval, at most "
+             "50 ms) with more to take (reports arrive faster than they are handled; the rest "
+             "waits, bounded per connection).");
     m.sample("grl_collector_report_batches_cut_total", static_cast<double>(batches_cut_));
     m.family("grl_collector_reports_refused_total", "counter",
              "Reports refused because their CURVE key speaks for another host (or another key "

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "grl/batch_budget.h"
 #include "grl/daemon/files.h"
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
@@ -84,6 +85,7 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       full_log_(10000),
       overrides_log_(10000),
       send_log_(10000),
+      batch_log_(10000),
       // A binding lapses when its zone would have left the sums.
       zone_keys_(kMaxZoneKeys, std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms),
       // A connection's controller may be replaced by another name once it has been silent
@@ -219,7 +221,9 @@ std::vector<std::pair<std::string, std::string>> Daemon::endpoints() const {
 
 void Daemon::on_usage() {
     std::string error;
-    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+    BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
+    batch.start(mono_ms());
+    while (batch.more(mono_ms())) {
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) return;
         const control::Clock t = now();
@@ -267,11 +271,29 @@ void Daemon::on_usage() {
             }
         }
     }
+    count_cut(batch, pull_, "zone_usage");
+}
+
+// A batch stopped at its time budget with messages still queued: messages come faster than
+// they are handled (a flood). The rest waits in the queue (at most 64 per connection) while
+// the loop ticks and serves /metrics and its other sockets.
+void Daemon::count_cut(const BatchBudget& b, const daemon::Socket& s, const char* kind) {
+    if (!b.cut() || !s.readable()) return;
+    ++batches_cut_[kind];
+    batch_log_.hit(LogLevel::Warn, {},
+                   std::string(kind) +
+                       " arrives faster than it is handled: a batch stopped after " +
+                       std::to_string(b.max_ms()) + " ms (" + std::to_string(b.taken()) +
+                       " messages) so that the tick is not delayed; each connection queues at "
+                       "most 64 here, then its sender waits or drops",
+                   mono_ms());
 }
 
 void Daemon::on_peers(Peer& p) {
     std::string error;
-    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+    BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
+    batch.start(mono_ms());
+    while (batch.more(mono_ms())) {
         std::size_t n = p.sock.recv_frames(frames_, 2);
         if (n == 0) return;
         control::Clock t = now();
@@ -319,6 +341,7 @@ void Daemon::on_peers(Peer& p) {
             overrides_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
         }
     }
+    count_cut(batch, p.sock, "region_usage");
 }
 
 // Refused messages are counted in /metrics; their log lines are rate-limited per reason, so
@@ -336,7 +359,9 @@ void Daemon::log_refusal(control::Accepted a, const control::Clock& t) {
 
 void Daemon::on_admin() {
     std::string error;
-    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+    BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
+    batch.start(mono_ms());
+    while (batch.more(mono_ms())) {
         std::size_t n = admin_.recv_frames(frames_, 3);
         if (n == 0) return;
         // REQ clients send [identity, "", body]; DEALER clients [identity, body].
@@ -390,6 +415,7 @@ void Daemon::on_admin() {
         out.emplace_back(buf_);
         if (!admin_.send_frames(out)) ++messages_dropped_;
     }
+    count_cut(batch, admin_, "admin_request");
 }
 
 wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& who) {
@@ -976,6 +1002,13 @@ std::string Daemon::metrics() {
                   {"reason", std::string_view(k).substr(slash + 1)}},
                  static_cast<double>(n));
     }
+    m.family("grl_controller_batches_cut_total", "counter",
+             "Batches of received messages stopped at their time budget (a fifth of the interval, "
+             "at most 50 ms) with more queued, by kind: messages arrive faster than they are "
+             "handled; the rest waits, bounded per connection, while the tick goes on.");
+    for (const char* k : {"zone_usage", "region_usage", "admin_request"})
+        m.sample("grl_controller_batches_cut_total", {{"kind", k}},
+                 static_cast<double>(batches_cut_[k]));
     m.family("grl_controller_messages_dropped_total", "counter",
              "Messages that could not be queued for sending.");
     m.sample("grl_controller_messages_dropped_total", static_cast<double>(messages_dropped_));

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "grl/batch_budget.h"
 #include "grl/control.h"
 #include "grl/early.h"
 #include "grl/key_bindings.h"
@@ -53,6 +54,7 @@ class Daemon {
     void on_peers(Peer& p);
     void on_admin();
     void log_refusal(control::Accepted a, const control::Clock& t);
+    void count_cut(const BatchBudget& b, const daemon::Socket& s, const char* kind);
     void tick();
     void publish(control::TickOutput& out);
     void publish_dashboard();
@@ -139,7 +141,8 @@ class Daemon {
     // Counters for /metrics, by message kind.
     std::map<std::string, std::uint64_t> received_;
     std::map<std::string, std::uint64_t> malformed_;
-    std::map<std::string, std::uint64_t> ignored_;  // "kind/reason"
+    std::map<std::string, std::uint64_t> ignored_;      // "kind/reason"
+    std::map<std::string, std::uint64_t> batches_cut_;  // by kind: stopped at the time budget
     std::uint64_t instructions_published_ = 0;
     std::uint64_t messages_dropped_ = 0;
     std::uint64_t ticks_ = 0;
@@ -165,6 +168,7 @@ class Daemon {
     daemon::LogLimiter full_log_;       // a new zone or peer while the table is full
     daemon::LogLimiter overrides_log_;  // override entries stamped too far ahead
     daemon::LogLimiter send_log_;
+    daemon::LogLimiter batch_log_;       // batches cut at their time budget: a flood
     daemon::LogLimiter parts_log_;       // usage parts that could not be assembled
     daemon::LogLimiter incomplete_log_;  // usage sets dropped incomplete
     // With CURVE: which zone each collector key sends usage for (first come, one to one).

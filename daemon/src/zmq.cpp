@@ -76,6 +76,12 @@ bool Socket::send_frames(const std::vector<std::string_view>& frames) {
     return true;
 }
 
+bool Socket::readable() const {
+    int events = 0;
+    std::size_t len = sizeof(events);
+    return zmq_getsockopt(s_, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN) != 0;
+}
+
 std::size_t Socket::recv_frames(std::vector<Frame>& frames, std::size_t max_frames) {
     if (frames.size() < max_frames) frames = std::vector<Frame>(max_frames);
     std::size_t n = 0;

@@ -76,6 +76,9 @@ class Socket {
     // at most `max_frames` kept, the rest received and discarded). Returns the number of
     // frames received (> max_frames when there were more), or 0 when nothing was pending.
     std::size_t recv_frames(std::vector<Frame>& frames, std::size_t max_frames);
+    // True when a message is pending (ZMQ_EVENTS): a batch stopped at its budget with more
+    // to take.
+    bool readable() const;
 
   private:
     void* s_;
