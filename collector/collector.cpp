@@ -160,6 +160,43 @@ std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {
     return e;
 }
 
+void Collector::reload_keys(const char* why) {
+    if (!zap_) {
+        daemon::log_info(std::string(why) + ": nothing to reload (no --curve-clients)");
+        return;
+    }
+    curve::KeyList list;
+    std::string error;
+    try {
+        list = daemon::load_key_list(client_list_.path);
+        // As at start: a list without keys would refuse every nginx.
+        if (list.empty()) error = client_list_.path + ": no key";
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    if (!error.empty()) {
+        ++client_list_.rejected;
+        client_list_.last_ok = false;
+        daemon::log_error(std::string(why) + ": --curve-clients refused: " + error +
+                          "; the list in force stays (" +
+                          std::to_string(cfg_.nginx_clients.size()) + " keys)");
+        return;
+    }
+    std::set<std::string> keys = curve::keys_of(list);
+    const std::string change = daemon::describe_change(curve::keys_of(cfg_.nginx_clients), keys);
+    zap_->allow("nginx", std::move(keys));
+    const std::size_t dropped = host_keys_.pin(list);
+    cfg_.nginx_clients = std::move(list);
+    ++client_list_.ok;
+    client_list_.last_ok = true;
+    // ZAP only runs at the handshake: a removed key's connection stays open until it closes.
+    // What it reports is refused from now on (key_not_listed); what it subscribed to it goes
+    // on receiving until then (docs/control-plane.md "CURVE").
+    daemon::log_info(std::string(why) + ": --curve-clients " + client_list_.path + " reloaded (" +
+                     change + "; " + std::to_string(dropped) +
+                     " host binding(s) the new list contradicts dropped)");
+}
+
 void Collector::on_reports() {
     std::string error;
     bool accepted_in_batch = false;
@@ -185,12 +222,16 @@ void Collector::on_reports() {
             KeyBindings::Result b = host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
             if (b != KeyBindings::Result::Ok) {
                 ++reports_refused_[b];
-                identity_log_.hit(LogLevel::Warn, {},
-                                  "refused a report for host " + std::string(report_.host) +
-                                      " from key " + frames_[0].meta("User-Id") + ": " +
-                                      std::string(to_string(b)) + " (the key reports for \"" +
-                                      host_keys_.name_of(frames_[0].meta("User-Id")) + "\")",
-                                  now);
+                identity_log_.hit(
+                    LogLevel::Warn, {},
+                    "refused a report for host " + std::string(report_.host) + " from key " +
+                        frames_[0].meta("User-Id") + ": " + std::string(to_string(b)) +
+                        (b == KeyBindings::Result::NotListed
+                             ? " (removed from --curve-clients by a reload; its "
+                               "connection predates it)"
+                             : " (the key reports for \"" +
+                                   host_keys_.name_of(frames_[0].meta("User-Id")) + "\")"),
+                    now);
                 continue;
             }
         }
@@ -265,6 +306,14 @@ void Collector::maybe_send_early() {
 
 void Collector::tick() {
     const std::uint64_t now = mono_ms();
+    if (zap_) {
+        if (std::size_t n = host_keys_.sweep(now); n > 0) {
+            daemon::log_info("CURVE: " + std::to_string(n) +
+                             " host binding(s) lapsed, unused for " +
+                             std::to_string(host_keys_.expiry_ms() / 1000) +
+                             " s: their keys may speak for another host now");
+        }
+    }
     rates::SweepResult s = table_.sweep(now);
     if (!s.went_stale.empty()) {
         daemon::log_warn(std::to_string(s.went_stale.size()) + " host(s) silent for " +
@@ -459,9 +508,9 @@ std::string Collector::metrics() {
     m.sample("grl_collector_report_batches_cut_total", static_cast<double>(batches_cut_));
     m.family("grl_collector_reports_refused_total", "counter",
              "Reports refused because their CURVE key speaks for another host (or another key "
-             "for this one), by reason.");
+             "for this one), or is no longer listed (removed by a reload), by reason.");
     for (KeyBindings::Result r : {KeyBindings::Result::KeyTaken, KeyBindings::Result::NameTaken,
-                                  KeyBindings::Result::Full}) {
+                                  KeyBindings::Result::Full, KeyBindings::Result::NotListed}) {
         auto it = reports_refused_.find(r);
         m.sample("grl_collector_reports_refused_total", {{"reason", to_string(r)}},
                  static_cast<double>(it == reports_refused_.end() ? 0 : it->second));
@@ -523,7 +572,11 @@ std::string Collector::metrics() {
         for (const auto& c : controllers_) watches.push_back(c->watch.get());
         daemon::write_client_metrics(m, "controller", watches);
     }
-    if (zap_) zap_->write_metrics(m);
+    if (zap_) {
+        zap_->write_metrics(m);
+        daemon::write_binding_metrics(m, "nginx", host_keys_);
+        daemon::write_reload_metrics(m, {&client_list_});
+    }
     return m.text();
 }
 

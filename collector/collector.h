@@ -32,6 +32,8 @@ class Collector {
   public:
     Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
     std::vector<std::pair<std::string, std::string>> endpoints() const;
+    // SIGHUP: reads --curve-clients again; a bad file is refused whole (the old list stays).
+    void reload_keys(const char* why);
 
   private:
     struct Controller {
@@ -87,6 +89,7 @@ class Collector {
     // With CURVE for nginx: which host each client key reports for (first come, one to
     // one); a report for another host is refused and counted by reason.
     KeyBindings host_keys_;
+    daemon::KeyListReloads client_list_{"--curve-clients", cfg_.nginx_clients_file};
     std::map<KeyBindings::Result, std::uint64_t> reports_refused_;
     daemon::LogLimiter identity_log_;
     std::set<std::string> wrong_zone_hosts_;  // logged once each (bounded)

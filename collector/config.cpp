@@ -116,6 +116,7 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
         return out;
     }
     if (name->count() == 0) c.name = "collector-" + c.zone;
+    if (clients->count() > 0) c.nginx_clients_file = clients->as<std::string>();
     out.config = std::move(c);
     return out;
 }

@@ -42,6 +42,7 @@ struct Config {
     // EP=FILE`), by endpoint; one without is checked against `server_key`.
     std::map<std::string, std::string> controller_keys;
     curve::KeyList nginx_clients;
+    std::string nginx_clients_file;  // read again on SIGHUP
 };
 
 // True when the collector talks CURVE to its controllers.

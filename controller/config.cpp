@@ -167,6 +167,8 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
         out.text = cli::usage_error(app, error);
         return out;
     }
+    if (clients->count() > 0) c.clients_file = clients->as<std::string>();
+    if (admin_clients->count() > 0) c.admin_clients_file = admin_clients->as<std::string>();
     out.config = std::move(c);
     return out;
 }

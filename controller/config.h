@@ -44,6 +44,8 @@ struct Config {
     std::string server_key;
     curve::KeyList clients;
     std::set<std::string> admin_clients;
+    // The files of the two lists, read again on SIGHUP ("": not given).
+    std::string clients_file, admin_clients_file;
 };
 
 // The rules between fields (a TTL shorter than the interval, peers over CURVE without their

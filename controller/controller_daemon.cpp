@@ -120,6 +120,15 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         zone_keys_.pin(cfg_.clients);
         zap_->allow("admin", cfg_.admin_clients);
         loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+        // First-come zone bindings lapse after their idle time (counted, logged).
+        loop_.every(cfg_.opts.interval_ms, [this] {
+            if (std::size_t n = zone_keys_.sweep(mono_ms()); n > 0) {
+                daemon::log_info("CURVE: " + std::to_string(n) +
+                                 " zone binding(s) lapsed, unused for " +
+                                 std::to_string(zone_keys_.expiry_ms()) +
+                                 " ms: their keys may send usage for another zone now");
+            }
+        });
         daemon::make_curve_server(pull_, *cfg_.keypair, "collector");
         daemon::make_curve_server(pub_, *cfg_.keypair, "subscriber");
         daemon::make_curve_server(admin_, *cfg_.keypair, "admin");
@@ -242,12 +251,15 @@ void Daemon::on_usage() {
             KeyBindings::Result b = zone_keys_.check(key, zone_usage_.zone, t.mono_ms);
             if (b != KeyBindings::Result::Ok) {
                 ++ignored_[std::string("zone_usage/") + std::string(to_string(b))];
-                ignored_log_.hit(LogLevel::Warn, {},
-                                 "zone usage for zone " + zone_usage_.zone + " from key " + key +
-                                     " ignored: " + std::string(to_string(b)) +
-                                     " (the key sends for zone \"" + zone_keys_.name_of(key) +
-                                     "\")",
-                                 t.mono_ms);
+                ignored_log_.hit(
+                    LogLevel::Warn, {},
+                    "zone usage for zone " + zone_usage_.zone + " from key " + key +
+                        " ignored: " + std::string(to_string(b)) +
+                        (b == KeyBindings::Result::NotListed
+                             ? " (removed from --curve-clients by a reload; its "
+                               "connection predates it)"
+                             : " (the key sends for zone \"" + zone_keys_.name_of(key) + "\")"),
+                    t.mono_ms);
                 continue;
             }
         }
@@ -378,7 +390,17 @@ void Daemon::on_admin() {
                                       : "key " + key + (addr.empty() ? "" : " from " + addr);
         wire::AdminRequest q;
         wire::AdminReply r;
-        if (!wire::decode(frames_[body].view(), q, error)) {
+        if (zap_ && !key.empty() && cfg_.admin_clients.count(key) == 0) {
+            // ZAP admitted the key at the handshake; a reload has removed it since.
+            ++ignored_["admin_request/key_not_listed"];
+            ignored_log_.hit(LogLevel::Warn, {},
+                             "admin request from " + who +
+                                 " refused: key_not_listed (removed from --curve-admin-clients "
+                                 "by a reload; its connection predates it)",
+                             mono_ms());
+            r.ok = false;
+            r.error = "key not listed in --curve-admin-clients (removed by a reload)";
+        } else if (!wire::decode(frames_[body].view(), q, error)) {
             ++malformed_["admin_request"];
             r.ok = false;
             r.error = "malformed request: " + error;
@@ -742,6 +764,47 @@ void Daemon::watch_limits() {
     reload_limits("file changed");
 }
 
+void Daemon::reload_keys(const char* why) {
+    if (!zap_) return;  // no CURVE: no lists
+    // Each list on its own: a bad one is refused, the other may still be taken.
+    auto load = [&](daemon::KeyListReloads& l, auto read) -> std::optional<decltype(read())> {
+        if (l.path.empty()) return std::nullopt;
+        try {
+            auto v = read();
+            ++l.ok;
+            l.last_ok = true;
+            return v;
+        } catch (const std::exception& e) {
+            ++l.rejected;
+            l.last_ok = false;
+            daemon::log_error(std::string(why) + ": " + l.option + " refused: " + e.what() +
+                              "; the list in force stays");
+            return std::nullopt;
+        }
+    };
+    // ZAP only runs at the handshake: a removed key's connection stays open until it closes.
+    // Its usage and admin requests are refused from now on (key_not_listed); a subscriber goes
+    // on receiving until then (docs/control-plane.md "CURVE").
+    if (auto list = load(client_list_, [&] { return daemon::load_key_list(client_list_.path); })) {
+        std::set<std::string> keys = curve::keys_of(*list);
+        const std::string change = daemon::describe_change(curve::keys_of(cfg_.clients), keys);
+        zap_->allow("collector", keys);
+        zap_->allow("subscriber", std::move(keys));
+        const std::size_t dropped = zone_keys_.pin(*list);
+        cfg_.clients = std::move(*list);
+        daemon::log_info(std::string(why) + ": --curve-clients " + client_list_.path +
+                         " reloaded (" + change + "; " + std::to_string(dropped) +
+                         " zone binding(s) the new list contradicts dropped)");
+    }
+    if (auto keys = load(admin_list_, [&] { return daemon::load_authorized(admin_list_.path); })) {
+        const std::string change = daemon::describe_change(cfg_.admin_clients, *keys);
+        zap_->allow("admin", *keys);
+        cfg_.admin_clients = std::move(*keys);
+        daemon::log_info(std::string(why) + ": --curve-admin-clients " + admin_list_.path +
+                         " reloaded (" + change + ")");
+    }
+}
+
 void Daemon::reload_limits(const char* why) {
     if (cfg_.limits_file.empty()) {
         daemon::log_info(std::string(why) + ": no limits file configured");
@@ -1100,7 +1163,11 @@ std::string Daemon::metrics() {
         if (p->watch) peer_watches.push_back(p->watch.get());
     if (!peer_watches.empty()) daemon::write_client_metrics(m, "peer", peer_watches);
     scale_metrics(m);
-    if (zap_) zap_->write_metrics(m);
+    if (zap_) {
+        zap_->write_metrics(m);
+        daemon::write_binding_metrics(m, "collector", zone_keys_);
+        daemon::write_reload_metrics(m, {&client_list_, &admin_list_});
+    }
     return m.text();
 }
 

@@ -39,6 +39,9 @@ class Daemon {
     Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
     std::vector<std::pair<std::string, std::string>> endpoints() const;
     void reload_limits(const char* why);  // SIGHUP
+    // SIGHUP: reads --curve-clients and --curve-admin-clients again; a bad file is refused
+    // whole (its old list stays).
+    void reload_keys(const char* why);
 
   private:
     // One SUB socket per --peer: what arrives on a connection comes from that endpoint (and,
@@ -173,6 +176,8 @@ class Daemon {
     daemon::LogLimiter incomplete_log_;  // usage sets dropped incomplete
     // With CURVE: which zone each collector key sends usage for (first come, one to one).
     KeyBindings zone_keys_;
+    daemon::KeyListReloads client_list_{"--curve-clients", cfg_.clients_file};
+    daemon::KeyListReloads admin_list_{"--curve-admin-clients", cfg_.admin_clients_file};
     // Which controller (source) each peer connection speaks for.
     KeyBindings peer_sources_;
 };

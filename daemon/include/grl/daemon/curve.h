@@ -10,6 +10,7 @@
 
 #include "grl/curve_keys.h"
 #include "grl/handshake.h"
+#include "grl/key_bindings.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"
@@ -39,12 +40,13 @@ void make_curve_client(Socket& s, const KeyPair& client, const std::string& serv
 class ZapHandler {
   public:
     explicit ZapHandler(Context& ctx);
+    // The keys admitted for `domain` (replaces the domain's earlier list: a reload).
     void allow(const std::string& domain, std::set<std::string> keys);
     Socket& socket() { return sock_; }
     void handle();  // when the socket is readable
     const std::map<std::string, std::uint64_t>& accepted() const { return accepted_; }
     const std::map<std::string, std::uint64_t>& denied() const { return denied_; }
-    // grl_curve_handshakes_total{domain,result}.
+    // grl_curve_handshakes_total{domain,result}, grl_curve_keys{domain}.
     void write_metrics(MetricsText& m) const;
 
   private:
@@ -87,6 +89,25 @@ class HandshakeWatch {
     Handshakes handshakes_;
     std::vector<Frame> frames_;
 };
+
+// A key list file (--curve-clients, --curve-admin-clients) read again while the daemon runs
+// (SIGHUP): a file that cannot be read or parsed is refused whole, and the list in force stays.
+struct KeyListReloads {
+    std::string option;  // "--curve-clients"
+    std::string path;
+    std::uint64_t ok = 0;
+    std::uint64_t rejected = 0;
+    bool last_ok = true;  // false: the last reload was refused (the older list is in force)
+};
+// The keys added and removed between two lists, in words for the log line ("12 keys: 1 added,
+// 2 removed").
+std::string describe_change(const std::set<std::string>& before,
+                            const std::set<std::string>& after);
+// grl_curve_key_list_reloads_total{list,result}, grl_curve_key_list_ok{list}.
+void write_reload_metrics(MetricsText& m, const std::vector<const KeyListReloads*>& lists);
+// grl_curve_key_bindings{domain} (first-come bindings held) and
+// grl_curve_key_bindings_lapsed_total{domain}.
+void write_binding_metrics(MetricsText& m, std::string_view domain, const KeyBindings& b);
 
 // grl_curve_client_handshakes_total{peer,result}: the sums over `watches` (those not null).
 void write_client_metrics(MetricsText& m, std::string_view peer,
