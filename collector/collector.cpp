@@ -36,7 +36,8 @@ std::string list_names(const std::vector<std::string>& names) {
 Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     : cfg_(std::move(cfg)),
       loop_(loop),
-      zap_(cfg_.nginx_clients.empty() ? nullptr : std::make_unique<daemon::ZapHandler>(ctx)),
+      zap_(std::make_unique<daemon::ZapHandler>(ctx)),
+      curve_(!cfg_.nginx_clients.empty()),
       pull_(ctx, ZMQ_PULL),
       table_(cfg_.rates),
       malformed_log_(10000),
@@ -60,15 +61,34 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     // collector -> nginx: relayed instructions.
     pub.set(ZMQ_SNDHWM, 10000);
     pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
-    if (zap_) {
+    loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+    // ZAP domains: "nginx" for reports, "subscriber" for instructions (one per endpoint, so
+    // that ZAP knows which endpoint a handshake is for).
+    if (curve_) {
         zap_->allow("nginx", curve::keys_of(cfg_.nginx_clients));
+        zap_->allow("subscriber", curve::keys_of(cfg_.nginx_clients));
         host_keys_.pin(cfg_.nginx_clients);
-        loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
         daemon::make_curve_server(pull_, *cfg_.keypair, "nginx");
-        daemon::make_curve_server(pub, *cfg_.keypair, "nginx");
+        daemon::make_curve_server(pub, *cfg_.keypair, "subscriber");
+    } else {
+        // Without CURVE, ZAP runs (NULL mechanism) when the socket has a domain.
+        zap_->allow_null("nginx");
+        zap_->allow_null("subscriber");
+        pull_.set(ZMQ_ZAP_DOMAIN, std::string_view("nginx"));
+        pub.set(ZMQ_ZAP_DOMAIN, std::string_view("subscriber"));
     }
+    report_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, pull_.get(), "report", cfg_.max_connections);
+    publish_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, pub.get(), "publish", cfg_.max_connections);
+    zap_->limit("nginx", report_limit_.get());
+    zap_->limit("subscriber", publish_limit_.get());
+    for (daemon::EndpointLimit* l : {report_limit_.get(), publish_limit_.get()})
+        loop_.on_socket(l->monitor(), [l] { l->handle(); });
     report_ep_ = pull_.bind(cfg_.report_bind);
     publish_ep_ = pub.bind(cfg_.publish_bind);
+    report_limit_->set_address(report_ep_);
+    publish_limit_->set_address(publish_ep_);
 
     // collector -> controllers (one PUSH each: every controller gets every message), and
     // controllers -> collector (one SUB connected to all of them, served by the relay).
@@ -144,8 +164,9 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         (ctl.empty() ? "none" : ctl) + ", interval " + std::to_string(cfg_.interval_ms) + " ms" +
         (cfg_.batch_ms ? ", reports in batches every " + std::to_string(cfg_.batch_ms) + " ms"
                        : ", reports one by one") +
-        (curve_up ? ", CURVE to controllers" : "") + (zap_ ? ", CURVE for nginx" : ""));
-    if (!zap_) {
+        (curve_up ? ", CURVE to controllers" : "") + (curve_ ? ", CURVE for nginx" : "") +
+        ", at most " + std::to_string(cfg_.max_connections) + " connections per endpoint");
+    if (!curve_) {
         daemon::log_warn("CURVE is off for nginx (no --curve-clients): anyone who can reach " +
                          report_ep_ + " can report for any host of the zone" +
                          (cfg_.insecure ? " (--insecure: reachable beyond loopback)"
@@ -161,7 +182,7 @@ std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {
 }
 
 void Collector::reload_keys(const char* why) {
-    if (!zap_) {
+    if (!curve_) {
         daemon::log_info(std::string(why) + ": nothing to reload (no --curve-clients)");
         return;
     }
@@ -184,7 +205,8 @@ void Collector::reload_keys(const char* why) {
     }
     std::set<std::string> keys = curve::keys_of(list);
     const std::string change = daemon::describe_change(curve::keys_of(cfg_.nginx_clients), keys);
-    zap_->allow("nginx", std::move(keys));
+    zap_->allow("nginx", keys);
+    zap_->allow("subscriber", std::move(keys));
     const std::size_t dropped = host_keys_.pin(list);
     cfg_.nginx_clients = std::move(list);
     ++client_list_.ok;
@@ -217,7 +239,7 @@ void Collector::on_reports() {
                                now);
             continue;
         }
-        if (zap_) {
+        if (curve_) {
             // CURVE: the key ZAP admitted may speak for one host only.
             KeyBindings::Result b = host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
             if (b != KeyBindings::Result::Ok) {
@@ -306,7 +328,7 @@ void Collector::maybe_send_early() {
 
 void Collector::tick() {
     const std::uint64_t now = mono_ms();
-    if (zap_) {
+    if (curve_) {
         if (std::size_t n = host_keys_.sweep(now); n > 0) {
             daemon::log_info("CURVE: " + std::to_string(n) +
                              " host binding(s) lapsed, unused for " +
@@ -572,11 +594,12 @@ std::string Collector::metrics() {
         for (const auto& c : controllers_) watches.push_back(c->watch.get());
         daemon::write_client_metrics(m, "controller", watches);
     }
-    if (zap_) {
+    if (curve_) {
         zap_->write_metrics(m);
         daemon::write_binding_metrics(m, "nginx", host_keys_);
         daemon::write_reload_metrics(m, {&client_list_});
     }
+    daemon::write_connection_metrics(m, {report_limit_.get(), publish_limit_.get()});
     return m.text();
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/http.h"
 #include "grl/daemon/log.h"
@@ -51,7 +52,10 @@ class Collector {
 
     Config cfg_;
     daemon::Loop& loop_;
+    // Always: ZAP admits nginx's CURVE keys (curve_) and enforces --max-connections.
     std::unique_ptr<daemon::ZapHandler> zap_;
+    bool curve_ = false;  // CURVE for nginx (--curve-clients)
+    std::unique_ptr<daemon::EndpointLimit> report_limit_, publish_limit_;
     daemon::Socket pull_;
     std::unique_ptr<Relay> relay_;
     std::vector<std::unique_ptr<Controller>> controllers_;

@@ -69,7 +69,8 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     : cfg_(std::move(cfg)),
       loop_(loop),
       ctl_(cfg_.opts),
-      zap_(cfg_.keypair ? std::make_unique<daemon::ZapHandler>(ctx) : nullptr),
+      zap_(std::make_unique<daemon::ZapHandler>(ctx)),
+      curve_(cfg_.keypair.has_value()),
       pull_(ctx, ZMQ_PULL),
       pub_(ctx, ZMQ_PUB),
       admin_(ctx, ZMQ_ROUTER),
@@ -114,12 +115,31 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         p->sock.set(ZMQ_RCVHWM, 64);
         peers_.push_back(std::move(p));
     }
-    if (zap_) {
+    loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+    usage_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, pull_.get(), "usage", cfg_.max_connections);
+    publish_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, pub_.get(), "publish", cfg_.max_connections);
+    admin_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, admin_.get(), "admin", cfg_.max_connections);
+    zap_->limit("collector", usage_limit_.get());
+    zap_->limit("subscriber", publish_limit_.get());
+    zap_->limit("admin", admin_limit_.get());
+    for (daemon::EndpointLimit* l : {usage_limit_.get(), publish_limit_.get(), admin_limit_.get()})
+        loop_.on_socket(l->monitor(), [l] { l->handle(); });
+    if (!curve_) {
+        // Without CURVE, ZAP runs (NULL mechanism) when the socket has a domain: for the limit.
+        for (auto [sock, domain] : {std::pair{&pull_, "collector"}, std::pair{&pub_, "subscriber"},
+                                    std::pair{&admin_, "admin"}}) {
+            zap_->allow_null(domain);
+            sock->set(ZMQ_ZAP_DOMAIN, std::string_view(domain));
+        }
+    }
+    if (curve_) {
         zap_->allow("collector", curve::keys_of(cfg_.clients));
         zap_->allow("subscriber", curve::keys_of(cfg_.clients));
         zone_keys_.pin(cfg_.clients);
         zap_->allow("admin", cfg_.admin_clients);
-        loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
         // First-come zone bindings lapse after their idle time (counted, logged).
         loop_.every(cfg_.opts.interval_ms, [this] {
             if (std::size_t n = zone_keys_.sweep(mono_ms()); n > 0) {
@@ -150,6 +170,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     usage_ep_ = pull_.bind(cfg_.usage_bind);
     publish_ep_ = pub_.bind(cfg_.publish_bind);
     admin_ep_ = admin_.bind(cfg_.admin_bind);
+    usage_limit_->set_address(usage_ep_);
+    publish_limit_->set_address(publish_ep_);
+    admin_limit_->set_address(admin_ep_);
     for (auto& p : peers_) {
         p->sock.set(ZMQ_SUBSCRIBE, wire::kPeerTopic);
         p->sock.connect(p->endpoint);
@@ -205,8 +228,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
                    std::to_string(ctl_.limits().buckets.size()) + " buckets, version " +
                    (ctl_.limits().version.empty() ? std::string("-") : ctl_.limits().version) +
                    ", digest " + ctl_.limits_digest() + ")") +
-        (zap_ ? ", CURVE on" : ""));
-    if (!zap_) {
+        (curve_ ? ", CURVE on" : "") + ", at most " + std::to_string(cfg_.max_connections) +
+        " connections per endpoint");
+    if (!curve_) {
         daemon::log_warn("CURVE is off (no --curve-keypair): anyone who can reach " + usage_ep_ +
                          " or " + admin_ep_ + " can send usage for any zone or change limits" +
                          (cfg_.insecure ? " (--insecure: reachable beyond loopback)"
@@ -245,7 +269,7 @@ void Daemon::on_usage() {
             continue;
         }
         ++received_["zone_usage"];
-        if (zap_) {
+        if (curve_) {
             // CURVE: a collector's key may speak for one zone only.
             const std::string key = frames_[0].meta("User-Id");
             KeyBindings::Result b = zone_keys_.check(key, zone_usage_.zone, t.mono_ms);
@@ -390,7 +414,7 @@ void Daemon::on_admin() {
                                       : "key " + key + (addr.empty() ? "" : " from " + addr);
         wire::AdminRequest q;
         wire::AdminReply r;
-        if (zap_ && !key.empty() && cfg_.admin_clients.count(key) == 0) {
+        if (curve_ && !key.empty() && cfg_.admin_clients.count(key) == 0) {
             // ZAP admitted the key at the handshake; a reload has removed it since.
             ++ignored_["admin_request/key_not_listed"];
             ignored_log_.hit(LogLevel::Warn, {},
@@ -765,7 +789,7 @@ void Daemon::watch_limits() {
 }
 
 void Daemon::reload_keys(const char* why) {
-    if (!zap_) return;  // no CURVE: no lists
+    if (!curve_) return;  // no CURVE: no lists
     // Each list on its own: a bad one is refused, the other may still be taken.
     auto load = [&](daemon::KeyListReloads& l, auto read) -> std::optional<decltype(read())> {
         if (l.path.empty()) return std::nullopt;
@@ -1163,11 +1187,13 @@ std::string Daemon::metrics() {
         if (p->watch) peer_watches.push_back(p->watch.get());
     if (!peer_watches.empty()) daemon::write_client_metrics(m, "peer", peer_watches);
     scale_metrics(m);
-    if (zap_) {
+    if (curve_) {
         zap_->write_metrics(m);
         daemon::write_binding_metrics(m, "collector", zone_keys_);
         daemon::write_reload_metrics(m, {&client_list_, &admin_list_});
     }
+    daemon::write_connection_metrics(
+        m, {usage_limit_.get(), publish_limit_.get(), admin_limit_.get()});
     return m.text();
 }
 

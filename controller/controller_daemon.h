@@ -20,6 +20,7 @@
 #include "grl/control.h"
 #include "grl/early.h"
 #include "grl/key_bindings.h"
+#include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/etcd_watch.h"
 #include "grl/daemon/limits_file.h"
@@ -85,7 +86,10 @@ class Daemon {
     Config cfg_;
     daemon::Loop& loop_;
     control::Controller ctl_;
+    // Always: ZAP admits CURVE keys (curve_) and enforces --max-connections.
     std::unique_ptr<daemon::ZapHandler> zap_;
+    bool curve_ = false;  // --curve-keypair
+    std::unique_ptr<daemon::EndpointLimit> usage_limit_, publish_limit_, admin_limit_;
     daemon::Socket pull_;
     daemon::Socket pub_;
     daemon::Socket admin_;

@@ -106,6 +106,21 @@ void ZapHandler::handle() {
             mechanism = std::string(frames_[5].view());
         }
         bool ok = false;
+        if (n >= 6 && version == "1.0" && mechanism == "NULL") {
+            // No CURVE on this socket: ZAP runs for the connection limit only.
+            bool admitted = null_domains_.count(domain) > 0;
+            auto l = limits_.find(domain);
+            bool full = admitted && l != limits_.end() && !l->second->admit();
+            sock_.send_frames({"1.0", request_id,
+                               admitted && !full ? "200"
+                               : full            ? "300"
+                                                 : "400",
+                               admitted && !full ? "OK"
+                               : full            ? "connection limit reached"
+                                                 : "NULL not allowed",
+                               "", ""});
+            continue;
+        }
         if (n >= 7 && version == "1.0" && mechanism == "CURVE" && frames_[6].view().size() == 32) {
             char z85[41];
             zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(frames_[6].view().data()),
@@ -113,6 +128,14 @@ void ZapHandler::handle() {
             key = z85;
             auto it = keys_.find(domain);
             ok = it != keys_.end() && it->second.count(key) > 0;
+        }
+        if (ok) {
+            // A listed key, but the endpoint is full: refused for now (not a key problem).
+            auto l = limits_.find(domain);
+            if (l != limits_.end() && !l->second->admit()) {
+                sock_.send_frames({"1.0", request_id, "300", "connection limit reached", "", ""});
+                continue;
+            }
         }
         (ok ? accepted_ : denied_)[domain.empty() ? "-" : domain]++;
         if (!ok) {

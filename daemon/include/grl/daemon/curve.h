@@ -11,6 +11,7 @@
 #include "grl/curve_keys.h"
 #include "grl/handshake.h"
 #include "grl/key_bindings.h"
+#include "grl/daemon/connections.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"
@@ -36,12 +37,17 @@ void make_curve_client(Socket& s, const KeyPair& client, const std::string& serv
 
 // The ZAP handler (RFC 27) of one context: a REP socket on inproc://zeromq.zap.01, served by
 // the daemon's loop. A CURVE handshake is admitted when the client's key is listed for the
-// socket's domain; everything else is refused (and counted).
+// socket's domain; a NULL one (no CURVE) when the domain is open (allow_null()); everything
+// else is refused (and counted). A domain with a connection limit (limit()) also refuses
+// any handshake while its endpoint is full.
 class ZapHandler {
   public:
     explicit ZapHandler(Context& ctx);
     // The keys admitted for `domain` (replaces the domain's earlier list: a reload).
     void allow(const std::string& domain, std::set<std::string> keys);
+    // A domain of a socket without CURVE: its handshakes reach ZAP only for the limit.
+    void allow_null(const std::string& domain) { null_domains_.insert(domain); }
+    void limit(const std::string& domain, EndpointLimit* l) { limits_[domain] = l; }
     Socket& socket() { return sock_; }
     void handle();  // when the socket is readable
     const std::map<std::string, std::uint64_t>& accepted() const { return accepted_; }
@@ -52,6 +58,8 @@ class ZapHandler {
   private:
     Socket sock_;
     std::map<std::string, std::set<std::string>> keys_;
+    std::set<std::string> null_domains_;
+    std::map<std::string, EndpointLimit*> limits_;
     std::map<std::string, std::uint64_t> accepted_;
     std::map<std::string, std::uint64_t> denied_;
     std::vector<Frame> frames_;
