@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "grl/batch_budget.h"
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
 #include "grl/usage_parts.h"
@@ -22,8 +23,6 @@ constexpr std::size_t kMaxPerWakeup = 20000;  // reports handled per batch
 constexpr std::size_t kMaxWrongZoneHosts = 1000;
 constexpr std::size_t kMaxHostKeys = 100000;  // CURVE keys bound to hosts
 constexpr int kReportQueue = 64;              // reports queued per nginx connection
-// A batch of reports yields the loop after this long (timers, /metrics, the relay).
-constexpr std::uint64_t kMaxBatchMs = 50;
 
 std::string list_names(const std::vector<std::string>& names) {
     std::string s;
@@ -37,7 +36,8 @@ std::string list_names(const std::vector<std::string>& names) {
 Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     : cfg_(std::move(cfg)),
       loop_(loop),
-      zap_(cfg_.nginx_clients.empty() ? nullptr : std::make_unique<daemon::ZapHandler>(ctx)),
+      zap_(std::make_unique<daemon::ZapHandler>(ctx)),
+      curve_(!cfg_.nginx_clients.empty()),
       pull_(ctx, ZMQ_PULL),
       table_(cfg_.rates),
       malformed_log_(10000),
@@ -61,15 +61,34 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     // collector -> nginx: relayed instructions.
     pub.set(ZMQ_SNDHWM, 10000);
     pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
-    if (zap_) {
+    loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+    // ZAP domains: "nginx" for reports, "subscriber" for instructions (one per endpoint, so
+    // that ZAP knows which endpoint a handshake is for).
+    if (curve_) {
         zap_->allow("nginx", curve::keys_of(cfg_.nginx_clients));
+        zap_->allow("subscriber", curve::keys_of(cfg_.nginx_clients));
         host_keys_.pin(cfg_.nginx_clients);
-        loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
         daemon::make_curve_server(pull_, *cfg_.keypair, "nginx");
-        daemon::make_curve_server(pub, *cfg_.keypair, "nginx");
+        daemon::make_curve_server(pub, *cfg_.keypair, "subscriber");
+    } else {
+        // Without CURVE, ZAP runs (NULL mechanism) when the socket has a domain.
+        zap_->allow_null("nginx");
+        zap_->allow_null("subscriber");
+        pull_.set(ZMQ_ZAP_DOMAIN, std::string_view("nginx"));
+        pub.set(ZMQ_ZAP_DOMAIN, std::string_view("subscriber"));
     }
+    report_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, pull_.get(), "report", cfg_.max_connections);
+    publish_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, pub.get(), "publish", cfg_.max_connections);
+    zap_->limit("nginx", report_limit_.get());
+    zap_->limit("subscriber", publish_limit_.get());
+    for (daemon::EndpointLimit* l : {report_limit_.get(), publish_limit_.get()})
+        loop_.on_socket(l->monitor(), [l] { l->handle(); });
     report_ep_ = pull_.bind(cfg_.report_bind);
     publish_ep_ = pub.bind(cfg_.publish_bind);
+    report_limit_->set_address(report_ep_);
+    publish_limit_->set_address(publish_ep_);
 
     // collector -> controllers (one PUSH each: every controller gets every message), and
     // controllers -> collector (one SUB connected to all of them, served by the relay).
@@ -145,8 +164,9 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         (ctl.empty() ? "none" : ctl) + ", interval " + std::to_string(cfg_.interval_ms) + " ms" +
         (cfg_.batch_ms ? ", reports in batches every " + std::to_string(cfg_.batch_ms) + " ms"
                        : ", reports one by one") +
-        (curve_up ? ", CURVE to controllers" : "") + (zap_ ? ", CURVE for nginx" : ""));
-    if (!zap_) {
+        (curve_up ? ", CURVE to controllers" : "") + (curve_ ? ", CURVE for nginx" : "") +
+        ", at most " + std::to_string(cfg_.max_connections) + " connections per endpoint");
+    if (!curve_) {
         daemon::log_warn("CURVE is off for nginx (no --curve-clients): anyone who can reach " +
                          report_ep_ + " can report for any host of the zone" +
                          (cfg_.insecure ? " (--insecure: reachable beyond loopback)"
@@ -161,25 +181,51 @@ std::vector<std::pair<std::string, std::string>> Collector::endpoints() const {
     return e;
 }
 
+void Collector::reload_keys(const char* why) {
+    if (!curve_) {
+        daemon::log_info(std::string(why) + ": nothing to reload (no --curve-clients)");
+        return;
+    }
+    curve::KeyList list;
+    std::string error;
+    try {
+        list = daemon::load_key_list(client_list_.path);
+        // As at start: a list without keys would refuse every nginx.
+        if (list.empty()) error = client_list_.path + ": no key";
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    if (!error.empty()) {
+        ++client_list_.rejected;
+        client_list_.last_ok = false;
+        daemon::log_error(std::string(why) + ": --curve-clients refused: " + error +
+                          "; the list in force stays (" +
+                          std::to_string(cfg_.nginx_clients.size()) + " keys)");
+        return;
+    }
+    std::set<std::string> keys = curve::keys_of(list);
+    const std::string change = daemon::describe_change(curve::keys_of(cfg_.nginx_clients), keys);
+    zap_->allow("nginx", keys);
+    zap_->allow("subscriber", std::move(keys));
+    const std::size_t dropped = host_keys_.pin(list);
+    cfg_.nginx_clients = std::move(list);
+    ++client_list_.ok;
+    client_list_.last_ok = true;
+    // ZAP only runs at the handshake: a removed key's connection stays open until it closes.
+    // What it reports is refused from now on (key_not_listed); what it subscribed to it goes
+    // on receiving until then (docs/control-plane.md "CURVE").
+    daemon::log_info(std::string(why) + ": --curve-clients " + client_list_.path + " reloaded (" +
+                     change + "; " + std::to_string(dropped) +
+                     " host binding(s) the new list contradicts dropped)");
+}
+
 void Collector::on_reports() {
     std::string error;
     bool accepted_in_batch = false;
-    const std::uint64_t started = mono_ms();
-    std::uint64_t now = started;
-    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
-        if (now - started >= kMaxBatchMs) {
-            // Reports come faster than they are handled (a flood): the rest waits in the
-            // queue, at most kReportQueue per connection, while the loop serves its timers,
-            // /metrics and the relay's subscribers.
-            ++batches_cut_;
-            batch_log_.hit(LogLevel::Warn, {},
-                           "reports arrive faster than they are handled: a batch stopped after " +
-                               std::to_string(kMaxBatchMs) + " ms (" + std::to_string(i) +
-                               " reports); each connection queues at most " +
-                               std::to_string(kReportQueue) + " here, then its sender waits",
-                           now);
-            break;
-        }
+    std::uint64_t now = mono_ms();
+    BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.interval_ms));
+    batch.start(now);
+    while (batch.more(mono_ms())) {
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) break;
         now = mono_ms();
@@ -193,17 +239,21 @@ void Collector::on_reports() {
                                now);
             continue;
         }
-        if (zap_) {
+        if (curve_) {
             // CURVE: the key ZAP admitted may speak for one host only.
             KeyBindings::Result b = host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
             if (b != KeyBindings::Result::Ok) {
                 ++reports_refused_[b];
-                identity_log_.hit(LogLevel::Warn, {},
-                                  "refused a report for host " + std::string(report_.host) +
-                                      " from key " + frames_[0].meta("User-Id") + ": " +
-                                      std::string(to_string(b)) + " (the key reports for \"" +
-                                      host_keys_.name_of(frames_[0].meta("User-Id")) + "\")",
-                                  now);
+                identity_log_.hit(
+                    LogLevel::Warn, {},
+                    "refused a report for host " + std::string(report_.host) + " from key " +
+                        frames_[0].meta("User-Id") + ": " + std::string(to_string(b)) +
+                        (b == KeyBindings::Result::NotListed
+                             ? " (removed from --curve-clients by a reload; its "
+                               "connection predates it)"
+                             : " (the key reports for \"" +
+                                   host_keys_.name_of(frames_[0].meta("User-Id")) + "\")"),
+                    now);
                 continue;
             }
         }
@@ -251,6 +301,19 @@ void Collector::on_reports() {
                               (report_.recent_ms ? " (rated from its recent counts)" : ""));
         }
     }
+    if (batch.cut() && pull_.readable()) {
+        // Reports come faster than they are handled (a flood): the rest waits in the queue,
+        // at most kReportQueue per connection, while the loop serves its timers, /metrics and
+        // the relay's subscribers.
+        ++batches_cut_;
+        batch_log_.hit(LogLevel::Warn, {},
+                       "reports arrive faster than they are handled: a batch stopped after " +
+                           std::to_string(batch.max_ms()) + " ms (" +
+                           std::to_string(batch.taken()) +
+                           " reports); each connection queues at most " +
+                           std::to_string(kReportQueue) + " here, then its sender waits",
+                       now);
+    }
     // Warming up (just started, or hosts new to us): the last usage sent had buckets that
     // lacked some hosts' rates. Send as soon as more rates exist instead of waiting for the
     // tick, so that enforcement resumes within a report interval after a restart.
@@ -265,6 +328,14 @@ void Collector::maybe_send_early() {
 
 void Collector::tick() {
     const std::uint64_t now = mono_ms();
+    if (curve_) {
+        if (std::size_t n = host_keys_.sweep(now); n > 0) {
+            daemon::log_info("CURVE: " + std::to_string(n) +
+                             " host binding(s) lapsed, unused for " +
+                             std::to_string(host_keys_.expiry_ms() / 1000) +
+                             " s: their keys may speak for another host now");
+        }
+    }
     rates::SweepResult s = table_.sweep(now);
     if (!s.went_stale.empty()) {
         daemon::log_warn(std::to_string(s.went_stale.size()) + " host(s) silent for " +
@@ -453,14 +524,15 @@ std::string Collector::metrics() {
              "Reports dropped as malformed, truncated, oversized or of a wrong version.");
     m.sample("grl_collector_reports_malformed_total", static_cast<double>(reports_malformed_));
     m.family("grl_collector_report_batches_cut_total", "counter",
-             "Batches of reports stopped after 50 ms with more to take (reports arrive faster "
-             "than they are handled; the rest waits, bounded per connection).");
+             "Batches of reports stopped at their time budget (a fifth of the interval, at most "
+             "50 ms) with more to take (reports arrive faster than they are handled; the rest "
+             "waits, bounded per connection).");
     m.sample("grl_collector_report_batches_cut_total", static_cast<double>(batches_cut_));
     m.family("grl_collector_reports_refused_total", "counter",
              "Reports refused because their CURVE key speaks for another host (or another key "
-             "for this one), by reason.");
+             "for this one), or is no longer listed (removed by a reload), by reason.");
     for (KeyBindings::Result r : {KeyBindings::Result::KeyTaken, KeyBindings::Result::NameTaken,
-                                  KeyBindings::Result::Full}) {
+                                  KeyBindings::Result::Full, KeyBindings::Result::NotListed}) {
         auto it = reports_refused_.find(r);
         m.sample("grl_collector_reports_refused_total", {{"reason", to_string(r)}},
                  static_cast<double>(it == reports_refused_.end() ? 0 : it->second));
@@ -522,7 +594,12 @@ std::string Collector::metrics() {
         for (const auto& c : controllers_) watches.push_back(c->watch.get());
         daemon::write_client_metrics(m, "controller", watches);
     }
-    if (zap_) zap_->write_metrics(m);
+    if (curve_) {
+        zap_->write_metrics(m);
+        daemon::write_binding_metrics(m, "nginx", host_keys_);
+        daemon::write_reload_metrics(m, {&client_list_});
+    }
+    daemon::write_connection_metrics(m, {report_limit_.get(), publish_limit_.get()});
     return m.text();
 }
 

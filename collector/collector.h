@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/http.h"
 #include "grl/daemon/log.h"
@@ -32,6 +33,8 @@ class Collector {
   public:
     Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
     std::vector<std::pair<std::string, std::string>> endpoints() const;
+    // SIGHUP: reads --curve-clients again; a bad file is refused whole (the old list stays).
+    void reload_keys(const char* why);
 
   private:
     struct Controller {
@@ -49,7 +52,10 @@ class Collector {
 
     Config cfg_;
     daemon::Loop& loop_;
+    // Always: ZAP admits nginx's CURVE keys (curve_) and enforces --max-connections.
     std::unique_ptr<daemon::ZapHandler> zap_;
+    bool curve_ = false;  // CURVE for nginx (--curve-clients)
+    std::unique_ptr<daemon::EndpointLimit> report_limit_, publish_limit_;
     daemon::Socket pull_;
     std::unique_ptr<Relay> relay_;
     std::vector<std::unique_ptr<Controller>> controllers_;
@@ -87,6 +93,7 @@ class Collector {
     // With CURVE for nginx: which host each client key reports for (first come, one to
     // one); a report for another host is refused and counted by reason.
     KeyBindings host_keys_;
+    daemon::KeyListReloads client_list_{"--curve-clients", cfg_.nginx_clients_file};
     std::map<KeyBindings::Result, std::uint64_t> reports_refused_;
     daemon::LogLimiter identity_log_;
     std::set<std::string> wrong_zone_hosts_;  // logged once each (bounded)

@@ -29,6 +29,9 @@ struct Config {
     // Reports are taken off the socket in batches this often rather than one wakeup per
     // report (0: as they arrive). Rates use the senders' clocks, so this costs no accuracy.
     std::uint64_t batch_ms = 10;
+    // Connections each bound endpoint (report, publish) holds at most (one per nginx each);
+    // a new one's handshake is refused while it is full (grl/connection_limit.h).
+    std::uint32_t max_connections = 4096;
     rates::Options rates;
     std::string metrics_bind;    // host:port, empty: no /metrics
     std::string endpoints_file;  // written after binding, empty: none
@@ -42,6 +45,7 @@ struct Config {
     // EP=FILE`), by endpoint; one without is checked against `server_key`.
     std::map<std::string, std::string> controller_keys;
     curve::KeyList nginx_clients;
+    std::string nginx_clients_file;  // read again on SIGHUP
 };
 
 // True when the collector talks CURVE to its controllers.

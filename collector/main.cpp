@@ -27,8 +27,7 @@ int main(int argc, char** argv) {
             daemon::write_endpoints_file(c.endpoints_file, col.endpoints());
         loop.on_signal(SIGINT, [&] { loop.stop(); });
         loop.on_signal(SIGTERM, [&] { loop.stop(); });
-        loop.on_signal(SIGHUP,
-                       [] { daemon::log_info("SIGHUP: nothing to reload in a collector"); });
+        loop.on_signal(SIGHUP, [&] { col.reload_keys("SIGHUP"); });
         loop.run();
         daemon::log_info("stopped");
     } catch (const std::exception& e) {

@@ -34,6 +34,9 @@ struct Config {
     std::uint64_t limits_poll_ms = 1000;
     std::string metrics_bind;
     std::string endpoints_file;
+    // Connections each bound endpoint (usage, publish, admin) holds at most; a new one's
+    // handshake is refused while it is full (grl/connection_limit.h).
+    std::uint32_t max_connections = 4096;
     daemon::LogLevel log_level = daemon::LogLevel::Info;
     // CURVE: `keypair` switches it on for every socket; connections to peers need their own
     // key (`peer_keys`) or `server_key`; `clients` may connect to the usage and publish sockets,
@@ -44,6 +47,8 @@ struct Config {
     std::string server_key;
     curve::KeyList clients;
     std::set<std::string> admin_clients;
+    // The files of the two lists, read again on SIGHUP ("": not given).
+    std::string clients_file, admin_clients_file;
 };
 
 // The rules between fields (a TTL shorter than the interval, peers over CURVE without their

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "grl/batch_budget.h"
 #include "grl/daemon/files.h"
 #include "grl/daemon/metrics.h"
 #include "grl/ratio.h"
@@ -69,7 +70,8 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     : cfg_(std::move(cfg)),
       loop_(loop),
       ctl_(cfg_.opts),
-      zap_(cfg_.keypair ? std::make_unique<daemon::ZapHandler>(ctx) : nullptr),
+      zap_(std::make_unique<daemon::ZapHandler>(ctx)),
+      curve_(cfg_.keypair.has_value()),
       pull_(ctx, ZMQ_PULL),
       pub_(ctx, ZMQ_PUB),
       admin_(ctx, ZMQ_ROUTER),
@@ -85,6 +87,7 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       full_log_(10000),
       overrides_log_(10000),
       send_log_(10000),
+      batch_log_(10000),
       // A binding lapses when its zone would have left the sums.
       zone_keys_(kMaxZoneKeys, std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms),
       // A connection's controller may be replaced by another name once it has been silent
@@ -113,12 +116,40 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         p->sock.set(ZMQ_RCVHWM, 64);
         peers_.push_back(std::move(p));
     }
-    if (zap_) {
+    loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+    usage_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, pull_.get(), "usage", cfg_.max_connections);
+    publish_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, pub_.get(), "publish", cfg_.max_connections);
+    admin_limit_ =
+        std::make_unique<daemon::EndpointLimit>(ctx, admin_.get(), "admin", cfg_.max_connections);
+    zap_->limit("collector", usage_limit_.get());
+    zap_->limit("subscriber", publish_limit_.get());
+    zap_->limit("admin", admin_limit_.get());
+    for (daemon::EndpointLimit* l : {usage_limit_.get(), publish_limit_.get(), admin_limit_.get()})
+        loop_.on_socket(l->monitor(), [l] { l->handle(); });
+    if (!curve_) {
+        // Without CURVE, ZAP runs (NULL mechanism) when the socket has a domain: for the limit.
+        for (auto [sock, domain] : {std::pair{&pull_, "collector"}, std::pair{&pub_, "subscriber"},
+                                    std::pair{&admin_, "admin"}}) {
+            zap_->allow_null(domain);
+            sock->set(ZMQ_ZAP_DOMAIN, std::string_view(domain));
+        }
+    }
+    if (curve_) {
         zap_->allow("collector", curve::keys_of(cfg_.clients));
         zap_->allow("subscriber", curve::keys_of(cfg_.clients));
         zone_keys_.pin(cfg_.clients);
         zap_->allow("admin", cfg_.admin_clients);
-        loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+        // First-come zone bindings lapse after their idle time (counted, logged).
+        loop_.every(cfg_.opts.interval_ms, [this] {
+            if (std::size_t n = zone_keys_.sweep(mono_ms()); n > 0) {
+                daemon::log_info("CURVE: " + std::to_string(n) +
+                                 " zone binding(s) lapsed, unused for " +
+                                 std::to_string(zone_keys_.expiry_ms()) +
+                                 " ms: their keys may send usage for another zone now");
+            }
+        });
         daemon::make_curve_server(pull_, *cfg_.keypair, "collector");
         daemon::make_curve_server(pub_, *cfg_.keypair, "subscriber");
         daemon::make_curve_server(admin_, *cfg_.keypair, "admin");
@@ -140,6 +171,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     usage_ep_ = pull_.bind(cfg_.usage_bind);
     publish_ep_ = pub_.bind(cfg_.publish_bind);
     admin_ep_ = admin_.bind(cfg_.admin_bind);
+    usage_limit_->set_address(usage_ep_);
+    publish_limit_->set_address(publish_ep_);
+    admin_limit_->set_address(admin_ep_);
     for (auto& p : peers_) {
         p->sock.set(ZMQ_SUBSCRIBE, wire::kPeerTopic);
         p->sock.connect(p->endpoint);
@@ -195,8 +229,9 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
                    std::to_string(ctl_.limits().buckets.size()) + " buckets, version " +
                    (ctl_.limits().version.empty() ? std::string("-") : ctl_.limits().version) +
                    ", digest " + ctl_.limits_digest() + ")") +
-        (zap_ ? ", CURVE on" : ""));
-    if (!zap_) {
+        (curve_ ? ", CURVE on" : "") + ", at most " + std::to_string(cfg_.max_connections) +
+        " connections per endpoint");
+    if (!curve_) {
         daemon::log_warn("CURVE is off (no --curve-keypair): anyone who can reach " + usage_ep_ +
                          " or " + admin_ep_ + " can send usage for any zone or change limits" +
                          (cfg_.insecure ? " (--insecure: reachable beyond loopback)"
@@ -220,7 +255,9 @@ std::vector<std::pair<std::string, std::string>> Daemon::endpoints() const {
 
 void Daemon::on_usage() {
     std::string error;
-    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+    BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
+    batch.start(mono_ms());
+    while (batch.more(mono_ms())) {
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) return;
         const control::Clock t = now();
@@ -233,18 +270,21 @@ void Daemon::on_usage() {
             continue;
         }
         ++received_["zone_usage"];
-        if (zap_) {
+        if (curve_) {
             // CURVE: a collector's key may speak for one zone only.
             const std::string key = frames_[0].meta("User-Id");
             KeyBindings::Result b = zone_keys_.check(key, zone_usage_.zone, t.mono_ms);
             if (b != KeyBindings::Result::Ok) {
                 ++ignored_[std::string("zone_usage/") + std::string(to_string(b))];
-                ignored_log_.hit(LogLevel::Warn, {},
-                                 "zone usage for zone " + zone_usage_.zone + " from key " + key +
-                                     " ignored: " + std::string(to_string(b)) +
-                                     " (the key sends for zone \"" + zone_keys_.name_of(key) +
-                                     "\")",
-                                 t.mono_ms);
+                ignored_log_.hit(
+                    LogLevel::Warn, {},
+                    "zone usage for zone " + zone_usage_.zone + " from key " + key +
+                        " ignored: " + std::string(to_string(b)) +
+                        (b == KeyBindings::Result::NotListed
+                             ? " (removed from --curve-clients by a reload; its "
+                               "connection predates it)"
+                             : " (the key sends for zone \"" + zone_keys_.name_of(key) + "\")"),
+                    t.mono_ms);
                 continue;
             }
         }
@@ -283,11 +323,29 @@ void Daemon::on_usage() {
             }
         }
     }
+    count_cut(batch, pull_, "zone_usage");
+}
+
+// A batch stopped at its time budget with messages still queued: messages come faster than
+// they are handled (a flood). The rest waits in the queue (at most 64 per connection) while
+// the loop ticks and serves /metrics and its other sockets.
+void Daemon::count_cut(const BatchBudget& b, const daemon::Socket& s, const char* kind) {
+    if (!b.cut() || !s.readable()) return;
+    ++batches_cut_[kind];
+    batch_log_.hit(LogLevel::Warn, {},
+                   std::string(kind) +
+                       " arrives faster than it is handled: a batch stopped after " +
+                       std::to_string(b.max_ms()) + " ms (" + std::to_string(b.taken()) +
+                       " messages) so that the tick is not delayed; each connection queues at "
+                       "most 64 here, then its sender waits or drops",
+                   mono_ms());
 }
 
 void Daemon::on_peers(Peer& p) {
     std::string error;
-    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+    BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
+    batch.start(mono_ms());
+    while (batch.more(mono_ms())) {
         std::size_t n = p.sock.recv_frames(frames_, 2);
         if (n == 0) return;
         control::Clock t = now();
@@ -335,6 +393,7 @@ void Daemon::on_peers(Peer& p) {
             overrides_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
         }
     }
+    count_cut(batch, p.sock, "region_usage");
 }
 
 // Refused messages are counted in /metrics; their log lines are rate-limited per reason, so
@@ -352,7 +411,9 @@ void Daemon::log_refusal(control::Accepted a, const control::Clock& t) {
 
 void Daemon::on_admin() {
     std::string error;
-    for (std::size_t i = 0; i < kMaxPerWakeup; ++i) {
+    BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
+    batch.start(mono_ms());
+    while (batch.more(mono_ms())) {
         std::size_t n = admin_.recv_frames(frames_, 3);
         if (n == 0) return;
         // REQ clients send [identity, "", body]; DEALER clients [identity, body].
@@ -369,7 +430,17 @@ void Daemon::on_admin() {
                                       : "key " + key + (addr.empty() ? "" : " from " + addr);
         wire::AdminRequest q;
         wire::AdminReply r;
-        if (!wire::decode(frames_[body].view(), q, error)) {
+        if (curve_ && !key.empty() && cfg_.admin_clients.count(key) == 0) {
+            // ZAP admitted the key at the handshake; a reload has removed it since.
+            ++ignored_["admin_request/key_not_listed"];
+            ignored_log_.hit(LogLevel::Warn, {},
+                             "admin request from " + who +
+                                 " refused: key_not_listed (removed from --curve-admin-clients "
+                                 "by a reload; its connection predates it)",
+                             mono_ms());
+            r.ok = false;
+            r.error = "key not listed in --curve-admin-clients (removed by a reload)";
+        } else if (!wire::decode(frames_[body].view(), q, error)) {
             ++malformed_["admin_request"];
             r.ok = false;
             r.error = "malformed request: " + error;
@@ -406,6 +477,7 @@ void Daemon::on_admin() {
         out.emplace_back(buf_);
         if (!admin_.send_frames(out)) ++messages_dropped_;
     }
+    count_cut(batch, admin_, "admin_request");
 }
 
 wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& who) {
@@ -732,6 +804,47 @@ void Daemon::watch_limits() {
     reload_limits("file changed");
 }
 
+void Daemon::reload_keys(const char* why) {
+    if (!curve_) return;  // no CURVE: no lists
+    // Each list on its own: a bad one is refused, the other may still be taken.
+    auto load = [&](daemon::KeyListReloads& l, auto read) -> std::optional<decltype(read())> {
+        if (l.path.empty()) return std::nullopt;
+        try {
+            auto v = read();
+            ++l.ok;
+            l.last_ok = true;
+            return v;
+        } catch (const std::exception& e) {
+            ++l.rejected;
+            l.last_ok = false;
+            daemon::log_error(std::string(why) + ": " + l.option + " refused: " + e.what() +
+                              "; the list in force stays");
+            return std::nullopt;
+        }
+    };
+    // ZAP only runs at the handshake: a removed key's connection stays open until it closes.
+    // Its usage and admin requests are refused from now on (key_not_listed); a subscriber goes
+    // on receiving until then (docs/control-plane.md "CURVE").
+    if (auto list = load(client_list_, [&] { return daemon::load_key_list(client_list_.path); })) {
+        std::set<std::string> keys = curve::keys_of(*list);
+        const std::string change = daemon::describe_change(curve::keys_of(cfg_.clients), keys);
+        zap_->allow("collector", keys);
+        zap_->allow("subscriber", std::move(keys));
+        const std::size_t dropped = zone_keys_.pin(*list);
+        cfg_.clients = std::move(*list);
+        daemon::log_info(std::string(why) + ": --curve-clients " + client_list_.path +
+                         " reloaded (" + change + "; " + std::to_string(dropped) +
+                         " zone binding(s) the new list contradicts dropped)");
+    }
+    if (auto keys = load(admin_list_, [&] { return daemon::load_authorized(admin_list_.path); })) {
+        const std::string change = daemon::describe_change(cfg_.admin_clients, *keys);
+        zap_->allow("admin", *keys);
+        cfg_.admin_clients = std::move(*keys);
+        daemon::log_info(std::string(why) + ": --curve-admin-clients " + admin_list_.path +
+                         " reloaded (" + change + ")");
+    }
+}
+
 void Daemon::reload_limits(const char* why) {
     if (cfg_.limits_file.empty()) {
         daemon::log_info(std::string(why) + ": no limits file configured");
@@ -992,6 +1105,13 @@ std::string Daemon::metrics() {
                   {"reason", std::string_view(k).substr(slash + 1)}},
                  static_cast<double>(n));
     }
+    m.family("grl_controller_batches_cut_total", "counter",
+             "Batches of received messages stopped at their time budget (a fifth of the interval, "
+             "at most 50 ms) with more queued, by kind: messages arrive faster than they are "
+             "handled; the rest waits, bounded per connection, while the tick goes on.");
+    for (const char* k : {"zone_usage", "region_usage", "admin_request"})
+        m.sample("grl_controller_batches_cut_total", {{"kind", k}},
+                 static_cast<double>(batches_cut_[k]));
     m.family("grl_controller_messages_dropped_total", "counter",
              "Messages that could not be queued for sending.");
     m.sample("grl_controller_messages_dropped_total", static_cast<double>(messages_dropped_));
@@ -1083,7 +1203,13 @@ std::string Daemon::metrics() {
         if (p->watch) peer_watches.push_back(p->watch.get());
     if (!peer_watches.empty()) daemon::write_client_metrics(m, "peer", peer_watches);
     scale_metrics(m);
-    if (zap_) zap_->write_metrics(m);
+    if (curve_) {
+        zap_->write_metrics(m);
+        daemon::write_binding_metrics(m, "collector", zone_keys_);
+        daemon::write_reload_metrics(m, {&client_list_, &admin_list_});
+    }
+    daemon::write_connection_metrics(
+        m, {usage_limit_.get(), publish_limit_.get(), admin_limit_.get()});
     return m.text();
 }
 

@@ -16,9 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include "grl/batch_budget.h"
 #include "grl/control.h"
 #include "grl/early.h"
 #include "grl/key_bindings.h"
+#include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/etcd_watch.h"
 #include "grl/daemon/limits_file.h"
@@ -38,6 +40,9 @@ class Daemon {
     Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
     std::vector<std::pair<std::string, std::string>> endpoints() const;
     void reload_limits(const char* why);  // SIGHUP
+    // SIGHUP: reads --curve-clients and --curve-admin-clients again; a bad file is refused
+    // whole (its old list stays).
+    void reload_keys(const char* why);
 
   private:
     // One SUB socket per --peer: what arrives on a connection comes from that endpoint (and,
@@ -53,6 +58,7 @@ class Daemon {
     void on_peers(Peer& p);
     void on_admin();
     void log_refusal(control::Accepted a, const control::Clock& t);
+    void count_cut(const BatchBudget& b, const daemon::Socket& s, const char* kind);
     void tick();
     void publish(control::TickOutput& out);
     void publish_dashboard();
@@ -80,7 +86,10 @@ class Daemon {
     Config cfg_;
     daemon::Loop& loop_;
     control::Controller ctl_;
+    // Always: ZAP admits CURVE keys (curve_) and enforces --max-connections.
     std::unique_ptr<daemon::ZapHandler> zap_;
+    bool curve_ = false;  // --curve-keypair
+    std::unique_ptr<daemon::EndpointLimit> usage_limit_, publish_limit_, admin_limit_;
     daemon::Socket pull_;
     daemon::Socket pub_;
     daemon::Socket admin_;
@@ -139,7 +148,8 @@ class Daemon {
     // Counters for /metrics, by message kind.
     std::map<std::string, std::uint64_t> received_;
     std::map<std::string, std::uint64_t> malformed_;
-    std::map<std::string, std::uint64_t> ignored_;  // "kind/reason"
+    std::map<std::string, std::uint64_t> ignored_;      // "kind/reason"
+    std::map<std::string, std::uint64_t> batches_cut_;  // by kind: stopped at the time budget
     std::uint64_t instructions_published_ = 0;
     std::uint64_t messages_dropped_ = 0;
     std::uint64_t ticks_ = 0;
@@ -165,10 +175,13 @@ class Daemon {
     daemon::LogLimiter full_log_;       // a new zone or peer while the table is full
     daemon::LogLimiter overrides_log_;  // override entries stamped too far ahead
     daemon::LogLimiter send_log_;
+    daemon::LogLimiter batch_log_;       // batches cut at their time budget: a flood
     daemon::LogLimiter parts_log_;       // usage parts that could not be assembled
     daemon::LogLimiter incomplete_log_;  // usage sets dropped incomplete
     // With CURVE: which zone each collector key sends usage for (first come, one to one).
     KeyBindings zone_keys_;
+    daemon::KeyListReloads client_list_{"--curve-clients", cfg_.clients_file};
+    daemon::KeyListReloads admin_list_{"--curve-admin-clients", cfg_.admin_clients_file};
     // Which controller (source) each peer connection speaks for.
     KeyBindings peer_sources_;
 };

@@ -35,7 +35,10 @@ int main(int argc, char** argv) {
             daemon::write_endpoints_file(c.endpoints_file, d.endpoints());
         loop.on_signal(SIGINT, [&] { loop.stop(); });
         loop.on_signal(SIGTERM, [&] { loop.stop(); });
-        loop.on_signal(SIGHUP, [&] { d.reload_limits("SIGHUP"); });
+        loop.on_signal(SIGHUP, [&] {
+            d.reload_limits("SIGHUP");
+            d.reload_keys("SIGHUP");
+        });
         loop.run();
         daemon::log_info("stopped");
     } catch (const std::exception& e) {

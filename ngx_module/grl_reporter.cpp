@@ -72,7 +72,7 @@ struct Reporter {
     // event loop): [0] the report socket, always, so that a report goes out as
     // soon as a (restarted) collector is connected; [1] the instruction socket,
     // with CURVE. Endpoints whose handshake failed are connected again (see
-    // grl/handshake.h), so fixing the collector's key list needs nothing here.
+    // grl/zmq/handshake.h), so fixing the collector's key list needs nothing here.
     struct Monitor {
         void* pair = nullptr;
         void* socket = nullptr;

@@ -105,6 +105,21 @@ void ZapHandler::handle() {
             mechanism = std::string(frames_[5].view());
         }
         bool ok = false;
+        if (n >= 6 && version == "1.0" && mechanism == "NULL") {
+            // No CURVE on this socket: ZAP runs for the connection limit only.
+            bool admitted = null_domains_.count(domain) > 0;
+            auto l = limits_.find(domain);
+            bool full = admitted && l != limits_.end() && !l->second->admit();
+            sock_.send_frames({"1.0", request_id,
+                               admitted && !full ? "200"
+                               : full            ? "300"
+                                                 : "400",
+                               admitted && !full ? "OK"
+                               : full            ? "connection limit reached"
+                                                 : "NULL not allowed",
+                               "", ""});
+            continue;
+        }
         if (n >= 7 && version == "1.0" && mechanism == "CURVE" && frames_[6].view().size() == 32) {
             char z85[41];
             zmq_z85_encode(z85, reinterpret_cast<const std::uint8_t*>(frames_[6].view().data()),
@@ -112,6 +127,14 @@ void ZapHandler::handle() {
             key = z85;
             auto it = keys_.find(domain);
             ok = it != keys_.end() && it->second.count(key) > 0;
+        }
+        if (ok) {
+            // A listed key, but the endpoint is full: refused for now (not a key problem).
+            auto l = limits_.find(domain);
+            if (l != limits_.end() && !l->second->admit()) {
+                sock_.send_frames({"1.0", request_id, "300", "connection limit reached", "", ""});
+                continue;
+            }
         }
         (ok ? accepted_ : denied_)[domain.empty() ? "-" : domain]++;
         if (!ok) {
@@ -179,6 +202,44 @@ void ZapHandler::write_metrics(MetricsText& m) const {
     for (const auto& [d, n] : denied_)
         m.sample("grl_curve_handshakes_total", {{"domain", d}, {"result", "denied"}},
                  static_cast<double>(n));
+    m.family("grl_curve_keys", "gauge", "CURVE client keys admitted, by ZAP domain.");
+    for (const auto& [d, keys] : keys_)
+        m.sample("grl_curve_keys", {{"domain", d}}, static_cast<double>(keys.size()));
+}
+
+std::string describe_change(const std::set<std::string>& before,
+                            const std::set<std::string>& after) {
+    std::size_t added = 0, removed = 0;
+    for (const std::string& k : after) added += before.count(k) == 0 ? 1 : 0;
+    for (const std::string& k : before) removed += after.count(k) == 0 ? 1 : 0;
+    return std::to_string(after.size()) + " keys: " + std::to_string(added) + " added, " +
+           std::to_string(removed) + " removed";
+}
+
+void write_reload_metrics(MetricsText& m, const std::vector<const KeyListReloads*>& lists) {
+    m.family("grl_curve_key_list_reloads_total", "counter",
+             "Reloads of a CURVE key list file (SIGHUP), by list and result (rejected: the file "
+             "could not be read or parsed; the list in force stays).");
+    for (const KeyListReloads* l : lists) {
+        m.sample("grl_curve_key_list_reloads_total", {{"list", l->option}, {"result", "ok"}},
+                 static_cast<double>(l->ok));
+        m.sample("grl_curve_key_list_reloads_total", {{"list", l->option}, {"result", "rejected"}},
+                 static_cast<double>(l->rejected));
+    }
+    m.family("grl_curve_key_list_ok", "gauge",
+             "0 when the last reload of the key list was rejected (the older list is in force).");
+    for (const KeyListReloads* l : lists)
+        m.sample("grl_curve_key_list_ok", {{"list", l->option}}, l->last_ok ? 1 : 0);
+}
+
+void write_binding_metrics(MetricsText& m, std::string_view domain, const KeyBindings& b) {
+    m.family("grl_curve_key_bindings", "gauge",
+             "CURVE keys listed without names and bound, first come, to the name they speak for.");
+    m.sample("grl_curve_key_bindings", {{"domain", domain}}, static_cast<double>(b.size()));
+    m.family("grl_curve_key_bindings_lapsed_total", "counter",
+             "First-come key bindings dropped after going unused for their idle time.");
+    m.sample("grl_curve_key_bindings_lapsed_total", {{"domain", domain}},
+             static_cast<double>(b.lapsed()));
 }
 
 void write_client_metrics(MetricsText& m, std::string_view peer,

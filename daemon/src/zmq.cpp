@@ -76,4 +76,10 @@ bool Socket::send_frames(const std::vector<std::string_view>& frames) {
     return true;
 }
 
+bool Socket::readable() const {
+    int events = 0;
+    std::size_t len = sizeof(events);
+    return zmq_getsockopt(s_, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN) != 0;
+}
+
 }  // namespace grl::daemon

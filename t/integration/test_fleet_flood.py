@@ -164,6 +164,10 @@ def test_floods_stay_within_the_high_water_marks_and_the_fleet_goes_on(fleet):
                        == sent, 10,
                        what="the flood to be taken off the queue and counted")
         assert "zone usage from flood for region r9 ignored" in ctl.log()
+        # The degraded mode: usage batches cut at their time budget (50 ms at 250 ms), so that
+        # the tick is not held up by 256 queued messages; counted and logged.
+        assert f.metric(ctl.metrics(), "grl_controller_batches_cut_total", kind="zone_usage") > 0
+        assert "zone_usage arrives faster than it is handled: a batch stopped after 50 ms" in ctl.log()
         m = ctl.metrics()
         assert f.metric(m, "grl_controller_hosts", state="fresh") == 2
         assert f.metric(m, "grl_controller_zones", state="fresh") == 1

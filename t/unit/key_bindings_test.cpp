@@ -66,5 +66,45 @@ TEST(KeyBindings, AKeyListedWithNamesSpeaksForThoseOnly) {
     EXPECT_EQ(b.check("K1", "h1", 1000000), R::Ok);
 }
 
+TEST(KeyBindings, SweepDropsAndCountsLapsedBindings) {
+    KeyBindings b(100, 10000);
+    EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
+    EXPECT_EQ(b.check("K2", "h2", 5000), R::Ok);
+    EXPECT_EQ(b.sweep(9999), 0u);
+    EXPECT_EQ(b.sweep(10000), 1u);  // K1 unused for 10 s
+    EXPECT_EQ(b.size(), 1u);
+    EXPECT_EQ(b.lapsed(), 1u);
+    EXPECT_EQ(b.name_of("K1"), "");
+    EXPECT_EQ(b.check("K3", "h1", 10001), R::Ok);  // h1 is free for a new key pair
+    // A binding taken over when its key moves on counts as lapsed too.
+    EXPECT_EQ(b.check("K2", "h9", 15000), R::Ok);
+    EXPECT_EQ(b.lapsed(), 2u);
+}
+
+TEST(KeyBindings, AReloadedListRefusesRemovedKeysAndDropsWhatItContradicts) {
+    KeyBindings b(100, 60000);
+    b.pin({{"K1", {}}, {"K2", {}}, {"K3", {}}});
+    EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
+    EXPECT_EQ(b.check("K2", "h2", 0), R::Ok);
+    EXPECT_EQ(b.check("K3", "h3", 0), R::Ok);
+    EXPECT_EQ(b.check("K9", "h9", 0), R::NotListed);  // never listed (ZAP refuses it anyway)
+    // The new list: K1 removed, K2 now named web-*, h3 given to K4; K5 new.
+    EXPECT_EQ(b.pin({{"K2", {"web-*"}}, {"K3", {}}, {"K4", {"h3"}}, {"K5", {}}}), 3u);
+    EXPECT_EQ(b.check("K1", "h1", 1), R::NotListed);  // its live connection speaks no more
+    EXPECT_EQ(b.check("K2", "h2", 2), R::KeyTaken);   // named now: web-* only
+    EXPECT_EQ(b.check("K2", "web-1", 3), R::Ok);
+    EXPECT_EQ(b.check("K3", "h3", 4), R::NameTaken);  // the list gives h3 to K4
+    EXPECT_EQ(b.check("K4", "h3", 5), R::Ok);
+    EXPECT_EQ(b.check("K5", "h1", 6), R::Ok);  // K1's name is free at once
+    EXPECT_EQ(b.check("K3", "h7", 7), R::Ok);
+    EXPECT_EQ(b.lapsed(), 0u);  // dropped by the list, not lapsed
+}
+
+TEST(KeyBindings, WithoutAListEveryKeyIsTaken) {
+    // Peer connections are bound by endpoint, with no list.
+    KeyBindings b(2, 1000);
+    EXPECT_EQ(b.check("tcp://a:1", "ctl-a", 0), R::Ok);
+}
+
 }  // namespace
 }  // namespace grl

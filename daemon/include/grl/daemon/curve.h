@@ -9,6 +9,8 @@
 #include <string>
 
 #include "grl/curve_keys.h"
+#include "grl/key_bindings.h"
+#include "grl/daemon/connections.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"
@@ -35,21 +37,29 @@ void make_curve_client(Socket& s, const KeyPair& client, const std::string& serv
 
 // The ZAP handler (RFC 27) of one context: a REP socket on inproc://zeromq.zap.01, served by
 // the daemon's loop. A CURVE handshake is admitted when the client's key is listed for the
-// socket's domain; everything else is refused (and counted).
+// socket's domain; a NULL one (no CURVE) when the domain is open (allow_null()); everything
+// else is refused (and counted). A domain with a connection limit (limit()) also refuses
+// any handshake while its endpoint is full.
 class ZapHandler {
   public:
     explicit ZapHandler(Context& ctx);
+    // The keys admitted for `domain` (replaces the domain's earlier list: a reload).
     void allow(const std::string& domain, std::set<std::string> keys);
+    // A domain of a socket without CURVE: its handshakes reach ZAP only for the limit.
+    void allow_null(const std::string& domain) { null_domains_.insert(domain); }
+    void limit(const std::string& domain, EndpointLimit* l) { limits_[domain] = l; }
     Socket& socket() { return sock_; }
     void handle();  // when the socket is readable
     const std::map<std::string, std::uint64_t>& accepted() const { return accepted_; }
     const std::map<std::string, std::uint64_t>& denied() const { return denied_; }
-    // grl_curve_handshakes_total{domain,result}.
+    // grl_curve_handshakes_total{domain,result}, grl_curve_keys{domain}.
     void write_metrics(MetricsText& m) const;
 
   private:
     Socket sock_;
     std::map<std::string, std::set<std::string>> keys_;
+    std::set<std::string> null_domains_;
+    std::map<std::string, EndpointLimit*> limits_;
     std::map<std::string, std::uint64_t> accepted_;
     std::map<std::string, std::uint64_t> denied_;
     std::vector<zmq::Frame> frames_;
@@ -87,6 +97,25 @@ class HandshakeWatch {
     Handshakes handshakes_;
     std::vector<zmq::Frame> frames_;
 };
+
+// A key list file (--curve-clients, --curve-admin-clients) read again while the daemon runs
+// (SIGHUP): a file that cannot be read or parsed is refused whole, and the list in force stays.
+struct KeyListReloads {
+    std::string option;  // "--curve-clients"
+    std::string path;
+    std::uint64_t ok = 0;
+    std::uint64_t rejected = 0;
+    bool last_ok = true;  // false: the last reload was refused (the older list is in force)
+};
+// The keys added and removed between two lists, in words for the log line ("12 keys: 1 added,
+// 2 removed").
+std::string describe_change(const std::set<std::string>& before,
+                            const std::set<std::string>& after);
+// grl_curve_key_list_reloads_total{list,result}, grl_curve_key_list_ok{list}.
+void write_reload_metrics(MetricsText& m, const std::vector<const KeyListReloads*>& lists);
+// grl_curve_key_bindings{domain} (first-come bindings held) and
+// grl_curve_key_bindings_lapsed_total{domain}.
+void write_binding_metrics(MetricsText& m, std::string_view domain, const KeyBindings& b);
 
 // grl_curve_client_handshakes_total{peer,result}: the sums over `watches` (those not null).
 void write_client_metrics(MetricsText& m, std::string_view peer,

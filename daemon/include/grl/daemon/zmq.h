@@ -56,6 +56,9 @@ class Socket {
     std::size_t recv_frames(std::vector<zmq::Frame>& frames, std::size_t max_frames) {
         return zmq::recv_frames(s_, frames, max_frames);
     }
+    // True when a message is pending (ZMQ_EVENTS): a batch stopped at its budget with more
+    // to take.
+    bool readable() const;
 
   private:
     void* s_;

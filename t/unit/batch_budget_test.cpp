@@ -1,0 +1,83 @@
+// grl/batch_budget.h: the receive loops' message and time budgets, driven by a fake clock.
+#include "grl/batch_budget.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace grl {
+namespace {
+
+TEST(BatchBudget, TimeBudgetIsAFifthOfTheIntervalAtMost50Ms) {
+    EXPECT_EQ(batch_budget_ms(1000), 50u);
+    EXPECT_EQ(batch_budget_ms(250), 50u);
+    EXPECT_EQ(batch_budget_ms(100), 20u);
+    EXPECT_EQ(batch_budget_ms(50), 10u);
+    EXPECT_EQ(batch_budget_ms(3), 1u);
+    EXPECT_EQ(batch_budget_ms(60000), 50u);
+}
+
+TEST(BatchBudget, SmallMessagesStopAtTheMessageBudgetUncut) {
+    BatchBudget b(256, 50);
+    b.start(1000);
+    std::size_t taken = 0;
+    while (b.more(1000 + taken / 100)) ++taken;  // 256 messages in 2 ms
+    EXPECT_EQ(taken, 256u);
+    EXPECT_FALSE(b.cut());
+}
+
+TEST(BatchBudget, SlowMessagesStopAtTheTimeBudgetAndTheBatchIsCut) {
+    BatchBudget b(256, 50);
+    std::uint64_t now = 1000;
+    b.start(now);
+    std::size_t taken = 0;
+    while (b.more(now)) {
+        ++taken;
+        now += 7;  // each message takes 7 ms to handle
+    }
+    EXPECT_EQ(taken, 8u);  // 0, 7, ..., 49 ms: the ninth would start at 56 ms
+    EXPECT_EQ(b.taken(), 8u);
+    EXPECT_TRUE(b.cut());
+    // A new batch starts afresh.
+    b.start(now);
+    EXPECT_FALSE(b.cut());
+    EXPECT_TRUE(b.more(now));
+}
+
+TEST(BatchBudget, TheFirstMessageIsAlwaysTaken) {
+    // A loop that got to the socket late still handles one message per wakeup.
+    BatchBudget b(256, 10);
+    b.start(1000);
+    EXPECT_TRUE(b.more(5000));
+    EXPECT_FALSE(b.more(5000));
+    EXPECT_TRUE(b.cut());
+}
+
+// The controller's loop as its event loop runs it: a tick every 250 ms, between ticks one
+// batch per wakeup from a flooded socket whose messages take 5 ms each. With the message
+// budget alone (256 messages: 1.28 s) ticks were due long before they ran; with the time
+// budget a tick runs at most one budget and one message late.
+std::uint64_t worst_tick_delay(bool with_time_budget) {
+    const std::uint64_t interval = 250, per_message = 5;
+    BatchBudget b(256, with_time_budget ? batch_budget_ms(interval) : UINT64_MAX / 2);
+    std::uint64_t now = 0, next_tick = interval, worst = 0;
+    while (now < 10 * interval) {
+        b.start(now);
+        while (b.more(now)) now += per_message;  // the queue is never empty: a flood
+        if (now >= next_tick) {
+            worst = std::max(worst, now - next_tick);
+            next_tick += interval;
+            if (next_tick <= now) next_tick = now + interval;  // Loop::run skips missed periods
+        }
+    }
+    return worst;
+}
+
+TEST(BatchBudget, AFloodDelaysTheTickByOneBudgetAtMost) {
+    EXPECT_GT(worst_tick_delay(false), 250u);  // a whole interval missed
+    EXPECT_LE(worst_tick_delay(true), batch_budget_ms(250) + 5);
+}
+
+}  // namespace
+}  // namespace grl
