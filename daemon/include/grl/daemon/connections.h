@@ -40,7 +40,7 @@ class EndpointLimit {
     std::string name_;
     std::string address_;
     ConnectionLimit count_;
-    std::vector<Frame> frames_;
+    std::vector<zmq::Frame> frames_;
 };
 
 // grl_connections{endpoint}, grl_connections_max{endpoint},
