@@ -415,14 +415,16 @@ TEST(Controller, ZoneUsageOrderingAndRegion) {
     EXPECT_EQ(c.on_zone_usage(restarted, f.now), Accepted::Yes);
 }
 
+// The entry of a collector that has hosts but no rates yet (just restarted).
+wire::UsageBucket unrated(wire::UsageBucket b) {
+    b.offered_mrps = b.admitted_mrps = 0;
+    b.rated_hosts = 0;
+    return b;
+}
+
 TEST(Controller, UnratedUsageNeverPublishesAFalseZero) {
     Fleet f;
     Controller c(opts());
-    auto unrated = [](wire::UsageBucket b) {
-        b.offered_mrps = b.admitted_mrps = 0;
-        b.rated_hosts = 0;
-        return b;
-    };
     // z1's collector restarts: its first usage has hosts but no rates yet. The last rated
     // entry stands in, so the ratio does not fall to zero.
     c.on_zone_usage(zu("z1", {ub("api", 300, 2)}, f.now), f.now);
@@ -469,11 +471,6 @@ TEST(Controller, UnratedUsageNeverPublishesAFalseZero) {
 TEST(Controller, TakenUsageStandsInForUnratedEntriesInAnyOrder) {
     Fleet f;
     Controller c(opts());
-    auto unrated = [](wire::UsageBucket b) {
-        b.offered_mrps = b.admitted_mrps = 0;
-        b.rated_hosts = 0;
-        return b;
-    };
     wire::ZoneUsage first = zu("z1", {ub("c", 300, 2), ub("a", 200, 2), ub("b", 400, 2)}, f.now);
     ASSERT_EQ(c.take_zone_usage(first, f.now), Accepted::Yes);
     EXPECT_TRUE(first.buckets.empty());  // the zone's previous usage: none

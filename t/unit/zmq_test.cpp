@@ -37,6 +37,16 @@ std::string head(std::uint16_t event, std::uint32_t value) {
 }
 
 // Waits (up to 5 s, never asserted as a speed) for the next event on a monitor's PAIR socket.
+// Binds a PULL socket to a loopback port chosen by the kernel; its endpoint, or "" on failure.
+std::string bind_pull(Ctx& c) {
+    void* server = c.socket(ZMQ_PULL);
+    if (zmq_bind(server, "tcp://127.0.0.1:*") != 0) return "";
+    char ep[256];
+    std::size_t len = sizeof(ep);
+    if (zmq_getsockopt(server, ZMQ_LAST_ENDPOINT, ep, &len) != 0) return "";
+    return ep;
+}
+
 bool wait_event(void* pair, std::vector<Frame>& frames, HandshakeEvent& e) {
     zmq_pollitem_t item{pair, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, 5000) != 1) return false;
@@ -104,16 +114,13 @@ TEST(MonitorEvent, DescribeUsesTheWordingOfTheCaller) {
 // A real handshake, watched as the module and the daemons watch theirs.
 TEST(MonitorEvent, RealHandshakeSucceeds) {
     Ctx c;
-    void* server = c.socket(ZMQ_PULL);
-    ASSERT_EQ(zmq_bind(server, "tcp://127.0.0.1:*"), 0);
-    char ep[256];
-    std::size_t len = sizeof(ep);
-    ASSERT_EQ(zmq_getsockopt(server, ZMQ_LAST_ENDPOINT, ep, &len), 0);
+    const std::string ep = bind_pull(c);
+    ASSERT_FALSE(ep.empty());
     void* client = c.socket(ZMQ_PUSH);
     monitor_handshakes(client, "inproc://t-ok", false);
     void* pair = c.socket(ZMQ_PAIR);
     ASSERT_EQ(zmq_connect(pair, "inproc://t-ok"), 0);
-    ASSERT_EQ(zmq_connect(client, ep), 0);
+    ASSERT_EQ(zmq_connect(client, ep.c_str()), 0);
     std::vector<Frame> frames;
     HandshakeEvent e;
     ASSERT_TRUE(wait_event(pair, frames, e));
@@ -123,11 +130,8 @@ TEST(MonitorEvent, RealHandshakeSucceeds) {
 
 TEST(MonitorEvent, RealCurveClientOfAPlainServerIsNoCurve) {
     Ctx c;
-    void* server = c.socket(ZMQ_PULL);
-    ASSERT_EQ(zmq_bind(server, "tcp://127.0.0.1:*"), 0);
-    char ep[256];
-    std::size_t len = sizeof(ep);
-    ASSERT_EQ(zmq_getsockopt(server, ZMQ_LAST_ENDPOINT, ep, &len), 0);
+    const std::string ep = bind_pull(c);
+    ASSERT_FALSE(ep.empty());
     char pub[41], sec[41], server_pub[41], server_sec[41];
     ASSERT_EQ(zmq_curve_keypair(pub, sec), 0);
     ASSERT_EQ(zmq_curve_keypair(server_pub, server_sec), 0);
@@ -136,7 +140,7 @@ TEST(MonitorEvent, RealCurveClientOfAPlainServerIsNoCurve) {
     monitor_handshakes(client, "inproc://t-fail", true);
     void* pair = c.socket(ZMQ_PAIR);
     ASSERT_EQ(zmq_connect(pair, "inproc://t-fail"), 0);
-    ASSERT_EQ(zmq_connect(client, ep), 0);
+    ASSERT_EQ(zmq_connect(client, ep.c_str()), 0);
     std::vector<Frame> frames;
     HandshakeEvent e;
     ASSERT_TRUE(wait_event(pair, frames, e));
