@@ -12,7 +12,12 @@ Targets (docs/design.md "Surge damping", "Measured against the targets"):
   after 1.5 L -> 0.5 L (recover) and after the surge ends (after): legitimate requests
   rejected for at most one interval; LB shift: below 0.8 L for at most one interval.
 
+With --base DIR, another build of the module and daemons (e.g. main's, built in another
+worktree) runs with damping on beside this one's, interleaved the same way ("base" columns);
+--no-off leaves the damping-off variants out.
+
 Usage: bench/exp_surge_targets.py [--rounds 3] [--limit 1000] [--intervals 1s,250ms]
+                                  [--base BUILD_DIR] [--no-off]
 """
 import argparse
 import os
@@ -69,15 +74,32 @@ def value(run, row, limit):
     return v / limit if scale == "L" else v
 
 
+def use_build(build):
+    """The module and daemons under test from `build` (the load generator stays this one's)."""
+    bl.BUILD = build
+    bl.GRL_MODULE = bl.build_path("ngx_module", "ngx_http_grl_module.so")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--limit", type=float, default=1000, help="global limit L, r/s")
     ap.add_argument("--intervals", default="1s,250ms")
+    ap.add_argument("--base", metavar="BUILD_DIR",
+                    help="also run this build's module and daemons, damping on")
+    ap.add_argument("--no-off", action="store_true", help="leave the damping-off variants out")
     args = ap.parse_args(argv)
+    if args.base and not os.path.exists(os.path.join(args.base, "ngx_module",
+                                                     "ngx_http_grl_module.so")):
+        ap.error(f"--base {args.base}: no ngx_module/ngx_http_grl_module.so in it")
     variants = []
     for iv in args.intervals.split(","):
-        variants += [("grl", iv), ("grl:nodamp", iv)]
+        variants += [("grl", iv)]
+        if args.base:
+            variants += [("base", iv)]
+        if not args.no_off:
+            variants += [("grl:nodamp", iv)]
+    builds = {"grl": bl.BUILD, "grl:nodamp": bl.BUILD, "base": os.path.abspath(args.base or ".")}
     phases = exp_fleet.parse_phases(exp_fleet.DEFAULT_PHASES, args.limit)
     bl.pin_harness()
     bl.cleanup_stale()
@@ -89,9 +111,11 @@ def main(argv=None):
             order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
             for v in order:
                 name, iv = v
+                use_build(builds[name])
                 spec = f"grl:{iv}" + (":nodamp" if name == "grl:nodamp" else "")
                 fl = exp_fleet.one(spec, backend, fleet_args(args.limit), phases, rnd)
-                lb = exp_lb_shift.one(name, backend, lb_args(args.limit, iv))
+                lb = exp_lb_shift.one("grl" if name == "base" else name, backend,
+                                      lb_args(args.limit, iv))
                 lb.pop("series_L", None)
                 runs[v].append({"fleet": fl, "lb": lb})
                 bl.log(f"round {rnd + 1} {name} {iv}: " + ", ".join(
@@ -108,7 +132,9 @@ def main(argv=None):
         return (f"{f.format(statistics.median(xs))} ({f.format(min(xs))}-{f.format(max(xs))})"
                 + (f", {missing} never" if missing else ""))
 
-    head = [f"{'damping' if n == 'grl' else 'off'}, {iv}" for n, iv in variants]
+    use_build(builds["grl"])
+    names = {"grl": "damping", "grl:nodamp": "off", "base": "base, damping"}
+    head = [f"{names[n]}, {iv}" for n, iv in variants]
     print(f"\nL = {args.limit:g} r/s, 4 hosts 70/10/10/10, {args.rounds} rounds, "
           "medians (min-max):\n")
     print("| target | " + " | ".join(head) + " |")
