@@ -61,7 +61,8 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     std::uint32_t fast_attack_percent =
         static_cast<std::uint32_t>(std::lround(c.opts.fast_attack * 100.0));
     cli::add_count(app, "--fast-attack", fast_attack_percent, 0, 1000,
-                   "a sample this much above the window's mean is a surge, used alone (0: off)",
+                   "a sample this much above the window's mean is a surge, used alone (0: off, and "
+                   "no fast release under the limit)",
                    "PERCENT");
     cli::add_count(app, "--stale-intervals", c.opts.stale_intervals, 1, 1000000,
                    "a zone or peer silent for N intervals leaves the sums");

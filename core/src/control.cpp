@@ -1124,14 +1124,21 @@ void Controller::smooth(Instance& inst, const Sample& s) const {
         inst.attacking =
             newest.offered > mean.offered * (1.0 + opt_.fast_attack) || (inst.attacking && rising);
     }
+    // Fast release: a newest sample under the limit needs no drop at all; averaged with the
+    // sample before a fall, it kept rejecting legitimate requests for another tick (at 250 ms
+    // intervals the last of them came 0.8 s after the fall, three intervals). Not from a
+    // provisional sample: it sums only part of the hosts, not the demand. Only the ratio is
+    // released; the rates shown (and a candidate limit's would-drop) stay smoothed.
+    const bool released = opt_.fast_attack > 0 && inst.limit_mrps > 0 && !inst.last_provisional &&
+                          round_mrps(newest.offered) <= inst.limit_mrps;
     if (opt_.fast_attack > 0 && inst.attacking) mean = newest;
     inst.offered_mrps = mean.offered;
     inst.admitted_mrps = mean.admitted;
     inst.dropped_mrps = mean.dropped;
     inst.shadow_dropped_mrps = mean.shadow_dropped;
-    inst.ratio_ppm = inst.limit_mrps == 0
-                         ? kPpmOne
-                         : drop_ratio_ppm(round_mrps(inst.offered_mrps), inst.limit_mrps);
+    inst.ratio_ppm = inst.limit_mrps == 0 ? kPpmOne
+                     : released           ? 0
+                                : drop_ratio_ppm(round_mrps(inst.offered_mrps), inst.limit_mrps);
 }
 
 // A keyed instance: its own ratio stays 0 (its limit is each key's) and it has no surge basis;

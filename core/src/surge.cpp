@@ -76,6 +76,7 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
     state_ = has_basis_ ? State::Following : State::NoBasis;
     const double admit = 1.0 - static_cast<double>(cp_ppm_) / 1e6;
     bool first = true;
+    bool shorter_not_low = false;
     for (const Window& w : kWindows) {
         const Point* from = window_start(now_ms, w.span_ms);
         if (from == nullptr) return applied_ppm_;
@@ -90,7 +91,12 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
         const double high = w.factor * share;
         const double low = share / w.factor;
         const bool above = admitted > high + w.sigmas * std::sqrt(high) + 3.0;
-        const bool below = admitted + w.sigmas * std::sqrt(low) + 3.0 < low;
+        // A window "well below" eases only if no shorter one is even at its low bound: a long
+        // window that began before a rise reads the old, lower rate.
+        const double margin = w.offered_noise ? w.sigmas * std::sqrt(low * admit) + 3.0 * admit
+                                              : w.sigmas * std::sqrt(low) + 3.0;
+        const bool below = !shorter_not_low && admitted + margin < low;
+        if (admitted >= low) shorter_not_low = true;
         if (!above && !below) continue;
         const double rate = n * 1000.0 / dt_ms;
         if (above && !total_rising_ && rate > basis_rps_ && rate <= kShiftMargin * instance_rps_) {

@@ -178,17 +178,17 @@ TEST(Controller, InstructionsCarryTheSurgeBasis) {
     EXPECT_TRUE(e->has_basis);
     EXPECT_EQ(e->basis_offered_mrps, 150000u);
     EXPECT_EQ(e->basis_ms, a.ts_ms);
-    // Smoothing does not blur the basis: after a fall the ratio is averaged, the basis is
-    // the newest sample alone.
+    // Smoothing does not blur the basis: after a fall that stays over the limit the ratio is
+    // averaged, the basis is the newest sample alone.
     f.advance(1000);
-    c.on_zone_usage(zu("z1", {ub("api", 40, 2)}, f.now), f.now);
-    c.on_zone_usage(zu("z2", {ub("api", 20, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z1", {ub("api", 80, 2)}, f.now), f.now);
+    c.on_zone_usage(zu("z2", {ub("api", 40, 2)}, f.now), f.now);
     out = c.tick(f.now);
     e = entry(out, Scope::Global, "api");
     ASSERT_NE(e, nullptr);
-    EXPECT_EQ(e->basis_offered_mrps, 60000u);
+    EXPECT_EQ(e->basis_offered_mrps, 120000u);
     EXPECT_EQ(e->basis_ms, f.now.wall_ms);
-    EXPECT_GT(e->ratio_ppm, 0u);  // the mean of 150 and 60 r/s is still over 100 r/s
+    EXPECT_EQ(e->ratio_ppm, drop_ratio_ppm(135000, 100000));  // the mean of 150 and 120 r/s
 }
 
 TEST(Controller, ZoneBucketIsLimitedPerZone) {
@@ -311,9 +311,15 @@ TEST(Controller, StepResponseOfTheSmoothingWindow) {
         EXPECT_EQ(feed(300), attack > 0 ? 500000u : 250000u);
         EXPECT_EQ(feed(300), 500000u);
         EXPECT_EQ(feed(300), 500000u);
-        // Step back down: averaged either way, over-dropping for one tick only.
-        EXPECT_EQ(feed(100), 250000u);
+        // Step back down to under the limit: released at once (the newest sample needs no
+        // drop); the plain mean (fast attack off) over-drops for one tick.
+        EXPECT_EQ(feed(100), attack > 0 ? 0u : 250000u);
         EXPECT_EQ(feed(100), 0u);
+        // A fall that stays over the limit is averaged either way (300 -> 200: mean 250).
+        feed(300);
+        feed(300);
+        EXPECT_EQ(feed(200), drop_ratio_ppm(250000, 150000));
+        EXPECT_EQ(feed(200), drop_ratio_ppm(200000, 150000));
         // Noise (+10%, +15%) is averaged, not taken for a surge.
         feed(200);
         feed(200);
@@ -331,6 +337,25 @@ TEST(Controller, StepResponseOfTheSmoothingWindow) {
         EXPECT_EQ(feed(300), attack > 0 ? 500000u : drop_ratio_ppm(290000, 150000));
         EXPECT_EQ(feed(290), drop_ratio_ppm(295000, 150000));
     }
+}
+
+// The fast release takes a sample under the limit for the demand, but a provisional one (some
+// hosts have no rate yet) sums only part of the hosts: averaged, and replaced by the next.
+TEST(Controller, AProvisionalSampleUnderTheLimitIsNoRelease) {
+    Fleet f;
+    Controller c(opts());
+    auto feed = [&](wire::UsageBucket b) {
+        c.on_zone_usage(zu("z1", {b}, f.now), f.now);
+        c.tick(f.now);
+        f.advance(1000);
+        return ratio(c, "api");
+    };
+    feed(ub("api", 300, 2, Scope::Global, 150));
+    EXPECT_EQ(feed(ub("api", 300, 2, Scope::Global, 150)), 500000u);
+    wire::UsageBucket part = ub("api", 100, 2, Scope::Global, 150);
+    part.rated_hosts = 1;
+    EXPECT_EQ(feed(part), 250000u);                              // mean of 300 and 100, not 0
+    EXPECT_EQ(feed(ub("api", 100, 2, Scope::Global, 150)), 0u);  // complete: released
 }
 
 TEST(Controller, ZeroLimitDropsEverythingAndShadowKeepsItsMode) {

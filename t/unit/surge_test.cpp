@@ -128,6 +128,21 @@ TEST(Surge, AFallEasesDropsToTheHostsShare) {
     EXPECT_EQ(h.ratio, 0u);
 }
 
+// A small host (a tenth of 1.5 L) whose load falls 3x under ratio 1/3: 12 requests per 250 ms.
+// Its offered count is Poisson, so that is the noise a fall must stand out from; measured on
+// the admitted count (2/3 of it) the margin was wider, and the fall was told only after the
+// whole 250 ms window (at 250 ms intervals the host went on rejecting for three intervals).
+TEST(Surge, ASmallHostsFallEasesWithinItsWindow) {
+    Host h;
+    h.run(2000, 150);
+    h.answer(333'333, 1000, 1500, 100);  // share 100 r/s
+    h.run(100, 150);
+    EXPECT_EQ(h.d.state(), State::Following);
+    h.run(225, 50);
+    EXPECT_EQ(h.d.state(), State::Eased);
+    EXPECT_EQ(h.ratio, 0u);
+}
+
 TEST(Surge, NoiseDoesNotTrigger) {
     Host h;
     h.run(2000, 100);
@@ -270,6 +285,26 @@ TEST(Surge, ARiseSeenOverSeveralSamplesIsNoShift) {
     h.run(100, 300);
     EXPECT_EQ(h.d.state(), State::Following);
     EXPECT_EQ(h.ratio, 0u);
+}
+
+}  // namespace
+}  // namespace grl::surge
+
+namespace grl::surge {
+namespace {
+
+// A surging host held at its share (ratio ~0.87) whose arriving load stalls for 20 ms and then
+// comes all at once: the stall is no fall. Read as one on the 20 ms window, it eased the host
+// to ratio 0 and the backlog came through at it (a 15x surge admitted 2.2 L, one loaded round).
+TEST(Surge, AStallOfTheArrivingLoadDoesNotEase) {
+    Fine h;
+    h.run(2000, 5250);
+    h.d.on_instruction({866'667, 1'000'000, 7'500'000, h.now + Host::kWall - 100});  // share 700
+    h.run(300, 5250);
+    ASSERT_EQ(h.d.state(), State::Following);
+    h.run(20, 0);
+    EXPECT_NE(h.d.state(), State::Eased);
+    EXPECT_GE(h.ratio, 866'667u);
 }
 
 }  // namespace

@@ -24,12 +24,18 @@ struct Window {
     std::uint64_t span_ms;
     double factor;
     double sigmas;
+    // "Well below" judged on the offered count's noise (it is Poisson): sigmas x sqrt(offered
+    // at `b / factor`) + 3 offered requests. Else on the admitted count's, a margin up to
+    // 1 / sqrt(admit) wider under a ratio: the short windows keep it, since a 20 ms stall of
+    // a surging host's arriving load must not read as a fall (its backlog would then come
+    // through at the eased ratio).
+    bool offered_noise;
 };
 // The 20 ms window sees a 15x surge on a busy host at the first check after it began, on a
 // smaller one (a tenth of the load) within about two; 1.5x there is still beyond any noise
 // of a host at its share (3 sigmas + 3 requests of 20 ms).
 inline constexpr std::array<Window, 4> kWindows = {
-    {{20, 1.5, 3}, {50, 1.5, 3}, {250, 1.2, 2}, {1000, 1.05, 2}}};
+    {{20, 1.5, 3, false}, {50, 1.5, 3, false}, {250, 1.2, 2, true}, {1000, 1.05, 2, true}}};
 // Tightening pays back what the windows up to the one that saw the rise, and at least the
 // windows up to this span, admitted beyond their share (the checks before it let the rise
 // through): the surge's onset, before the 20 ms window saw it, lies within the 50 ms one.
