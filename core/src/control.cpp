@@ -210,6 +210,11 @@ bool Controller::zone_fresh(const ZoneEntry& z, const Clock& now) const {
     return now.mono_ms < z.recv_mono + opt_.stale_intervals * iv;
 }
 
+bool Controller::short_of_hosts(const ZoneEntry& z, std::uint64_t hosts, const Clock& now) const {
+    std::uint64_t iv = std::max(z.usage.interval_ms, opt_.interval_ms);
+    return hosts < z.awaited_hosts && now.mono_ms < z.returned_mono + opt_.stale_intervals * iv;
+}
+
 bool Controller::peer_fresh(const PeerEntry& p, const Clock& now) const {
     std::uint64_t iv = std::max(p.usage.interval_ms, opt_.interval_ms);
     return now.mono_ms < p.recv_mono + opt_.stale_intervals * iv;
@@ -311,20 +316,25 @@ Accepted Controller::check_zone_usage(const wire::ZoneUsage& u, const Clock& now
 }
 
 Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) {
-    const Accepted a = check_zone_usage(u, now, why);
-    if (a != Accepted::Yes) return a;
-    ZoneEntry& e = zones_[u.zone];
-    e.usage = u;
-    stand_in(e, now);
-    return Accepted::Yes;
+    wire::ZoneUsage copy = u;
+    return take_zone_usage(copy, now, why);
 }
 
 Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why) {
     const Accepted a = check_zone_usage(u, now, why);
     if (a != Accepted::Yes) return a;
+    auto held = zones_.find(u.zone);
+    // Back from silence, or a restarted collector (its seq starts again from 1).
+    const bool returning =
+        held != zones_.end() && (!zone_fresh(held->second, now) || u.seq < held->second.usage.seq);
     ZoneEntry& e = zones_[u.zone];
+    if (returning && !e.short_of_hosts) {
+        e.awaited_hosts = e.usage.hosts;
+        e.returned_mono = now.mono_ms;
+    }
     std::swap(e.usage, u);
     stand_in(e, now);
+    e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
     return Accepted::Yes;
 }
 
@@ -837,7 +847,7 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
                 add_rates(sums.rated, b);
                 ++sums.rated_n;
             }
-            sums.incomplete += b.rated_hosts < b.hosts;
+            sums.incomplete += b.rated_hosts < b.hosts || (l->zone && l->zone->short_of_hosts);
             sums.hosts = sat_add(sums.hosts, b.hosts);
             sums.offered = sat_add(sums.offered, b.offered_mrps);
             sums.admitted = sat_add(sums.admitted, b.admitted_mrps);
@@ -921,7 +931,7 @@ void Controller::sample_zones(std::string_view name, const BucketUsage& u, const
         if (s.hold && !rule.match && !find_instance(name, rule.scope, zone)) continue;
         if (!s.hold) add_rates(s.sum, *b);
         s.has_usage = true;
-        s.provisional = partial(*b);
+        s.provisional = partial(*b) || z->short_of_hosts;
         s.basis_ms = z->usage.ts_ms;
         s.hosts = s.own_hosts = b->hosts;
         s.domain = b->definitions;
@@ -1373,6 +1383,8 @@ const Instance* Controller::find_instance(std::string_view bucket, Scope scope,
 bool Controller::brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const {
     auto zone = zones_.find(u.zone);
     const bool zone_was_silent = zone == zones_.end() || !zone_fresh(zone->second, now);
+    // Still without some hosts the zone had before it came back: not complete yet.
+    const bool short_of = !zone_was_silent && short_of_hosts(zone->second, u.hosts, now);
     // Usage entries come sorted by name, as instances are: the instance after the previous
     // entry's is most often the next entry's first, which saves a tree descent per entry.
     auto next = instances_.begin();
@@ -1387,7 +1399,8 @@ bool Controller::brings_new_rates(const wire::ZoneUsage& u, const Clock& now) co
         for (; it != instances_.end() && it->second.bucket == b.name; ++it) {
             const Instance& i = it->second;
             bool same_zone = i.scope != Scope::Zone || i.zone == u.zone;
-            if (same_zone && i.last_provisional && b.rated_hosts == b.hosts) return true;
+            if (same_zone && i.last_provisional && b.rated_hosts == b.hosts && !short_of)
+                return true;
         }
         next = it;
     }

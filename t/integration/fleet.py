@@ -4,7 +4,7 @@ and the open-loop load generator (bench/loadgen), all on 127.0.0.1 with ports
 chosen at run time.
 
 Binaries are found in GRL_BUILD_DIR (set by ctest): collector/grl-collector,
-controller/grl-controller, controller/grlctl, bench/grl_loadgen.
+controller/grl-controller, controller/grlctl, bench/grl_loadgen, bench/grl_keyflood.
 """
 
 import contextlib
@@ -15,8 +15,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
+
+import zmq
 
 import grl_harness as h
 
@@ -25,6 +28,7 @@ COLLECTOR_BIN = os.path.join(BUILD_DIR, "collector", "grl-collector")
 CONTROLLER_BIN = os.path.join(BUILD_DIR, "controller", "grl-controller")
 GRLCTL_BIN = os.path.join(BUILD_DIR, "controller", "grlctl")
 LOADGEN_BIN = os.path.join(BUILD_DIR, "bench", "grl_loadgen")
+KEYFLOOD_BIN = os.path.join(BUILD_DIR, "bench", "grl_keyflood")
 
 
 def endpoint():
@@ -173,15 +177,22 @@ def metric(ms, name, **labels):
     return found[0] if found else None
 
 
-def nginx_conf(host, zone, region, collector, buckets, interval="250ms", ttl="2s", extra=""):
-    return h.grl_conf(buckets, instructions=collector.publish, collector_endpoint=collector.report,
+def nginx_conf(host, zone, region, collector, buckets, interval="250ms", ttl="2s", extra="",
+               report_to=None):
+    """grl_* directives of a fleet host; reports go to `report_to` (a ReportTap's endpoint) or
+    straight to the collector."""
+    return h.grl_conf(buckets, instructions=collector.publish,
+                      collector_endpoint=report_to or collector.report,
                       interval=interval, ttl=ttl,
                       host="id=%s zone=%s region=%s" % (host, zone, region), extra=extra)
 
 
-def start_nginx(host, zone, region, collector, buckets, made, **kw):
+KEEPALIVE = "keepalive_timeout 60s;"
+
+
+def start_nginx(host, zone, region, collector, buckets, made, location_extra=KEEPALIVE, **kw):
     n = h.Nginx(http_extra=nginx_conf(host, zone, region, collector, buckets, **kw),
-                location_extra="keepalive_timeout 60s;")
+                location_extra=location_extra)
     made.append(n)
     n.start()
     n.host = host
@@ -190,28 +201,77 @@ def start_nginx(host, zone, region, collector, buckets, made, **kw):
 
 
 @contextlib.contextmanager
-def two_zones_of_two(buckets):
+def two_zones_of_two(buckets, location_extra=KEEPALIVE, taps=False):
     """One controller, collectors for zones z1 and z2 of region r1, and nginx h1, h2 (z1) and
-    h3, h4 (z2) with `buckets`, once all 4 hosts report; stopped afterwards."""
-    made, daemons = [], []
+    h3, h4 (z2) with `buckets`, once all 4 hosts report; stopped afterwards. With `taps`, each
+    zone's reports pass through a ReportTap ("taps": [z1's, z2's])."""
+    made, daemons, tapped = [], [], []
     try:
         ctl = Controller().start()
         daemons.append(ctl)
         z1 = Collector("z1", [ctl]).start()
         z2 = Collector("z2", [ctl]).start()
         daemons += [z1, z2]
-        hosts = [start_nginx("h1", "z1", "r1", z1, buckets, made),
-                 start_nginx("h2", "z1", "r1", z1, buckets, made),
-                 start_nginx("h3", "z2", "r1", z2, buckets, made),
-                 start_nginx("h4", "z2", "r1", z2, buckets, made)]
+        if taps:
+            tapped += [ReportTap(z1), ReportTap(z2)]
+        hosts = []
+        for host, zone, col in (("h1", "z1", z1), ("h2", "z1", z1), ("h3", "z2", z2), ("h4", "z2", z2)):
+            report_to = tapped[col is z2].endpoint if taps else None
+            hosts.append(start_nginx(host, zone, "r1", col, buckets, made, location_extra=location_extra,
+                                     report_to=report_to))
         h.wait_until(lambda: metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 4,
                      15, what="4 hosts reporting to the controller")
-        yield {"ctl": ctl, "collectors": [z1, z2], "nginx": hosts}
+        yield {"ctl": ctl, "collectors": [z1, z2], "nginx": hosts, "taps": tapped}
     finally:
         for n in made:
             n.cleanup()
+        for t in tapped:
+            t.close()
         for d in daemons:
             d.stop()
+
+
+class ReportTap:
+    """Between nginx and a collector's report endpoint: forwards every report unchanged and
+    keeps a copy, so that a test reads the reports a real collector gets (their sizes).
+    zmq_proxy forwards in a thread of its own, outside Python's lock: a busy test process does
+    not delay the reports. nginx connects to `endpoint`."""
+
+    def __init__(self, collector):
+        self.ctx = zmq.Context()
+        front = self.ctx.socket(zmq.PULL)
+        self.endpoint = "tcp://127.0.0.1:%d" % front.bind_to_random_port("tcp://127.0.0.1")
+        back = self.ctx.socket(zmq.PUSH)
+        back.connect(collector.report)
+        capture = self.ctx.socket(zmq.PUB)
+        capture.setsockopt(zmq.SNDHWM, 0)  # copies are never dropped
+        capture.bind("inproc://copies")
+        self.copies = self.ctx.socket(zmq.SUB)
+        self.copies.setsockopt(zmq.RCVHWM, 0)
+        self.copies.setsockopt(zmq.SUBSCRIBE, b"")
+        self.copies.connect("inproc://copies")
+        control = self.ctx.socket(zmq.PAIR)
+        control.bind("inproc://control")
+        self.control = self.ctx.socket(zmq.PAIR)
+        self.control.connect("inproc://control")
+        self.bodies = []
+        self.thread = threading.Thread(target=zmq.proxy_steerable, args=(front, back, capture, control),
+                                       daemon=True)
+        self.thread.start()
+        self.sockets = [front, back, capture, control]
+
+    def reports(self):
+        """Every report body forwarded so far, in order."""
+        while self.copies.poll(0):
+            self.bodies.append(self.copies.recv())
+        return self.bodies
+
+    def close(self):
+        self.control.send(b"TERMINATE")
+        self.thread.join(5)
+        for s in self.sockets + [self.copies, self.control]:
+            s.close(0)
+        self.ctx.term()
 
 
 def bucket_totals(nginxes, name):
@@ -260,6 +320,40 @@ class Load:
             self.proc.wait(5)
         if os.path.exists(self.out):
             os.unlink(self.out)
+
+
+class KeyFlood:
+    """grl_keyflood in the background: `keys` requests to `path` spread over the nginx, each with
+    a key in `header` that no other request carries (one-request keys), pipelined `depth` deep on
+    `connections` keep-alive connections per nginx, spread over `seconds` (or as fast as they
+    answer). The nginx need
+    `keepalive_requests` above what one connection carries. result() waits and returns the
+    tool's JSON (keys, ok, r429, other, unanswered, seconds, rate, per_target)."""
+
+    def __init__(self, nginxes, keys, path, header="X-Api-Key", connections=2, depth=64, seconds=None,
+                 cpus=None):
+        if not os.path.exists(KEYFLOOD_BIN):
+            raise AssertionError("%s not built (configure with -DGRL_BUILD_BENCH=ON)" % KEYFLOOD_BIN)
+        cmd = [KEYFLOOD_BIN, "--keys", str(keys), "--path", path, "--header", header,
+               "--connections", str(connections), "--depth", str(depth)]
+        if seconds:
+            cmd += ["--seconds", str(seconds)]
+        for n in nginxes:
+            cmd += ["--target", "127.0.0.1:%d" % n.port]
+        if cpus:
+            cmd = ["taskset", "-c", cpus] + cmd
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def result(self, timeout=120):
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, "grl_keyflood failed: %s" % err.decode(errors="replace")
+        return json.loads(out)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
 
 
 def window(result, t0, t1):

@@ -972,6 +972,48 @@ TEST(Control, NewRatesFromANewOrReturningZoneTickAtOnce) {
     EXPECT_FALSE(c.brings_new_rates(unrated, f.now));  // nothing to compute from yet
 }
 
+// A restarted collector sends its first usage when some hosts have reconnected, not all (under
+// load a host may take a few hundred ms): that sum is part of the zone, not the whole. The zone
+// awaits the hosts it had, for --stale-intervals: a partial sample is replaced by the complete
+// one, which ticks at once, instead of staying in the mean for a window.
+TEST(Control, AZoneBackWithFewerHostsIsPartialUntilTheyReturn) {
+    Fleet f;
+    Controller c(opts());
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 150, 2)}, f.now), f.now), Accepted::Yes);
+        c.tick(f.now);
+        f.advance(1000);
+    }
+    EXPECT_EQ(ratio(c, "g"), 333333u);
+    f.advance(10000);  // the collector is gone: z1 stale
+    c.tick(f.now);
+    // Back, with one of its two hosts so far (100 r/s of the 150).
+    wire::ZoneUsage first = zu("z1", {ub("g", 100, 1)}, f.now);
+    EXPECT_TRUE(c.brings_new_rates(first, f.now));
+    ASSERT_EQ(c.on_zone_usage(first, f.now), Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_TRUE(inst(c, "g")->last_provisional);
+    f.advance(200);
+    // The other host is back: complete at once (an early tick), and the partial sample is gone.
+    wire::ZoneUsage both = zu("z1", {ub("g", 150, 2)}, f.now);
+    EXPECT_TRUE(c.brings_new_rates(both, f.now));
+    ASSERT_EQ(c.on_zone_usage(both, f.now), Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_FALSE(inst(c, "g")->last_provisional);
+    EXPECT_EQ(ratio(c, "g"), 333333u);
+
+    // A host that never comes back is awaited for --stale-intervals (3 x 1 s) only.
+    f.advance(10000);
+    c.tick(f.now);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 100, 1)}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_TRUE(inst(c, "g")->last_provisional);
+    f.advance(3000);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 100, 1)}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_FALSE(inst(c, "g")->last_provisional);
+}
+
 }  // namespace
 }  // namespace grl::control
 

@@ -306,6 +306,13 @@ class Controller {
         // by name, merged with each new usage in one pass (usage entries come sorted).
         std::vector<LastRated> last_rated;
         std::vector<std::uint32_t> order;  // of usage.buckets by name; empty when in order
+        // A zone back from silence or from a collector's restart awaits the hosts it had: the
+        // restarted collector's first usages may lack hosts that reconnect later (slower under
+        // load), and a sum of part of the hosts must not count as the whole. Until they are
+        // back, for at most --stale-intervals, its entries are partial (short_of_hosts).
+        std::uint64_t awaited_hosts = 0;  // usage.hosts before the silence or restart
+        std::uint64_t returned_mono = 0;  // when it came back
+        bool short_of_hosts = false;      // the usage held lacks some of the awaited hosts
     };
     struct PeerEntry {
         wire::RegionUsage usage;
@@ -400,6 +407,8 @@ class Controller {
     Accepted check_region_usage(const wire::RegionUsage& u, const Clock& now, std::string* why);
     void keep_region_usage(wire::RegionUsage& u, const Clock& now);  // swapped into the table
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
+    // Whether a usage of `hosts` hosts for zone z lacks hosts z awaits since it came back.
+    bool short_of_hosts(const ZoneEntry& z, std::uint64_t hosts, const Clock& now) const;
     bool peer_fresh(const PeerEntry& p, const Clock& now) const;
     bool override_active(const wire::Override& o, const Clock& now) const;
     bool merge_override(const wire::Override& o, const Clock& now);
