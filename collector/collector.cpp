@@ -205,18 +205,27 @@ void Collector::reload_keys(const char* why) {
     }
     std::set<std::string> keys = curve::keys_of(list);
     const std::string change = daemon::describe_change(curve::keys_of(cfg_.nginx_clients), keys);
-    zap_->allow("nginx", keys);
-    zap_->allow("subscriber", std::move(keys));
+    const bool cut_report = zap_->allow("nginx", keys);
+    const bool cut_publish = zap_->allow("subscriber", std::move(keys));
     const std::size_t dropped = host_keys_.pin(list);
     cfg_.nginx_clients = std::move(list);
     ++client_list_.ok;
     client_list_.last_ok = true;
-    // ZAP only runs at the handshake: a removed key's connection stays open until it closes.
-    // What it reports is refused from now on (key_not_listed); what it subscribed to it goes
-    // on receiving until then (docs/control-plane.md "CURVE").
     daemon::log_info(std::string(why) + ": --curve-clients " + client_list_.path + " reloaded (" +
                      change + "; " + std::to_string(dropped) +
                      " host binding(s) the new list contradicts dropped)");
+    // ZAP only runs at the handshake: a removed key's connection would stay open, and its
+    // subscriptions go on receiving. The endpoints it connected to are bound again, which
+    // closes their connections; what a removed key still had queued is refused
+    // (key_not_listed). docs/control-plane.md "CURVE".
+    if (cut_report) {
+        daemon::cut_removed_keys(*zap_, "nginx", *report_limit_, "--curve-clients", why,
+                                 [this] { daemon::rebind(pull_.get(), report_ep_); });
+    }
+    if (cut_publish) {
+        daemon::cut_removed_keys(*zap_, "subscriber", *publish_limit_, "--curve-clients", why,
+                                 [this] { relay_->rebind_publish(publish_ep_); });
+    }
 }
 
 void Collector::on_reports() {

@@ -1,7 +1,9 @@
 #include "relay.h"
 
+#include <stdexcept>
 #include <vector>
 
+#include "grl/daemon/connections.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
 #include "grl/zmq/socket.h"
@@ -43,6 +45,34 @@ void Relay::stop() {
     thread_.join();
 }
 
+void Relay::rebind_publish(const std::string& endpoint) {
+    if (!thread_.joinable()) throw std::runtime_error("the relay is not running");
+    const std::string command = "rebind " + endpoint;
+    if (!ctl_.send(command)) throw std::runtime_error("the relay takes no command");
+    zmq_pollitem_t item{ctl_.get(), 0, ZMQ_POLLIN, 0};
+    // rebind() gives up after 2 s: 5 s is for a relay thread busy with a batch.
+    if (zmq_poll(&item, 1, 5000) != 1) throw std::runtime_error("the relay did not answer");
+    std::vector<zmq::Frame> frames;
+    if (ctl_.recv_frames(frames, 1) == 0) throw std::runtime_error("the relay did not answer");
+    if (!frames[0].view().empty()) throw std::runtime_error(std::string(frames[0].view()));
+}
+
+bool Relay::on_command() {
+    std::vector<zmq::Frame> frames;
+    if (ctl_thread_.recv_frames(frames, 1) == 0) return true;
+    const std::string_view command = frames[0].view();
+    constexpr std::string_view kRebind = "rebind ";
+    if (command.substr(0, kRebind.size()) != kRebind) return false;  // "stop"
+    std::string error;
+    try {
+        daemon::rebind(pub_.get(), std::string(command.substr(kRebind.size())));
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    ctl_thread_.send(error);
+    return true;
+}
+
 std::map<std::string, Relay::Entry> Relay::entries(std::uint64_t now_mono) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
@@ -75,7 +105,7 @@ void Relay::run() {
             daemon::log_error("relay: zmq_poll: " + daemon::zmq_error());
             return;
         }
-        if (items[1].revents & ZMQ_POLLIN) return;
+        if ((items[1].revents & ZMQ_POLLIN) && !on_command()) return;
         if (items[2].revents & ZMQ_POLLIN) on_subscriptions();
         if (watch_) watch_->handle(daemon::mono_ms());
         for (int guard = 0; guard < 1024; ++guard) {

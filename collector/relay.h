@@ -34,6 +34,10 @@ class Relay {
 
     void start();
     void stop();
+    // Unbinds the publish socket from `endpoint` and binds it there again (daemon::rebind), on
+    // the relay thread, and waits for it: its subscribers' connections close. Throws
+    // std::runtime_error with what went wrong.
+    void rebind_publish(const std::string& endpoint);
 
     // The last instruction relayed for a bucket (for /metrics).
     struct Entry {
@@ -65,11 +69,12 @@ class Relay {
 
     void run();
     void on_subscriptions();
+    bool on_command();  // false: stop
 
     daemon::Socket sub_;
     daemon::Socket pub_;
     std::unique_ptr<daemon::HandshakeWatch> watch_;
-    daemon::Socket ctl_;         // main thread side of the stop signal
+    daemon::Socket ctl_;         // main thread side of the commands (stop, rebind)
     daemon::Socket ctl_thread_;  // relay thread side
     std::string topics_[3];
     std::thread thread_;

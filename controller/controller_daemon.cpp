@@ -822,26 +822,36 @@ void Daemon::reload_keys(const char* why) {
             return std::nullopt;
         }
     };
-    // ZAP only runs at the handshake: a removed key's connection stays open until it closes.
-    // Its usage and admin requests are refused from now on (key_not_listed); a subscriber goes
-    // on receiving until then (docs/control-plane.md "CURVE").
+    // ZAP only runs at the handshake: a removed key's connection would stay open, and a
+    // subscriber go on receiving. The endpoints a removed key connected to are bound again,
+    // which closes their connections; what it still had queued is refused (key_not_listed).
+    // docs/control-plane.md "CURVE".
+    auto cut = [&](bool removed_connected, const char* domain, daemon::EndpointLimit& limit,
+                   daemon::Socket& sock, const std::string& ep, const std::string& option) {
+        if (!removed_connected) return;
+        daemon::cut_removed_keys(*zap_, domain, limit, option, why,
+                                 [&] { daemon::rebind(sock.get(), ep); });
+    };
     if (auto list = load(client_list_, [&] { return daemon::load_key_list(client_list_.path); })) {
         std::set<std::string> keys = curve::keys_of(*list);
         const std::string change = daemon::describe_change(curve::keys_of(cfg_.clients), keys);
-        zap_->allow("collector", keys);
-        zap_->allow("subscriber", std::move(keys));
+        const bool cut_usage = zap_->allow("collector", keys);
+        const bool cut_publish = zap_->allow("subscriber", std::move(keys));
         const std::size_t dropped = zone_keys_.pin(*list);
         cfg_.clients = std::move(*list);
         daemon::log_info(std::string(why) + ": --curve-clients " + client_list_.path +
                          " reloaded (" + change + "; " + std::to_string(dropped) +
                          " zone binding(s) the new list contradicts dropped)");
+        cut(cut_usage, "collector", *usage_limit_, pull_, usage_ep_, client_list_.option);
+        cut(cut_publish, "subscriber", *publish_limit_, pub_, publish_ep_, client_list_.option);
     }
     if (auto keys = load(admin_list_, [&] { return daemon::load_authorized(admin_list_.path); })) {
         const std::string change = daemon::describe_change(cfg_.admin_clients, *keys);
-        zap_->allow("admin", *keys);
+        const bool cut_admin = zap_->allow("admin", *keys);
         cfg_.admin_clients = std::move(*keys);
         daemon::log_info(std::string(why) + ": --curve-admin-clients " + admin_list_.path +
                          " reloaded (" + change + ")");
+        cut(cut_admin, "admin", *admin_limit_, admin_, admin_ep_, admin_list_.option);
     }
 }
 

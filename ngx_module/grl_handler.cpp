@@ -85,7 +85,7 @@ namespace {
 // zone's runtime_gen moves (rare; the only time the request path allocates).
 struct RuntimeCache {
     std::uint64_t gen = ~0ULL;
-    const void* zone = nullptr;
+    const void* shm = nullptr;  // the shared memory the definitions were read from
     Matcher matcher;
     std::vector<std::uint16_t> slots;
 };
@@ -93,7 +93,7 @@ RuntimeCache* g_runtime = nullptr;
 
 const RuntimeCache* runtime_buckets(const MainConf* m, const shm::View& z) {
     std::uint64_t gen = z.header().runtime_gen.load(std::memory_order_acquire);
-    if (g_runtime && g_runtime->gen == gen && g_runtime->zone == m->shm_base) return g_runtime;
+    if (g_runtime && g_runtime->gen == gen && g_runtime->shm == m->shm_base) return g_runtime;
     try {
         auto* c = new RuntimeCache();
         std::vector<RuntimeBucket> rt = load_runtime(z, c->gen);
@@ -105,7 +105,7 @@ const RuntimeCache* runtime_buckets(const MainConf* m, const shm::View& z) {
             &z.header()
                  .worker[static_cast<std::uint32_t>(ngx_worker) % shm::kWorkerSlots]
                  .regex_limit_hits);
-        c->zone = m->shm_base;
+        c->shm = m->shm_base;
         delete g_runtime;
         g_runtime = c;
     } catch (const std::exception&) {

@@ -1,23 +1,29 @@
 #include "grl/daemon/connections.h"
 
 #include <atomic>
-#include <cstring>
+#include <cerrno>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
+
+#include "grl/daemon/loop.h"
+#include "grl/zmq/monitor.h"
 
 namespace grl::daemon {
 
 EndpointLimit::EndpointLimit(Context& ctx, void* socket, std::string name, std::size_t max)
-    : monitor_(ctx, ZMQ_PAIR), name_(std::move(name)), count_(max) {
+    : monitor_(ctx, ZMQ_PAIR), name_(std::move(name)), count_(max, kHandshakeMs) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-endpoint-limit-" + std::to_string(next++);
-    if (zmq_socket_monitor(socket, ep.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
-        throw std::runtime_error("zmq_socket_monitor: " + zmq_error());
-    }
+    zmq::monitor_events(
+        socket, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
     monitor_.connect(ep);
     // A handshake refused with ZAP's 300 (temporary) is not answered over NULL: the connection
-    // would hang, counted, for libzmq's default 30 s. Closed after 2 s instead, the client
-    // connects again by itself (libzmq reconnects after a connection error) and is admitted
-    // once there is room. Genuine handshakes take milliseconds.
+    // would hang for libzmq's default 30 s. Closed after 2 s instead, the client connects again
+    // by itself (libzmq reconnects after a connection error) and is admitted once there is
+    // room. The same interval closes a connection that never starts its handshake (a bare TCP
+    // connect): pending, it holds no slot, and this bounds how long it holds anything.
+    // Genuine handshakes take milliseconds.
     int handshake_ms = kHandshakeMs;
     if (zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof(handshake_ms)) != 0) {
         throw std::runtime_error("ZMQ_HANDSHAKE_IVL: " + zmq_error());
@@ -25,27 +31,36 @@ EndpointLimit::EndpointLimit(Context& ctx, void* socket, std::string name, std::
 }
 
 void EndpointLimit::handle() {
-    for (;;) {
-        std::size_t n = monitor_.recv_frames(frames_, 2);
-        if (n == 0) return;
-        std::string_view head = frames_[0].view();
-        if (head.size() < 6) continue;
-        std::uint16_t event = 0;
-        std::uint32_t value = 0;  // the connection's file descriptor for both events
-        std::memcpy(&event, head.data(), 2);
-        std::memcpy(&value, head.data() + 2, 4);
-        if (event == ZMQ_EVENT_ACCEPTED) {
-            count_.accepted(static_cast<int>(value));
-        } else if (event == ZMQ_EVENT_DISCONNECTED) {
-            count_.disconnected(static_cast<int>(value));
+    zmq::MonitorEvent e;
+    while (zmq::next_monitor_event(monitor_.get(), frames_, e)) {
+        const std::uint64_t now = mono_ms();
+        if (e.event == ZMQ_EVENT_ACCEPTED) {
+            count_.accepted(static_cast<int>(e.value), now);
+        } else if (e.event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            count_.handshake_succeeded(now);
+        } else if (e.event == ZMQ_EVENT_DISCONNECTED) {
+            count_.disconnected(static_cast<int>(e.value), now);
         }
+    }
+    const std::uint64_t now = mono_ms();
+    count_.settle(now);
+    if (count_.pending() > count_.max()) {
+        pending_log_.hit(LogLevel::Warn, {},
+                         "connection limit: " + name_ + " endpoint " + address_ + " has " +
+                             std::to_string(count_.pending()) +
+                             " connections that have not completed their handshake (more than "
+                             "--max-connections " +
+                             std::to_string(count_.max()) +
+                             "): they hold no slot, and each is closed after " +
+                             std::to_string(kHandshakeMs / 1000) + " s",
+                         now);
     }
 }
 
 bool EndpointLimit::admit() {
     // The new connection's ACCEPTED event was queued before its handshake began.
     handle();
-    switch (count_.handshake()) {
+    switch (count_.handshake(mono_ms())) {
         case ConnectionLimit::Verdict::Admit: return true;
         case ConnectionLimit::Verdict::AdmitAfterBurst:
             log_info("connection limit: " + name_ + " endpoint " + address_ +
@@ -55,31 +70,77 @@ bool EndpointLimit::admit() {
         case ConnectionLimit::Verdict::RefuseFirstOfBurst:
             log_warn("connection limit: " + name_ + " endpoint " + address_ +
                      " is full (--max-connections " + std::to_string(count_.max()) + "; " +
-                     std::to_string(count_.open()) +
-                     " connections with those in their handshake): refusing new ones until "
-                     "some close; those it holds go on");
+                     std::to_string(count_.established()) +
+                     " handshaken connections): refusing new ones until some close; those it "
+                     "holds go on");
             return false;
         case ConnectionLimit::Verdict::Refuse: return false;
     }
     return false;
 }
 
+std::size_t EndpointLimit::cut(const std::function<void()>& rebind) {
+    handle();  // the events of connections made before the cut
+    std::size_t n = 0;
+    try {
+        rebind();
+    } catch (...) {
+        cut_ += count_.cut();  // unbound: its connections are closed all the same
+        throw;
+    }
+    n = count_.cut();
+    cut_ += n;
+    return n;
+}
+
+void rebind(void* socket, const std::string& endpoint) {
+    if (zmq_unbind(socket, endpoint.c_str()) != 0) {
+        throw std::runtime_error("unbind " + endpoint + ": " + zmq_error());
+    }
+    // libzmq closes the old listener on its I/O thread: the port may be held a moment longer.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (zmq_bind(socket, endpoint.c_str()) != 0) {
+        if (zmq_errno() != EADDRINUSE || std::chrono::steady_clock::now() > deadline) {
+            throw std::runtime_error("bind " + endpoint + " again: " + zmq_error());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+}
+
 void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLimit*>& limits) {
-    m.family("grl_connections", "gauge",
-             "Connections a bound endpoint holds (handshaking ones included).");
-    for (const EndpointLimit* l : limits)
-        m.sample("grl_connections", {{"endpoint", l->name()}},
-                 static_cast<double>(l->count().open()));
-    m.family("grl_connections_max", "gauge",
-             "The endpoint's connection limit (--max-connections).");
-    for (const EndpointLimit* l : limits)
-        m.sample("grl_connections_max", {{"endpoint", l->name()}},
-                 static_cast<double>(l->count().max()));
-    m.family("grl_connections_refused_total", "counter",
-             "New connections whose handshake was refused because the endpoint held its limit.");
-    for (const EndpointLimit* l : limits)
-        m.sample("grl_connections_refused_total", {{"endpoint", l->name()}},
-                 static_cast<double>(l->count().refused()));
+    struct Family {
+        const char* name;
+        const char* type;
+        const char* help;
+        double (*value)(const EndpointLimit&);
+    };
+    static const Family kFamilies[] = {
+        {"grl_connections", "gauge",
+         "Handshaken connections a bound endpoint holds (what --max-connections bounds).",
+         [](const EndpointLimit& l) { return static_cast<double>(l.count().established()); }},
+        {"grl_connections_pending", "gauge",
+         "Connections of a bound endpoint that have not completed their handshake: they hold no "
+         "slot, and each is closed after 2 s.",
+         [](const EndpointLimit& l) { return static_cast<double>(l.count().pending()); }},
+        {"grl_connections_max", "gauge", "The endpoint's connection limit (--max-connections).",
+         [](const EndpointLimit& l) { return static_cast<double>(l.count().max()); }},
+        {"grl_connections_refused_total", "counter",
+         "New connections whose handshake was refused because the endpoint held its limit.",
+         [](const EndpointLimit& l) { return static_cast<double>(l.count().refused()); }},
+        {"grl_connections_unhandshaken_total", "counter",
+         "Connections closed before completing their handshake (bare TCP connections closed "
+         "after 2 s, refused handshakes).",
+         [](const EndpointLimit& l) { return static_cast<double>(l.count().unhandshaken()); }},
+        {"grl_curve_connections_cut_total", "counter",
+         "Connections closed by a reload of a CURVE key list that removed a key which had "
+         "connected to the endpoint (the endpoint is bound again; listed peers connect again).",
+         [](const EndpointLimit& l) { return static_cast<double>(l.cut_total()); }},
+    };
+    for (const Family& f : kFamilies) {
+        m.family(f.name, f.type, f.help);
+        for (const EndpointLimit* l : limits)
+            m.sample(f.name, {{"endpoint", l->name()}}, f.value(*l));
+    }
 }
 
 }  // namespace grl::daemon

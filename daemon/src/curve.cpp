@@ -87,8 +87,37 @@ ZapHandler::ZapHandler(Context& ctx) : sock_(ctx, ZMQ_REP) {
     sock_.bind("inproc://zeromq.zap.01");
 }
 
-void ZapHandler::allow(const std::string& domain, std::set<std::string> keys) {
+bool ZapHandler::allow(const std::string& domain, std::set<std::string> keys) {
+    bool removed_connected = false;
+    auto admitted = admitted_.find(domain);
+    if (admitted != admitted_.end()) {
+        for (auto it = admitted->second.begin(); it != admitted->second.end();) {
+            if (keys.count(*it) > 0) {
+                ++it;
+            } else {
+                removed_connected = true;
+                it = admitted->second.erase(it);
+            }
+        }
+    }
     keys_[domain] = std::move(keys);
+    return removed_connected;
+}
+
+void cut_removed_keys(ZapHandler& zap, const std::string& domain, EndpointLimit& limit,
+                      const std::string& option, const char* why,
+                      const std::function<void()>& rebind) {
+    const std::string what = std::string(why) + ": " + option +
+                             ": a removed key had connected to the " + limit.name() + " endpoint " +
+                             limit.address();
+    zap.forget_admitted(domain);
+    try {
+        const std::size_t n = limit.cut(rebind);
+        log_info(what + ": cut its " + std::to_string(n) +
+                 " connection(s); listed peers connect again by themselves");
+    } catch (const std::exception& e) {
+        log_error(what + ": cutting its connections failed: " + e.what());
+    }
 }
 
 void ZapHandler::handle() {
@@ -135,6 +164,7 @@ void ZapHandler::handle() {
                 sock_.send_frames({"1.0", request_id, "300", "connection limit reached", "", ""});
                 continue;
             }
+            admitted_[domain].insert(key);
         }
         (ok ? accepted_ : denied_)[domain.empty() ? "-" : domain]++;
         if (!ok) {

@@ -2,8 +2,13 @@
 most N connections; ZeroMQ accepts every TCP connection, so the daemon counts them from a
 socket monitor and its ZAP handler refuses a new connection's handshake while the endpoint
 is full, with CURVE (the key is listed) or without (NULL, ZAP domain set). Refusals are
-counted, logged once per burst, and the connections the endpoint holds keep working."""
+counted, logged once per burst, and the connections the endpoint holds keep working. A
+connection takes its slot at its handshake: bare TCP connections that never handshake are
+pending, hold no slot, and are closed after the 2 s handshake interval."""
 
+import select
+import socket
+import threading
 import time
 
 import zmq
@@ -126,4 +131,68 @@ def test_a_listed_curve_key_is_refused_while_the_endpoint_is_full(fleet, tmp_pat
         time.sleep(1)
         assert age() < 1, age()
     finally:
+        ctx.destroy(0)
+
+
+def test_bare_tcp_connections_hold_no_slot(fleet):
+    """A steady flood of TCP connections that send nothing (kept open, opened again when the
+    collector closes them), more of them than --max-connections: a real nginx-like peer still
+    connects and its reports are taken; the flood is counted as pending and logged."""
+    ctl = fleet.controller()
+    col = fleet.collector("z1", [ctl], extra=["--max-connections", "3"])
+    host, port = col.report[len("tcp://"):].rsplit(":", 1)
+    stop = threading.Event()
+    opened = [0]
+
+    def flood():
+        bare = []
+        while not stop.is_set():
+            while len(bare) < 12:
+                try:
+                    bare.append(socket.create_connection((host, int(port)), timeout=1))
+                    opened[0] += 1
+                except OSError:
+                    break
+            readable, _, _ = select.select(bare, [], [], 0.05)
+            for s in readable:  # the collector's greeting, or its close after 2 s
+                try:
+                    closed = s.recv(4096) == b""
+                except OSError:
+                    closed = True
+                if closed:
+                    s.close()
+                    bare.remove(s)
+        for s in bare:
+            s.close()
+
+    t = threading.Thread(target=flood, daemon=True)
+    ctx = zmq.Context()
+    try:
+        t.start()
+        f.h.wait_until(lambda: m(col, "grl_connections_pending", endpoint="report") > 3, 5,
+                       what="the bare connections to outnumber --max-connections")
+        peer = push(ctx, col.report)
+        for seq in range(1, 30):
+            send(peer, tc.report("h1", seq))
+            time.sleep(0.1)
+            if m(col, "grl_collector_reports_total", result="first") == 1:
+                break
+        assert m(col, "grl_collector_reports_total", result="first") == 1, col.log()[-3000:]
+        assert m(col, "grl_connections", endpoint="report") == 1
+        assert m(col, "grl_connections_refused_total", endpoint="report") == 0
+        # The flood goes on past the handshake interval: its connections are closed and opened
+        # again, and the peer's slot stays its own.
+        f.h.wait_until(lambda: m(col, "grl_connections_unhandshaken_total", endpoint="report") >= 12,
+                       6, what="the bare connections to be closed after 2 s")
+        assert opened[0] > 12
+        assert m(col, "grl_connections", endpoint="report") == 1
+        assert ("connection limit: report endpoint %s has " % col.report) in col.log()
+        assert ("connections that have not completed their handshake (more than --max-connections "
+                "3): they hold no slot, and each is closed after 2 s") in col.log()
+        stop.set()
+        t.join(5)
+        f.h.wait_until(lambda: m(col, "grl_connections_pending", endpoint="report") == 0, 6,
+                       what="the pending connections to be gone")
+    finally:
+        stop.set()
         ctx.destroy(0)

@@ -1,9 +1,10 @@
 """CURVE key lists reloaded on SIGHUP (docs/control-plane.md, "CURVE"), with the real
 daemons and real CURVE: a bad new file is refused whole, naming the file and the line, and
-the list in force stays; a good one is taken at once: a removed key's live connection is
-refused from then on (its reports, usage and admin requests: key_not_listed), a new
-connection with it fails the handshake, an added key is admitted without a restart; and a
-first-come binding lapses after its idle time, counted and logged."""
+the list in force stays; a good one is taken at once: the endpoints a removed key had
+connected to are bound again, which cuts its live connection (and its subscriptions; listed
+peers connect again by themselves), a new connection with it fails the handshake, an added
+key is admitted without a restart; and a first-come binding lapses after its idle time,
+counted and logged."""
 
 import signal
 import time
@@ -106,15 +107,18 @@ def test_key_lists_reload_on_sighup(fleet, tmp_path):
         assert ("SIGHUP: --curve-clients %s reloaded (2 keys: 1 added, 1 removed; 1 host "
                 "binding(s) the new list contradicts dropped)" % hosts) in col.log()
         assert m(col, "grl_curve_key_list_ok", list="--curve-clients") == 1
-        # b's live connection (its handshake predates the reload) is refused from now on.
-        for _ in range(3):
+        # b had connected to the report endpoint: the reload cut the endpoint's connections
+        # (a's and b's); a connects again by itself, b's handshake is refused from now on.
+        assert ("SIGHUP: --curve-clients: a removed key had connected to the report endpoint "
+                "%s: cut its 2 connection(s); listed peers connect again by themselves"
+                % col.report) in col.log()
+        assert m(col, "grl_curve_connections_cut_total", endpoint="report") == 2
+        assert m(col, "grl_curve_connections_cut_total", endpoint="publish") == 0  # no subscriber
+        before = taken(col)
+        for _ in range(5):
             send(b, "h2")
             time.sleep(0.1)
-        f.h.wait_until(lambda: m(col, "grl_collector_reports_refused_total",
-                                 reason="key_not_listed") >= 3, 5,
-                       what="the removed key's reports to be refused")
-        assert ("from key %s: key_not_listed (removed from --curve-clients by a reload; its "
-                "connection predates it)" % pub(b_keys)) in col.log()
+        assert taken(col) == before, "the removed key's connection still reports"
         # A new connection with b's key fails the handshake; c, added, is admitted.
         denied = m(col, "grl_curve_handshakes_total", domain="nginx", result="denied")
         b2 = client(zmq.PUSH, b_keys, col_keys, col.report)
@@ -155,12 +159,83 @@ def test_key_lists_reload_on_sighup(fleet, tmp_path):
         assert m(ctl, "grl_curve_key_list_reloads_total", list="--curve-clients", result="rejected") == 1
         assert m(ctl, "grl_curve_key_list_ok", list="--curve-clients") == 0
         assert ("SIGHUP: --curve-admin-clients %s reloaded (1 keys: 1 added, 1 removed)" % admins) in log
-        reply = admin(adm1)  # the same connection, its key removed
-        assert reply["ok"] is False and "not listed" in reply["error"], reply
-        assert m(ctl, "grl_controller_messages_ignored_total", kind="admin_request",
-                 reason="key_not_listed") == 1
+        # adm1's connection was cut, and its handshake is refused from now on.
+        assert ("SIGHUP: --curve-admin-clients: a removed key had connected to the admin endpoint "
+                "%s: cut its 1 connection(s)" % ctl.admin) in log
+        assert m(ctl, "grl_curve_connections_cut_total", endpoint="admin") == 1
+        adm1.send(msgpack.packb({"v": 1, "type": "admin_request", "ts_ms": int(time.time() * 1000),
+                                 "seq": 2, "op": "status"}, use_bin_type=True))
+        assert not adm1.poll(1000), "the removed admin key was answered"
         st = f.grlctl(ctl, "status", extra=["--curve-keypair", adm2_key,
                                             "--curve-server-key", ctl_key + ".pub"])
         assert [z["zone"] for z in st["zones"] if z["fresh"]] == ["z1"], st  # old list in force
+    finally:
+        ctx.destroy(0)
+
+
+def test_a_removed_subscriber_key_stops_receiving_at_the_reload(fleet, tmp_path):
+    """A subscriber of the controller's publish endpoint whose key a reload removes loses its
+    feed at once (its connection is cut); a listed one gets it again within a second."""
+    ctl_key, ctl_keys = tc.keygen(tmp_path, "controller")
+    _, col_keys = tc.keygen(tmp_path, "collector")
+    _, a_keys = tc.keygen(tmp_path, "a")  # stays listed
+    _, b_keys = tc.keygen(tmp_path, "b")  # removed by the reload
+    pub = lambda k: k["public-key"].decode()  # noqa: E731
+    clients = tmp_path / "clients"
+    clients.write_text("%s z1\n%s\n%s\n" % (pub(col_keys), pub(a_keys), pub(b_keys)))
+    ctl = fleet.controller(extra=["--curve-keypair", ctl_key, "--curve-clients", str(clients)])
+    ctx = zmq.Context()
+
+    def client(kind, keys, ep):
+        s = ctx.socket(kind)
+        s.setsockopt(zmq.LINGER, 0)
+        s.curve_serverkey = ctl_keys["public-key"]
+        s.curve_publickey = keys["public-key"]
+        s.curve_secretkey = keys["secret-key"]
+        if kind == zmq.SUB:
+            s.setsockopt(zmq.SUBSCRIBE, b"")
+        s.connect(ep)
+        return s
+
+    def m(name, **labels):
+        return f.metric(ctl.metrics(), name, **labels) or 0
+
+    try:
+        usage = client(zmq.PUSH, col_keys, ctl.usage)
+        subs = {"a": client(zmq.SUB, a_keys, ctl.publish), "b": client(zmq.SUB, b_keys, ctl.publish)}
+
+        def pump(seconds):
+            """Sends zone usage every 100 ms (the controller publishes at each tick) and counts
+            what each subscriber receives meanwhile."""
+            got = {k: 0 for k in subs}
+            end = time.time() + seconds
+            while time.time() < end:
+                try:
+                    usage.send(tc.zone_usage("z1", 50), zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+                time.sleep(0.1)
+                for k, s in subs.items():
+                    while s.poll(0):
+                        s.recv_multipart()
+                        got[k] += 1
+            return got
+
+        f.h.wait_until(lambda: all(v > 0 for v in pump(0.5).values()), 10,
+                       what="both subscribers to receive")
+        clients.write_text("%s z1\n%s\n" % (pub(col_keys), pub(a_keys)))
+        ctl.signal(signal.SIGHUP)
+        f.h.wait_until(lambda: m("grl_curve_key_list_reloads_total", list="--curve-clients",
+                                 result="ok") == 1, 5, what="the new list to be taken")
+        assert ("SIGHUP: --curve-clients: a removed key had connected to the publish endpoint "
+                "%s: cut its 2 connection(s); listed peers connect again by themselves"
+                % ctl.publish) in ctl.log(), ctl.log()[-3000:]
+        assert m("grl_curve_connections_cut_total", endpoint="publish") == 2
+        assert m("grl_curve_connections_cut_total", endpoint="usage") == 0  # no removed key there
+        pump(1)  # what was queued before the cut; a connects again
+        got = pump(2)
+        assert got["a"] > 0, got
+        assert got["b"] == 0, got
+        assert m("grl_curve_handshakes_total", domain="subscriber", result="denied") >= 1
     finally:
         ctx.destroy(0)

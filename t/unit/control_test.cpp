@@ -1117,13 +1117,13 @@ TEST(Hardening, HugeIntervalsAreClamped) {
     ASSERT_EQ(c.peers(f.now).size(), 1u);
     EXPECT_TRUE(c.peers(f.now)[0].fresh);
     // Stale after 3 intervals of at most 60 s.
-    f.advance(3 * 60'000);
+    f.advance(std::uint64_t{3} * 60'000);
     c.tick(f.now);
     EXPECT_EQ(c.fresh_zones(), 0u);
     EXPECT_TRUE(c.instances().empty());
     EXPECT_FALSE(c.peers(f.now)[0].fresh);
     // Forgotten after 60 intervals of at most 60 s.
-    f.advance(57 * 60'000);
+    f.advance(std::uint64_t{57} * 60'000);
     c.tick(f.now);
     EXPECT_TRUE(c.zones(f.now).empty());
     EXPECT_TRUE(c.peers(f.now).empty());

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -94,6 +95,51 @@ TEST(MonitorEvent, SuccessAndEachKindOfFailure) {
     EXPECT_FALSE(other.ok);
     EXPECT_EQ(other.failure, HandshakeFailure::Other);
     EXPECT_EQ(other.value, static_cast<std::uint32_t>(ECONNRESET));
+}
+
+TEST(MonitorEvent, FramesOfAnyEvent) {
+    const std::string h = head(ZMQ_EVENT_ACCEPTED, 17);
+    MonitorEvent e = decode_monitor_frames(h, "tcp://127.0.0.1:5");
+    EXPECT_EQ(e.event, ZMQ_EVENT_ACCEPTED);
+    EXPECT_EQ(e.value, 17u);  // the connection's file descriptor
+    EXPECT_EQ(e.address, "tcp://127.0.0.1:5");
+    EXPECT_EQ(decode_monitor_frames(std::string(5, '\x01'), "x").event, 0);  // too short
+}
+
+// The events a bound endpoint's connection limit follows, from a real server socket: one
+// connection's accept, handshake and close, named by its file descriptor where libzmq does.
+TEST(MonitorEvent, RealServerEventsOfOneConnection) {
+    Ctx c;
+    void* server = c.socket(ZMQ_PULL);
+    monitor_events(server, "inproc://t-server",
+                   ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
+    void* pair = c.socket(ZMQ_PAIR);
+    ASSERT_EQ(zmq_connect(pair, "inproc://t-server"), 0);
+    ASSERT_EQ(zmq_bind(server, "tcp://127.0.0.1:*"), 0);
+    char ep[256];
+    std::size_t len = sizeof(ep);
+    ASSERT_EQ(zmq_getsockopt(server, ZMQ_LAST_ENDPOINT, ep, &len), 0);
+    void* client = c.socket(ZMQ_PUSH);
+    ASSERT_EQ(zmq_connect(client, ep), 0);
+    std::vector<Frame> frames;
+    auto next = [&](MonitorEvent& e) {
+        zmq_pollitem_t item{pair, 0, ZMQ_POLLIN, 0};
+        return zmq_poll(&item, 1, 5000) == 1 && next_monitor_event(pair, frames, e);
+    };
+    MonitorEvent e;
+    ASSERT_TRUE(next(e));
+    EXPECT_EQ(e.event, ZMQ_EVENT_ACCEPTED);
+    EXPECT_EQ(e.address, ep);
+    const std::uint32_t fd = e.value;
+    EXPECT_GT(fd, 2u);
+    ASSERT_TRUE(next(e));
+    EXPECT_EQ(e.event, ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    EXPECT_EQ(e.value, 0u);  // names no connection
+    zmq_close(client);
+    c.sockets.erase(std::find(c.sockets.begin(), c.sockets.end(), client));
+    ASSERT_TRUE(next(e));
+    EXPECT_EQ(e.event, ZMQ_EVENT_DISCONNECTED);
+    EXPECT_EQ(e.value, fd);
 }
 
 TEST(MonitorEvent, AShortHeadIsAFailureOfNoKnownKind) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -43,8 +44,12 @@ void make_curve_client(Socket& s, const KeyPair& client, const std::string& serv
 class ZapHandler {
   public:
     explicit ZapHandler(Context& ctx);
-    // The keys admitted for `domain` (replaces the domain's earlier list: a reload).
-    void allow(const std::string& domain, std::set<std::string> keys);
+    // The keys admitted for `domain` (replaces the domain's earlier list: a reload). True when
+    // a key it removes was admitted for `domain` since the domain's last forget_admitted():
+    // its connection may still be open (ZAP only runs at the handshake).
+    bool allow(const std::string& domain, std::set<std::string> keys);
+    // The domain's endpoint was cut (cut_removed_keys()): its keys connect anew.
+    void forget_admitted(const std::string& domain) { admitted_.erase(domain); }
     // A domain of a socket without CURVE: its handshakes reach ZAP only for the limit.
     void allow_null(const std::string& domain) { null_domains_.insert(domain); }
     void limit(const std::string& domain, EndpointLimit* l) { limits_[domain] = l; }
@@ -58,6 +63,7 @@ class ZapHandler {
   private:
     Socket sock_;
     std::map<std::string, std::set<std::string>> keys_;
+    std::map<std::string, std::set<std::string>> admitted_;  // listed keys, so bounded
     std::set<std::string> null_domains_;
     std::map<std::string, EndpointLimit*> limits_;
     std::map<std::string, std::uint64_t> accepted_;
@@ -65,6 +71,16 @@ class ZapHandler {
     std::vector<zmq::Frame> frames_;
     LogLimiter refused_log_;
 };
+
+// After a reload of `domain`'s key list (`option`, "--curve-clients") that removed a key which
+// had connected (ZapHandler::allow() said so): cuts the connections of `limit`'s endpoint
+// (EndpointLimit::cut with `rebind`, run by the thread that owns the socket), so that the
+// removed key's connection, and its subscriptions, end; listed peers connect again by
+// themselves and handshake anew. One log line; an endpoint that cannot be bound again is
+// logged as an error.
+void cut_removed_keys(ZapHandler& zap, const std::string& domain, EndpointLimit& limit,
+                      const std::string& option, const char* why,
+                      const std::function<void()>& rebind);
 
 // Watches the CURVE handshakes of one client socket (zmq_socket_monitor): counts them, logs one
 // line per change between working and failing, and connects endpoints whose handshake was
