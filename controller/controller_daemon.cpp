@@ -638,10 +638,11 @@ void Daemon::tick() {
 }
 
 // The tick's whole share of the dashboard: a copy of what `grlctl buckets` and `grlctl status`
-// would answer, moved to the dashboard's thread (controller/dashboard.h).
+// would answer, moved to the dashboard's thread (controller/dashboard.h), when it wants one.
 void Daemon::publish_dashboard() {
     if (!dashboard_) return;
     const control::Clock t = now();
+    if (!dashboard_->wants_snapshot(t.mono_ms)) return;
     DashboardSnapshot s;
     s.mono_ms = t.mono_ms;
     s.wall_ms = t.wall_ms;
@@ -1203,6 +1204,11 @@ std::string Daemon::metrics() {
                  "Bucket instances the dashboard's history leaves out (it charts 500 at most).");
         m.sample("grl_controller_dashboard_uncharted_instances",
                  static_cast<double>(dashboard_->series_refused()));
+        m.family("grl_controller_dashboard_snapshots_total", "counter",
+                 "Tick snapshots handed to the dashboard (one per history step, every tick while "
+                 "/api/state is read).");
+        m.sample("grl_controller_dashboard_snapshots_total",
+                 static_cast<double>(dashboard_->snapshots()));
         m.family("grl_controller_dashboard_snapshots_skipped_total", "counter",
                  "Tick snapshots replaced before the dashboard's thread took them (it lags).");
         m.sample("grl_controller_dashboard_snapshots_skipped_total",

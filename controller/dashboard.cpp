@@ -200,7 +200,8 @@ std::string render_history(const control::History& h) {
     return out;
 }
 
-Dashboard::Dashboard(control::History::Options o) : history_(o), max_bytes_(history_.max_bytes()) {
+Dashboard::Dashboard(control::History::Options o)
+    : step_ms_(o.step_ms), history_(o), max_bytes_(history_.max_bytes()) {
     thread_ = std::thread([this] { run(); });
 }
 
@@ -213,7 +214,15 @@ Dashboard::~Dashboard() {
     thread_.join();
 }
 
+bool Dashboard::wants_snapshot(std::uint64_t mono_ms) const {
+    if (snapshots_ == 0) return true;
+    if (state_wanted_ != 0 && mono_ms < state_wanted_ + kStateWatchedMs) return true;
+    return mono_ms + step_ms_ / 10 >= last_snapshot_mono_ + step_ms_;
+}
+
 void Dashboard::publish(DashboardSnapshot s) {
+    last_snapshot_mono_ = s.mono_ms;
+    ++snapshots_;
     {
         std::lock_guard<std::mutex> l(mu_);
         if (pending_) ++skipped_;
@@ -286,6 +295,7 @@ std::optional<daemon::HttpResponse> Dashboard::route(const daemon::RequestHead& 
     }
     std::shared_ptr<const std::string> body;
     if (path == "/api/state") {
+        state_wanted_ = daemon::mono_ms();
         std::lock_guard<std::mutex> l(mu_);
         body = state_;
     } else if (path == "/api/history") {

@@ -1,9 +1,12 @@
 // The controller's live dashboard (docs/dashboard.md): a page and the JSON it reads, served on
 // --metrics-bind next to /metrics.
 //
-// The tick must never wait for it: each tick copies what the page shows into a
-// DashboardSnapshot (the same work as answering `grlctl buckets` and `grlctl status`) and
-// hands it over with a move under a mutex. The dashboard's own thread takes it, records the
+// The tick must never wait for it: a tick copies what the page shows into a DashboardSnapshot
+// (the same work as answering `grlctl buckets` and `grlctl status`) and hands it over with a
+// move under a mutex. It does so only when the dashboard wants one (wants_snapshot()): for the
+// history's next point (one per step, at least a second) and, while someone reads /api/state,
+// every tick; at 10,000 instances and 4 ticks a second the copy and its rendering cost a tenth
+// of a core that nobody looked at. The dashboard's own thread takes it, records the
 // 15-minute history (grl/history.h) and renders the JSON documents; the loop's HTTP routes
 // only hand out references to the last rendered documents. A slow browser, a huge history or
 // a stuck dashboard thread therefore costs the tick nothing but the copy.
@@ -70,15 +73,24 @@ class Dashboard {
     Dashboard(const Dashboard&) = delete;
     Dashboard& operator=(const Dashboard&) = delete;
 
+    // From the tick: whether a snapshot taken at `mono_ms` would be used. True for the first,
+    // then once the history's next point is due (90% of a step after the last snapshot, as
+    // History::record() takes them), and at every tick while /api/state was read within the
+    // last kStateWatchedMs. The loop's thread only (with publish() and route()).
+    bool wants_snapshot(std::uint64_t mono_ms) const;
     // From the tick: never waits for the dashboard thread. A snapshot it has not taken yet is
     // replaced (counted in snapshots_skipped()).
     void publish(DashboardSnapshot s);
+    // How long a read of /api/state keeps every tick's snapshot coming (the page reads it
+    // every interval, at least every second).
+    static constexpr std::uint64_t kStateWatchedMs = 10000;
     // The loop's HTTP routes (daemon::Routes): the page's files, /api/state, /api/history.
     std::optional<daemon::HttpResponse> route(const daemon::RequestHead& h);
 
     // For /metrics; read from the loop.
     std::uint64_t series_refused() const { return series_refused_.load(); }
     std::uint64_t snapshots_skipped() const { return skipped_.load(); }
+    std::uint64_t snapshots() const { return snapshots_; }
     std::size_t history_bytes_bound() const { return max_bytes_; }
 
   private:
@@ -94,6 +106,12 @@ class Dashboard {
     // When the page last asked for the history (monotonic ms): it is rendered only while
     // someone watches, at most once a second.
     std::atomic<std::uint64_t> history_wanted_{0};
+    // The loop's: when /api/state was last read (monotonic ms, 0 never), when the last snapshot
+    // was published and how many were.
+    std::uint64_t state_wanted_ = 0;
+    std::uint64_t last_snapshot_mono_ = 0;
+    std::uint64_t snapshots_ = 0;
+    std::uint64_t step_ms_ = 0;  // the history's
     std::atomic<std::uint64_t> series_refused_{0};
     std::atomic<std::uint64_t> skipped_{0};
 

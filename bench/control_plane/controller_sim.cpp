@@ -36,6 +36,7 @@
 #include "grl/wire.h"
 #include "grl/wire_control.h"
 #include "sim_common.h"
+#include "sim_usage.h"
 
 namespace {
 
@@ -146,27 +147,8 @@ struct Sender {
     void* sock = nullptr;
 };
 
-std::vector<std::string> bucket_names(std::size_t n) {
-    std::vector<std::string> v;
-    char name[32];
-    for (std::size_t i = 0; i < n; ++i) {
-        std::snprintf(name, sizeof(name), "svc-%05zu", i);
-        v.emplace_back(name);
-    }
-    return v;
-}
-
-grl::wire::UsageBucket usage_bucket(const std::string& name, std::uint64_t offered_mrps,
-                                    std::uint64_t limit_mrps, std::uint64_t hosts) {
-    grl::wire::UsageBucket b;
-    b.name = name;
-    b.offered_mrps = offered_mrps;
-    b.admitted_mrps = offered_mrps;
-    b.hosts = hosts;
-    b.rated_hosts = hosts;
-    b.definitions.push_back({{grl::Scope::Global, grl::Mode::Deny, limit_mrps}, hosts});
-    return b;
-}
+using grl::sim::bucket_names;
+using grl::sim::usage_bucket;
 
 struct Stats {
     std::vector<double> prop_ms;
@@ -248,13 +230,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> names = bucket_names(o.buckets);
     const std::uint64_t limit_mrps = static_cast<std::uint64_t>(o.limit_rps * 1000);
     const std::size_t regions = o.peers + 1;
-    const std::size_t over_n = static_cast<std::size_t>(o.over * static_cast<double>(o.buckets));
-    // Per zone, every zone of every region offering the same share.
-    auto zone_offered = [&](std::size_t i) {
-        const double f = i < over_n ? 1.5 : 0.5;
-        return static_cast<std::uint64_t>(static_cast<double>(limit_mrps) * f /
-                                          static_cast<double>(o.zones * regions));
-    };
+    const grl::sim::ZoneOffered zone_offered{limit_mrps, o.buckets, o.zones, regions, o.over};
 
     void* ctx = zmq_ctx_new();
     zmq_ctx_set(ctx, ZMQ_IO_THREADS, 1);

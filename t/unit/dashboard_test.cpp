@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "grl/daemon/loop.h"
+
 namespace grl::controller {
 namespace {
 
@@ -182,6 +184,37 @@ TEST(Dashboard, RoutesServeThePageAndTheDocumentsTheThreadRendered) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     ADD_FAILURE() << "the second point never reached /api/history";
+}
+
+// The tick copies a snapshot only when it is used: the history's next point (one per step,
+// 90% of a step after the last, as History::record() takes them), or every tick while the
+// page reads /api/state. At 10,000 instances the copy and its rendering each tick cost a tenth
+// of a core that nobody looked at.
+TEST(Dashboard, WantsASnapshotForTheNextHistoryPointOrWhileTheStateIsRead) {
+    control::History::Options o;
+    o.step_ms = 1000;
+    Dashboard d{o};
+    const std::uint64_t t0 = daemon::mono_ms() + 1'000'000;  // past any read of /api/state
+    EXPECT_TRUE(d.wants_snapshot(t0));                       // the first
+    d.publish(snapshot(t0, 450000));
+    EXPECT_EQ(d.snapshots(), 1u);
+    EXPECT_FALSE(d.wants_snapshot(t0 + 250));  // ticks of 250 ms: the next point is not due
+    EXPECT_FALSE(d.wants_snapshot(t0 + 500));
+    EXPECT_FALSE(d.wants_snapshot(t0 + 899));
+    EXPECT_TRUE(d.wants_snapshot(t0 + 900));  // a tick a little early still gives the point
+    d.publish(snapshot(t0 + 1000, 450000));
+    EXPECT_FALSE(d.wants_snapshot(t0 + 1250));
+
+    // A read of /api/state: every tick's snapshot for kStateWatchedMs, then one per step again.
+    d.route(get("/api/state"));
+    const std::uint64_t read = daemon::mono_ms();
+    d.publish(snapshot(read, 450000));
+    EXPECT_TRUE(d.wants_snapshot(read + 250));
+    EXPECT_TRUE(d.wants_snapshot(read + Dashboard::kStateWatchedMs - 1));
+    d.publish(snapshot(read + Dashboard::kStateWatchedMs - 1, 450000));
+    EXPECT_FALSE(d.wants_snapshot(read + Dashboard::kStateWatchedMs + 250));
+    EXPECT_TRUE(d.wants_snapshot(read + Dashboard::kStateWatchedMs - 1 + 900));
+    EXPECT_EQ(d.snapshots(), 4u);
 }
 
 }  // namespace
