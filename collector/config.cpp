@@ -79,8 +79,9 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_count(app, "--forget-intervals", c.rates.forget_intervals, 1, 1000000,
                    "...and is forgotten after N");
     cli::add_count(app, "--max-connections", c.max_connections, 1, 1000000,
-                   "connections each bound endpoint (report, publish) holds at most; a new "
-                   "one's handshake is refused while it is full (connections_refused_total)");
+                   "handshaken connections each bound endpoint (report, publish) holds at most; a "
+                   "new one's handshake is refused while it is full "
+                   "(connections_refused_total)");
     cli::add_count(app, "--max-hosts", c.rates.max_hosts, 1, 10000000,
                    "hosts held at most; a new host beyond is refused and counted "
                    "(reports_total{result=\"hosts_full\"})");

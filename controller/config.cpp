@@ -78,9 +78,11 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                    "refuse a region usage claiming more hosts");
     cli::add_count(app, "--max-zones", c.opts.max_zones, 1, 1000000,
                    "zones held at once; usage from a new zone is refused while full");
-    cli::add_count(app, "--max-connections", c.max_connections, 1, 1000000,
-                   "connections each bound endpoint (usage, publish, admin) holds at most; a "
-                   "new one's handshake is refused while it is full (connections_refused_total)");
+    cli::add_count(
+        app, "--max-connections", c.max_connections, 1, 1000000,
+        "handshaken connections each bound endpoint (usage, publish, admin) holds at most; a "
+        "new one's handshake is refused while it is full "
+        "(connections_refused_total)");
     cli::add_count(app, "--max-peers", c.opts.max_peers, 1, 100000,
                    "peer controllers held at once; usage from a new peer is refused while full");
     cli::add_count(app, "--max-instance-keys", c.opts.max_instance_keys, 1, 1000000,
