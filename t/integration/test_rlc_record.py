@@ -217,12 +217,14 @@ def test_a_restart_within_an_interval_merges_into_one_row(fleet, recs):
     col = fleet.collector("z1", [ctl])
     ns = [fleet.nginx("h1", "z1", col, BUCKETS), fleet.nginx("h2", "z1", col, BUCKETS)]
     fleet.wait_hosts(ctl, 2)
+    # Both runs must fall in one 5-minute interval, and the load must cover both: wait for
+    # the interval's room *before* starting the load (waiting after it once outlasted the
+    # load, and both runs recorded 0 offered).
+    while time.time() % 300 > 270:
+        time.sleep(0.5)
     load = f.Load([(ns[0], 1), (ns[1], 1)], "120:12", "/g/x")
     try:
         time.sleep(2)
-        # Both runs must fall in one 5-minute interval.
-        while time.time() % 300 > 285:
-            time.sleep(0.5)
         first = recs([ctl], interval=300)
         time.sleep(3)
         assert first.stop() == 0, first.log()
