@@ -98,6 +98,10 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
         const bool below = !shorter_not_low && admitted + margin < low;
         if (admitted >= low) shorter_not_low = true;
         if (!above && !below) continue;
+        // Nothing to ease under a ratio of 0: the host follows the control plane. (Calling it
+        // "eased" flapped the state, and its log line, at every check of a host idling under
+        // its share.)
+        if (!above && cp_ppm_ == 0) return applied_ppm_;
         const double rate = n * 1000.0 / dt_ms;
         if (above && !total_rising_ && rate > basis_rps_ && rate <= kShiftMargin * instance_rps_) {
             // Load moved here from other hosts would look the same, and then the total, and

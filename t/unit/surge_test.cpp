@@ -115,6 +115,19 @@ TEST(Surge, ASurgeSeenInPartByTheBasisKeepsTheShare) {
     EXPECT_NEAR(h.ratio / 1e6, 1 - 200.0 / 1500, 0.03);
 }
 
+// A host well under its share while the control plane drops nothing has nothing to ease: it
+// follows (its state, and the log line of each change, stay put at every check).
+TEST(Surge, AHostUnderItsShareWithRatioZeroFollows) {
+    Host h;
+    h.run(2000, 60);
+    h.answer(0, 200, 120, 100);  // 2 hosts x 60 r/s under 200: share 100 r/s
+    for (int i = 0; i < 40; ++i) {
+        h.run(25, 60);
+        EXPECT_EQ(h.d.state(), State::Following);
+        EXPECT_EQ(h.ratio, 0u);
+    }
+}
+
 TEST(Surge, AFallEasesDropsToTheHostsShare) {
     Host h;
     // At rates where 50 ms hold enough requests to tell a fall from noise (at lower rates
