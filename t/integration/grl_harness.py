@@ -6,6 +6,7 @@ Everything runs on 127.0.0.1 with ports chosen at run time. nginx always
 connects; the test's PUB and PULL sockets bind (docs/protocol.md, Transport).
 """
 
+import fcntl
 import json
 import math
 import os
@@ -32,11 +33,31 @@ LOG_FORMAT_FIELDS = ("rid", "status", "decision", "bucket", "buckets", "ratio", 
 # small utilities
 
 
+# Ports handed out by free_port(), each with a lock held until this process exits.
+PORT_LOCK_DIR = os.path.join(tempfile.gettempdir(), "grl-test-ports")
+_held_ports = {}
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago and that no other free_port() has
+    handed out, in this process or in another one still running (two test runs side by side).
+    nginx listens with `reuseport`, so two servers given one port would share it without an
+    error, each getting the other's requests."""
+    os.makedirs(PORT_LOCK_DIR, exist_ok=True)
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port in _held_ports:
+            continue
+        fd = os.open(os.path.join(PORT_LOCK_DIR, str(port)), os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another process holds it
+            os.close(fd)
+            continue
+        _held_ports[port] = fd
+        return port
 
 
 def unused_endpoint():
