@@ -23,6 +23,7 @@ mods=$("$nginx" -V 2>&1 | tr ' ' '\n' | sed -n 's/^--modules-path=//p')
 if compgen -G "${mods:-/nonexistent}/*.so" >/dev/null; then
     export TEST_NGINX_MODULES=$mods
 else
+    # shellcheck disable=SC2016  # the wrapper's own $1 and $@
     printf '#!/bin/sh\nif [ "$1" = -V ]; then %s -V 2>&1 | sed "s/ --with-[a-z_]*=dynamic//g" >&2; exit 0; fi\nexec %s "$@"\n' \
         "$nginx" "$nginx" >"$out/nginx"
     chmod +x "$out/nginx"
@@ -49,6 +50,7 @@ run() {  # run NAME: prove's output in $out/NAME.log, failing files in $out/NAME
 globals=""
 if [ "$(id -u)" = 0 ]; then globals="user root;"; fi
 TEST_NGINX_GLOBALS="$globals" run plain "$@"
+# shellcheck disable=SC2016  # $remote_addr is nginx's
 TEST_NGINX_GLOBALS="$globals load_module $module;" \
 TEST_NGINX_GLOBALS_HTTP='grl_zone grl:1m; grl_bucket all procedure_prefix=/ rate=1000000r/s; grl_caller $remote_addr; grl on;' \
     run grl "$@"
