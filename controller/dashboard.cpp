@@ -214,14 +214,19 @@ Dashboard::~Dashboard() {
     thread_.join();
 }
 
+bool Dashboard::point_due(std::uint64_t mono_ms) const {
+    return snapshots_ == 0 || mono_ms + step_ms_ / 10 >= last_point_mono_ + step_ms_;
+}
+
 bool Dashboard::wants_snapshot(std::uint64_t mono_ms) const {
-    if (snapshots_ == 0) return true;
     if (state_wanted_ != 0 && mono_ms < state_wanted_ + kStateWatchedMs) return true;
-    return mono_ms + step_ms_ / 10 >= last_snapshot_mono_ + step_ms_;
+    return point_due(mono_ms);
 }
 
 void Dashboard::publish(DashboardSnapshot s) {
-    last_snapshot_mono_ = s.mono_ms;
+    // A step from the last point, not from the last snapshot: while /api/state is read, most
+    // snapshots are not points, and the point due after the reads stop was skipped.
+    if (point_due(s.mono_ms)) last_point_mono_ = s.mono_ms;
     ++snapshots_;
     {
         std::lock_guard<std::mutex> l(mu_);

@@ -74,7 +74,7 @@ class Dashboard {
     Dashboard& operator=(const Dashboard&) = delete;
 
     // From the tick: whether a snapshot taken at `mono_ms` would be used. True for the first,
-    // then once the history's next point is due (90% of a step after the last snapshot, as
+    // then once the history's next point is due (90% of a step after the last point, as
     // History::record() takes them), and at every tick while /api/state was read within the
     // last kStateWatchedMs. The loop's thread only (with publish() and route()).
     bool wants_snapshot(std::uint64_t mono_ms) const;
@@ -106,10 +106,13 @@ class Dashboard {
     // When the page last asked for the history (monotonic ms): it is rendered only while
     // someone watches, at most once a second.
     std::atomic<std::uint64_t> history_wanted_{0};
+    // Whether a snapshot at `mono_ms` is the history's next point, by History::record()'s rule.
+    bool point_due(std::uint64_t mono_ms) const;
+
     // The loop's: when /api/state was last read (monotonic ms, 0 never), when the last snapshot
-    // was published and how many were.
+    // the history takes as a point was published, and how many snapshots were.
     std::uint64_t state_wanted_ = 0;
-    std::uint64_t last_snapshot_mono_ = 0;
+    std::uint64_t last_point_mono_ = 0;
     std::uint64_t snapshots_ = 0;
     std::uint64_t step_ms_ = 0;  // the history's
     std::atomic<std::uint64_t> series_refused_{0};

@@ -85,6 +85,7 @@ std::size_t EndpointLimit::cut(const std::function<void()>& rebind) {
     try {
         rebind();
     } catch (...) {
+        ++cut_failures_;
         cut_ += count_.cut();  // unbound: its connections are closed all the same
         throw;
     }
@@ -135,6 +136,10 @@ void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLi
          "Connections closed by a reload of a CURVE key list that removed a key which had "
          "connected to the endpoint (the endpoint is bound again; listed peers connect again).",
          [](const EndpointLimit& l) { return static_cast<double>(l.cut_total()); }},
+        {"grl_curve_connections_cut_failures_total", "counter",
+         "Cuts of the endpoint that failed (logged as an error): when binding it again failed, "
+         "it takes no connection until the daemon restarts.",
+         [](const EndpointLimit& l) { return static_cast<double>(l.cut_failures()); }},
     };
     for (const Family& f : kFamilies) {
         m.family(f.name, f.type, f.help);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <thread>
 
+#include "grl/daemon/metrics.h"
 #include "grl/zmq/monitor.h"
 
 namespace grl::daemon {
@@ -78,6 +79,27 @@ TEST(EndpointLimit, ARebindOfAnEndpointNotBoundIsNamed) {
         EXPECT_NE(std::string(e.what()).find("unbind tcp://127.0.0.1:1"), std::string::npos)
             << e.what();
     }
+}
+
+// A cut whose rebind fails (here the unbind: the endpoint was never bound there; in a daemon,
+// most likely the port taken in between, which leaves the endpoint unbound until a restart) is
+// a degraded mode: besides its error line, a counter says so.
+TEST(EndpointLimit, ACutThatFailsIsCounted) {
+    Context ctx;
+    Socket server(ctx, ZMQ_PULL);
+    EndpointLimit limit(ctx, server.get(), "report", 10);
+    limit.set_address(server.bind("tcp://127.0.0.1:*"));
+    MetricsText before;
+    write_connection_metrics(before, {&limit});
+    EXPECT_NE(before.text().find("grl_curve_connections_cut_failures_total{endpoint=\"report\"} 0"),
+              std::string::npos)
+        << before.text();
+    EXPECT_THROW(limit.cut([&] { rebind(server.get(), "tcp://127.0.0.1:1"); }), std::runtime_error);
+    MetricsText after;
+    write_connection_metrics(after, {&limit});
+    EXPECT_NE(after.text().find("grl_curve_connections_cut_failures_total{endpoint=\"report\"} 1"),
+              std::string::npos)
+        << after.text();
 }
 
 }  // namespace

@@ -213,8 +213,33 @@ TEST(Dashboard, WantsASnapshotForTheNextHistoryPointOrWhileTheStateIsRead) {
     EXPECT_TRUE(d.wants_snapshot(read + Dashboard::kStateWatchedMs - 1));
     d.publish(snapshot(read + Dashboard::kStateWatchedMs - 1, 450000));
     EXPECT_FALSE(d.wants_snapshot(read + Dashboard::kStateWatchedMs + 250));
-    EXPECT_TRUE(d.wants_snapshot(read + Dashboard::kStateWatchedMs - 1 + 900));
     EXPECT_EQ(d.snapshots(), 4u);
+}
+
+// When the page stops reading /api/state, the next point is due a step after the last snapshot
+// the history took as a point, not after the last snapshot: those of the watched ticks between
+// points are not points. Ticks of 250 ms (4 a step): points at +240, +1240, ..., +9240; the
+// last watched tick is +9990, and the point due at +10240 was skipped (the next came at
+// +10990, a step and three quarters after the one before).
+TEST(Dashboard, AfterTheStateIsReadTheNextPointComesAStepAfterTheLastPoint) {
+    control::History::Options o;
+    o.step_ms = 1000;
+    Dashboard d{o};
+    const std::uint64_t before = daemon::mono_ms();
+    d.route(get("/api/state"));  // watched from some time in [before, after]
+    const std::uint64_t after = daemon::mono_ms();
+    ASSERT_LT(after - before, 240u) << "the test thread stalled: the watch's end is unknown";
+    std::uint64_t t = before + 240;
+    for (; t < before + Dashboard::kStateWatchedMs; t += 250) {
+        EXPECT_TRUE(d.wants_snapshot(t)) << t - before;  // every tick while watched
+        d.publish(snapshot(t, 450000));
+    }
+    EXPECT_EQ(t, before + 10240);      // no longer watched (after + 10000 is earlier)
+    EXPECT_TRUE(d.wants_snapshot(t));  // the point due a step after +9240
+    d.publish(snapshot(t, 450000));
+    EXPECT_FALSE(d.wants_snapshot(t + 250));
+    EXPECT_FALSE(d.wants_snapshot(t + 750));
+    EXPECT_TRUE(d.wants_snapshot(t + 1000));
 }
 
 }  // namespace

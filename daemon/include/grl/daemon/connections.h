@@ -37,12 +37,14 @@ class EndpointLimit {
     bool admit();
     // Closes every connection of the endpoint: `rebind` (run by the thread that owns the
     // socket) unbinds it and binds it again, which makes libzmq close the sessions accepted
-    // through it. Returns how many connections were cut (counted).
+    // through it. Returns how many connections were cut (counted). When `rebind` throws, the
+    // failure is counted (cut_failures()) and the exception passed on.
     std::size_t cut(const std::function<void()>& rebind);
 
     const std::string& name() const { return name_; }
     const ConnectionLimit& count() const { return count_; }
     std::uint64_t cut_total() const { return cut_; }
+    std::uint64_t cut_failures() const { return cut_failures_; }
 
   private:
     Socket monitor_;
@@ -50,6 +52,7 @@ class EndpointLimit {
     std::string address_;
     ConnectionLimit count_;
     std::uint64_t cut_ = 0;
+    std::uint64_t cut_failures_ = 0;
     std::vector<zmq::Frame> frames_;
     LogLimiter pending_log_;
 };
@@ -61,7 +64,8 @@ class EndpointLimit {
 void rebind(void* socket, const std::string& endpoint);
 
 // grl_connections{endpoint}, grl_connections_pending{endpoint}, grl_connections_max{endpoint},
-// grl_connections_refused_total{endpoint}, grl_connections_unhandshaken_total{endpoint}.
+// grl_connections_refused_total{endpoint}, grl_connections_unhandshaken_total{endpoint},
+// grl_curve_connections_cut_total{endpoint}, grl_curve_connections_cut_failures_total{endpoint}.
 void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLimit*>& limits);
 
 }  // namespace grl::daemon
