@@ -229,8 +229,12 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     const char* name = z.slot(slots[out.decided_by]).name;
     std::uint32_t ppm = threshold_to_ppm(out.threshold);
     if (by_key && by_key->verdict != keyed::Verdict::Pass) {
-        const ngx_str_t k = {request_key.size(),
-                             reinterpret_cast<u_char*>(const_cast<char*>(request_key.data()))};
+        // Never the raw bytes: a binary key ($binary_remote_addr) or, with hash_keys=on, a key
+        // that must not be shown (docs/per-key.md).
+        const KeyedSpec* spec = m->cpp->table.keyed_spec(idx[by_key->at]);
+        char shown_key[keyed::kLogKeyBytes];
+        const ngx_str_t k = {keyed::key_for_log(request_key, spec && spec->hash_keys, shown_key),
+                             reinterpret_cast<u_char*>(shown_key)};
         const char* why = by_key->verdict == keyed::Verdict::Ratio ? "ratio" : "local cap";
         if (out.decision == Decision::ShadowDrop) {
             ngx_log_error(l->log_level, r->connection->log, 0,

@@ -1,6 +1,7 @@
 #include "grl/keyed.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -37,6 +38,30 @@ std::uint64_t hash_key(std::string_view key) {
     h *= 0xc4ceb9fe1a85ec53ULL;
     h ^= h >> 33;
     return h < 2 ? h + 2 : h;
+}
+
+std::size_t key_for_log(std::string_view key, bool hashed, char* out) {
+    if (hashed) {
+        return static_cast<std::size_t>(std::snprintf(
+            out, kLogKeyBytes, "hash %016llx", static_cast<unsigned long long>(hash_key(key))));
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < key.size() && i < kMaxKeyText; ++i) {
+        const auto c = static_cast<unsigned char>(key[i]);
+        if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+            out[n++] = '\\';
+            out[n++] = 'x';
+            out[n++] = kHex[c >> 4];
+            out[n++] = kHex[c & 15];
+        } else {
+            out[n++] = static_cast<char>(c);
+        }
+    }
+    if (key.size() > kMaxKeyText) {
+        for (int i = 0; i < 3; ++i) out[n++] = '.';
+    }
+    return n;
 }
 
 std::size_t bytes_for(std::uint32_t keys) {

@@ -89,6 +89,27 @@ def test_keyed_local_cap_holds_a_busy_key_and_spares_a_quiet_one(nginx_factory):
     assert 'request of key "A" dropped by bucket "per-key" (local cap)' in n.error_log()
 
 
+def test_keyed_drop_logs_a_binary_key_escaped_and_a_hashed_key_as_its_hash(nginx_factory):
+    """The error log's drop line never carries a key's raw bytes: $binary_remote_addr's four
+    bytes are escaped (they were written raw, NUL bytes and all), and with hash_keys=on the
+    line shows the hash the status page shows, not the key."""
+    n = nginx_factory(h.grl_conf(["per-addr key=$binary_remote_addr rate=5r/s keys=100 "
+                                  "procedure_prefix=/a",
+                                  "per-api key=$http_x_api_key rate=5r/s keys=100 hash_keys=on "
+                                  "procedure_prefix=/h"],
+                                 host=None, interval=None))
+    assert 429 in [n.get("/a").status for _ in range(20)]
+    assert 429 in [h.http_get(n.port, "/h", {"X-Api-Key": "secret-key-1"}).status
+                   for _ in range(20)]
+    raw = open(n.error_log_path, "rb").read()
+    assert b'request of key "\\x7f\\x00\\x00\\x01" dropped by bucket "per-addr" (local cap)' in raw
+    assert b"\x7f\x00\x00\x01" not in raw
+    hashed = keyed_of(n, "per-api")["top"][0]["hash"]
+    assert ('request of key "hash %s" dropped by bucket "per-api" (local cap)' % hashed
+            ).encode() in raw
+    assert b"secret-key-1" not in raw
+
+
 def test_keyed_missing_key_counts_under_dash(nginx_factory):
     n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=5r/s keys=100"], host=None,
                                  interval=None))

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <memory>
 #include <set>
 #include <string>
@@ -241,6 +242,32 @@ TEST(Keyed, HeavyHittersCarryTheirDropsSinceTheLastReport) {
     ASSERT_EQ(top.size(), 1u);
     EXPECT_EQ(top[0].offered, 5u);
     EXPECT_EQ(top[0].dropped, 0u);
+}
+
+}  // namespace
+}  // namespace grl::keyed
+
+namespace grl::keyed {
+namespace {
+
+std::string logged(std::string_view key, bool hashed) {
+    char out[kLogKeyBytes];
+    return {out, key_for_log(key, hashed, out)};
+}
+
+// The error log's drop line: a binary key escaped, quotes and backslashes too, a long key cut,
+// and with hash_keys=on only the hash the status page shows.
+TEST(KeyForLog, EscapesBinaryCutsLongAndHashesHidden) {
+    EXPECT_EQ(logged(std::string_view("\x7f\0\0\x01", 4), false), "\\x7f\\x00\\x00\\x01");
+    EXPECT_EQ(logged("api-key-1", false), "api-key-1");
+    EXPECT_EQ(logged("a\"b\\c\xff", false), "a\\x22b\\x5cc\\xff");
+    const std::string long_key(100, 'k');
+    EXPECT_EQ(logged(long_key, false), std::string(kMaxKeyText, 'k') + "...");
+    const std::string all_binary(100, '\x01');
+    EXPECT_EQ(logged(all_binary, false).size(), 4 * kMaxKeyText + 3);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash_key("secret")));
+    EXPECT_EQ(logged("secret", true), std::string("hash ") + hex);
 }
 
 }  // namespace

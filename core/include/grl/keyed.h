@@ -25,6 +25,13 @@ inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // drop threshold of
 // (an entry being claimed). Reports may carry it instead of the key (docs/per-key.md).
 std::uint64_t hash_key(std::string_view key);
 
+// A key as a log line shows it, in `out` (at least kLogKeyBytes): with hash_keys=on its hash as
+// the status page and grlctl keys show it ("hash 0123456789abcdef"), never the key; else its
+// first kMaxKeyText bytes, those outside printable ASCII and '"' and '\\' as \xHH (a key of
+// $binary_remote_addr is 4 or 16 raw bytes), "..." after a longer key. Returns the length.
+inline constexpr std::size_t kLogKeyBytes = 4 * kMaxKeyText + 4;
+std::size_t key_for_log(std::string_view key, bool hashed, char* out);
+
 struct alignas(64) Entry {
     std::atomic<std::uint64_t> hash;        // 0: free
     std::atomic<std::uint64_t> last_ms;     // last request (LRU order within the set)
