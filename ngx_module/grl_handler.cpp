@@ -231,10 +231,14 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     if (by_key && by_key->verdict != keyed::Verdict::Pass) {
         // Never the raw bytes: a binary key ($binary_remote_addr) or, with hash_keys=on, a key
         // that must not be shown (docs/per-key.md).
+        // Only when the line is written (ngx_log_error's own test).
         const KeyedSpec* spec = m->cpp->table.keyed_spec(idx[by_key->at]);
         char shown_key[keyed::kLogKeyBytes];
-        const ngx_str_t k = {keyed::key_for_log(request_key, spec && spec->hash_keys, shown_key),
-                             reinterpret_cast<u_char*>(shown_key)};
+        const ngx_str_t k = {
+            r->connection->log->log_level >= l->log_level
+                ? keyed::key_for_log(request_key, spec && spec->hash_keys, shown_key)
+                : 0,
+            reinterpret_cast<u_char*>(shown_key)};
         const char* why = by_key->verdict == keyed::Verdict::Ratio ? "ratio" : "local cap";
         if (out.decision == Decision::ShadowDrop) {
             ngx_log_error(l->log_level, r->connection->log, 0,
