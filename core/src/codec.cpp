@@ -340,6 +340,94 @@ bool MapReader::check_keys(const msgpack_object& o) {
     return true;
 }
 
+RowReader::RowReader(const msgpack_object& o, const Path& path, const std::string_view* fields,
+                     std::size_t n_fields, std::size_t required, std::string& error)
+    : path_(path), fields_(fields), error_(error) {
+    if (o.type != MSGPACK_OBJECT_ARRAY) {
+        fail(std::string("bad entry type ") + type_name(o) + " (want array)");
+        return;
+    }
+    if (o.via.array.size < required || o.via.array.size > n_fields) {
+        fail("bad entry length " + std::to_string(o.via.array.size) + " (want " +
+             (required == n_fields ? std::to_string(n_fields)
+                                   : std::to_string(required) + ".." + std::to_string(n_fields)) +
+             ")");
+        return;
+    }
+    row_ = &o;
+    size_ = o.via.array.size;
+    ok_ = true;
+}
+
+bool RowReader::fail(const std::string& what) const {
+    error_ = what;
+    std::string where = path_.render();
+    if (!where.empty()) error_ += " in " + where;
+    return false;
+}
+
+bool RowReader::get(std::size_t i, msgpack_object_type want, const char* want_name,
+                    const msgpack_object*& o) const {
+    if (i >= size_) return fail("missing " + quote_key(fields_[i]));
+    o = &at(i);
+    if (o->type != want) {
+        return fail("bad " + quote_key(fields_[i]) + " type " + type_name(*o) + " (want " +
+                    want_name + ")");
+    }
+    return true;
+}
+
+bool RowReader::u64(std::size_t i, std::uint64_t& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(i, MSGPACK_OBJECT_POSITIVE_INTEGER, "uint", o)) return false;
+    out = o->via.u64;
+    return true;
+}
+
+bool RowReader::boolean(std::size_t i, bool& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(i, MSGPACK_OBJECT_BOOLEAN, "bool", o)) return false;
+    out = o->via.boolean;
+    return true;
+}
+
+bool RowReader::name(std::size_t i, std::string& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(i, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::string_view v = str_of(*o);
+    if (!valid_name(v)) return fail("invalid " + quote_key(fields_[i]) + " " + quote(v));
+    out.assign(v.data(), v.size());
+    return true;
+}
+
+bool RowReader::scope(std::size_t i, Scope& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(i, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::optional<Scope> s = parse_scope(str_of(*o));
+    if (!s) return fail("bad " + quote_key(fields_[i]) + " " + quote(str_of(*o)));
+    out = *s;
+    return true;
+}
+
+bool RowReader::mode(std::size_t i, Mode& out) const {
+    const msgpack_object* o = nullptr;
+    if (!get(i, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::optional<Mode> m = parse_mode(str_of(*o));
+    if (!m) return fail("bad " + quote_key(fields_[i]) + " " + quote(str_of(*o)));
+    out = *m;
+    return true;
+}
+
+bool RowReader::array(std::size_t i, const msgpack_object*& out, std::size_t max_items) const {
+    if (!get(i, MSGPACK_OBJECT_ARRAY, "array", out)) return false;
+    if (out->via.array.size > max_items) {
+        return fail("too many " + quote_key(fields_[i]) + " (" +
+                    std::to_string(out->via.array.size) + ", max " + std::to_string(max_items) +
+                    ")");
+    }
+    return true;
+}
+
 bool MapReader::fail(const std::string& what) const {
     error_ = what;
     if (keys_ != nullptr) {
@@ -499,12 +587,11 @@ bool MapReader::opt_mode(std::string_view key, std::optional<Mode>& out) const {
     return true;
 }
 
-bool check_header(const MapReader& r, std::string_view want_type) {
+bool check_header(const MapReader& r, std::string_view want_type, std::uint64_t version) {
     std::uint64_t v = 0;
     if (!r.u64("v", v)) return false;
-    if (v != kVersion) {
-        return r.fail("bad \"v\" " + std::to_string(v) + " (want " + std::to_string(kVersion) +
-                      ")");
+    if (v != version) {
+        return r.fail("bad \"v\" " + std::to_string(v) + " (want " + std::to_string(version) + ")");
     }
     std::string type;
     if (!r.str("type", type, 64)) return false;

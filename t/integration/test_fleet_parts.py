@@ -20,12 +20,8 @@ LIMIT_MRPS = 1000 * 1000  # 1,000 r/s
 
 
 def usage_bucket(i, offered_mrps, zone=True):
-    b = {"name": "b%05d" % i, "offered_mrps": offered_mrps, "admitted_mrps": offered_mrps,
-         "dropped_mrps": 0, "shadow_dropped_mrps": 0, "hosts": 1, "rated_hosts": 1,
-         "definitions": [{"scope": "global", "mode": "deny", "limit_mrps": LIMIT_MRPS, "hosts": 1}]}
-    if zone:
-        b["host_names"] = []
-    return b
+    return f.usage_entry("b%05d" % i, offered_mrps=offered_mrps, admitted_mrps=offered_mrps,
+                         definitions=[f.definition(LIMIT_MRPS)], host_names=[] if zone else None)
 
 
 def offered(i, last_mrps):
@@ -38,7 +34,7 @@ def zone_parts(seq, last_mrps=2000 * 1000, parts=2, **over):
     ts_ms = int(time.time() * 1000)  # one for the set: every part repeats it
     out = []
     for p in range(parts):
-        m = {"v": 1, "type": "zone_usage", "ts_ms": ts_ms, "seq": seq,
+        m = {"v": f.USAGE_VERSION, "type": "zone_usage", "ts_ms": ts_ms, "seq": seq,
              "source": "col-z1", "region": "r1", "zone": "z1", "interval_ms": 250, "hosts": 1,
              "stale_hosts": 0, "host_names": ["h1"] if p == 0 else [],
              "buckets": buckets[N * p // parts:N * (p + 1) // parts], "part": p, "parts": parts}
@@ -52,7 +48,7 @@ def region_parts(seq, last_mrps=1000 * 1000):
     ts_ms = int(time.time() * 1000)
     out = []
     for p in range(2):
-        m = {"v": 1, "type": "region_usage", "ts_ms": ts_ms, "seq": seq,
+        m = {"v": f.USAGE_VERSION, "type": "region_usage", "ts_ms": ts_ms, "seq": seq,
              "source": "ctl-r2", "region": "r2", "interval_ms": 250, "zones": 1, "hosts": 1,
              "limits_digest": "", "buckets": buckets[N * p // 2:N * (p + 1) // 2],
              "overrides": [], "part": p, "parts": 2}
