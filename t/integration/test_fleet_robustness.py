@@ -46,11 +46,17 @@ def instructions(scope="global", region="", zone="", ratio=1000000, **over):
     return msgpack.packb(m, use_bin_type=True)
 
 
+def next_version(valid):
+    """`valid` with its "v" one higher (reports are v 1, usage v 2)."""
+    v = valid.index(b"\xa1v") + 2
+    return valid[:v] + bytes([valid[v] + 1]) + valid[v + 1:]
+
+
 def garbage_bodies(valid):
     return [b"", b"\xc1", os.urandom(64), valid[: len(valid) // 2], valid + b"\x00",
             msgpack.packb([1, 2, 3]), b"\x81\xa1v\x02",  # {"v": 2}
             b"\xdf\xff\xff\xff\xff",  # a map claiming 4 billion entries
-            valid.replace(b"\xa1v\x01", b"\xa1v\x02", 1),  # wrong version
+            next_version(valid),  # wrong version
             b"\x91" * 100 + b"\x01",  # nested too deep
             b"\xc6" + (1536 * 1024).to_bytes(4, "big") + b"x" * (1536 * 1024)]  # 1.5 MiB
 
