@@ -124,10 +124,13 @@ class MapReader {
     // Sets `error` to "<what> in <path>" (or "<what><where>") and returns false.
     bool fail(const std::string& what) const;
     const Path& path() const { return path_; }
-
-  private:
+    // The value of a required `key` of type `want` (the typed getters above, shared with
+    // RowReader), and how errors name it.
     bool get(std::string_view key, msgpack_object_type want, const char* want_name,
              const msgpack_object*& o) const;
+    static std::string_view label(std::string_view key) { return key; }
+
+  private:
     bool check_keys(const msgpack_object& o);
 
     const msgpack_object* map_ = nullptr;
@@ -167,11 +170,12 @@ class RowReader {
     bool fail(const std::string& what) const;
     const Path& path() const { return path_; }
     std::string_view field(std::size_t i) const { return fields_[i]; }
-
-  private:
+    // As MapReader's: item `i` of type `want`, and how errors name it.
     bool get(std::size_t i, msgpack_object_type want, const char* want_name,
              const msgpack_object*& o) const;
+    std::string_view label(std::size_t i) const { return fields_[i]; }
 
+  private:
     const msgpack_object* row_ = nullptr;
     Path path_;
     const std::string_view* fields_;
