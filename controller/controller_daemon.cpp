@@ -697,16 +697,18 @@ bool Daemon::assembled(wire::PartAssembler<Usage>& a, Usage& m, const char* kind
     return r == wire::PartResult::Complete;
 }
 
-// An incomplete set older than an interval will not complete (the sender sends its parts back
-// to back): the source's last whole usage stays in force until it goes stale.
+// An incomplete set older than --stale-intervals x --interval will not complete (the sender
+// sends its parts back to back): the source's last whole usage stays in force until it goes
+// stale.
 void Daemon::expire_parts(const control::Clock& t) {
     const std::size_t z = zone_parts_.expire(t.mono_ms), p = peer_parts_.expire(t.mono_ms);
     if (z + p > 0) {
-        incomplete_log_.hit(
-            LogLevel::Warn, {},
-            "usage in parts dropped incomplete after " + std::to_string(cfg_.opts.interval_ms) +
-                " ms: " + std::to_string(z) + " zone usage, " + std::to_string(p) + " region usage",
-            t.mono_ms);
+        incomplete_log_.hit(LogLevel::Warn, {},
+                            "usage in parts dropped incomplete after " +
+                                std::to_string(parts_timeout_ms(cfg_.opts)) +
+                                " ms: " + std::to_string(z) + " zone usage, " + std::to_string(p) +
+                                " region usage",
+                            t.mono_ms);
     }
 }
 

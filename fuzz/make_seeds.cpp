@@ -155,6 +155,13 @@ int main(int argc, char** argv) {
         b.clear();
         wire::encode(plain, b);
         put(root / "usage", "zone_usage_part", 0, b);
+        // The same part as an older collector's "v" 1 would start (refused with its reason):
+        // the map's first key is "v" (fixstr), its value a positive fixint.
+        const std::string v2 = std::string("\xa1v") + static_cast<char>(wire::kUsageVersion);
+        if (std::size_t at = b.find(v2); at != std::string::npos) {
+            b[at + 2] = '\x01';
+            put(root / "usage", "zone_usage_v1", 0, b);
+        }
     }
 
     wire::RegionUsage ru;

@@ -298,6 +298,56 @@ std::string_view str_of(const msgpack_object& o) {
 std::string quote_key(std::string_view key) {
     return '"' + std::string(key) + '"';
 }
+
+// The typed getters of MapReader (by key) and RowReader (by position), written once:
+// `r.get(at, ...)` finds the value with its type checked, `r.label(at)` names it in errors.
+template <class Reader, class At>
+bool typed_u64(const Reader& r, At at, std::uint64_t& out) {
+    const msgpack_object* o = nullptr;
+    if (!r.get(at, MSGPACK_OBJECT_POSITIVE_INTEGER, "uint", o)) return false;
+    out = o->via.u64;
+    return true;
+}
+
+template <class Reader, class At>
+bool typed_bool(const Reader& r, At at, bool& out) {
+    const msgpack_object* o = nullptr;
+    if (!r.get(at, MSGPACK_OBJECT_BOOLEAN, "bool", o)) return false;
+    out = o->via.boolean;
+    return true;
+}
+
+template <class Reader, class At>
+bool typed_name(const Reader& r, At at, std::string& out) {
+    const msgpack_object* o = nullptr;
+    if (!r.get(at, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::string_view v = str_of(*o);
+    if (!valid_name(v)) return r.fail("invalid " + quote_key(r.label(at)) + " " + quote(v));
+    out.assign(v.data(), v.size());
+    return true;
+}
+
+// A str value parsed by `parse` (parse_scope, parse_mode).
+template <class Reader, class At, class T, class Parse>
+bool typed_enum(const Reader& r, At at, T& out, Parse parse) {
+    const msgpack_object* o = nullptr;
+    if (!r.get(at, MSGPACK_OBJECT_STR, "str", o)) return false;
+    std::optional<T> v = parse(str_of(*o));
+    if (!v) return r.fail("bad " + quote_key(r.label(at)) + " " + quote(str_of(*o)));
+    out = *v;
+    return true;
+}
+
+template <class Reader, class At>
+bool typed_array(const Reader& r, At at, const msgpack_object*& out, std::size_t max_items) {
+    if (!r.get(at, MSGPACK_OBJECT_ARRAY, "array", out)) return false;
+    if (out->via.array.size > max_items) {
+        return r.fail("too many " + quote_key(r.label(at)) + " (" +
+                      std::to_string(out->via.array.size) + ", max " + std::to_string(max_items) +
+                      ")");
+    }
+    return true;
+}
 }  // namespace
 
 MapReader::MapReader(const msgpack_object& o, const Path& path, std::string& error)
@@ -338,6 +388,67 @@ bool MapReader::check_keys(const msgpack_object& o) {
     }
     map_ = &o;
     return true;
+}
+
+RowReader::RowReader(const msgpack_object& o, const Path& path, const std::string_view* fields,
+                     std::size_t n_fields, std::size_t required, std::string& error)
+    : path_(path), fields_(fields), error_(error) {
+    if (o.type != MSGPACK_OBJECT_ARRAY) {
+        fail(std::string("bad entry type ") + type_name(o) + " (want array)");
+        return;
+    }
+    if (o.via.array.size < required || o.via.array.size > n_fields) {
+        fail("bad entry length " + std::to_string(o.via.array.size) + " (want " +
+             (required == n_fields ? std::to_string(n_fields)
+                                   : std::to_string(required) + ".." + std::to_string(n_fields)) +
+             ")");
+        return;
+    }
+    row_ = &o;
+    size_ = o.via.array.size;
+    ok_ = true;
+}
+
+bool RowReader::fail(const std::string& what) const {
+    error_ = what;
+    std::string where = path_.render();
+    if (!where.empty()) error_ += " in " + where;
+    return false;
+}
+
+bool RowReader::get(std::size_t i, msgpack_object_type want, const char* want_name,
+                    const msgpack_object*& o) const {
+    if (i >= size_) return fail("missing " + quote_key(fields_[i]));
+    o = &at(i);
+    if (o->type != want) {
+        return fail("bad " + quote_key(fields_[i]) + " type " + type_name(*o) + " (want " +
+                    want_name + ")");
+    }
+    return true;
+}
+
+bool RowReader::u64(std::size_t i, std::uint64_t& out) const {
+    return typed_u64(*this, i, out);
+}
+
+bool RowReader::boolean(std::size_t i, bool& out) const {
+    return typed_bool(*this, i, out);
+}
+
+bool RowReader::name(std::size_t i, std::string& out) const {
+    return typed_name(*this, i, out);
+}
+
+bool RowReader::scope(std::size_t i, Scope& out) const {
+    return typed_enum(*this, i, out, parse_scope);
+}
+
+bool RowReader::mode(std::size_t i, Mode& out) const {
+    return typed_enum(*this, i, out, parse_mode);
+}
+
+bool RowReader::array(std::size_t i, const msgpack_object*& out, std::size_t max_items) const {
+    return typed_array(*this, i, out, max_items);
 }
 
 bool MapReader::fail(const std::string& what) const {
@@ -388,17 +499,11 @@ bool MapReader::get(std::string_view key, msgpack_object_type want, const char* 
 }
 
 bool MapReader::u64(std::string_view key, std::uint64_t& out) const {
-    const msgpack_object* o = nullptr;
-    if (!get(key, MSGPACK_OBJECT_POSITIVE_INTEGER, "uint", o)) return false;
-    out = o->via.u64;
-    return true;
+    return typed_u64(*this, key, out);
 }
 
 bool MapReader::boolean(std::string_view key, bool& out) const {
-    const msgpack_object* o = nullptr;
-    if (!get(key, MSGPACK_OBJECT_BOOLEAN, "bool", o)) return false;
-    out = o->via.boolean;
-    return true;
+    return typed_bool(*this, key, out);
 }
 
 bool MapReader::str(std::string_view key, std::string& out, std::size_t max_len) const {
@@ -420,12 +525,7 @@ bool MapReader::str(std::string_view key, std::string_view& out) const {
 }
 
 bool MapReader::name(std::string_view key, std::string& out) const {
-    const msgpack_object* o = nullptr;
-    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
-    std::string_view v = str_of(*o);
-    if (!valid_name(v)) return fail("invalid " + quote_key(key) + " " + quote(v));
-    out.assign(v.data(), v.size());
-    return true;
+    return typed_name(*this, key, out);
 }
 
 bool MapReader::name_or_empty(std::string_view key, std::string& out) const {
@@ -438,31 +538,16 @@ bool MapReader::name_or_empty(std::string_view key, std::string& out) const {
 }
 
 bool MapReader::scope(std::string_view key, Scope& out) const {
-    const msgpack_object* o = nullptr;
-    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
-    std::optional<Scope> s = parse_scope(str_of(*o));
-    if (!s) return fail("bad " + quote_key(key) + " " + quote(str_of(*o)));
-    out = *s;
-    return true;
+    return typed_enum(*this, key, out, parse_scope);
 }
 
 bool MapReader::mode(std::string_view key, Mode& out) const {
-    const msgpack_object* o = nullptr;
-    if (!get(key, MSGPACK_OBJECT_STR, "str", o)) return false;
-    std::optional<Mode> m = parse_mode(str_of(*o));
-    if (!m) return fail("bad " + quote_key(key) + " " + quote(str_of(*o)));
-    out = *m;
-    return true;
+    return typed_enum(*this, key, out, parse_mode);
 }
 
 bool MapReader::array(std::string_view key, const msgpack_object*& out,
                       std::size_t max_items) const {
-    if (!get(key, MSGPACK_OBJECT_ARRAY, "array", out)) return false;
-    if (out->via.array.size > max_items) {
-        return fail("too many " + quote_key(key) + " (" + std::to_string(out->via.array.size) +
-                    ", max " + std::to_string(max_items) + ")");
-    }
-    return true;
+    return typed_array(*this, key, out, max_items);
 }
 
 bool MapReader::map(std::string_view key, const msgpack_object*& out) const {
@@ -499,12 +584,11 @@ bool MapReader::opt_mode(std::string_view key, std::optional<Mode>& out) const {
     return true;
 }
 
-bool check_header(const MapReader& r, std::string_view want_type) {
+bool check_header(const MapReader& r, std::string_view want_type, std::uint64_t version) {
     std::uint64_t v = 0;
     if (!r.u64("v", v)) return false;
-    if (v != kVersion) {
-        return r.fail("bad \"v\" " + std::to_string(v) + " (want " + std::to_string(kVersion) +
-                      ")");
+    if (v != version) {
+        return r.fail("bad \"v\" " + std::to_string(v) + " (want " + std::to_string(version) + ")");
     }
     std::string type;
     if (!r.str("type", type, 64)) return false;

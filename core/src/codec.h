@@ -124,10 +124,13 @@ class MapReader {
     // Sets `error` to "<what> in <path>" (or "<what><where>") and returns false.
     bool fail(const std::string& what) const;
     const Path& path() const { return path_; }
-
-  private:
+    // The value of a required `key` of type `want` (the typed getters above, shared with
+    // RowReader), and how errors name it.
     bool get(std::string_view key, msgpack_object_type want, const char* want_name,
              const msgpack_object*& o) const;
+    static std::string_view label(std::string_view key) { return key; }
+
+  private:
     bool check_keys(const msgpack_object& o);
 
     const msgpack_object* map_ = nullptr;
@@ -142,8 +145,47 @@ class MapReader {
     std::string where_;
 };
 
-// "v" == 1 and "type" == want.
-bool check_header(const MapReader& r, std::string_view want_type);
+// Strict typed access to the items of one positional entry (an array whose items are named by
+// their position, docs/protocol.md "Usage entry"): the one positional reader of every codec.
+// `fields` names the items in order; an entry has at least `required` of them and at most
+// all. Errors name the item as MapReader names a key (`bad "hosts" type str (want uint) in
+// buckets[3]`), so a message reads the same whichever form it took.
+class RowReader {
+  public:
+    RowReader(const msgpack_object& o, const Path& path, const std::string_view* fields,
+              std::size_t n_fields, std::size_t required, std::string& error);
+    bool ok() const { return ok_; }
+    std::size_t size() const { return size_; }
+    bool has(std::size_t i) const { return i < size_; }
+    const msgpack_object& at(std::size_t i) const { return row_->via.array.ptr[i]; }
+
+    bool u64(std::size_t i, std::uint64_t& out) const;
+    bool boolean(std::size_t i, bool& out) const;
+    bool name(std::size_t i, std::string& out) const;  // valid_name()
+    bool scope(std::size_t i, Scope& out) const;
+    bool mode(std::size_t i, Mode& out) const;
+    bool array(std::size_t i, const msgpack_object*& out, std::size_t max_items) const;
+
+    // Sets `error` to "<what> in <path>" and returns false.
+    bool fail(const std::string& what) const;
+    const Path& path() const { return path_; }
+    std::string_view field(std::size_t i) const { return fields_[i]; }
+    // As MapReader's: item `i` of type `want`, and how errors name it.
+    bool get(std::size_t i, msgpack_object_type want, const char* want_name,
+             const msgpack_object*& o) const;
+    std::string_view label(std::size_t i) const { return fields_[i]; }
+
+  private:
+    const msgpack_object* row_ = nullptr;
+    Path path_;
+    const std::string_view* fields_;
+    std::size_t size_ = 0;
+    std::string& error_;
+    bool ok_ = false;
+};
+
+// "v" == `version` (kVersion unless the message type says otherwise) and "type" == want.
+bool check_header(const MapReader& r, std::string_view want_type, std::uint64_t version = kVersion);
 
 // Runs a decoder so that nothing escapes: std::bad_alloc (or anything else) becomes false.
 template <typename Fn>

@@ -107,8 +107,8 @@ class Cursor {
 bool header(Cursor& c, std::string_view type, std::uint64_t& keys) {
     std::uint64_t v = 0;
     std::string_view t;
-    return c.map(keys) && c.key("v") && c.uint(v) && v == kVersion && c.key("type") && c.str(t) &&
-           t == type;
+    return c.map(keys) && c.key("v") && c.uint(v) && v == kUsageVersion && c.key("type") &&
+           c.str(t) && t == type;
 }
 
 bool name_into(Cursor& c, std::string_view key, std::string& out) {
@@ -123,9 +123,9 @@ bool uint_into(Cursor& c, std::string_view key, std::uint64_t& out) {
 }
 
 // An array of names, at most `max`, into `out` (strings reused).
-bool names(Cursor& c, std::string_view key, std::size_t max, std::vector<std::string>& out) {
+bool name_list(Cursor& c, std::size_t max, std::vector<std::string>& out) {
     std::uint64_t n = 0;
-    if (!c.key(key) || !c.array(n) || n > max) return false;
+    if (!c.array(n) || n > max) return false;
     out.resize(static_cast<std::size_t>(n));
     for (std::string& s : out) {
         std::string_view v;
@@ -135,18 +135,21 @@ bool names(Cursor& c, std::string_view key, std::size_t max, std::vector<std::st
     return true;
 }
 
-// Definitions of the unkeyed form (4 keys); a keyed one (5 keys) goes to wire::decode.
+bool names(Cursor& c, std::string_view key, std::size_t max, std::vector<std::string>& out) {
+    return c.key(key) && name_list(c, max, out);
+}
+
+// Definitions of the unkeyed form (4 items); a keyed one (5 items) goes to wire::decode.
 bool definitions(Cursor& c, std::vector<DefinitionCount>& out) {
     std::uint64_t n = 0;
-    if (!c.key("definitions") || !c.array(n) || n > kMaxDefinitions) return false;
+    if (!c.array(n) || n > kMaxDefinitions) return false;
     out.clear();
     for (std::uint64_t i = 0; i < n; ++i) {
-        std::uint64_t keys = 0;
+        std::uint64_t items = 0;
         std::string_view scope, mode;
         DefinitionCount d;
-        if (!c.map(keys) || keys != 4 || !c.key("scope") || !c.str(scope) || !c.key("mode") ||
-            !c.str(mode) || !uint_into(c, "limit_mrps", d.def.limit_mrps) ||
-            !uint_into(c, "hosts", d.hosts)) {
+        if (!c.array(items) || items != 4 || !c.str(scope) || !c.str(mode) ||
+            !c.uint(d.def.limit_mrps) || !c.uint(d.hosts)) {
             return false;
         }
         std::optional<Scope> s = parse_scope(scope);
@@ -162,26 +165,26 @@ bool definitions(Cursor& c, std::vector<DefinitionCount>& out) {
     return true;
 }
 
-// The usage entries: `zone` for zone_usage (per-entry host_names). Names strictly ascending, as
-// senders sort them (which proves them unique; unsorted but unique ones go to wire::decode).
+// The usage entries (positional, docs/protocol.md "Usage entry"): `zone` for zone_usage
+// (per-entry host_names); an entry with keys goes to wire::decode. Names strictly ascending,
+// as senders sort them (which proves them unique; unsorted but unique ones go to wire::decode).
 bool buckets(Cursor& c, bool zone, std::uint64_t message_hosts, std::vector<UsageBucket>& out) {
     std::uint64_t n = 0;
     if (!c.key("buckets") || !c.array(n) || n > kMaxBucketsPerMessage) return false;
     out.resize(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < out.size(); ++i) {
         UsageBucket& b = out[i];
-        std::uint64_t keys = 0;
-        if (!c.map(keys) || keys != (zone ? 9u : 8u) || !name_into(c, "name", b.name) ||
-            !uint_into(c, "offered_mrps", b.offered_mrps) ||
-            !uint_into(c, "admitted_mrps", b.admitted_mrps) ||
-            !uint_into(c, "dropped_mrps", b.dropped_mrps) ||
-            !uint_into(c, "shadow_dropped_mrps", b.shadow_dropped_mrps) ||
-            !uint_into(c, "hosts", b.hosts) || !uint_into(c, "rated_hosts", b.rated_hosts) ||
+        std::uint64_t items = 0;
+        std::string_view name;
+        if (!c.array(items) || items != (zone ? 9u : 8u) || !c.name(name) ||
+            !c.uint(b.offered_mrps) || !c.uint(b.admitted_mrps) || !c.uint(b.dropped_mrps) ||
+            !c.uint(b.shadow_dropped_mrps) || !c.uint(b.hosts) || !c.uint(b.rated_hosts) ||
             !definitions(c, b.definitions)) {
             return false;
         }
+        b.name.assign(name.data(), name.size());
         if (zone) {
-            if (!names(c, "host_names", kMaxBucketHostNames, b.host_names)) return false;
+            if (!name_list(c, kMaxBucketHostNames, b.host_names)) return false;
         } else {
             b.host_names.clear();
         }

@@ -14,6 +14,7 @@ namespace grl::wire {
 using codec::MapReader;
 using codec::Packer;
 using codec::Path;
+using codec::RowReader;
 
 namespace {
 
@@ -95,20 +96,19 @@ void pack_names(Packer& p, std::string_view key, const std::vector<std::string>&
     for (const std::string& n : names) p.str(n);
 }
 
-bool read_names(const MapReader& r, std::string_view key, std::size_t max,
-                std::vector<std::string>& out, std::string& error) {
-    const msgpack_object* arr = nullptr;
-    if (!r.array(key, arr, max)) return false;
+// The names of the array `arr`, the value of `key` in the map or entry at `where`.
+bool names_of(const msgpack_object& arr, const Path& where, std::string_view key,
+              std::vector<std::string>& out, std::string& error) {
     out.clear();
-    out.reserve(arr->via.array.size);
-    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
-        const msgpack_object& o = arr->via.array.ptr[i];
+    out.reserve(arr.via.array.size);
+    for (std::uint32_t i = 0; i < arr.via.array.size; ++i) {
+        const msgpack_object& o = arr.via.array.ptr[i];
         std::string_view v;
         if (o.type == MSGPACK_OBJECT_STR && o.via.str.size > 0) {
             v = std::string_view(o.via.str.ptr, o.via.str.size);
         }
         if (o.type != MSGPACK_OBJECT_STR || !valid_name(v)) {
-            Path p{&r.path(), key, static_cast<long>(i)};
+            Path p{&where, key, static_cast<long>(i)};
             error = "invalid name " +
                     (o.type == MSGPACK_OBJECT_STR ? codec::quote(v)
                                                   : std::string(codec::type_name(o))) +
@@ -118,6 +118,12 @@ bool read_names(const MapReader& r, std::string_view key, std::size_t max,
         out.emplace_back(v);
     }
     return true;
+}
+
+bool read_names(const MapReader& r, std::string_view key, std::size_t max,
+                std::vector<std::string>& out, std::string& error) {
+    const msgpack_object* arr = nullptr;
+    return r.array(key, arr, max) && names_of(*arr, r.path(), key, out, error);
 }
 
 template <typename T>
@@ -132,23 +138,88 @@ bool unique_by_name(const std::vector<T>& v, const char* what, std::string& erro
     return false;
 }
 
-// Usage bucket entries: `with_hosts` for zone_usage (host_names key present).
+// Usage entries are positional since v 2 (docs/protocol.md "Usage entry"): an array whose
+// items are named by their position, a definition the same. The names below are those the
+// errors give them (and those of the map form that v 1 sent).
+constexpr std::string_view kZoneEntryFields[] = {
+    "name",  "offered_mrps", "admitted_mrps", "dropped_mrps", "shadow_dropped_mrps",
+    "hosts", "rated_hosts",  "definitions",   "host_names",   "keys"};
+constexpr std::string_view kRegionEntryFields[] = {
+    "name",  "offered_mrps", "admitted_mrps", "dropped_mrps", "shadow_dropped_mrps",
+    "hosts", "rated_hosts",  "definitions",   "keys"};
+constexpr std::string_view kDefinitionFields[] = {"scope", "mode", "limit_mrps", "hosts", "keyed"};
+// Items every entry has (name .. definitions, and host_names in zone_usage); keys is optional.
+constexpr std::size_t kEntryRequired = 8;
+constexpr std::size_t kDefinitionRequired = 4;
+
+void pack_usage_definitions(Packer& p, const std::vector<DefinitionCount>& defs) {
+    p.array(defs.size());
+    for (const DefinitionCount& d : defs) {
+        // "keyed" only when true.
+        p.array(d.def.keyed ? 5 : 4);
+        p.str(to_string(d.def.scope));
+        p.str(to_string(d.def.mode));
+        p.u64(d.def.limit_mrps);
+        p.u64(d.hosts);
+        if (d.def.keyed) p.boolean(true);
+    }
+}
+
+// Usage bucket entries: `with_hosts` for zone_usage (host_names item present).
 void pack_usage_buckets(Packer& p, const std::vector<UsageBucket>& buckets, bool with_hosts) {
     p.str("buckets");
     p.array(buckets.size());
     for (const UsageBucket& b : buckets) {
-        p.map((with_hosts ? 9 : 8) + (b.keys.empty() ? 0 : 1));
-        p.kv("name", b.name);
-        p.kv("offered_mrps", b.offered_mrps);
-        p.kv("admitted_mrps", b.admitted_mrps);
-        p.kv("dropped_mrps", b.dropped_mrps);
-        p.kv("shadow_dropped_mrps", b.shadow_dropped_mrps);
-        p.kv("hosts", b.hosts);
-        p.kv("rated_hosts", b.rated_hosts);
-        pack_definitions(p, b.definitions);
-        if (with_hosts) pack_names(p, "host_names", b.host_names);
-        if (!b.keys.empty()) codec::pack_key_rates(p, "keys", b.keys, true);
+        p.array((with_hosts ? 9 : 8) + (b.keys.empty() ? 0 : 1));
+        p.str(b.name);
+        p.u64(b.offered_mrps);
+        p.u64(b.admitted_mrps);
+        p.u64(b.dropped_mrps);
+        p.u64(b.shadow_dropped_mrps);
+        p.u64(b.hosts);
+        p.u64(b.rated_hosts);
+        pack_usage_definitions(p, b.definitions);
+        if (with_hosts) {
+            p.array(b.host_names.size());
+            for (const std::string& n : b.host_names) p.str(n);
+        }
+        if (!b.keys.empty()) {
+            p.array(b.keys.size());
+            for (const KeyRate& k : b.keys) codec::pack_key_rate(p, k, true);
+        }
     }
+}
+
+bool read_usage_definitions(const RowReader& b, std::size_t at, std::vector<DefinitionCount>& out,
+                            std::string& error) {
+    const msgpack_object* arr = nullptr;
+    if (!b.array(at, arr, kMaxDefinitions)) return false;
+    out.clear();
+    out.reserve(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&b.path(), "definitions", static_cast<long>(i)};
+        RowReader d(arr->via.array.ptr[i], p, kDefinitionFields, std::size(kDefinitionFields),
+                    kDefinitionRequired, error);
+        if (!d.ok()) return false;
+        DefinitionCount dc;
+        if (!d.scope(0, dc.def.scope) || !d.mode(1, dc.def.mode) || !d.u64(2, dc.def.limit_mrps) ||
+            !d.u64(3, dc.hosts) || (d.has(4) && !d.boolean(4, dc.def.keyed))) {
+            return false;
+        }
+        for (const DefinitionCount& prev : out) {
+            if (prev.def == dc.def) return d.fail("duplicate definition");
+        }
+        out.push_back(dc);
+    }
+    return true;
+}
+
+// The host names of a zone_usage entry (item `at`).
+bool read_entry_names(const RowReader& b, std::size_t at, std::vector<std::string>& out,
+                      std::string& error) {
+    const msgpack_object* arr = nullptr;
+    return b.array(at, arr, kMaxBucketHostNames) &&
+           names_of(*arr, b.path(), b.field(at), out, error);
 }
 
 // Host counts no sender could have seen: a usage entry describes at most the message's hosts,
@@ -157,7 +228,7 @@ void pack_usage_buckets(Packer& p, const std::vector<UsageBucket>& buckets, bool
 // host); summed unchecked, they could overflow or outvote a fleet. Rates are not bounded here:
 // one host's report can carry any rate, and refusing the zone's whole usage for it would let
 // one host silence its zone; the controller's sums of rates saturate instead.
-bool check_usage_counts(const MapReader& b, const UsageBucket& u, std::uint64_t message_hosts) {
+bool check_usage_counts(const RowReader& b, const UsageBucket& u, std::uint64_t message_hosts) {
     if (u.hosts > message_hosts) {
         return b.fail("\"hosts\" " + std::to_string(u.hosts) + " greater than the message's " +
                       "\"hosts\" " + std::to_string(message_hosts));
@@ -175,17 +246,15 @@ bool check_usage_counts(const MapReader& b, const UsageBucket& u, std::uint64_t 
     return true;
 }
 
-// The optional "keys" of a usage entry: only for a bucket some host defines as keyed; each
-// key named by at most the entry's hosts.
-bool read_usage_keys(const MapReader& b, const Path& p, UsageBucket& u, std::string& error) {
-    const msgpack_object* arr = nullptr;
-    if (!b.find("keys", arr)) return false;
-    if (arr == nullptr) return true;
+// The optional "keys" of a usage entry (item `at`): only for a bucket some host defines as
+// keyed; each key named by at most the entry's hosts.
+bool read_usage_keys(const RowReader& b, std::size_t at, UsageBucket& u, std::string& error) {
+    if (!b.has(at)) return true;
     bool keyed = false;
     for (const DefinitionCount& d : u.definitions) keyed = keyed || d.def.keyed;
     if (!keyed) return b.fail("\"keys\" without a \"keyed\" definition");
-    Path kp{&p, "keys", -1};
-    if (!codec::read_key_rates(*arr, kp, kMaxUsageKeys, true, u.keys, error)) return false;
+    Path kp{&b.path(), "keys", -1};
+    if (!codec::read_key_rates(b.at(at), kp, kMaxUsageKeys, true, u.keys, error)) return false;
     for (const KeyRate& k : u.keys) {
         if (k.hosts > u.hosts) {
             return b.fail("\"hosts\" " + std::to_string(k.hosts) + " of " +
@@ -202,27 +271,40 @@ bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool 
     if (!r.array("buckets", arr, kMaxBucketsPerMessage)) return false;
     out.clear();
     out.reserve(arr->via.array.size);
+    const std::string_view* fields = with_hosts ? kZoneEntryFields : kRegionEntryFields;
+    const std::size_t n_fields =
+        with_hosts ? std::size(kZoneEntryFields) : std::size(kRegionEntryFields);
+    const std::size_t required = kEntryRequired + (with_hosts ? 1 : 0);
     for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
         Path p{&r.path(), "buckets", static_cast<long>(i)};
-        MapReader b(arr->via.array.ptr[i], p, error);
+        RowReader b(arr->via.array.ptr[i], p, fields, n_fields, required, error);
         if (!b.ok()) return false;
         UsageBucket u;
-        if (!b.name("name", u.name) || !b.u64("offered_mrps", u.offered_mrps) ||
-            !b.u64("admitted_mrps", u.admitted_mrps) || !b.u64("dropped_mrps", u.dropped_mrps) ||
-            !b.u64("shadow_dropped_mrps", u.shadow_dropped_mrps) || !b.u64("hosts", u.hosts) ||
-            !b.u64("rated_hosts", u.rated_hosts) || !read_definitions(b, u.definitions, error)) {
+        if (!b.name(0, u.name) || !b.u64(1, u.offered_mrps) || !b.u64(2, u.admitted_mrps) ||
+            !b.u64(3, u.dropped_mrps) || !b.u64(4, u.shadow_dropped_mrps) || !b.u64(5, u.hosts) ||
+            !b.u64(6, u.rated_hosts) || !read_usage_definitions(b, 7, u.definitions, error)) {
             return false;
         }
         if (u.rated_hosts > u.hosts) return b.fail("\"rated_hosts\" greater than \"hosts\"");
-        if (with_hosts && !read_names(b, "host_names", kMaxBucketHostNames, u.host_names, error)) {
-            return false;
-        }
-        if (!check_usage_counts(b, u, message_hosts) || !read_usage_keys(b, p, u, error)) {
+        if (with_hosts && !read_entry_names(b, 8, u.host_names, error)) return false;
+        if (!check_usage_counts(b, u, message_hosts) || !read_usage_keys(b, required, u, error)) {
             return false;
         }
         out.push_back(std::move(u));
     }
     return unique_by_name(out, "bucket name", error);
+}
+
+// "v" 2 and the type. A usage of "v" 1 (map entries) comes from a collector or peer controller
+// older than this one: the error says so (docs/protocol.md "Versions").
+bool usage_header(const MapReader& r, std::string_view type, std::string& error) {
+    if (codec::check_header(r, type, kUsageVersion)) return true;
+    if (error.rfind("bad \"v\" 1 ", 0) == 0) {
+        error +=
+            ": its sender predates protocol version 2 (positional usage entries); upgrade "
+            "collectors and controllers together";
+    }
+    return false;
 }
 
 // The optional "part" and "parts" keys of a usage message (docs/protocol.md "Usage in parts").
@@ -260,7 +342,7 @@ bool decode_zone_usage(std::string_view bytes, ZoneUsage& out, std::string& erro
     if (!body.parse(bytes, error)) return false;
     Path root;
     MapReader r(body.root(), root, error);
-    if (!r.ok() || !codec::check_header(r, "zone_usage")) return false;
+    if (!r.ok() || !usage_header(r, "zone_usage", error)) return false;
     ZoneUsage m;
     if (!r.u64("ts_ms", m.ts_ms) || !r.u64("seq", m.seq) || !r.name("source", m.source) ||
         !r.name("region", m.region) || !r.name("zone", m.zone) ||
@@ -325,7 +407,7 @@ bool decode_region_usage(std::string_view bytes, RegionUsage& out, std::string& 
     if (!body.parse(bytes, error)) return false;
     Path root;
     MapReader r(body.root(), root, error);
-    if (!r.ok() || !codec::check_header(r, "region_usage")) return false;
+    if (!r.ok() || !usage_header(r, "region_usage", error)) return false;
     RegionUsage m;
     if (!r.u64("ts_ms", m.ts_ms) || !r.u64("seq", m.seq) || !r.name("source", m.source) ||
         !r.name("region", m.region) || !r.u64("interval_ms", m.interval_ms) ||
@@ -603,7 +685,7 @@ void pack_part(Packer& p, std::uint32_t part, std::uint32_t parts) {
 void encode(const ZoneUsage& m, std::string& out) {
     Packer p;
     p.map(m.parts > 1 ? 14 : 12);
-    p.kv("v", kVersion);
+    p.kv("v", kUsageVersion);
     p.kv("type", "zone_usage");
     p.kv("ts_ms", m.ts_ms);
     p.kv("seq", m.seq);
@@ -622,7 +704,7 @@ void encode(const ZoneUsage& m, std::string& out) {
 void encode(const RegionUsage& m, std::string& out) {
     Packer p;
     p.map(m.parts > 1 ? 14 : 12);
-    p.kv("v", kVersion);
+    p.kv("v", kUsageVersion);
     p.kv("type", "region_usage");
     p.kv("ts_ms", m.ts_ms);
     p.kv("seq", m.seq);

@@ -156,6 +156,31 @@ class Collector(Daemon):
 # Observation
 
 
+# zone_usage and region_usage carry "v" 2: their entries are positional (docs/protocol.md
+# "Usage entry"); every other message "v" 1.
+USAGE_VERSION = 2
+
+
+def definition(limit_mrps, hosts=1, scope="global", mode="deny", keyed=False):
+    """One definition of a usage entry: [scope, mode, limit_mrps, hosts(, keyed)]."""
+    d = [scope, mode, limit_mrps, hosts]
+    if keyed:
+        d.append(True)
+    return d
+
+
+def usage_entry(name, offered_mrps=0, admitted_mrps=0, dropped_mrps=0, shadow_dropped_mrps=0,
+                hosts=1, rated_hosts=None, definitions=(), host_names=None, keys=None):
+    """One usage entry, positional: host_names (a list) in zone_usage only, keys when given."""
+    e = [name, offered_mrps, admitted_mrps, dropped_mrps, shadow_dropped_mrps, hosts,
+         hosts if rated_hosts is None else rated_hosts, [list(d) for d in definitions]]
+    if host_names is not None:
+        e.append(list(host_names))
+    if keys:
+        e.append(list(keys))
+    return e
+
+
 def metrics(url):
     """Prometheus text -> {name: [(labels dict, value)]}."""
     text = urllib.request.urlopen(url, timeout=5).read().decode()

@@ -34,11 +34,11 @@ def ratio(ctl):
 
 def zone_usage(zone, offered_rps):
     return msgpack.packb({
-        "v": 1, "type": "zone_usage", "ts_ms": int(time.time() * 1000), "seq": 1, "source": "intruder",
-        "region": "r1", "zone": zone, "interval_ms": 250, "hosts": 1, "stale_hosts": 0, "host_names": ["x"],
-        "buckets": [{"name": "g", "offered_mrps": offered_rps * 1000, "admitted_mrps": 0, "dropped_mrps": 0,
-                     "shadow_dropped_mrps": 0, "hosts": 1, "rated_hosts": 1, "host_names": [],
-                     "definitions": [{"scope": "global", "mode": "deny", "limit_mrps": 100000, "hosts": 1}]}]},
+        "v": f.USAGE_VERSION, "type": "zone_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
+        "source": "intruder", "region": "r1", "zone": zone, "interval_ms": 250, "hosts": 1, "stale_hosts": 0,
+        "host_names": ["x"],
+        "buckets": [f.usage_entry("g", offered_mrps=offered_rps * 1000, host_names=[],
+                                  definitions=[f.definition(100000)])]},
         use_bin_type=True)
 
 
@@ -299,7 +299,7 @@ def test_each_peer_controller_has_its_own_key(fleet, tmp_path):
 
         def usage(source, region):
             return msgpack.packb({
-                "v": 1, "type": "region_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
+                "v": f.USAGE_VERSION, "type": "region_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
                 "source": source, "region": region, "interval_ms": 250, "zones": 1, "hosts": 1,
                 "limits_digest": "", "buckets": [], "overrides": []}, use_bin_type=True)
         end = time.monotonic() + 2

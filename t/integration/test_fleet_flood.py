@@ -52,13 +52,11 @@ def report_for_another_zone():
 def usage_for_another_region():
     """A well-formed zone usage of region r9 (decoded in full, then refused)."""
     return msgpack.packb({
-        "v": 1, "type": "zone_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
+        "v": f.USAGE_VERSION, "type": "zone_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
         "source": "flood", "region": "r9", "zone": "zflood", "interval_ms": 250, "hosts": 1,
         "stale_hosts": 0, "host_names": ["flood"],
-        "buckets": [{"name": "flood-%04d" % i, "offered_mrps": 1000, "admitted_mrps": 0,
-                     "dropped_mrps": 0, "shadow_dropped_mrps": 0, "hosts": 1, "rated_hosts": 1,
-                     "host_names": [], "definitions": [{"scope": "global", "mode": "deny",
-                                                        "limit_mrps": 100000, "hosts": 1}]}
+        "buckets": [f.usage_entry("flood-%04d" % i, offered_mrps=1000, host_names=[],
+                                  definitions=[f.definition(100000)])
                     for i in range(FLOOD_BUCKETS)]}, use_bin_type=True)
 
 

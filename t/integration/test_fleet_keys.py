@@ -183,14 +183,13 @@ def test_keyed_bucket_per_key_ratios_through_collectors_and_controller(fleet):
         push.connect(ctl.usage)
         m0 = f.metric(ctl.metrics(), "grl_controller_messages_malformed_total", kind="zone_usage") or 0
         push.send(msgpack.packb(
-            {"v": 1, "type": "zone_usage", "ts_ms": int(time.time() * 1000), "seq": 10 ** 9,
+            {"v": f.USAGE_VERSION, "type": "zone_usage", "ts_ms": int(time.time() * 1000), "seq": 10 ** 9,
              "source": "col-z1", "region": "r1", "zone": "z1", "interval_ms": 250, "hosts": 2,
              "stale_hosts": 0, "host_names": ["h1", "h2"],
-             "buckets": [{"name": "per-client", "offered_mrps": 0, "admitted_mrps": 0,
-                          "dropped_mrps": 0, "shadow_dropped_mrps": 0, "hosts": 2, "rated_hosts": 2,
-                          "host_names": [],
-                          "definitions": [{"scope": "global", "mode": "deny", "limit_mrps": 1, "hosts": 2}],
-                          "keys": [{"h": KEY_A, "offered_mrps": 10 ** 9, "dropped_mrps": 0, "hosts": 2}]}]},
+             "buckets": [f.usage_entry("per-client", hosts=2, host_names=[],
+                                       definitions=[f.definition(1, hosts=2)],
+                                       keys=[{"h": KEY_A, "offered_mrps": 10 ** 9, "dropped_mrps": 0,
+                                              "hosts": 2}])]},
             use_bin_type=True))
         h.wait_until(lambda: (f.metric(ctl.metrics(), "grl_controller_messages_malformed_total",
                                        kind="zone_usage") or 0) > m0, 5,

@@ -20,12 +20,8 @@ LIMIT_MRPS = 1000 * 1000  # 1,000 r/s
 
 
 def usage_bucket(i, offered_mrps, zone=True):
-    b = {"name": "b%05d" % i, "offered_mrps": offered_mrps, "admitted_mrps": offered_mrps,
-         "dropped_mrps": 0, "shadow_dropped_mrps": 0, "hosts": 1, "rated_hosts": 1,
-         "definitions": [{"scope": "global", "mode": "deny", "limit_mrps": LIMIT_MRPS, "hosts": 1}]}
-    if zone:
-        b["host_names"] = []
-    return b
+    return f.usage_entry("b%05d" % i, offered_mrps=offered_mrps, admitted_mrps=offered_mrps,
+                         definitions=[f.definition(LIMIT_MRPS)], host_names=[] if zone else None)
 
 
 def offered(i, last_mrps):
@@ -38,7 +34,7 @@ def zone_parts(seq, last_mrps=2000 * 1000, parts=2, **over):
     ts_ms = int(time.time() * 1000)  # one for the set: every part repeats it
     out = []
     for p in range(parts):
-        m = {"v": 1, "type": "zone_usage", "ts_ms": ts_ms, "seq": seq,
+        m = {"v": f.USAGE_VERSION, "type": "zone_usage", "ts_ms": ts_ms, "seq": seq,
              "source": "col-z1", "region": "r1", "zone": "z1", "interval_ms": 250, "hosts": 1,
              "stale_hosts": 0, "host_names": ["h1"] if p == 0 else [],
              "buckets": buckets[N * p // parts:N * (p + 1) // parts], "part": p, "parts": parts}
@@ -52,7 +48,7 @@ def region_parts(seq, last_mrps=1000 * 1000):
     ts_ms = int(time.time() * 1000)
     out = []
     for p in range(2):
-        m = {"v": 1, "type": "region_usage", "ts_ms": ts_ms, "seq": seq,
+        m = {"v": f.USAGE_VERSION, "type": "region_usage", "ts_ms": ts_ms, "seq": seq,
              "source": "ctl-r2", "region": "r2", "interval_ms": 250, "zones": 1, "hosts": 1,
              "limits_digest": "", "buckets": buckets[N * p // 2:N * (p + 1) // 2],
              "overrides": [], "part": p, "parts": 2}
@@ -143,7 +139,7 @@ def test_fleet_usage_in_parts(fleet):
         assert complete, "no complete region usage set received"
         parts = complete[-1]
         assert len(parts[0]["buckets"]) + len(parts[1]["buckets"]) == N
-        assert parts[1]["buckets"][-1]["name"] == LAST
+        assert parts[1]["buckets"][-1][0] == LAST  # positional entries: item 0 is the name
 
         # A peer's region usage in parts adds its region's load to the global sums.
         feeder.peer_on = True
@@ -179,3 +175,38 @@ def test_fleet_usage_in_parts(fleet):
     push.close(0)
     peer.close(0)
     ctx.term()
+
+
+def test_usage_of_protocol_version_1_refused_and_named(fleet):
+    """A collector older than the controller (usage entries as maps, "v" 1): every usage is
+    refused whole, counted and logged with the reason; nothing of it reaches the sums, and
+    the controller goes on (docs/protocol.md "Versions")."""
+    ctx = zmq.Context()
+    ctl = fleet.controller()
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(ctl.usage)
+    old = {"v": 1, "type": "zone_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
+           "source": "col-old", "region": "r1", "zone": "zold", "interval_ms": 250, "hosts": 1,
+           "stale_hosts": 0, "host_names": ["h1"],
+           "buckets": [{"name": "g", "offered_mrps": 5000, "admitted_mrps": 5000, "dropped_mrps": 0,
+                        "shadow_dropped_mrps": 0, "hosts": 1, "rated_hosts": 1, "host_names": [],
+                        "definitions": [{"scope": "global", "mode": "deny", "limit_mrps": 1000,
+                                         "hosts": 1}]}]}
+    try:
+        for seq in range(1, 4):
+            old["seq"] = seq
+            push.send(msgpack.packb(old, use_bin_type=True))
+        f.h.wait_until(lambda: (f.metric(ctl.metrics(), "grl_controller_messages_malformed_total",
+                                         kind="zone_usage") or 0) >= 3,
+                       5, what="the version 1 usages counted as malformed")
+        assert ('dropped malformed zone usage: bad "v" 1 (want 2): its sender predates protocol '
+                'version 2 (positional usage entries); upgrade collectors and controllers together'
+                in ctl.log())
+        m = ctl.metrics()
+        assert f.metric(m, "grl_controller_zone_usage_age_seconds", zone="zold") is None
+        assert f.metric(m, "grl_bucket_offered_rps", bucket="g", scope="global") is None
+        assert ctl.alive()
+    finally:
+        push.close(0)
+        ctx.term()

@@ -30,12 +30,10 @@ def report(host="evil", zone="z1", **over):
 
 
 def zone_usage(**over):
-    m = {"v": 1, "type": "zone_usage", "ts_ms": int(time.time() * 1000) + 60000, "seq": 99,
+    m = {"v": f.USAGE_VERSION, "type": "zone_usage", "ts_ms": int(time.time() * 1000) + 60000, "seq": 99,
          "source": "evil", "region": "r1", "zone": "z1", "interval_ms": 250, "hosts": 1,
          "stale_hosts": 0, "host_names": ["h1"],
-         "buckets": [{"name": "g", "offered_mrps": 10 ** 9, "admitted_mrps": 0, "dropped_mrps": 0,
-                      "shadow_dropped_mrps": 0, "hosts": 1, "rated_hosts": 1, "host_names": [],
-                      "definitions": [{"scope": "global", "mode": "deny", "limit_mrps": 1, "hosts": 1}]}]}
+         "buckets": [f.usage_entry("g", offered_mrps=10 ** 9, host_names=[], definitions=[f.definition(1)])]}
     m.update(over)
     return msgpack.packb(m, use_bin_type=True)
 
@@ -48,11 +46,17 @@ def instructions(scope="global", region="", zone="", ratio=1000000, **over):
     return msgpack.packb(m, use_bin_type=True)
 
 
+def next_version(valid):
+    """`valid` with its "v" one higher (reports are v 1, usage v 2)."""
+    v = valid.index(b"\xa1v") + 2
+    return valid[:v] + bytes([valid[v] + 1]) + valid[v + 1:]
+
+
 def garbage_bodies(valid):
     return [b"", b"\xc1", os.urandom(64), valid[: len(valid) // 2], valid + b"\x00",
             msgpack.packb([1, 2, 3]), b"\x81\xa1v\x02",  # {"v": 2}
             b"\xdf\xff\xff\xff\xff",  # a map claiming 4 billion entries
-            valid.replace(b"\xa1v\x01", b"\xa1v\x02", 1),  # wrong version
+            next_version(valid),  # wrong version
             b"\x91" * 100 + b"\x01",  # nested too deep
             b"\xc6" + (1536 * 1024).to_bytes(4, "big") + b"x" * (1536 * 1024)]  # 1.5 MiB
 
@@ -296,13 +300,10 @@ def test_untrusted_stamps_and_counts_are_refused_counted_and_logged(fleet):
         now_ms = int(time.time() * 1000)
         lots = 10 ** 12
         outvote = zone_usage(ts_ms=now_ms, zone="z9", seq=1, hosts=lots, host_names=[],
-                             buckets=[{"name": "g", "offered_mrps": 0, "admitted_mrps": 0,
-                                       "dropped_mrps": 0, "shadow_dropped_mrps": 0, "hosts": lots,
-                                       "rated_hosts": lots, "host_names": [],
-                                       "definitions": [{"scope": "global", "mode": "deny",
-                                                        "limit_mrps": 0, "hosts": lots}]}])
+                             buckets=[f.usage_entry("g", hosts=lots, host_names=[],
+                                                    definitions=[f.definition(0, hosts=lots)])])
         override = msgpack.packb({
-            "v": 1, "type": "region_usage", "ts_ms": now_ms, "seq": 1, "source": "evil",
+            "v": f.USAGE_VERSION, "type": "region_usage", "ts_ms": now_ms, "seq": 1, "source": "evil",
             "region": "r2", "interval_ms": 250, "zones": 1, "hosts": 1, "limits_digest": "",
             "buckets": [], "overrides": [{"name": "g", "limit_mrps": 1, "expires_ms": 0,
                                           "set_ms": 2 ** 64 - 1, "origin": "evil"}]},
@@ -397,7 +398,7 @@ def test_a_peer_connection_speaks_for_one_controller_only(fleet):
 
         def usage(source, region, overrides=()):
             return msgpack.packb({
-                "v": 1, "type": "region_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
+                "v": f.USAGE_VERSION, "type": "region_usage", "ts_ms": int(time.time() * 1000), "seq": 1,
                 "source": source, "region": region, "interval_ms": 250, "zones": 1, "hosts": 1,
                 "limits_digest": "", "buckets": [], "overrides": list(overrides)},
                 use_bin_type=True)

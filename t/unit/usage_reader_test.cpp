@@ -188,6 +188,34 @@ TEST(UsageReader, InvalidMessagesAreRefusedWithTheDecodersReason) {
     agree<RegionUsage>(bytes_of(r), "long digest");
 }
 
+// A usage of "v" 1 (an older collector's) and an entry of the wrong shape go to wire::decode,
+// whose reason the caller gets.
+TEST(UsageReader, OtherVersionsAndShapesAreDecodersToRefuse) {
+    std::string b = bytes_of(zone_usage(3));
+    ASSERT_EQ(b.substr(1, 3), std::string("\xa1v\x02"));  // map header, then "v": 2
+    b[3] = '\x01';
+    EXPECT_EQ(agree<ZoneUsage>(b, "v 1"), UsageRead::Decoded);
+    ZoneUsage out;
+    std::string error;
+    EXPECT_FALSE(read_usage(b, out, error));
+    EXPECT_EQ(error.rfind("bad \"v\" 1 (want 2): its sender predates", 0), 0u) << error;
+    // A definition with "keyed" false is valid (written only when true): decoded, not refused.
+    ZoneUsage u = zone_usage(2);
+    std::string k = bytes_of(u);
+    const std::string def = std::string(
+        "\x94\xa6"
+        "global"
+        "\xa4"
+        "deny");
+    const std::size_t at = k.find(def);
+    ASSERT_NE(at, std::string::npos);
+    k[at] = '\x95';
+    // limit_mrps 100000 (0xce + 4 bytes) and hosts (a fixint) follow; then false.
+    k.insert(at + def.size() + 5 + 1, 1, '\xc2');
+    EXPECT_EQ(agree<ZoneUsage>(k, "keyed false"), UsageRead::Decoded);
+    EXPECT_TRUE(read_usage(k, out, error)) << error;
+}
+
 TEST(UsageReader, EveryTruncationAndTrailingByteAgree) {
     const std::string z = bytes_of(zone_usage(3));
     for (std::size_t n = 0; n < z.size(); ++n) agree<ZoneUsage>(z.substr(0, n), "truncated");

@@ -405,18 +405,25 @@ TEST(WireControl, ExactlyTheDocumentedKeys) {
         keys(parse(enc(sample_zone_usage()))),
         (std::set<std::string>{"v", "type", "ts_ms", "seq", "source", "region", "zone",
                                "interval_ms", "hosts", "stale_hosts", "host_names", "buckets"}));
+    // Usage entries and their definitions are positional (docs/protocol.md "Usage entry").
     Val zu = parse(enc(sample_zone_usage()));
-    EXPECT_EQ(keys(zu.find("buckets")->arr[0]),
-              (std::set<std::string>{"name", "offered_mrps", "admitted_mrps", "dropped_mrps",
-                                     "shadow_dropped_mrps", "hosts", "rated_hosts", "definitions",
-                                     "host_names"}));
-    EXPECT_EQ(keys(zu.find("buckets")->arr[0].find("definitions")->arr[0]),
-              (std::set<std::string>{"scope", "mode", "limit_mrps", "hosts"}));
+    EXPECT_EQ(zu.find("v")->u, kUsageVersion);
+    const Val& ze = zu.find("buckets")->arr[0];
+    ASSERT_EQ(ze.kind, Val::Kind::Arr);
+    ASSERT_EQ(ze.arr.size(), 9u);  // name .. definitions, host_names
+    EXPECT_EQ(ze.arr[0].s, "api");
+    EXPECT_EQ(ze.arr[1].u, sample_zone_usage().buckets[0].offered_mrps);
+    EXPECT_EQ(ze.arr[6].u, sample_zone_usage().buckets[0].rated_hosts);
+    ASSERT_EQ(ze.arr[7].arr[0].arr.size(), 4u);  // scope, mode, limit_mrps, hosts
+    EXPECT_EQ(ze.arr[7].arr[0].arr[0].s,
+              to_string(sample_zone_usage().buckets[0].definitions[0].def.scope));
+    EXPECT_EQ(ze.arr[8].kind, Val::Kind::Arr);
     Val ru = parse(enc(sample_region_usage()));
     EXPECT_EQ(keys(ru),
               (std::set<std::string>{"v", "type", "ts_ms", "seq", "source", "region", "interval_ms",
                                      "zones", "hosts", "limits_digest", "buckets", "overrides"}));
-    EXPECT_EQ(keys(ru.find("buckets")->arr[0]).count("host_names"), 0u);
+    EXPECT_EQ(ru.find("v")->u, kUsageVersion);
+    EXPECT_EQ(ru.find("buckets")->arr[0].arr.size(), 8u);  // no host_names
     EXPECT_EQ(keys(ru.find("overrides")->arr[1]),
               (std::set<std::string>{"name", "limit_mrps", "mode", "match", "expires_ms", "set_ms",
                                      "origin"}));
@@ -533,10 +540,11 @@ TEST(WireControl, WrongKeyTypesRejected) {
 TEST(WireControl, WrongVersionOrTypeRejected) {
     for (const Case& c : cases()) {
         Val v = parse(c.bytes);
-        v.find("v")->u = 2;
+        const std::uint64_t next = v.find("v")->u + 1;
+        v.find("v")->u = next;
         std::string err;
         EXPECT_FALSE(c.decode(bytes_of(v), err));
-        EXPECT_NE(err.find("\"v\" 2"), std::string::npos) << err;
+        EXPECT_NE(err.find("\"v\" " + std::to_string(next)), std::string::npos) << err;
         v = parse(c.bytes);
         v.find("type")->s = "report";
         EXPECT_FALSE(c.decode(bytes_of(v), err));
@@ -570,19 +578,102 @@ TEST(WireControl, DuplicateAndNonStringKeysRejected) {
 
 TEST(WireControl, NestedErrorsNameTheirPath) {
     Val v = parse(enc(sample_zone_usage()));
-    v.find("buckets")->arr[1].find("definitions")->arr[0].find("scope")->s = "planet";
+    v.find("buckets")->arr[1].arr[7].arr[0].arr[0].s = "planet";
     ZoneUsage m;
     std::string err;
     EXPECT_FALSE(decode(bytes_of(v), m, err));
     EXPECT_EQ(err, "bad \"scope\" \"planet\" in buckets[1].definitions[0]");
     v = parse(enc(sample_zone_usage()));
-    v.find("buckets")->arr[0].find("name")->s = "no spaces";
+    v.find("buckets")->arr[0].arr[0].s = "no spaces";
     EXPECT_FALSE(decode(bytes_of(v), m, err));
     EXPECT_EQ(err, "invalid \"name\" \"no spaces\" in buckets[0]");
     v = parse(enc(sample_zone_usage()));
     v.find("host_names")->arr[2] = S("bad/host");
     EXPECT_FALSE(decode(bytes_of(v), m, err));
     EXPECT_EQ(err, "invalid name \"bad/host\" in host_names[2]");
+}
+
+// Every item of a positional usage entry is refused by its name when it has the wrong type,
+// and so is an entry of the wrong shape (docs/protocol.md "Usage entry").
+TEST(WireControl, UsageEntryItemsRefusedByName) {
+    const std::vector<std::string> zone_items = {
+        "name",  "offered_mrps", "admitted_mrps", "dropped_mrps", "shadow_dropped_mrps",
+        "hosts", "rated_hosts",  "definitions",   "host_names"};
+    ZoneUsage m;
+    std::string err;
+    for (std::size_t i = 0; i < zone_items.size(); ++i) {
+        Val v = parse(enc(sample_zone_usage()));
+        Val& item = v.find("buckets")->arr[1].arr[i];
+        item = item.kind == Val::Kind::Str ? U(7) : S("x");
+        EXPECT_FALSE(decode(bytes_of(v), m, err)) << zone_items[i];
+        EXPECT_EQ(err.rfind("bad \"" + zone_items[i] + "\" type ", 0), 0u) << err;
+        EXPECT_NE(err.find(" in buckets[1]"), std::string::npos) << err;
+    }
+    Val v = parse(enc(sample_zone_usage()));
+    v.find("buckets")->arr[0] = Val{};
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad entry type nil (want array) in buckets[0]");
+    v = parse(enc(sample_zone_usage()));
+    v.find("buckets")->arr[0].arr.pop_back();  // no host_names
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad entry length 8 (want 9..10) in buckets[0]");
+    v = parse(enc(sample_zone_usage()));
+    v.find("buckets")->arr[0].arr.push_back(U(1));
+    v.find("buckets")->arr[0].arr.push_back(U(1));
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad entry length 11 (want 9..10) in buckets[0]");
+    // A definition: scope, mode, limit_mrps, hosts and (only when true) keyed.
+    v = parse(enc(sample_zone_usage()));
+    v.find("buckets")->arr[0].arr[7].arr[0].arr.pop_back();
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad entry length 3 (want 4..5) in buckets[0].definitions[0]");
+    v = parse(enc(sample_zone_usage()));
+    v.find("buckets")->arr[0].arr[7].arr[0].arr[1].s = "maybe";
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad \"mode\" \"maybe\" in buckets[0].definitions[0]");
+    v = parse(enc(sample_zone_usage()));
+    v.find("buckets")->arr[0].arr[7].arr[0].arr[2] = S("1000");
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad \"limit_mrps\" type str (want uint) in buckets[0].definitions[0]");
+    v = parse(enc(sample_zone_usage()));
+    v.find("buckets")->arr[0].arr[7].arr[0].arr.push_back(U(1));
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad \"keyed\" type uint (want bool) in buckets[0].definitions[0]");
+    // A region usage entry has no host_names: the item after definitions is keys.
+    RegionUsage r;
+    v = parse(enc(sample_region_usage()));
+    v.find("buckets")->arr[0].arr.push_back(S("x"));
+    EXPECT_FALSE(decode(bytes_of(v), r, err));
+    EXPECT_EQ(err, "\"keys\" without a \"keyed\" definition in buckets[0]");
+    // The map entries of version 1 are no longer read.
+    v = parse(enc(sample_zone_usage()));
+    Val entry;
+    entry.kind = Val::Kind::Map;
+    entry.map.emplace_back("name", S("api"));
+    v.find("buckets")->arr[0] = entry;
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad entry type map (want array) in buckets[0]");
+}
+
+// A usage of version 1 comes from a collector or peer controller older than this controller:
+// refused whole, and the error says what to do (docs/protocol.md "Versions").
+TEST(WireControl, UsageOfVersion1RefusedWithItsReason) {
+    const std::string why =
+        "bad \"v\" 1 (want 2): its sender predates protocol version 2 (positional usage "
+        "entries); upgrade collectors and controllers together";
+    Val v = parse(enc(sample_zone_usage()));
+    v.find("v")->u = 1;
+    ZoneUsage m;
+    std::string err;
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, why);
+    v = parse(enc(sample_region_usage()));
+    v.find("v")->u = 1;
+    RegionUsage r;
+    EXPECT_FALSE(decode(bytes_of(v), r, err));
+    EXPECT_EQ(err, why);
+    // The other control messages stay at version 1.
+    EXPECT_EQ(parse(enc(sample_request())).find("v")->u, 1u);
 }
 
 TEST(WireControl, BadMatchRejected) {

@@ -1,5 +1,5 @@
-// Control-plane messages of protocol version 1: collector -> controller zone usage,
-// controller <-> controller region usage, and the controller's admin request/reply.
+// Control-plane messages: collector -> controller zone usage (protocol version 2),
+// controller <-> controller region usage (2), and the controller's admin request/reply (1).
 // The specification is docs/protocol.md (sections "zone_usage", "region_usage", "admin");
 // keep the two in step. Decoders are as strict as those of grl/wire.h.
 #pragma once
@@ -15,6 +15,9 @@
 
 namespace grl::wire {
 
+// zone_usage and region_usage carry "v" 2 since their entries became positional
+// (docs/protocol.md "Versions"); every other message carries kVersion.
+inline constexpr std::uint64_t kUsageVersion = 2;
 inline constexpr std::size_t kMaxHostNames = 8192;         // per zone_usage message
 inline constexpr std::size_t kMaxBucketHostNames = 256;    // per bucket entry
 inline constexpr std::size_t kMaxDefinitions = 16;         // per bucket entry
