@@ -2,7 +2,6 @@
 
 #include "grl/usage_parts.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -150,10 +149,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         loop_.on_socket(pull_.get(), [this] { on_reports(); });
     }
     loop_.every(cfg_.interval_ms, [this] { tick(); });
-    // Every eighth of an interval for EarlyUsage, and soon enough for a rise held back for
-    // its report's transit (surge::kTransitMs) when reports are not taken in batches.
-    loop_.every(std::clamp<std::uint64_t>(cfg_.interval_ms / 8, 1, surge::kTransitMs),
-                [this] { maybe_send_early(); });
+    loop_.every(std::max<std::uint64_t>(cfg_.interval_ms / 8, 1), [this] { maybe_send_early(); });
     if (!cfg_.metrics_bind.empty()) {
         http_ = std::make_unique<daemon::MetricsServer>(loop_, cfg_.metrics_bind,
                                                         [this] { return metrics(); });
@@ -334,36 +330,9 @@ void Collector::on_reports() {
     maybe_send_early();
 }
 
-// The rules (when, how often) are grl::EarlyUsage's, grl::rose_well_above and grl::EarlyTick's,
-// in core/include/grl/early.h. A rise not sent at once stays a rise until the next usage (this
-// runs again after every batch of reports and every 10 ms).
+// The rule (when, how often) is grl::EarlyUsage's, in core/include/grl/early.h.
 void Collector::maybe_send_early() {
-    const std::uint64_t now = mono_ms();
-    if (early_.due(now)) {
-        ++early_warming_;
-        send_usage();
-        return;
-    }
-    if (!table_.rising()) return;
-    // The hosts' dampers take a report for part of a usage only if it was sent
-    // surge::kTransitMs before the usage's stamp: sent at once, the usage would be read as
-    // lacking the very report that brought the rise (its host's share from the rate before).
-    if (rise_seen_mono_ == 0) rise_seen_mono_ = now;
-    if (now < rise_seen_mono_ + surge::kTransitMs) return;
-    const bool was_deferring = rise_.deferring();
-    if (rise_.due(now, usage_build_us_)) {
-        if (was_deferring) {
-            daemon::log_info("early usages for rises again: the last usage took " +
-                             std::to_string(usage_build_us_ / 1000) + " ms to build");
-        }
-        ++early_rise_;
-        send_usage();
-    } else if (rise_.deferring() && !was_deferring) {
-        daemon::log_warn("early usages for rises deferred: the last usage took " +
-                         std::to_string(usage_build_us_ / 1000) +
-                         " ms to build, and early ones may take at most a 40th of the time "
-                         "(rises wait for the next tick)");
-    }
+    if (early_.due(mono_ms())) send_usage();
 }
 
 void Collector::tick() {
@@ -455,8 +424,6 @@ void Collector::send_usage() {
     bool unrated = false;
     for (const auto& b : u.buckets) unrated = unrated || b.rated_hosts < b.hosts;
     early_.sent(mono_ms(), unrated);
-    table_.mark_sent(u, cfg_.interval_ms);
-    rise_seen_mono_ = 0;
     if (parts_.empty()) return;  // too large even in parts: logged above
     for (auto& c : controllers_) {
         bool sent = true;
@@ -587,18 +554,6 @@ std::string Collector::metrics() {
     m.family("grl_collector_last_report_age_seconds", "gauge",
              "Time since the last accepted report (no sample before the first).");
     age("grl_collector_last_report_age_seconds", last_report_mono_);
-    m.family("grl_collector_early_usages_total", "counter",
-             "Zone usages sent before the tick, by reason: warming (just started, or hosts new "
-             "to the collector) or rise (a bucket's offered rate rose well above the last "
-             "usage's).");
-    m.sample("grl_collector_early_usages_total", {{"reason", "warming"}},
-             static_cast<double>(early_warming_));
-    m.sample("grl_collector_early_usages_total", {{"reason", "rise"}},
-             static_cast<double>(early_rise_));
-    m.family("grl_collector_early_usages_deferred_total", "counter",
-             "Early usages for a rise not sent at once because the last usage took long to "
-             "build: early ones take at most a 40th of the time.");
-    m.sample("grl_collector_early_usages_deferred_total", static_cast<double>(rise_.deferred()));
     m.family("grl_collector_usage_sent_total", "counter",
              "Zone usage messages queued for a controller.");
     for (const auto& c : controllers_)

@@ -22,7 +22,6 @@
 #include "grl/early.h"
 #include "grl/rates.h"
 #include "grl/report_reader.h"
-#include "grl/surge.h"
 #include "grl/wire.h"
 #include "grl/wire_control.h"
 #include "config.h"
@@ -84,11 +83,6 @@ class Collector {
     std::uint64_t start_mono_ = 0;
     bool instructions_flowing_ = false;
     EarlyUsage early_{cfg_.interval_ms, start_mono_};  // usage before the tick when warming
-    // Usage before the tick when a bucket's sum rises well above the last sent (a step, a
-    // surge): at most four an interval and a 40th of the time in building them.
-    EarlyTick rise_{cfg_.interval_ms};
-    std::uint64_t early_warming_ = 0, early_rise_ = 0;  // early usages sent, by reason
-    std::uint64_t rise_seen_mono_ = 0;                  // when the rise was seen (0: none)
     std::size_t last_fresh_ = 0;
 
     daemon::LogLimiter malformed_log_;

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "grl/bucket.h"
-#include "grl/early.h"
 #include "grl/ratio.h"
 #include "grl/saturating.h"
 
@@ -1137,17 +1136,12 @@ void Controller::smooth(Instance& inst, const Sample& s) const {
     // three samples (the first ones see it in part): while each new sample is still above
     // the one before, the attack goes on, rather than averaging the rise's last step with a
     // sample it has outgrown (a 1.5x step's ratio lagged a tick at 0.26 instead of 1/3).
-    // A newest sample that rose well above the one before (grl::rose_well_above, the rule
-    // that ticks early for it) attacks too: with a window of 2 the mean's margin asks for
-    // 1.5x the sample before, and a 1.5x rise was averaged to 1.25x. A sample equal to the
-    // one before (the usage of an early tick taken again at the tick) does not end it.
     const Rates& newest = inst.samples.back();
     if (opt_.fast_attack > 0 && pushed) {
-        const double before =
-            inst.samples.size() >= 2 ? inst.samples[inst.samples.size() - 2].offered : -1.0;
-        const bool rose = before >= 0 && rose_well_above(before, newest.offered, opt_.interval_ms);
-        inst.attacking = newest.offered > mean.offered * (1.0 + opt_.fast_attack) || rose ||
-                         (inst.attacking && before >= 0 && newest.offered >= before);
+        const bool rising = inst.samples.size() >= 2 &&
+                            newest.offered > inst.samples[inst.samples.size() - 2].offered;
+        inst.attacking =
+            newest.offered > mean.offered * (1.0 + opt_.fast_attack) || (inst.attacking && rising);
     }
     // Fast release: a newest sample under the limit needs no drop at all; averaged with the
     // sample before a fall, it kept rejecting legitimate requests for another tick (at 250 ms
@@ -1418,33 +1412,6 @@ bool Controller::brings_new_rates(const wire::ZoneUsage& u, const Clock& now) co
                 return true;
         }
         next = it;
-    }
-    return false;
-}
-
-bool Controller::brings_rise(const wire::ZoneUsage& u, const Clock& now) const {
-    auto zone = zones_.find(u.zone);
-    if (zone == zones_.end() || !zone_fresh(zone->second, now)) return false;
-    const std::vector<LastRated>& last = zone->second.last_rated;  // sorted by name
-    const std::uint64_t interval_ms = clamp_interval(u.interval_ms);
-    // Usage entries come sorted by name, as last_rated is: one pass, a search when not.
-    auto next = last.begin();
-    for (const wire::UsageBucket& b : u.buckets) {
-        if (b.rated_hosts == 0) continue;
-        auto it = next;
-        if (it == last.end() || it->name != b.name) {
-            it = std::lower_bound(
-                last.begin(), last.end(), b.name,
-                [](const LastRated& l, const std::string& name) { return l.name < name; });
-            if (it == last.end() || it->name != b.name) continue;
-        }
-        next = it + 1;
-        // Other hosts than in that sample: a change of the sum, not of the load.
-        if (b.rated_hosts != it->rated_hosts) continue;
-        if (rose_well_above(static_cast<double>(it->offered_mrps),
-                            static_cast<double>(b.offered_mrps), interval_ms)) {
-            return true;
-        }
     }
     return false;
 }

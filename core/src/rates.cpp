@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "grl/early.h"
 #include "grl/saturating.h"
 
 namespace grl::rates {
@@ -64,13 +63,11 @@ std::uint32_t Table::intern_name(std::string_view name) {
         names_[id] = key_;
         name_refs_[id] = 1;
         counted_[id] = {};
-        rise_[id] = {};
     } else {
         id = static_cast<std::uint32_t>(names_.size());
         names_.push_back(key_);
         name_refs_.push_back(1);
         counted_.push_back({});
-        rise_.push_back({});
     }
     name_ids_.emplace(key_, id);
     return id;
@@ -80,36 +77,7 @@ void Table::release_name(std::uint32_t id) {
     if (--name_refs_[id] > 0) return;
     name_ids_.erase(names_[id]);
     names_[id].clear();
-    if (rise_[id].risen) --rising_;
-    rise_[id] = {};
     free_names_.push_back(id);
-}
-
-void Table::gain(std::uint32_t id, double mrps) {
-    Rise& r = rise_[id];
-    if (!r.sent_in || mrps == 0) return;
-    r.gain_mrps += mrps;
-    const bool risen = rose_well_above(r.sent_mrps, r.sent_mrps + r.gain_mrps, rise_interval_ms_);
-    if (risen != r.risen) {
-        r.risen = risen;
-        if (risen) {
-            ++rising_;
-        } else {
-            --rising_;
-        }
-    }
-}
-
-void Table::mark_sent(const wire::ZoneUsage& u, std::uint64_t interval_ms) {
-    for (Rise& r : rise_) r = {};
-    rising_ = 0;
-    rise_interval_ms_ = interval_ms;
-    for (const wire::UsageBucket& b : u.buckets) {
-        auto it = name_ids_.find(b.name);
-        if (it == name_ids_.end() || b.rated_hosts == 0) continue;
-        rise_[it->second].sent_in = true;
-        rise_[it->second].sent_mrps = static_cast<double>(b.offered_mrps);
-    }
 }
 
 std::uint64_t Table::interval_of(const Host& h) const {
@@ -258,7 +226,6 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
         return Verdict::TooSoon;
     }
 
-    const bool in_sums = !h.stale;  // its rates were in the usage last sent
     std::vector<BucketState>& next = next_;
     next.clear();
     next.reserve(r.buckets.size());
@@ -287,7 +254,7 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
             // New bucket on this host (reload, or a run-time bucket): baseline, and a rate
             // if the report carries the bucket's recent counts.
             b.name_id = intern_name(rb.name);
-            if (recent_rates(r, rb, b)) gain(b.name_id, b.rate[0]);
+            recent_rates(r, rb, b);
         } else {
             used[j] = 1;
             const BucketState& old = h.buckets[j];
@@ -305,7 +272,6 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
                     counted_[b.name_id][k] += b.c[k] - old.c[k];
                 }
                 b.has_rate = true;
-                gain(b.name_id, b.rate[0] - (in_sums && old.has_rate ? old.rate[0] : 0.0f));
             }
         }
         next.push_back(b);

@@ -290,14 +290,6 @@ TEST(Controller, PartitionHoldsTheSilentRegionsShareForABoundedTime) {
     EXPECT_EQ(a.regions_lost(), 1u);
 }
 
-// One zone's usage of "api" (limit 150 r/s), a tick, then `step_ms` on: the ratio published.
-std::uint32_t feed_api(Controller& c, Fleet& f, double rps, std::uint64_t step_ms) {
-    c.on_zone_usage(zu("z1", {ub("api", rps, 1, Scope::Global, 150)}, f.now), f.now);
-    c.tick(f.now);
-    f.advance(step_ms);
-    return ratio(c, "api");
-}
-
 TEST(Controller, StepResponseOfTheSmoothingWindow) {
     for (double attack : {0.0, 0.2}) {
         SCOPED_TRACE(attack);
@@ -306,7 +298,12 @@ TEST(Controller, StepResponseOfTheSmoothingWindow) {
         o.window = 2;
         o.fast_attack = attack;
         Controller c(o);
-        auto feed = [&](double rps) { return feed_api(c, f, rps, 1000); };
+        auto feed = [&](double rps) {
+            c.on_zone_usage(zu("z1", {ub("api", rps, 1, Scope::Global, 150)}, f.now), f.now);
+            c.tick(f.now);
+            f.advance(1000);
+            return ratio(c, "api");
+        };
         feed(100);
         EXPECT_EQ(feed(100), 0u);
         // Step to 300 r/s with limit 150 (exact answer 0.5). Window only: half-way after one
@@ -973,52 +970,6 @@ TEST(Control, NewRatesFromANewOrReturningZoneTickAtOnce) {
     wire::ZoneUsage unrated = zu("z1", {ub("g", 0)}, f.now);
     unrated.buckets[0].rated_hosts = 0;
     EXPECT_FALSE(c.brings_new_rates(unrated, f.now));  // nothing to compute from yet
-}
-
-// A zone usage whose bucket rose well above its last one (grl::rose_well_above) ticks early;
-// noise, a fall, or a sum over other hosts than before does not.
-TEST(Controller, ARiseInAZonesUsageIsAReasonToTickEarly) {
-    Fleet f;
-    Controller c(opts());
-    EXPECT_FALSE(c.brings_rise(zu("z1", {ub("g", 500, 4)}, f.now), f.now)) << "unknown zone";
-    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 500, 4), ub("h", 10, 4)}, f.now), f.now),
-              Accepted::Yes);
-    c.tick(f.now);
-    f.advance(300);
-    EXPECT_FALSE(c.brings_rise(zu("z1", {ub("g", 600, 4), ub("h", 10, 4)}, f.now), f.now));
-    EXPECT_FALSE(c.brings_rise(zu("z1", {ub("g", 300, 4), ub("h", 10, 4)}, f.now), f.now));
-    EXPECT_TRUE(c.brings_rise(zu("z1", {ub("g", 710, 4), ub("h", 10, 4)}, f.now), f.now));
-    EXPECT_TRUE(c.brings_rise(zu("z1", {ub("g", 500, 4), ub("h", 40, 4)}, f.now), f.now));
-    EXPECT_FALSE(c.brings_rise(zu("z1", {ub("g", 500, 4), ub("h", 20, 4)}, f.now), f.now))
-        << "10 requests more of 10: within the noise";
-    EXPECT_FALSE(c.brings_rise(zu("z1", {ub("g", 710, 5), ub("h", 10, 4)}, f.now), f.now))
-        << "a host more: new rates, not a rise";
-    EXPECT_FALSE(c.brings_rise(zu("z2", {ub("g", 710, 4)}, f.now), f.now)) << "another zone";
-    f.advance(10000);  // z1 silent: its return is brings_new_rates()'s
-    c.tick(f.now);
-    EXPECT_FALSE(c.brings_rise(zu("z1", {ub("g", 710, 4), ub("h", 10, 4)}, f.now), f.now));
-}
-
-// A rise well above the sample before attacks even when the window's mean hides it (a 1.5x
-// step, with a window of 2: the mean 1.25x, and 1.5x is not 1.2x that), and a sample equal to
-// the one before (the tick after an early tick, no usage in between) does not end the attack.
-TEST(Controller, ARiseWellAboveTheSampleBeforeAttacks) {
-    Fleet f;
-    Options o = opts();
-    o.window = 2;
-    Controller c(o);
-    auto feed = [&](double rps) { return feed_api(c, f, rps, 500); };
-    feed(200);
-    feed(200);
-    EXPECT_EQ(feed(300), 500000u) << "300 alone, not the mean 250";
-    c.tick(f.now);  // no usage since: the same sample again
-    EXPECT_EQ(ratio(c, "api"), 500000u);
-    EXPECT_EQ(feed(350), drop_ratio_ppm(350000, 150000)) << "the rise goes on";
-    EXPECT_EQ(feed(340), drop_ratio_ppm(345000, 150000)) << "a sample below the one before ends it";
-    // Noise is averaged still.
-    feed(200);
-    feed(200);
-    EXPECT_EQ(feed(230), drop_ratio_ppm(215000, 150000));
 }
 
 // A restarted collector sends its first usage when some hosts have reconnected, not all (under

@@ -29,23 +29,6 @@ TEST(EarlyUsage, WaitsHalfAnIntervalAfterTheStartThenSendsWhenRatesArrive) {
     EXPECT_TRUE(e.due(8200));
 }
 
-TEST(Rise, WellAboveIsAFactorBeyondTheNoiseOfTheLastSample) {
-    // 1,000 r/s at 1 s (1,000 requests a sample, noise ~3%): the factor decides.
-    EXPECT_FALSE(rose_well_above(1'000'000, 1'240'000, 1000));
-    EXPECT_TRUE(rose_well_above(1'000'000, 1'250'000, 1000));
-    // A 1.5x step seen in part by the report of a host with 70% of the load.
-    EXPECT_TRUE(rose_well_above(500'000, 710'000, 1000));
-    // Falls and noise are not rises.
-    EXPECT_FALSE(rose_well_above(1'000'000, 500'000, 1000));
-    EXPECT_FALSE(rose_well_above(1'000'000, 1'030'000, 250));
-    // 20 r/s at 250 ms (5 requests a sample): 3 sigmas + 3 requests asks for 9.7 more.
-    EXPECT_FALSE(rose_well_above(20'000, 50'000, 250)) << "7.5 more requests: noise";
-    EXPECT_TRUE(rose_well_above(20'000, 60'000, 250));
-    // From nothing, 3 requests a sample.
-    EXPECT_FALSE(rose_well_above(0, 10'000, 250));
-    EXPECT_TRUE(rose_well_above(0, 12'000, 250));
-}
-
 TEST(EarlyTick, AtMostFourExtraTicksAnInterval) {
     EarlyTick t(1000);
     EXPECT_TRUE(t.due(100));

@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -440,77 +439,6 @@ TEST(Rates, ReloadAddingRemovingAndReorderingBuckets) {
     EXPECT_EQ(find(u, "c"), nullptr);
     t.add(report("h1", 1, 4, T0 + 3000, {{"d", 25}, {"b", 40}, {"a", 11}}), M0 + 3000);
     EXPECT_EQ(offered(t, "d"), 20000u);
-}
-
-// The collector's early usage for a rise (grl::rose_well_above): each accepted report moves
-// its bucket's sum against the usage last sent.
-TEST(Rates, ABucketRisingWellAboveTheUsageSentIsSeenAtTheReportThatBringsIt) {
-    Table t;
-    // A 70/10/10/10 zone at 500 r/s, reporting every second.
-    const std::vector<std::pair<std::string, std::uint64_t>> hosts = {
-        {"big", 350}, {"s1", 50}, {"s2", 50}, {"s3", 50}};
-    std::map<std::string, std::uint64_t> count;
-    for (std::uint64_t k = 0; k < 2; ++k) {
-        for (std::size_t i = 0; i < hosts.size(); ++i) {
-            const auto& [h, rps] = hosts[i];
-            t.add(report(h, 1, k + 1, T0 + 1000 * k, {{"api", count[h]}, {"web", 0}}),
-                  M0 + 1000 * k);
-            count[h] += rps;
-        }
-    }
-    wire::ZoneUsage u = usage(t);
-    EXPECT_EQ(find(u, "api")->offered_mrps, 500000u);
-    t.mark_sent(u, 1000);
-    EXPECT_FALSE(t.rising());
-    // Noise: every host 4% up.
-    for (const auto& [h, rps] : hosts) {
-        count[h] += rps * 4 / 100;
-        t.add(report(h, 1, 3, T0 + 2000, {{"api", count[h]}, {"web", 0}}), M0 + 2000);
-        count[h] += rps;
-    }
-    EXPECT_FALSE(t.rising());
-    // The step (1.5 L = 3x) 0.3 s before the big host's next report: it reports 0.35 x 1.6 L.
-    count["big"] += 2 * 350 * 3 / 10;
-    t.add(report("big", 1, 4, T0 + 3000, {{"api", count["big"]}, {"web", 0}}), M0 + 3000);
-    EXPECT_TRUE(t.rising()) << "500 -> 716 r/s";
-    // Sent: the next rise is measured from that usage.
-    u = usage(t);
-    t.mark_sent(u, 1000);
-    EXPECT_FALSE(t.rising());
-    count["s1"] += 30;
-    t.add(report("s1", 1, 4, T0 + 3000, {{"api", count["s1"]}, {"web", 0}}), M0 + 3000);
-    EXPECT_FALSE(t.rising()) << "28 r/s more on 716: not well above";
-    count["s2"] += 400;
-    t.add(report("s2", 1, 4, T0 + 3000, {{"api", count["s2"]}, {"web", 0}}), M0 + 3000);
-    EXPECT_TRUE(t.rising()) << "716 + 28 + 398 r/s";
-    // A fall on another host takes the rise back.
-    // The big host's count as in its last report: 0 r/s since.
-    t.add(report("big", 1, 5, T0 + 4000, {{"api", count["big"]}, {"web", 0}}), M0 + 4000);
-    EXPECT_FALSE(t.rising()) << "716 + 28 + 398 - 560 r/s";
-}
-
-TEST(Rates, ARiseCountsOnlyBucketsOfTheUsageSentAndNotAHostBackFromSilence) {
-    Options o;
-    o.stale_intervals = 3;
-    Table t(o);
-    for (std::uint64_t k = 0; k < 2; ++k) {
-        t.add(report("h1", 1, k + 1, T0 + 1000 * k, {{"api", 100 * k}}), M0 + 1000 * k);
-        t.add(report("h2", 2, k + 1, T0 + 1000 * k, {{"api", 100 * k}}), M0 + 1000 * k);
-    }
-    t.sweep(M0 + 1000 + 3500);  // h1 and h2 stale
-    t.add(report("h1", 1, 3, T0 + 4500, {{"api", 450}}), M0 + 4500);
-    wire::ZoneUsage u = usage(t);
-    EXPECT_EQ(find(u, "api")->offered_mrps, 100000u);
-    t.mark_sent(u, 1000);
-    // h2 back from silence: its whole rate is new to the sums (100 -> 200 r/s).
-    t.add(report("h2", 2, 3, T0 + 4500, {{"api", 450}}), M0 + 4600);
-    EXPECT_TRUE(t.rising());
-    // A bucket the usage sent did not carry (cut, or new) is not judged.
-    u = usage(t);
-    u.buckets.clear();
-    t.mark_sent(u, 1000);
-    t.add(report("h1", 1, 4, T0 + 5500, {{"api", 1450}}), M0 + 5500);
-    EXPECT_FALSE(t.rising());
 }
 
 TEST(Rates, ManyHostsJoiningAndLeaving) {

@@ -268,11 +268,6 @@ class Controller {
     // after its zone went stale), or completes the rates of an instance whose newest sample
     // was provisional: ticking at once then saves up to an interval.
     bool brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const;
-    // True when a bucket's offered rate in `u` rose well above (grl::rose_well_above) its rate
-    // in the zone's last usage: a step or a surge, which a tick at once answers an interval
-    // earlier (the collector sends such a usage at once too). Rises that only bring more of
-    // the bucket's hosts' rates are brings_new_rates()'s.
-    bool brings_rise(const wire::ZoneUsage& u, const Clock& now) const;
 
     // State after the last tick.
     using Instances = std::map<InstanceKey, Instance, InstanceKeyLess>;

@@ -1,35 +1,13 @@
 // When the daemons send before their tick (docs/control-plane.md, "Start and restart"): a
 // collector that has just started, or sees hosts new to it, sends zone usage as soon as more
 // rates exist; a controller publishes at once when a zone usage brings a bucket's first
-// rates. Both rate-limited, so that a restart costs a few extra messages, not a storm. Both
-// also answer a bucket whose summed offered rate rises well above its last sample (a step, a
-// surge) before their tick: rose_well_above() is that rule. Pure: time (monotonic ms) is
-// passed in.
+// rates. Both rate-limited, so that a restart costs a few extra messages, not a storm. Pure:
+// time (monotonic ms) is passed in.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 namespace grl {
-
-// A bucket's summed offered rate "rose well above" its last sample: by kRiseFactor at least,
-// and beyond the noise of a sample over one interval (Poisson counts: kRiseSigmas standard
-// deviations of the last sample's count plus kRiseMinRequests). At 1,000 r/s and 1 s the
-// noise is 3%, so the factor decides; at 20 r/s and 250 ms (5 requests a sample) the floor
-// asks for 3 x sqrt(5) + 3 = 9.7 more requests, a 3x rise. A 1.5x step seen by its first
-// report in part (the step 0.3 s before a 1 s report of the host with 70% of the load:
-// 0.5 L -> 0.71 L) passes 1.25; a bucket's counting noise does not. `interval_ms`: the
-// sample's.
-inline constexpr double kRiseFactor = 1.25;
-inline constexpr double kRiseSigmas = 3;
-inline constexpr double kRiseMinRequests = 3;
-inline bool rose_well_above(double last_mrps, double now_mrps, std::uint64_t interval_ms) {
-    if (now_mrps < kRiseFactor * last_mrps) return false;
-    const double secs = static_cast<double>(interval_ms) / 1000.0;
-    const double last_n = last_mrps / 1000.0 * secs;
-    const double gain_n = (now_mrps - last_mrps) / 1000.0 * secs;
-    return gain_n >= kRiseSigmas * std::sqrt(last_n) + kRiseMinRequests;
-}
 
 // The collector's early zone usage.
 class EarlyUsage {
@@ -75,8 +53,7 @@ class EarlyUsage {
 // the time in early ticks. An early tick costs a whole tick: at fleet scale (a tick of 20-40 ms
 // at a 250 ms interval, bench/control_plane) four extra ticks an interval would take most of
 // the loop, and a loop that falls behind its usage sees zones fall silent and come back, each
-// asking for another early tick. The collector bounds its usages for a rise the same way (an
-// early usage costs a whole build of the zone's sums: `last_tick_us` is that build's time).
+// asking for another early tick.
 class EarlyTick {
   public:
     // Early ticks are at least this many times the last tick's duration apart.

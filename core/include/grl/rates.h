@@ -100,15 +100,6 @@ class Table {
     };
     std::vector<Counted> counted() const;
 
-    // Rises (grl::rose_well_above, core/include/grl/early.h): each bucket's summed offered
-    // rate against the one in the usage last sent. add() keeps the sums' change since then up
-    // to date per bucket (a host's new offered rate less the one it replaces), so a rise is
-    // seen at the report that brings it at no cost beyond the report's own buckets.
-    // mark_sent(): `u` was just sent, for samples over `interval_ms`; rising(): some bucket
-    // of it is now well above its rate in it.
-    void mark_sent(const wire::ZoneUsage& u, std::uint64_t interval_ms);
-    bool rising() const { return rising_ > 0; }
-
   private:
     struct BucketState {
         std::uint32_t name_id = 0;
@@ -167,18 +158,6 @@ class Table {
     std::vector<std::uint32_t> name_refs_;
     std::vector<std::uint32_t> free_names_;
     std::vector<std::array<std::uint64_t, 4>> counted_;  // by name id, as names_
-    // Rises, by name id: offered in the usage last sent (sent_in_: the bucket was in it), the
-    // sums' change since, and whether that is well above it (counted in rising_).
-    void gain(std::uint32_t id, double mrps);
-    struct Rise {
-        double sent_mrps = 0;
-        double gain_mrps = 0;
-        bool sent_in = false;
-        bool risen = false;
-    };
-    std::vector<Rise> rise_;
-    std::size_t rising_ = 0;
-    std::uint64_t rise_interval_ms_ = 1000;
     // Scratch space reused by add(): no allocation per report in the steady state.
     std::string key_;
     std::vector<BucketState> next_;
