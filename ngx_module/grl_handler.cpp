@@ -229,9 +229,8 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     const char* name = z.slot(slots[out.decided_by]).name;
     std::uint32_t ppm = threshold_to_ppm(out.threshold);
     if (by_key && by_key->verdict != keyed::Verdict::Pass) {
-        // Never the raw bytes: a binary key ($binary_remote_addr) or, with hash_keys=on, a key
-        // that must not be shown (docs/per-key.md).
-        // Only when the line is written (ngx_log_error's own test).
+        // The key as docs/directives.md shows it (escaped, cut, or its hash), formatted only
+        // when the line is written (ngx_log_error's own level test).
         const KeyedSpec* spec = m->cpp->table.keyed_spec(idx[by_key->at]);
         char shown_key[keyed::kLogKeyBytes];
         const ngx_str_t k = {
