@@ -43,9 +43,11 @@ def count(variant, requests, args, pub):
     path = os.path.join(prefix, "nginx.conf")
     with open(path, "w") as f:
         f.write(conf)
-    out = os.path.join(prefix, "callgrind.out")
-    # Only nginx's own thread is counted: ZeroMQ's I/O thread works in
-    # proportion to time, not to requests.
+    # One file per process (%p): the reporter process, forked by nginx, runs under valgrind
+    # too. Only nginx's own process and thread are counted: the reporter and ZeroMQ's I/O
+    # thread (in the reporter since it became a process, in nginx before) work in proportion
+    # to time, not to requests.
+    out = os.path.join(prefix, "callgrind.out.%p")
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--separate-threads=yes",
                              "--keep-debuginfo=yes",  # nginx dlcloses the module at exit: keep its lines
                              "--dump-instr=" + ("yes" if args.instr else "no"),
@@ -100,11 +102,12 @@ def count(variant, requests, args, pub):
             proc.communicate()
             shutil.rmtree(prefix, ignore_errors=True)
             raise RuntimeError(f"{variant}: nginx under valgrind did not exit")
-    with open(out + "-01") as f:  # thread 1: the nginx process's main thread
+    out = out.replace("%p", str(proc.pid)) + "-01"  # thread 1 of nginx's process (valgrind's pid)
+    with open(out) as f:
         m = re.search(r"^totals: (\d+)", f.read(), re.M)
-    heap = malloc_instructions(out + "-01")
+    heap = malloc_instructions(out)
     if args.keep:
-        print(f"  {variant} ({requests} requests): {out}-01")
+        print(f"  {variant} ({requests} requests): {out}")
     else:
         shutil.rmtree(prefix, ignore_errors=True)
     return int(m.group(1)), heap

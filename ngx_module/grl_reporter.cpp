@@ -1,19 +1,27 @@
-// The reporter: one per nginx instance (worker 0 of the current generation).
-// Every grl_report_interval it sends the cumulative counters to the collector
+// The reporter: one per nginx instance, a process of its own that worker 0 of
+// the current generation starts ("nginx: grl reporter"). Every
+// grl_report_interval it sends the cumulative counters to the collector
 // (ZMQ_PUSH, never blocking) and logs control-plane state changes; whenever
-// the SUB socket is readable it applies instructions to the zone.
-// ZeroMQ is created here, after fork, and torn down in exit_process with
-// linger 0 (see docs/design.md). With grl_curve_keypair both sockets are CURVE
+// the SUB socket is readable it applies instructions to the zone. It needs
+// nothing of the worker but the shared zone, so ZeroMQ and its I/O thread live
+// there and no worker that serves requests is ever multi-threaded (docs/design.md
+// "The reporter process"). With grl_curve_keypair both sockets are CURVE
 // clients of the collector, and a socket monitor reports refused handshakes.
 
+#include <dirent.h>
 #include <fcntl.h>
-#include <sys/resource.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -33,19 +41,20 @@ struct Reporter {
     void* ctx = nullptr;
     void* push = nullptr;
     void* sub = nullptr;
-    ngx_connection_t* sub_conn = nullptr;
-    ngx_event_t tick;
-    // While reports cannot be sent (collector away), the handshake monitor is also polled
-    // every kReconnectPollMs: its readiness comes through an edge-triggered ZMQ_FD, and a
-    // reconnection noticed only at the next tick costs the collector up to two intervals to
-    // rate this host again (test_collector_killed_and_restarted).
-    ngx_event_t reconnect_poll;
+    // The loop's timers (ngx_current_msec; 0: not armed): the next report, and the next
+    // surge check.
+    ngx_msec_t tick_at = 0;
+    // While reports cannot be sent (collector away), the handshake monitors are also read
+    // every kReconnectPollMs, so that endpoints whose handshake failed are dialled again on
+    // time (Handshakes::due) and not only at the next tick.
+    ngx_msec_t reconnect_at = 0;
     bool report_failing = false;  // the last report could not be sent
     // Surge damping (docs/design.md): one damper per configured bucket (table order), then
     // one per run-time definition (shm::kRuntimeSlots, definition order), checked every
     // kSurgeCheckMs while one of them holds a basis; the ratio it applies is the one
     // decide() reads. None with grl_surge_damping off.
-    ngx_event_t surge_tick;
+    bool damping = false;
+    ngx_msec_t surge_at = 0;
     std::vector<surge::Damper> dampers;
     std::vector<surge::State> damper_logged;
     // Per configured bucket (table order): a keyed bucket's instruction limits keys (one log
@@ -68,8 +77,8 @@ struct Reporter {
     std::vector<zmq::Frame> frames;  // reused by drain()
     ngx_msec_t last_malformed_log = 0;
     std::uint64_t malformed_since_log = 0;
-    // Handshake monitors (PAIR sockets fed by zmq_socket_monitor, watched in the
-    // event loop): [0] the report socket, always, so that a report goes out as
+    // Handshake monitors (PAIR sockets fed by zmq_socket_monitor, polled in the
+    // loop): [0] the report socket, always, so that a report goes out as
     // soon as a (restarted) collector is connected; [1] the instruction socket,
     // with CURVE. Endpoints whose handshake failed are connected again (see
     // grl/zmq/handshake.h), so fixing the collector's key list needs nothing here.
@@ -79,11 +88,8 @@ struct Reporter {
         const char* role = "";
         Handshakes handshakes{{}};
         std::vector<zmq::Frame> frames;
-        ngx_connection_t* conn = nullptr;
     } monitors[2];
 };
-
-Reporter* g_reporter = nullptr;
 
 // Often enough that a 15x surge is held within a few checks; each check only sums the
 // counters of the configured buckets (no allocation, no syscall).
@@ -195,8 +201,8 @@ bool any_basis(const Reporter& rep) {
 }
 
 void arm_surge_tick(Reporter& rep) {
-    if (rep.surge_tick.handler == nullptr || rep.surge_tick.timer_set || !any_basis(rep)) return;
-    ngx_add_timer(&rep.surge_tick, kSurgeCheckMs);
+    if (!rep.damping || rep.surge_at != 0 || !any_basis(rep)) return;
+    rep.surge_at = ngx_current_msec + kSurgeCheckMs;
 }
 
 // Gives each bucket's damper (configured or run-time) the instruction just applied (an entry
@@ -287,16 +293,6 @@ void drain(Reporter& rep) {
         feed_dampers(rep, z, msg);
         log_key_limiting(rep, z, msg);
     }
-}
-
-void on_sub_readable(ngx_event_t* ev) noexcept {
-    if (g_reporter == nullptr) return;
-    try {
-        drain(*g_reporter);
-    } catch (const std::exception& e) {
-        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: instructions: %s", e.what());
-    }
-    // ZMQ_FD is edge-triggered: it stays quiet until drained, which drain() did.
 }
 
 void log_state_changes(Reporter& rep) {
@@ -421,9 +417,7 @@ void send_report(Reporter& rep, bool extra) {
         // Collector absent or slow: drop it; the next cumulative report covers it.
         z.header().reports_dropped.fetch_add(1, std::memory_order_relaxed);
         rep.report_failing = true;
-        if (rep.reconnect_poll.handler != nullptr && !rep.reconnect_poll.timer_set) {
-            ngx_add_timer(&rep.reconnect_poll, kReconnectPollMs);
-        }
+        if (rep.reconnect_at == 0) rep.reconnect_at = ngx_current_msec + kReconnectPollMs;
     } else {
         z.header().reports_sent.fetch_add(1, std::memory_order_relaxed);
         rep.report_failing = false;
@@ -439,95 +433,20 @@ bool on_handshakes(Reporter& rep) {
     return true;
 }
 
-void on_monitor_readable(ngx_event_t* ev) noexcept {
-    if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
-    try {
-        if (on_handshakes(*g_reporter)) send_report(*g_reporter, true);
-    } catch (const std::exception& e) {
-        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
-    }
+void on_tick(Reporter& rep) {
+    drain(rep);
+    on_handshakes(rep);  // events the loop has not looked at yet
+    send_report(rep, false);
+    log_state_changes(rep);
 }
 
-void on_reconnect_poll(ngx_event_t* ev) noexcept {
-    if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
-    try {
-        if (on_handshakes(*g_reporter)) {
-            send_report(*g_reporter, true);  // re-arms this poll if it fails again
-            return;
-        }
-    } catch (const std::exception& e) {
-        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
-    }
-    if (g_reporter->report_failing) ngx_add_timer(ev, kReconnectPollMs);  // else: reports go out
-}
-
-void on_tick(ngx_event_t* ev) noexcept {
-    if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
-    Reporter& rep = *g_reporter;
-    try {
-        drain(rep);
-        on_handshakes(rep);  // events the event loop has not delivered yet
-        send_report(rep, false);
-        log_state_changes(rep);
-    } catch (const std::exception& e) {
-        ngx_log_error(NGX_LOG_ERR, ev->log, 0, "grl: reporter: %s", e.what());
-    }
-    ngx_add_timer(ev, rep.conf->report_interval);
-}
-
-void on_surge_tick(ngx_event_t* ev) noexcept {
-    if (g_reporter == nullptr || ngx_exiting || ngx_quit || ngx_terminate) return;
-    Reporter& rep = *g_reporter;
+void on_surge_tick(Reporter& rep) {
     shm::View z(rep.conf->shm_base);
     if (z.header().reporter_pid.load(std::memory_order_relaxed) ==
         static_cast<std::uint32_t>(ngx_pid)) {
         sync_runtime(rep, z);
         for (std::size_t i = 0; i < rep.dampers.size(); ++i) surge_check(rep, z, i);
     }
-    if (any_basis(rep)) ngx_add_timer(ev, kSurgeCheckMs);  // else feed_dampers re-arms it
-}
-
-// ZeroMQ's I/O thread makes this worker multi-threaded, and Linux then waits
-// for an RCU grace period (10-20 ms, measured) each time the process's file
-// table grows under load. Growing it once now, while the worker is still
-// single-threaded, to what worker_connections can need keeps that stall off
-// the request path.
-void grow_fd_table(ngx_cycle_t* cycle) {
-    struct rlimit rl;
-    rlim_t want = 2 * static_cast<rlim_t>(cycle->connection_n) + 64;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-        want = rl.rlim_cur;
-    }
-    int fd = fcntl(0, F_DUPFD_CLOEXEC, static_cast<int>(want) - 1);
-    if (fd >= 0) close(fd);
-}
-
-// Watches a ZeroMQ socket's ZMQ_FD in nginx's event loop (edge-triggered:
-// the handler must drain the socket).
-ngx_connection_t* watch_socket(void* zsock, ngx_event_handler_pt handler, ngx_log_t* log) {
-    int fd = -1;
-    size_t len = sizeof(fd);
-    if (zmq_getsockopt(zsock, ZMQ_FD, &fd, &len) != 0) {
-        throw std::runtime_error(std::string("ZMQ_FD: ") + zmq_strerror(errno));
-    }
-    ngx_connection_t* c = ngx_get_connection(fd, log);
-    if (c == nullptr) throw std::runtime_error("no free connection for ZMQ_FD");
-    c->read->handler = handler;
-    c->read->log = log;
-    c->log = log;
-    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-        c->fd = -1;
-        ngx_free_connection(c);
-        throw std::runtime_error("cannot watch ZMQ_FD");
-    }
-    return c;
-}
-
-void unwatch_socket(ngx_connection_t* c) {
-    if (c == nullptr) return;
-    if (c->read->active) ngx_del_event(c->read, NGX_READ_EVENT, 0);
-    c->fd = -1;  // owned by ZeroMQ, which closes it
-    ngx_free_connection(c);
 }
 
 // A socket with linger 0; with CURVE configured, a CURVE client of the
@@ -561,8 +480,304 @@ void* make_socket(Reporter& rep, int type, int index, const char* role,
         zmq_connect(mon.pair, endpoint.c_str()) != 0) {
         throw std::runtime_error(std::string("socket monitor: ") + zmq_strerror(errno));
     }
-    mon.conn = watch_socket(mon.pair, on_monitor_readable, rep.log);
     return s;
+}
+
+// ZeroMQ's context and sockets, connected; the first report is due in one interval.
+void open_sockets(Reporter& rep) {
+    const Config& c = *rep.conf->cpp;
+    rep.ctx = zmq_ctx_new();
+    if (rep.ctx == nullptr) throw std::runtime_error(zmq_strerror(errno));
+    if (!c.collector_endpoint.empty()) {
+        rep.push = make_socket(rep, ZMQ_PUSH, 0, "report", {c.collector_endpoint});
+        int one = 1, hwm = 4;
+        zmq_setsockopt(rep.push, ZMQ_IMMEDIATE, &one, sizeof(one));
+        zmq_setsockopt(rep.push, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+        if (zmq_connect(rep.push, c.collector_endpoint.c_str()) != 0) {
+            throw std::runtime_error("connect " + c.collector_endpoint + ": " +
+                                     zmq_strerror(errno));
+        }
+    }
+    if (!c.instruction_endpoints.empty()) {
+        rep.sub = make_socket(rep, ZMQ_SUB, 1, "instruction", c.instruction_endpoints);
+        std::int64_t max = static_cast<std::int64_t>(wire::kMaxMessageBytes);
+        zmq_setsockopt(rep.sub, ZMQ_MAXMSGSIZE, &max, sizeof(max));
+        rep.topics[0] = wire::topic(Scope::Global, "", "");
+        rep.topics[1] = wire::topic(Scope::Region, c.id.region, "");
+        rep.topics[2] = wire::topic(Scope::Zone, c.id.region, c.id.zone);
+        for (const std::string& t : rep.topics) {
+            zmq_setsockopt(rep.sub, ZMQ_SUBSCRIBE, t.data(), t.size());
+        }
+        for (const std::string& e : c.instruction_endpoints) {
+            if (zmq_connect(rep.sub, e.c_str()) != 0) {
+                throw std::runtime_error("connect " + e + ": " + zmq_strerror(errno));
+            }
+        }
+    }
+    rep.keys_limiting.assign(c.table.defs.size(), false);
+    // Damping needs both the instructions' basis and this host's own reports to find its
+    // rate in it; the check is armed when a basis arrives (arm_surge_tick).
+    if (rep.conf->surge_damping && !c.instruction_endpoints.empty() && rep.push != nullptr) {
+        rep.damping = true;
+        rep.dampers.resize(c.table.defs.size() + shm::kRuntimeSlots);
+        rep.damper_logged.assign(rep.dampers.size(), surge::State::NoBasis);
+        rep.runtime_names.assign(shm::kRuntimeSlots, std::string());
+    }
+    rep.tick_at = ngx_current_msec + rep.conf->report_interval;
+}
+
+void close_sockets(Reporter& rep) {
+    if (rep.push) zmq_close(rep.push);
+    if (rep.sub) zmq_close(rep.sub);
+    for (Reporter::Monitor& mon : rep.monitors) {
+        if (mon.pair) zmq_close(mon.pair);
+    }
+    if (rep.ctx) zmq_ctx_term(rep.ctx);
+    rep.push = rep.sub = rep.ctx = nullptr;
+    for (Reporter::Monitor& mon : rep.monitors) mon.pair = nullptr;
+}
+
+// logrotate moves the error log away and has the master reopen it (USR1); the master tells
+// its workers, not this process, which keeps its own copy of the file descriptors. Once a
+// second it checks whether a log's name still leads to the file it writes, and if not,
+// opens the name again onto the same descriptor.
+void follow_rotated_logs(ngx_log_t* log) {
+    for (int guard = 0; log != nullptr && guard < 64; log = log->next, ++guard) {
+        ngx_open_file_t* f = log->file;
+        if (f == nullptr || f->fd == NGX_INVALID_FILE || f->name.len == 0) continue;
+        const std::string name(reinterpret_cast<const char*>(f->name.data), f->name.len);
+        struct stat now, ours;
+        if (stat(name.c_str(), &now) != 0 || fstat(f->fd, &ours) != 0) continue;
+        if (now.st_dev == ours.st_dev && now.st_ino == ours.st_ino) continue;
+        const int fd = open(name.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (fd < 0) continue;
+        dup2(fd, f->fd);
+        close(fd);
+    }
+}
+
+// Closes every descriptor the worker had but stdin/out/err, the error logs and `ctl`: the
+// listening sockets, the master's channel, the event loop's, and above all the connections
+// the worker serves when it starts a reporter again, which would otherwise stay open here
+// after the worker closed them (the client would never see them end).
+void keep_only_logs(ngx_log_t* log, int ctl) {
+    std::vector<int> keep = {ctl};
+    for (int guard = 0; log != nullptr && guard < 64; log = log->next, ++guard) {
+        if (log->file != nullptr && log->file->fd != NGX_INVALID_FILE)
+            keep.push_back(log->file->fd);
+    }
+    std::vector<int> open_fds;
+    if (DIR* d = opendir("/proc/self/fd")) {
+        while (const dirent* e = readdir(d)) {
+            if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
+                open_fds.push_back(std::atoi(e->d_name));
+        }
+        closedir(d);
+    }
+    for (int fd : open_fds) {
+        if (fd > 2 && std::find(keep.begin(), keep.end(), fd) == keep.end()) close(fd);
+    }
+}
+
+// The reporter process's loop, until worker 0 says it shuts down (a byte on `ctl`) or exits
+// (end of file on `ctl`).
+void run(Reporter& rep, int ctl) {
+    ngx_msec_t logs_at = ngx_current_msec + 1000;
+    std::vector<zmq_pollitem_t> items;
+    items.push_back({nullptr, ctl, ZMQ_POLLIN, 0});
+    if (rep.sub) items.push_back({rep.sub, -1, ZMQ_POLLIN, 0});
+    const std::size_t mon0 = items.size();
+    for (Reporter::Monitor& mon : rep.monitors) {
+        if (mon.pair) items.push_back({mon.pair, -1, ZMQ_POLLIN, 0});
+    }
+    for (;;) {
+        ngx_time_update();
+        ngx_msec_t now = ngx_current_msec;
+        ngx_msec_t next = std::min(rep.tick_at, logs_at);
+        if (rep.surge_at != 0) next = std::min(next, rep.surge_at);
+        if (rep.reconnect_at != 0) next = std::min(next, rep.reconnect_at);
+        const long timeout = next > now ? static_cast<long>(next - now) : 0;
+        if (zmq_poll(items.data(), static_cast<int>(items.size()), timeout) < 0 &&
+            zmq_errno() != EINTR) {
+            throw std::runtime_error(std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
+        }
+        ngx_time_update();
+        now = ngx_current_msec;
+        if (items[0].revents != 0) return;  // worker 0 shuts down or is gone
+        try {
+            if (rep.sub && items[1].revents != 0) drain(rep);
+            bool handshakes = false;
+            for (std::size_t i = mon0; i < items.size(); ++i) handshakes |= items[i].revents != 0;
+            if (handshakes && on_handshakes(rep)) send_report(rep, true);
+            if (rep.reconnect_at != 0 && now >= rep.reconnect_at) {
+                rep.reconnect_at = 0;
+                if (on_handshakes(rep)) {
+                    send_report(rep, true);  // re-arms the poll if it fails again
+                } else if (rep.report_failing) {
+                    rep.reconnect_at = now + kReconnectPollMs;
+                }
+            }
+            if (now >= rep.tick_at) {
+                rep.tick_at = now + rep.conf->report_interval;
+                on_tick(rep);
+            }
+            if (rep.surge_at != 0 && now >= rep.surge_at) {
+                on_surge_tick(rep);
+                // Without a basis no check could change anything: feed_dampers re-arms it.
+                rep.surge_at = any_basis(rep) ? now + kSurgeCheckMs : 0;
+            }
+        } catch (const std::exception& e) {
+            ngx_log_error(NGX_LOG_ERR, rep.log, 0, "grl: reporter: %s", e.what());
+        }
+        if (now >= logs_at) {
+            logs_at = now + 1000;
+            follow_rotated_logs(rep.log);
+        }
+    }
+}
+
+// The reporter process, forked by worker 0 (still single-threaded): it leaves what the worker
+// serves with, runs the loop, and exits when worker 0 does. It never returns.
+[[noreturn]] void reporter_main(ngx_cycle_t* cycle, MainConf* m, int ctl) {
+    ngx_pid = ngx_getpid();  // this process's own, in its log lines and the zone
+    // nginx's signal handlers only raise flags its loop would read; this loop reads none.
+    for (int sig :
+         {SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH, SIGTERM, SIGQUIT, SIGINT, SIGALRM, SIGIO, SIGCHLD}) {
+        signal(sig, SIG_DFL);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    keep_only_logs(cycle->log, ctl);
+    ngx_setproctitle(const_cast<char*>("grl reporter"));
+    int code = 0;
+    auto rep = std::make_unique<Reporter>();
+    rep->conf = m;
+    rep->log = cycle->log;
+    try {
+        ngx_time_update();
+        shm::View(m->shm_base).header().reporter_pid.store(static_cast<std::uint32_t>(ngx_pid));
+        open_sockets(*rep);
+        const Config& c = *m->cpp;
+        ngx_log_error(NGX_LOG_NOTICE, rep->log, 0,
+                      "grl: reporter started as host \"%s\" (zone \"%s\", region \"%s\"), "
+                      "collector \"%s\", %uz instruction endpoint(s)%s%s",
+                      c.id.host.c_str(), c.id.zone.c_str(), c.id.region.c_str(),
+                      c.collector_endpoint.empty() ? "none" : c.collector_endpoint.c_str(),
+                      c.instruction_endpoints.size(), c.curve() ? ", CURVE on" : "",
+                      m->surge_damping ? "" : ", surge damping off");
+        run(*rep, ctl);
+    } catch (const std::exception& e) {
+        // Fail open: the workers serve traffic without a control plane.
+        ngx_log_error(NGX_LOG_ERR, rep->log, 0, "grl: reporter stopped: %s", e.what());
+        code = 1;
+    }
+    // Worker 0 shuts down (a reload, or nginx stops): leave the collector at once, as the
+    // worker's own timers used to, and stay until the worker exits, so that the worker never
+    // sees this process end (nginx would log it as an unknown process).
+    close_sockets(*rep);
+    for (;;) {
+        char byte;
+        const ssize_t n = read(ctl, &byte, 1);
+        if (n == 0 || (n < 0 && errno != EINTR)) break;
+    }
+    _exit(code);
+}
+
+// ---- worker 0's side ------------------------------------------------------------------
+
+// The reporter process as worker 0 sees it: one end of a socket pair, watched in the event
+// loop. The reporter holds the other end; each sees the other exit as the end of the file.
+struct Spawner {
+    ngx_cycle_t* cycle = nullptr;
+    MainConf* conf = nullptr;
+    ngx_connection_t* conn = nullptr;
+    ngx_pid_t pid = -1;
+    ngx_msec_t started_ms = 0;
+    ngx_event_t respawn;  // armed only when a reporter process ended less than 1 s after it began
+};
+
+Spawner* g_spawner = nullptr;
+
+constexpr ngx_msec_t kRespawnMs = 1000;
+
+void spawn(Spawner& sp);
+
+void on_reporter_event(ngx_event_t* ev) noexcept {
+    auto* c = static_cast<ngx_connection_t*>(ev->data);
+    Spawner& sp = *g_spawner;
+    if (c->close) {
+        // Graceful shutdown began (ngx_close_idle_connections): the reporter leaves the
+        // collector now and exits with this worker.
+        c->close = 0;
+        c->idle = 0;
+        const char quit = 'q';
+        if (write(c->fd, &quit, 1) < 0) {
+            ngx_log_error(NGX_LOG_WARN, ev->log, ngx_errno, "grl: telling the reporter to stop");
+        }
+        return;
+    }
+    char buf[64];
+    const ssize_t n = read(c->fd, buf, sizeof(buf));
+    if (n > 0 || (n < 0 && (ngx_errno == NGX_EAGAIN || ngx_errno == NGX_EINTR))) return;
+    ngx_close_connection(c);
+    sp.conn = nullptr;
+    if (ngx_exiting || ngx_quit || ngx_terminate) return;
+    const ngx_msec_t ran = ngx_current_msec - sp.started_ms;
+    ngx_log_error(NGX_LOG_ALERT, ev->log, 0,
+                  "grl: reporter process %P ended after %M ms; starting another%s", sp.pid, ran,
+                  ran < kRespawnMs ? " in 1 s" : "");
+    if (ran < kRespawnMs) {
+        ngx_add_timer(&sp.respawn, kRespawnMs);
+    } else {
+        spawn(sp);
+    }
+}
+
+void on_respawn(ngx_event_t*) noexcept {
+    if (g_spawner != nullptr && g_spawner->conn == nullptr) spawn(*g_spawner);
+}
+
+void spawn(Spawner& sp) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        ngx_log_error(NGX_LOG_ERR, sp.cycle->log, ngx_errno,
+                      "grl: reporter not started: socketpair() failed");
+        return;
+    }
+    const ngx_pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        reporter_main(sp.cycle, sp.conf, sv[1]);
+    }
+    close(sv[1]);
+    if (pid < 0) {
+        ngx_log_error(NGX_LOG_ERR, sp.cycle->log, ngx_errno,
+                      "grl: reporter not started: fork() failed; serving without a control "
+                      "plane");
+        close(sv[0]);
+        return;
+    }
+    sp.pid = pid;
+    sp.started_ms = ngx_current_msec;
+    ngx_connection_t* c = ngx_get_connection(sv[0], sp.cycle->log);
+    if (c == nullptr || ngx_nonblocking(sv[0]) == -1) {
+        ngx_log_error(NGX_LOG_ERR, sp.cycle->log, 0,
+                      "grl: cannot watch the reporter process %P (no free connection)", pid);
+        if (c != nullptr) ngx_free_connection(c);
+        close(sv[0]);  // the reporter sees the end of the file and exits
+        return;
+    }
+    c->read->handler = on_reporter_event;
+    c->read->log = sp.cycle->log;
+    c->log = sp.cycle->log;
+    c->idle = 1;  // so that a graceful shutdown calls on_reporter_event with c->close
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_close_connection(c);
+        return;
+    }
+    sp.conn = c;
 }
 
 }  // namespace
@@ -574,94 +789,32 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
     if (m == nullptr || m->shm_base == nullptr) return NGX_OK;
     const Config& c = *m->cpp;
     if (c.collector_endpoint.empty() && c.instruction_endpoints.empty()) return NGX_OK;
-    try {
-        auto* rep = new Reporter();
-        g_reporter = rep;
-        rep->conf = m;
-        rep->log = cycle->log;
-        shm::View(m->shm_base).header().reporter_pid.store(static_cast<std::uint32_t>(ngx_pid));
-        grow_fd_table(cycle);
-        rep->ctx = zmq_ctx_new();
-        if (rep->ctx == nullptr) throw std::runtime_error(zmq_strerror(errno));
-        if (!c.collector_endpoint.empty()) {
-            rep->push = make_socket(*rep, ZMQ_PUSH, 0, "report", {c.collector_endpoint});
-            int one = 1, hwm = 4;
-            zmq_setsockopt(rep->push, ZMQ_IMMEDIATE, &one, sizeof(one));
-            zmq_setsockopt(rep->push, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-            if (zmq_connect(rep->push, c.collector_endpoint.c_str()) != 0) {
-                throw std::runtime_error("connect " + c.collector_endpoint + ": " +
-                                         zmq_strerror(errno));
-            }
-        }
-        if (!c.instruction_endpoints.empty()) {
-            rep->sub = make_socket(*rep, ZMQ_SUB, 1, "instruction", c.instruction_endpoints);
-            std::int64_t max = static_cast<std::int64_t>(wire::kMaxMessageBytes);
-            zmq_setsockopt(rep->sub, ZMQ_MAXMSGSIZE, &max, sizeof(max));
-            rep->topics[0] = wire::topic(Scope::Global, "", "");
-            rep->topics[1] = wire::topic(Scope::Region, c.id.region, "");
-            rep->topics[2] = wire::topic(Scope::Zone, c.id.region, c.id.zone);
-            for (const std::string& t : rep->topics) {
-                zmq_setsockopt(rep->sub, ZMQ_SUBSCRIBE, t.data(), t.size());
-            }
-            for (const std::string& e : c.instruction_endpoints) {
-                if (zmq_connect(rep->sub, e.c_str()) != 0) {
-                    throw std::runtime_error("connect " + e + ": " + zmq_strerror(errno));
-                }
-            }
-            rep->sub_conn = watch_socket(rep->sub, on_sub_readable, cycle->log);
-        }
-        rep->keys_limiting.assign(c.table.defs.size(), false);
-        rep->tick.handler = on_tick;
-        rep->tick.log = cycle->log;
-        rep->tick.data = rep;
-        rep->tick.cancelable = 1;  // never delays a graceful shutdown
-        rep->reconnect_poll.handler = on_reconnect_poll;
-        rep->reconnect_poll.log = cycle->log;
-        rep->reconnect_poll.data = rep;
-        rep->reconnect_poll.cancelable = 1;
-        ngx_add_timer(&rep->tick, m->report_interval);
-        // Damping needs both the instructions' basis and this host's own reports to find
-        // its rate in it; the check is armed when a basis arrives (arm_surge_tick).
-        if (m->surge_damping && !c.instruction_endpoints.empty() && rep->push != nullptr) {
-            rep->dampers.resize(c.table.defs.size() + shm::kRuntimeSlots);
-            rep->damper_logged.assign(rep->dampers.size(), surge::State::NoBasis);
-            rep->runtime_names.assign(shm::kRuntimeSlots, std::string());
-            rep->surge_tick.handler = on_surge_tick;
-            rep->surge_tick.log = cycle->log;
-            rep->surge_tick.data = rep;
-            rep->surge_tick.cancelable = 1;
-        }
-        ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
-                      "grl: reporter started as host \"%s\" (zone \"%s\", region \"%s\"), "
-                      "collector \"%s\", %uz instruction endpoint(s)%s%s",
-                      c.id.host.c_str(), c.id.zone.c_str(), c.id.region.c_str(),
-                      c.collector_endpoint.empty() ? "none" : c.collector_endpoint.c_str(),
-                      c.instruction_endpoints.size(), c.curve() ? ", CURVE on" : "",
-                      m->surge_damping ? "" : ", surge damping off");
-    } catch (const std::exception& e) {
-        // Fail open: the worker serves traffic without a control plane.
-        ngx_log_error(NGX_LOG_ERR, cycle->log, 0, "grl: reporter not started: %s", e.what());
-        reporter_stop(cycle);
-    }
+    auto* sp = new Spawner();
+    g_spawner = sp;
+    sp->cycle = cycle;
+    sp->conf = m;
+    sp->respawn.handler = on_respawn;
+    sp->respawn.log = cycle->log;
+    sp->respawn.data = sp;
+    sp->respawn.cancelable = 1;  // never delays a graceful shutdown
+    spawn(*sp);
     return NGX_OK;
 }
 
 void reporter_stop(ngx_cycle_t*) noexcept {
-    Reporter* rep = g_reporter;
-    if (rep == nullptr) return;
-    g_reporter = nullptr;
-    if (rep->tick.timer_set) ngx_del_timer(&rep->tick);
-    if (rep->surge_tick.timer_set) ngx_del_timer(&rep->surge_tick);
-    if (rep->reconnect_poll.timer_set) ngx_del_timer(&rep->reconnect_poll);
-    unwatch_socket(rep->sub_conn);
-    for (Reporter::Monitor& mon : rep->monitors) unwatch_socket(mon.conn);
-    if (rep->push) zmq_close(rep->push);
-    if (rep->sub) zmq_close(rep->sub);
-    for (Reporter::Monitor& mon : rep->monitors) {
-        if (mon.pair) zmq_close(mon.pair);
+    Spawner* sp = g_spawner;
+    if (sp == nullptr) return;
+    g_spawner = nullptr;
+    if (sp->respawn.timer_set) ngx_del_timer(&sp->respawn);
+    // This worker exits now. Its end of the socket pair stays open until it has (the kernel
+    // closes it): the reporter then sees the end of the file and exits after the worker, which
+    // never sees it end (nginx would log "unknown process ... exited").
+    if (sp->conn != nullptr) {
+        if (sp->conn->read->active) ngx_del_event(sp->conn->read, NGX_READ_EVENT, 0);
+        sp->conn->fd = static_cast<ngx_socket_t>(-1);
+        ngx_free_connection(sp->conn);
     }
-    if (rep->ctx) zmq_ctx_term(rep->ctx);
-    delete rep;
+    delete sp;
 }
 
 }  // namespace grl::ngx

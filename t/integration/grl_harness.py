@@ -423,6 +423,15 @@ def children_of(ppid):
     return sorted(out)
 
 
+def pid_gone(pid):
+    """True when the process has ended (gone, or a zombie waiting to be reaped)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 # ---------------------------------------------------------------------------
 # ZeroMQ peers
 

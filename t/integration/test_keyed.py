@@ -231,6 +231,9 @@ def test_keyed_report_carries_heavy_hitters_and_hash_keys_hides_them(nginx_facto
     n = nginx_factory(h.grl_conf(["per-key key=$http_x_api_key rate=50r/s keys=64",
                                   "hashed key=$http_x_api_key rate=50r/s hash_keys=on keys=64"],
                                  collector=collector, interval="250ms"))
+    # The reporter (a process of its own) may connect after the load began: its first report
+    # would then hold a few requests counted over a whole interval (add_key_rates).
+    collector.wait_for(lambda r: True, 5, "a first report")
     run_keys(n.port, {"A": (100, 2)})
     hash_a = int(top_key(n, "per-key", "A")["hash"], 16)
 

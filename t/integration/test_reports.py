@@ -137,6 +137,44 @@ def test_zone_resize_on_reload_starts_a_new_epoch(nginx_factory, collector):
     assert n.bucket("a")["offered"] == 5
 
 
+def reporters(n):
+    """The reporter processes: children of nginx's workers ("nginx: grl reporter")."""
+    return [p for w in n.worker_pids() for p in h.children_of(w)]
+
+
+def threads(pid):
+    return len(os.listdir("/proc/%d/task" % pid))
+
+
+def fd_targets(pid):
+    out = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            out.add(os.readlink("/proc/%d/fd/%s" % (pid, fd)))
+        except OSError:
+            pass
+    return out
+
+
+def test_the_reporter_is_a_process_of_its_own_and_no_worker_has_a_second_thread(
+        nginx_factory, collector, publisher):
+    n = nginx_factory(h.grl_conf(["a procedure=/a rate=100r/s"], collector=collector,
+                                 publisher=publisher))
+    collector.wait_for(lambda r: True, 5, "a first report")
+    [rep] = reporters(n)
+    with open("/proc/%d/cmdline" % rep, "rb") as f:
+        assert b"grl reporter" in f.read()
+    assert threads(rep) > 1, "ZeroMQ's I/O thread lives in the reporter"
+    assert [threads(w) for w in n.worker_pids()] == [1, 1], "workers stay single-threaded"
+    # It holds none of the workers' sockets (listening, clients, the master's channel).
+    held = {f for f in fd_targets(rep) if f.startswith("socket:")}
+    workers = set()
+    for w in n.worker_pids():
+        workers |= fd_targets(w)
+    # The socket pair's two ends are two sockets, one in each process: nothing shared.
+    assert not held & workers, ("the reporter holds the workers' sockets", held & workers)
+
+
 def test_reporter_survives_a_worker_crash(nginx_factory, collector, publisher):
     n = nginx_factory(h.grl_conf(["a procedure=/a rate=100r/s", "b procedure=/b rate=1r/s"],
                                  collector=collector, publisher=publisher))
@@ -145,13 +183,15 @@ def test_reporter_survives_a_worker_crash(nginx_factory, collector, publisher):
     started = [l for l in n.error_log().splitlines() if "grl: reporter started" in l]
     assert len(started) == 1, started
     reporter = int(started[0].split("#")[1].split(":")[0])  # "... [notice] PID#TID: ..."
-    assert reporter in n.worker_pids()
+    assert reporters(n) == [reporter]
+    worker0 = [w for w in n.worker_pids() if reporter in h.children_of(w)][0]
 
-    os.kill(reporter, signal.SIGKILL)
-    h.wait_until(lambda: reporter not in n.worker_pids() and len(n.worker_pids()) == 2, 10,
+    os.kill(worker0, signal.SIGKILL)
+    h.wait_until(lambda: worker0 not in n.worker_pids() and len(n.worker_pids()) == 2, 10,
                  what="the master to respawn the killed worker")
     h.wait_until(lambda: n.error_log().count("grl: reporter started") == 2, 10,
                  what="the respawned worker 0 to start a reporter")
+    h.wait_until(lambda: h.pid_gone(reporter), 5, what="the old reporter to end with its worker")
 
     n.blast("/a", 20)
     r = collector.wait_for(lambda r: counts(r)["a"] == 50, 5, "a report with a=50 after the crash")
@@ -160,3 +200,50 @@ def test_reporter_survives_a_worker_crash(nginx_factory, collector, publisher):
     publisher.set([bucket_entry("b", 1000000)])
     h.wait_ratio(n, "b", 1.0)
     assert all(x.status == 429 for x in n.blast("/b", 10))
+
+
+def test_a_killed_reporter_is_started_again_by_worker_0(nginx_factory, collector, publisher):
+    n = nginx_factory(h.grl_conf(["a procedure=/a rate=100r/s", "b procedure=/b rate=1r/s"],
+                                 collector=collector, publisher=publisher))
+    n.blast("/a", 10)
+    collector.wait_for(lambda r: counts(r)["a"] == 10, 5, "a report with a=10")
+    time.sleep(1.1)  # a reporter that ends within 1 s of its start is started again after 1 s
+    [reporter] = reporters(n)
+    workers = n.worker_pids()
+    os.kill(reporter, signal.SIGKILL)
+    h.wait_until(lambda: len(reporters(n)) == 1 and reporters(n) != [reporter], 5,
+                 what="worker 0 to start another reporter")
+    assert n.worker_pids() == workers, "the workers go on"
+    log = n.error_log()
+    assert "grl: reporter process %d ended after" % reporter in log, log[-2000:]
+    n.blast("/a", 5)
+    collector.wait_for(lambda r: counts(r)["a"] == 15, 5, "a report with a=15 from the new one")
+    publisher.set([bucket_entry("b", 1000000)])
+    h.wait_ratio(n, "b", 1.0)
+
+
+def test_a_graceful_reload_ends_the_old_reporter_with_its_worker(nginx_factory, collector):
+    n = nginx_factory(h.grl_conf(["a procedure=/a rate=100r/s"], collector=collector))
+    collector.wait_for(lambda r: True, 5, "a first report")
+    [old] = reporters(n)
+    n.reload()
+    h.wait_until(lambda: h.pid_gone(old), 10, what="the old reporter to end")
+    h.wait_until(lambda: len(reporters(n)) == 1, 10, what="one reporter, the new worker 0's")
+    assert "unknown process" not in n.error_log(), "workers never see a reporter end"
+
+
+def test_the_reporter_follows_a_rotated_error_log(nginx_factory, collector, publisher):
+    """logrotate: the log is moved, the master reopens it on USR1 and tells its workers; the
+    reporter, not a worker, notices within a second by itself and writes to the new file."""
+    n = nginx_factory(h.grl_conf(["b procedure=/b rate=10r/s"], collector=collector,
+                                 publisher=publisher))
+    h.wait_until(lambda: "grl: reporter started" in n.error_log(), 5, what="the reporter")
+    os.rename(n.error_log_path, n.error_log_path + ".1")
+    os.kill(n.proc.pid, signal.SIGUSR1)
+    h.wait_until(lambda: os.path.exists(n.error_log_path), 5, what="nginx to reopen its log")
+    time.sleep(1.5)  # the reporter looks once a second
+    publisher.set([bucket_entry("b", 500000)])
+    h.wait_until(lambda: 'grl: bucket "b" ratio active' in n.error_log(), 5,
+                 what="the reporter's line in the new error log")
+    with open(n.error_log_path + ".1") as f:
+        assert 'ratio active' not in f.read()
