@@ -274,6 +274,31 @@ def test_replay_to_a_new_subscriber_carries_the_remaining_ttl(fleet):
         assert topic == b"grl/g/"
         # 3 s TTL, last message 1.5-1.75 s old: ~1.25-1.5 s left.
         assert 1000 <= m["ttl_ms"] <= 1600, m["ttl_ms"]
+
+        # nginx subscribes to its three topics at once: each replay is one message of its
+        # own (the second one once carried the first one's bytes before its own).
+        s = ctx.socket(zmq.SUB)
+        s.setsockopt(zmq.RCVTIMEO, 2000)
+        s.setsockopt(zmq.LINGER, 0)
+        for t in (b"grl/g/", b"grl/r/r1/", b"grl/z/r1/z1/"):
+            s.setsockopt(zmq.SUBSCRIBE, t)
+        ctl.signal(19)
+        try:
+            time.sleep(0.5)
+            s.connect(col.publish)
+            got = {}
+            for _ in range(2):  # the controller publishes global and region messages
+                topic, body = s.recv_multipart()
+                u = msgpack.Unpacker(raw=False)
+                u.feed(body)
+                got[topic] = list(u)
+        finally:
+            ctl.signal(18)
+            s.close()
+        assert set(got) == {b"grl/g/", b"grl/r/r1/"}, got
+        for topic, msgs in got.items():
+            assert len(msgs) == 1, (topic, msgs)
+            assert msgs[0]["scope"] == {b"grl/g/": "global", b"grl/r/r1/": "region"}[topic]
     finally:
         ctx.term()
 
