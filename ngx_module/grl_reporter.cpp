@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -789,7 +790,11 @@ ngx_int_t reporter_start(ngx_cycle_t* cycle) noexcept {
     if (m == nullptr || m->shm_base == nullptr) return NGX_OK;
     const Config& c = *m->cpp;
     if (c.collector_endpoint.empty() && c.instruction_endpoints.empty()) return NGX_OK;
-    auto* sp = new Spawner();
+    auto* sp = new (std::nothrow) Spawner();
+    if (sp == nullptr) {
+        ngx_log_error(NGX_LOG_ERR, cycle->log, 0, "grl: reporter not started: out of memory");
+        return NGX_OK;  // fail open: the workers serve without a control plane
+    }
     g_spawner = sp;
     sp->cycle = cycle;
     sp->conf = m;
