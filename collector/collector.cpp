@@ -378,6 +378,7 @@ void Collector::send_usage() {
     const auto t0 = std::chrono::steady_clock::now();
     wire::ZoneUsage& u = usage_;
     table_.usage(u);
+    u.v = cfg_.usage_version;
     u.source = cfg_.name;
     u.region = cfg_.region;
     u.zone = cfg_.zone;
