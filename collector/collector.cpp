@@ -137,6 +137,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     relay_ =
         std::make_unique<Relay>(ctx, std::move(sub), std::move(pub), topics_, std::move(sub_watch));
     relay_->start();
+    loop_.on_socket(relay_->replies(), [this] { relay_->on_replies(); });
     if (curve_up) {  // refused controllers are connected again when due
         loop_.every(250, [this] {
             for (auto& c : controllers_) c->watch->handle(daemon::mono_ms());
@@ -220,11 +221,16 @@ void Collector::reload_keys(const char* why) {
     // (key_not_listed). docs/control-plane.md "CURVE".
     if (cut_report) {
         daemon::cut_removed_keys(*zap_, "nginx", *report_limit_, "--curve-clients", why,
-                                 [this] { daemon::rebind(pull_.get(), report_ep_); });
+                                 [this](daemon::RebindDone done) {
+                                     daemon::rebind(loop_, pull_.get(), report_ep_,
+                                                    std::move(done));
+                                 });
     }
     if (cut_publish) {
         daemon::cut_removed_keys(*zap_, "subscriber", *publish_limit_, "--curve-clients", why,
-                                 [this] { relay_->rebind_publish(publish_ep_); });
+                                 [this](daemon::RebindDone done) {
+                                     relay_->rebind_publish(publish_ep_, std::move(done), loop_);
+                                 });
     }
 }
 

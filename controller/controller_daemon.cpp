@@ -879,8 +879,9 @@ void Daemon::reload_keys(const char* why) {
     auto cut = [&](bool removed_connected, const char* domain, daemon::EndpointLimit& limit,
                    daemon::Socket& sock, const std::string& ep, const std::string& option) {
         if (!removed_connected) return;
-        daemon::cut_removed_keys(*zap_, domain, limit, option, why,
-                                 [&] { daemon::rebind(sock.get(), ep); });
+        daemon::cut_removed_keys(*zap_, domain, limit, option, why, [&](daemon::RebindDone done) {
+            daemon::rebind(loop_, sock.get(), ep, std::move(done));
+        });
     };
     if (auto list = load(client_list_, [&] { return daemon::load_key_list(client_list_.path); })) {
         std::set<std::string> keys = curve::keys_of(*list);
