@@ -602,6 +602,11 @@ std::string Collector::metrics() {
              "Instruction messages dropped as malformed or not for this zone.");
     m.sample("grl_collector_instructions_malformed_total",
              static_cast<double>(relay_->malformed.load()));
+    m.family("grl_collector_relay_late_replies_total", "counter",
+             "Replies of the relay thread to a rebind of the publish socket that came after the "
+             "request was given up on (5 s): dropped, never taken for a later request's.");
+    m.sample("grl_collector_relay_late_replies_total",
+             static_cast<double>(relay_->stale_replies()));
     m.family("grl_collector_last_instruction_age_seconds", "gauge",
              "Time since the last instruction message relayed (no sample before the first).");
     age("grl_collector_last_instruction_age_seconds", relay_->last_mono.load());

@@ -78,6 +78,10 @@ void Relay::on_replies() {
         }
         if (it == pending_.end()) {
             ++stale_replies_;  // the answer to a request given up on
+            daemon::log_warn(
+                "relay: a reply to a rebind of the publish socket came after the "
+                "request was given up on, dropped: \"" +
+                std::string(reply) + "\"");
             continue;
         }
         daemon::RebindDone d = std::move(it->second);

@@ -111,15 +111,16 @@ bool header(Cursor& c, std::string_view type, std::uint64_t& keys, std::uint64_t
            c.key("type") && c.str(t) && t == type;
 }
 
-// An entry or definition of `n` items: a map of its keys in v 1, an array since v 2. `item`
-// reads the key before each item of a map (the packer writes them in the positional order).
+// An entry or definition of `n` items: a map of its keys in v 1 (`Keyed`), an array since v 2.
+// `item` reads the key before each item of a map (the packer writes them in the positional
+// order). A template parameter, so that reading v 2 costs no test per item.
+template <bool Keyed>
 struct Entry {
-    bool keyed;  // v 1
-    bool open(Cursor& c, std::uint64_t n) const {
+    static bool open(Cursor& c, std::uint64_t n) {
         std::uint64_t items = 0;
-        return (keyed ? c.map(items) : c.array(items)) && items == n;
+        return (Keyed ? c.map(items) : c.array(items)) && items == n;
     }
-    bool item(Cursor& c, std::string_view key) const { return !keyed || c.key(key); }
+    static bool item(Cursor& c, std::string_view key) { return !Keyed || c.key(key); }
 };
 
 bool name_into(Cursor& c, std::string_view key, std::string& out) {
@@ -151,7 +152,8 @@ bool names(Cursor& c, std::string_view key, std::size_t max, std::vector<std::st
 }
 
 // Definitions of the unkeyed form (4 items); a keyed one (5 items) goes to wire::decode.
-bool definitions(Cursor& c, Entry e, std::vector<DefinitionCount>& out) {
+template <class E>
+bool definitions(Cursor& c, E e, std::vector<DefinitionCount>& out) {
     std::uint64_t n = 0;
     if (!c.array(n) || n > kMaxDefinitions) return false;
     out.clear();
@@ -180,7 +182,8 @@ bool definitions(Cursor& c, Entry e, std::vector<DefinitionCount>& out) {
 // zone_usage (per-entry host_names); an entry with keys goes to wire::decode. Names strictly
 // ascending, as senders sort them (which proves them unique; unsorted but unique ones go to
 // wire::decode).
-bool buckets(Cursor& c, Entry e, bool zone, std::uint64_t message_hosts,
+template <class E>
+bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts,
              std::vector<UsageBucket>& out) {
     std::uint64_t n = 0;
     if (!c.key("buckets") || !c.array(n) || n > kMaxBucketsPerMessage) return false;
@@ -242,7 +245,8 @@ bool fast(std::string_view bytes, ZoneUsage& m) {
         !uint_into(c, "interval_ms", m.interval_ms) || !uint_into(c, "hosts", m.hosts) ||
         !uint_into(c, "stale_hosts", m.stale_hosts) ||
         !names(c, "host_names", kMaxHostNames, m.host_names) || m.host_names.size() > m.hosts ||
-        !buckets(c, Entry{m.v == 1}, true, m.hosts, m.buckets) ||
+        !(m.v == 1 ? buckets(c, Entry<true>{}, true, m.hosts, m.buckets)
+                   : buckets(c, Entry<false>{}, true, m.hosts, m.buckets)) ||
         !part(c, keys, m.host_names.size(), m.part, m.parts)) {
         return false;
     }
@@ -259,8 +263,10 @@ bool fast(std::string_view bytes, RegionUsage& m) {
         !name_into(c, "region", m.region) || !uint_into(c, "interval_ms", m.interval_ms) ||
         !uint_into(c, "zones", m.zones) || !uint_into(c, "hosts", m.hosts) ||
         !c.key("limits_digest") || !c.str(digest) || digest.size() > kMaxDigestLen ||
-        !buckets(c, Entry{m.v == 1}, false, m.hosts, m.buckets) || !c.key("overrides") ||
-        !c.array(overrides) || overrides != 0 || !part(c, keys, 0, m.part, m.parts)) {
+        !(m.v == 1 ? buckets(c, Entry<true>{}, false, m.hosts, m.buckets)
+                   : buckets(c, Entry<false>{}, false, m.hosts, m.buckets)) ||
+        !c.key("overrides") || !c.array(overrides) || overrides != 0 ||
+        !part(c, keys, 0, m.part, m.parts)) {
         return false;
     }
     m.limits_digest.assign(digest.data(), digest.size());
