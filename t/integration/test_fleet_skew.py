@@ -4,6 +4,8 @@ some receiver is of the release before, are read by this release's controllers: 
 and the peer region stay in the sums, the ratio reaches nginx, and the controllers say
 which version each zone and peer sends, and when the last sender of version 1 is gone."""
 
+import time
+
 import msgpack
 import zmq
 
@@ -124,3 +126,20 @@ def test_a_controller_sending_region_usage_version_1_to_a_peer(fleet):
     finally:
         g1.stop()
         g3.stop()
+
+
+def test_a_state_file_of_the_release_before_is_read(fleet, tmp_path):
+    """A controller's --state-file is a region usage: one written by the release before usage
+    version 2 (v 1) is read on the upgraded controller, its overrides kept (main moved it
+    aside as bad, and the overrides were lost with it)."""
+    state = tmp_path / "controller.state"
+    now_ms = int(time.time() * 1000)
+    state.write_bytes(msgpack.packb({
+        "v": 1, "type": "region_usage", "ts_ms": 1, "seq": 1, "source": "ctl-r1", "region": "r1",
+        "interval_ms": 250, "zones": 0, "hosts": 0, "limits_digest": "", "buckets": [],
+        "overrides": [{"name": "g", "limit_mrps": 50000, "expires_ms": 0, "set_ms": now_ms,
+                       "origin": "ctl-r1"}]}, use_bin_type=True))
+    ctl = fleet.controller(extra=["--state-file", str(state)])
+    assert "state file %s: 1 of 1 overrides restored" % state in ctl.log(), ctl.log()[-2000:]
+    assert not (tmp_path / "controller.state.bad").exists()
+    assert f.metric(ctl.metrics(), "grl_controller_state_file_ok") == 1
