@@ -642,6 +642,7 @@ void Daemon::restore_state() {
 void Daemon::save_state() {
     if (cfg_.state_file.empty()) return;
     wire::RegionUsage state;
+    state.v = cfg_.usage_version;  // readable by the release before during an upgrade
     state.source = cfg_.opts.name;
     state.region = cfg_.opts.region;
     state.interval_ms = cfg_.opts.interval_ms;

@@ -143,3 +143,12 @@ def test_a_state_file_of_the_release_before_is_read(fleet, tmp_path):
     assert "state file %s: 1 of 1 overrides restored" % state in ctl.log(), ctl.log()[-2000:]
     assert not (tmp_path / "controller.state.bad").exists()
     assert f.metric(ctl.metrics(), "grl_controller_state_file_ok") == 1
+    # With --usage-version 1 it writes the file so that the release before reads it again.
+    ctl.stop()
+    state.unlink()
+    ctl.args += ["--usage-version", "1"]
+    ctl.start()
+    f.grlctl(ctl, "set", "g", "--limit", "20r/s")
+    f.h.wait_until(lambda: state.exists(), 3, what="the state file")
+    saved = msgpack.unpackb(state.read_bytes(), raw=False)
+    assert saved["v"] == 1 and saved["overrides"][0]["name"] == "g", saved
