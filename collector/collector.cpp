@@ -137,6 +137,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     relay_ =
         std::make_unique<Relay>(ctx, std::move(sub), std::move(pub), topics_, std::move(sub_watch));
     relay_->start();
+    loop_.on_socket(relay_->replies(), [this] { relay_->on_replies(); });
     if (curve_up) {  // refused controllers are connected again when due
         loop_.every(250, [this] {
             for (auto& c : controllers_) c->watch->handle(daemon::mono_ms());
@@ -220,11 +221,16 @@ void Collector::reload_keys(const char* why) {
     // (key_not_listed). docs/control-plane.md "CURVE".
     if (cut_report) {
         daemon::cut_removed_keys(*zap_, "nginx", *report_limit_, "--curve-clients", why,
-                                 [this] { daemon::rebind(pull_.get(), report_ep_); });
+                                 [this](daemon::RebindDone done) {
+                                     daemon::rebind(loop_, pull_.get(), report_ep_,
+                                                    std::move(done));
+                                 });
     }
     if (cut_publish) {
         daemon::cut_removed_keys(*zap_, "subscriber", *publish_limit_, "--curve-clients", why,
-                                 [this] { relay_->rebind_publish(publish_ep_); });
+                                 [this](daemon::RebindDone done) {
+                                     relay_->rebind_publish(publish_ep_, std::move(done), loop_);
+                                 });
     }
 }
 
@@ -378,6 +384,7 @@ void Collector::send_usage() {
     const auto t0 = std::chrono::steady_clock::now();
     wire::ZoneUsage& u = usage_;
     table_.usage(u);
+    u.v = cfg_.usage_version;
     u.source = cfg_.name;
     u.region = cfg_.region;
     u.zone = cfg_.zone;
@@ -595,6 +602,11 @@ std::string Collector::metrics() {
              "Instruction messages dropped as malformed or not for this zone.");
     m.sample("grl_collector_instructions_malformed_total",
              static_cast<double>(relay_->malformed.load()));
+    m.family("grl_collector_relay_late_replies_total", "counter",
+             "Replies of the relay thread to a rebind of the publish socket that came after the "
+             "request was given up on (5 s): dropped, never taken for a later request's.");
+    m.sample("grl_collector_relay_late_replies_total",
+             static_cast<double>(relay_->stale_replies()));
     m.family("grl_collector_last_instruction_age_seconds", "gauge",
              "Time since the last instruction message relayed (no sample before the first).");
     age("grl_collector_last_instruction_age_seconds", relay_->last_mono.load());

@@ -74,6 +74,7 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_duration(app, "--batch", c.batch_ms, 0, 1000,
                       "take reports off the socket in batches this often (0: one by one as they "
                       "arrive)");
+    cli::add_usage_version(app, c.usage_version, "zone usage");
     cli::add_count(app, "--stale-intervals", c.rates.stale_intervals, 1, 1000000,
                    "a host silent for N of its report intervals leaves the sums");
     cli::add_count(app, "--forget-intervals", c.rates.forget_intervals, 1, 1000000,

@@ -32,6 +32,8 @@ struct Config {
     // Connections each bound endpoint (report, publish) holds at most (one per nginx each);
     // a new one's handshake is refused while it is full (grl/connection_limit.h).
     std::uint32_t max_connections = 4096;
+    // "v" of the zone usage sent (--usage-version): 1 while some controller predates v 2.
+    std::uint32_t usage_version = 2;
     rates::Options rates;
     std::string metrics_bind;    // host:port, empty: no /metrics
     std::string endpoints_file;  // written after binding, empty: none

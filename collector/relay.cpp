@@ -1,5 +1,6 @@
 #include "relay.h"
 
+#include <charconv>
 #include <stdexcept>
 #include <vector>
 
@@ -45,16 +46,49 @@ void Relay::stop() {
     thread_.join();
 }
 
-void Relay::rebind_publish(const std::string& endpoint) {
-    if (!thread_.joinable()) throw std::runtime_error("the relay is not running");
-    const std::string command = "rebind " + endpoint;
-    if (!ctl_.send(command)) throw std::runtime_error("the relay takes no command");
-    zmq_pollitem_t item{ctl_.get(), 0, ZMQ_POLLIN, 0};
-    // rebind() gives up after 2 s: 5 s is for a relay thread busy with a batch.
-    if (zmq_poll(&item, 1, 5000) != 1) throw std::runtime_error("the relay did not answer");
+// A rebind request is "rebind <seq> <endpoint>", its reply "<seq> <delayed 0|1> <error>" (error
+// empty: bound again).
+void Relay::rebind_publish(const std::string& endpoint, daemon::RebindDone done, daemon::Loop& loop,
+                           std::uint64_t timeout_ms) {
+    if (!thread_.joinable()) return done("the relay is not running", false);
+    const std::uint64_t seq = ++rebind_seq_;
+    if (!ctl_.send("rebind " + std::to_string(seq) + " " + endpoint)) {
+        return done("the relay takes no command", false);
+    }
+    pending_.emplace(seq, std::move(done));
+    loop.after(timeout_ms, [this, seq, timeout_ms] {
+        auto it = pending_.find(seq);
+        if (it == pending_.end()) return;
+        daemon::RebindDone d = std::move(it->second);
+        pending_.erase(it);
+        d("the relay did not answer within " + std::to_string(timeout_ms) + " ms", false);
+    });
+}
+
+void Relay::on_replies() {
     std::vector<zmq::Frame> frames;
-    if (ctl_.recv_frames(frames, 1) == 0) throw std::runtime_error("the relay did not answer");
-    if (!frames[0].view().empty()) throw std::runtime_error(std::string(frames[0].view()));
+    for (int guard = 0; guard < 64 && ctl_.recv_frames(frames, 1) > 0; ++guard) {
+        const std::string_view reply = frames[0].view();
+        std::uint64_t seq = 0;
+        const std::size_t space = reply.find(' ');
+        auto it = pending_.end();
+        if (space != std::string_view::npos && reply.size() >= space + 3 &&
+            std::from_chars(reply.data(), reply.data() + space, seq).ec == std::errc()) {
+            it = pending_.find(seq);
+        }
+        if (it == pending_.end()) {
+            ++stale_replies_;  // the answer to a request given up on
+            daemon::log_warn(
+                "relay: a reply to a rebind of the publish socket came after the "
+                "request was given up on, dropped: \"" +
+                std::string(reply) + "\"");
+            continue;
+        }
+        daemon::RebindDone d = std::move(it->second);
+        pending_.erase(it);
+        const bool delayed = reply.substr(space + 1, 1) == "1";
+        d(std::string(reply.substr(space + 3)), delayed);
+    }
 }
 
 bool Relay::on_command() {
@@ -63,14 +97,26 @@ bool Relay::on_command() {
     const std::string_view command = frames[0].view();
     constexpr std::string_view kRebind = "rebind ";
     if (command.substr(0, kRebind.size()) != kRebind) return false;  // "stop"
-    std::string error;
-    try {
-        daemon::rebind(pub_.get(), std::string(command.substr(kRebind.size())));
-    } catch (const std::exception& e) {
-        error = e.what();
+    const std::string_view args = command.substr(kRebind.size());
+    const std::size_t space = args.find(' ');
+    const std::string seq(args.substr(0, space));
+    if (space == std::string_view::npos) {
+        ctl_thread_.send(seq + " 0 bad rebind command");
+    } else if (rebind_) {
+        ctl_thread_.send(seq + " 0 a rebind of the publish socket is under way");
+    } else {
+        rebind_ = std::make_unique<daemon::Rebind>(pub_.get(), std::string(args.substr(space + 1)),
+                                                   daemon::mono_ms());
+        rebind_for_ = seq;
+        end_rebind();
     }
-    ctl_thread_.send(error);
     return true;
+}
+
+void Relay::end_rebind() {
+    if (!rebind_ || rebind_->retry(daemon::mono_ms()) == daemon::Rebind::State::Waiting) return;
+    ctl_thread_.send(rebind_for_ + (rebind_->tries() > 1 ? " 1 " : " 0 ") + rebind_->error());
+    rebind_.reset();
 }
 
 std::map<std::string, Relay::Entry> Relay::entries(std::uint64_t now_mono) {
@@ -100,11 +146,17 @@ void Relay::run() {
             std::uint64_t now = daemon::mono_ms(), next = watch_->next_ms();
             timeout = next > now ? static_cast<long>(next - now) : 0;
         }
+        if (rebind_) {  // the publish port still held: bind again when due
+            std::uint64_t now = daemon::mono_ms(), next = rebind_->next_ms();
+            const long left = next > now ? static_cast<long>(next - now) : 0;
+            if (timeout < 0 || left < timeout) timeout = left;
+        }
         if (zmq_poll(items, watch_ ? 4 : 3, timeout) < 0) {
             if (zmq_errno() == EINTR) continue;
             daemon::log_error("relay: zmq_poll: " + daemon::zmq_error());
             return;
         }
+        end_rebind();
         if ((items[1].revents & ZMQ_POLLIN) && !on_command()) return;
         if (items[2].revents & ZMQ_POLLIN) on_subscriptions();
         if (watch_) watch_->handle(daemon::mono_ms());

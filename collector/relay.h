@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "grl/bucket_types.h"
+#include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
+#include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
 #include "grl/wire.h"
 
@@ -34,10 +36,19 @@ class Relay {
 
     void start();
     void stop();
-    // Unbinds the publish socket from `endpoint` and binds it there again (daemon::rebind), on
-    // the relay thread, and waits for it: its subscribers' connections close. Throws
-    // std::runtime_error with what went wrong.
-    void rebind_publish(const std::string& endpoint);
+    // Unbinds the publish socket from `endpoint` and binds it there again (daemon::Rebind), on
+    // the relay thread: its subscribers' connections close. Waits for nothing: `done` runs on
+    // `loop`'s thread with the result when the relay's reply arrives (on_replies()), or with
+    // "the relay did not answer" after `timeout_ms`. Each request carries a sequence number
+    // that its reply repeats: the late reply of a request given up on is dropped (counted in
+    // stale_replies()), never taken for the answer to a later one.
+    void rebind_publish(const std::string& endpoint, daemon::RebindDone done, daemon::Loop& loop,
+                        std::uint64_t timeout_ms = 5000);
+    // The main thread's side of the relay's replies: the owner's loop calls on_replies() while
+    // it is readable.
+    void* replies() const { return ctl_.get(); }
+    void on_replies();
+    std::uint64_t stale_replies() const { return stale_replies_; }
 
     // The last instruction relayed for a bucket (for /metrics).
     struct Entry {
@@ -81,6 +92,14 @@ class Relay {
     std::mutex mu_;
     std::map<std::string, Entry> entries_;
     std::string last_source_;
+    // Main thread: rebind requests waiting for their reply, by sequence number.
+    std::uint64_t rebind_seq_ = 0;
+    std::map<std::uint64_t, daemon::RebindDone> pending_;
+    std::uint64_t stale_replies_ = 0;
+    // Relay thread: the rebind under way (the port still held), and its request's number.
+    std::unique_ptr<daemon::Rebind> rebind_;
+    std::string rebind_for_;
+    void end_rebind();                  // replies when rebind_ has ended
     std::map<std::string, Last> last_;  // by topic (relay thread only)
 };
 

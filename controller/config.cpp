@@ -64,6 +64,7 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
                    "a sample this much above the window's mean is a surge, used alone (0: off, and "
                    "no fast release under the limit)",
                    "PERCENT");
+    cli::add_usage_version(app, c.usage_version, "region usage");
     cli::add_count(app, "--stale-intervals", c.opts.stale_intervals, 1, 1000000,
                    "a zone or peer silent for N intervals leaves the sums");
     cli::add_duration(app, "--peer-hold", c.opts.peer_hold_ms, 0, 24ULL * 3600000,

@@ -24,6 +24,8 @@ struct Config {
     std::string admin_bind = "tcp://127.0.0.1:7203";
     bool insecure = false;           // --insecure: bind beyond loopback without CURVE
     std::vector<std::string> peers;  // other controllers' publish endpoints
+    // "v" of the region usage sent (--usage-version): 1 while some peer predates v 2.
+    std::uint32_t usage_version = 2;
     // With CURVE: a peer's own public key (`--peer EP=FILE`), by endpoint; a peer without
     // one is checked against `server_key`.
     std::map<std::string, std::string> peer_keys;

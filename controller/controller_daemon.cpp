@@ -270,6 +270,7 @@ void Daemon::on_usage() {
             continue;
         }
         ++received_["zone_usage"];
+        ++usage_versions_[{"zone_usage", zone_usage_.v}];
         if (curve_) {
             // CURVE: a collector's key may speak for one zone only.
             const std::string key = frames_[0].meta("User-Id");
@@ -290,9 +291,15 @@ void Daemon::on_usage() {
         }
         if (!assembled(zone_parts_, zone_usage_, "zone_usage", t)) continue;
         bool early = ctl_.brings_new_rates(zone_usage_, t);
+        const std::uint64_t v = zone_usage_.v;
+        const std::string zone = zone_usage_.zone, source = zone_usage_.source;
         // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
         // vectors the next read_usage() reuses.
         control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_);
+        if (a == control::Accepted::Yes) {
+            note_usage_version(zone_usage_v_, zone, "zone " + zone + " (" + source + ")",
+                               "zone usage", v);
+        }
         if (a == control::Accepted::Yes && early) {
             // First rates of a bucket (after a start or a restart): publish now, not at the
             // next tick. Rate-limited to four extra ticks per interval, and to a 40th of the
@@ -359,6 +366,7 @@ void Daemon::on_peers(Peer& p) {
             continue;
         }
         ++received_["region_usage"];
+        ++usage_versions_[{"region_usage", region_usage_.v}];
         // A connection speaks for one controller: a message naming another (a peer speaking
         // for someone else), or naming a controller another connection speaks for, is
         // refused whole, overrides included.
@@ -385,15 +393,53 @@ void Daemon::on_peers(Peer& p) {
         }
         if (!assembled(peer_parts_, region_usage_, "region_usage", t)) continue;
         const std::uint64_t refused_before = ctl_.overrides_rejected();
+        const std::uint64_t v = region_usage_.v;
+        const std::string source = region_usage_.source, region = region_usage_.region;
         control::Accepted a = ctl_.take_region_usage(region_usage_, t, &why_);
-        if (a != control::Accepted::Yes)
+        if (a == control::Accepted::Yes) {
+            note_usage_version(peer_usage_v_, source, "peer " + source + " (region " + region + ")",
+                               "region usage", v);
+        } else {
             ++ignored_[std::string("region_usage/").append(to_string(a))];
+        }
         log_refusal(a, t);
         if (ctl_.overrides_rejected() != refused_before) {
             overrides_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
         }
     }
     count_cut(batch, p.sock, "region_usage");
+}
+
+// One line when a zone or peer starts sending usage of an older protocol version, and when it
+// sends the current one again; and when the last sender of an older version is gone (a rolling
+// upgrade's end, docs/operations.md "Upgrading").
+void Daemon::note_usage_version(std::map<std::string, std::uint64_t>& last, const std::string& key,
+                                const std::string& who, const char* what, std::uint64_t v) {
+    auto [it, added] = last.try_emplace(key, v);
+    if (!added && it->second == v) return;
+    const std::uint64_t before = added ? wire::kUsageVersion : it->second;
+    it->second = v;
+    if (v < wire::kUsageVersion) {
+        daemon::log_warn(who + " sends " + what + " of protocol version " + std::to_string(v) +
+                         " (its sender is older, or runs with --usage-version " +
+                         std::to_string(v) + "): read as such until it sends version " +
+                         std::to_string(wire::kUsageVersion));
+        return;
+    }
+    if (before == v) return;
+    daemon::log_info(who + " sends " + what + " of protocol version " + std::to_string(v) +
+                     " again (was " + std::to_string(before) + ")");
+    auto older = [](const std::map<std::string, std::uint64_t>& m) {
+        for (const auto& [k, kv] : m) {
+            if (kv < wire::kUsageVersion) return true;
+        }
+        return false;
+    };
+    if (!older(zone_usage_v_) && !older(peer_usage_v_)) {
+        daemon::log_info("no zone or peer sends usage of a protocol version older than " +
+                         std::to_string(wire::kUsageVersion) +
+                         " any more: --usage-version 1 may go from collectors and controllers");
+    }
 }
 
 // Refused messages are counted in /metrics; their log lines are rate-limited per reason, so
@@ -596,6 +642,7 @@ void Daemon::restore_state() {
 void Daemon::save_state() {
     if (cfg_.state_file.empty()) return;
     wire::RegionUsage state;
+    state.v = cfg_.usage_version;  // readable by the release before during an upgrade
     state.source = cfg_.opts.name;
     state.region = cfg_.opts.region;
     state.interval_ms = cfg_.opts.interval_ms;
@@ -775,6 +822,7 @@ void Daemon::publish(control::TickOutput& out) {
                           mono_ms());
         }
     }
+    out.region_usage.v = cfg_.usage_version;
     publish_region_usage(out.region_usage);
     last_publish_mono_ = mono_ms();
 }
@@ -832,8 +880,9 @@ void Daemon::reload_keys(const char* why) {
     auto cut = [&](bool removed_connected, const char* domain, daemon::EndpointLimit& limit,
                    daemon::Socket& sock, const std::string& ep, const std::string& option) {
         if (!removed_connected) return;
-        daemon::cut_removed_keys(*zap_, domain, limit, option, why,
-                                 [&] { daemon::rebind(sock.get(), ep); });
+        daemon::cut_removed_keys(*zap_, domain, limit, option, why, [&](daemon::RebindDone done) {
+            daemon::rebind(loop_, sock.get(), ep, std::move(done));
+        });
     };
     if (auto list = load(client_list_, [&] { return daemon::load_key_list(client_list_.path); })) {
         std::set<std::string> keys = curve::keys_of(*list);
@@ -1092,6 +1141,25 @@ std::string Daemon::metrics() {
     for (const auto& p : peers)
         m.sample("grl_controller_peer_age_seconds", {{"peer", p.source}, {"region", p.region}},
                  p.age_ms / 1000.0);
+    m.family("grl_controller_zone_usage_version", "gauge",
+             "Protocol version (\"v\") of the last zone usage accepted from each zone: 1 while "
+             "its collector is older or runs with --usage-version 1.");
+    for (const auto& z : zones) {
+        auto v = zone_usage_v_.find(z.zone);
+        if (v != zone_usage_v_.end()) {
+            m.sample("grl_controller_zone_usage_version", {{"zone", z.zone}},
+                     static_cast<double>(v->second));
+        }
+    }
+    m.family("grl_controller_peer_usage_version", "gauge",
+             "Protocol version (\"v\") of the last region usage accepted from each peer.");
+    for (const auto& p : peers) {
+        auto v = peer_usage_v_.find(p.source);
+        if (v != peer_usage_v_.end()) {
+            m.sample("grl_controller_peer_usage_version",
+                     {{"peer", p.source}, {"region", p.region}}, static_cast<double>(v->second));
+        }
+    }
     m.family("grl_controller_peer_limits_mismatch", "gauge",
              "1 when a peer's limits file differs from ours.");
     for (const auto& p : peers) {
@@ -1101,6 +1169,16 @@ std::string Daemon::metrics() {
     m.family("grl_controller_messages_total", "counter", "Valid messages received, by kind.");
     for (const char* k : {"zone_usage", "region_usage", "admin_request"})
         m.sample("grl_controller_messages_total", {{"kind", k}}, static_cast<double>(received_[k]));
+    m.family("grl_controller_usage_received_total", "counter",
+             "Valid zone_usage and region_usage messages received, by kind and protocol version "
+             "(v); v=\"1\" stays flat once every collector and controller sends version 2.");
+    for (const char* k : {"zone_usage", "region_usage"}) {
+        for (std::uint64_t v = wire::kMinUsageVersion; v <= wire::kUsageVersion; ++v) {
+            auto n = usage_versions_.find({k, v});
+            m.sample("grl_controller_usage_received_total", {{"kind", k}, {"v", std::to_string(v)}},
+                     n == usage_versions_.end() ? 0.0 : static_cast<double>(n->second));
+        }
+    }
     m.family("grl_controller_messages_malformed_total", "counter",
              "Messages dropped as malformed, truncated, oversized or of a wrong version, by kind.");
     for (const char* k : {"zone_usage", "region_usage", "admin_request"})

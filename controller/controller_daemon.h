@@ -150,6 +150,13 @@ class Daemon {
     std::map<std::string, std::uint64_t> malformed_;
     std::map<std::string, std::uint64_t> ignored_;      // "kind/reason"
     std::map<std::string, std::uint64_t> batches_cut_;  // by kind: stopped at the time budget
+    // Usage by protocol version (docs/operations.md "Upgrading"): valid messages by (kind, v),
+    // and the "v" of the last usage accepted from each zone (by zone) and peer (by source).
+    std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> usage_versions_;
+    std::map<std::string, std::uint64_t> zone_usage_v_;
+    std::map<std::string, std::uint64_t> peer_usage_v_;
+    void note_usage_version(std::map<std::string, std::uint64_t>& last, const std::string& key,
+                            const std::string& who, const char* what, std::uint64_t v);
     std::uint64_t instructions_published_ = 0;
     std::uint64_t messages_dropped_ = 0;
     std::uint64_t ticks_ = 0;

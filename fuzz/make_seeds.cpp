@@ -62,6 +62,15 @@ wire::RuntimeMatch match() {
     return m;
 }
 
+// `m` encoded at usage protocol version 1 (map entries, docs/protocol.md "Versions").
+template <class Usage>
+std::string at_version_1(Usage m) {
+    m.v = 1;
+    std::string out;
+    wire::encode(m, out);
+    return out;
+}
+
 wire::UsageBucket usage_bucket() {
     wire::UsageBucket b;
     b.name = "api";
@@ -155,13 +164,11 @@ int main(int argc, char** argv) {
         b.clear();
         wire::encode(plain, b);
         put(root / "usage", "zone_usage_part", 0, b);
-        // The same part as an older collector's "v" 1 would start (refused with its reason):
-        // the map's first key is "v" (fixstr), its value a positive fixint.
-        const std::string v2 = std::string("\xa1v") + static_cast<char>(wire::kUsageVersion);
-        if (std::size_t at = b.find(v2); at != std::string::npos) {
-            b[at + 2] = '\x01';
-            put(root / "usage", "zone_usage_v1", 0, b);
-        }
+        // The same usages at protocol version 1 (map entries: --usage-version 1, or the
+        // release before), read too.
+        put(root / "usage", "zone_usage_part_v1", 0, at_version_1(plain));
+        put(root / "usage", "zone_usage_keyed_v1", 0, at_version_1(zu));
+        put(root / "wire", "zone_usage_v1", 2, at_version_1(zu));
     }
 
     wire::RegionUsage ru;
@@ -200,6 +207,9 @@ int main(int argc, char** argv) {
         std::string b;
         wire::encode(plain, b);
         put(root / "usage", "region_usage", 1, b);
+        put(root / "usage", "region_usage_v1", 1, at_version_1(plain));
+        put(root / "usage", "region_usage_overrides_v1", 1, at_version_1(ru));
+        put(root / "wire", "region_usage_v1", 3, at_version_1(ru));
     }
 
     wire::AdminRequest q;

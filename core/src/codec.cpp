@@ -372,41 +372,63 @@ MapReader::MapReader(const msgpack_object& o, const std::string_view* keys, std:
     ok_ = check_keys(o);
 }
 
-bool MapReader::check_keys(const msgpack_object& o) {
+namespace {
+// The values of the map `o`'s keys listed in `names` into `vals` (nullptr: absent), in one
+// pass: a non-string key, or a listed key twice, is refused (by `r.fail`); other keys are left
+// alone. MapReader's listed keys and RowReader's keyed entries.
+template <class Reader>
+bool collect_listed(const Reader& r, const msgpack_object& o, const std::string_view* names,
+                    std::size_t n, const msgpack_object** vals) {
     for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
         const msgpack_object_kv& kv = o.via.map.ptr[i];
         if (kv.key.type != MSGPACK_OBJECT_STR) {
-            return fail(std::string(type_name(kv.key)) + " key in map");
+            return r.fail(std::string(type_name(kv.key)) + " key in map");
         }
         const std::string_view key = str_of(kv.key);
-        for (std::size_t k = 0; k < n_keys_; ++k) {
-            if (keys_[k] != key) continue;
-            if (vals_[k] != nullptr) return fail("duplicate key " + quote_key(key));
-            vals_[k] = &kv.val;
+        for (std::size_t k = 0; k < n; ++k) {
+            if (names[k] != key) continue;
+            if (vals[k] != nullptr) return r.fail("duplicate key " + quote_key(key));
+            vals[k] = &kv.val;
             break;
         }
     }
+    return true;
+}
+}  // namespace
+
+bool MapReader::check_keys(const msgpack_object& o) {
+    if (!collect_listed(*this, o, keys_, n_keys_, vals_.data())) return false;
     map_ = &o;
     return true;
 }
 
 RowReader::RowReader(const msgpack_object& o, const Path& path, const std::string_view* fields,
-                     std::size_t n_fields, std::size_t required, std::string& error)
-    : path_(path), fields_(fields), error_(error) {
+                     std::size_t n_fields, std::size_t required, std::string& error, Form form)
+    : path_(path), fields_(fields), n_fields_(n_fields), error_(error) {
+    if (n_fields > kMaxFields) throw std::logic_error("RowReader: too many fields");
+    ok_ = form == Form::Positional ? positional(o, required) : keyed(o);
+}
+
+bool RowReader::positional(const msgpack_object& o, std::size_t required) {
     if (o.type != MSGPACK_OBJECT_ARRAY) {
-        fail(std::string("bad entry type ") + type_name(o) + " (want array)");
-        return;
+        return fail(std::string("bad entry type ") + type_name(o) + " (want array)");
     }
-    if (o.via.array.size < required || o.via.array.size > n_fields) {
-        fail("bad entry length " + std::to_string(o.via.array.size) + " (want " +
-             (required == n_fields ? std::to_string(n_fields)
-                                   : std::to_string(required) + ".." + std::to_string(n_fields)) +
-             ")");
-        return;
+    if (o.via.array.size < required || o.via.array.size > n_fields_) {
+        return fail("bad entry length " + std::to_string(o.via.array.size) + " (want " +
+                    (required == n_fields_
+                         ? std::to_string(n_fields_)
+                         : std::to_string(required) + ".." + std::to_string(n_fields_)) +
+                    ")");
     }
-    row_ = &o;
-    size_ = o.via.array.size;
-    ok_ = true;
+    for (std::uint32_t i = 0; i < o.via.array.size; ++i) items_[i] = &o.via.array.ptr[i];
+    return true;
+}
+
+bool RowReader::keyed(const msgpack_object& o) {
+    if (o.type != MSGPACK_OBJECT_MAP) {
+        return fail(std::string("bad entry type ") + type_name(o) + " (want map)");
+    }
+    return collect_listed(*this, o, fields_, n_fields_, items_.data());
 }
 
 bool RowReader::fail(const std::string& what) const {
@@ -418,8 +440,8 @@ bool RowReader::fail(const std::string& what) const {
 
 bool RowReader::get(std::size_t i, msgpack_object_type want, const char* want_name,
                     const msgpack_object*& o) const {
-    if (i >= size_) return fail("missing " + quote_key(fields_[i]));
-    o = &at(i);
+    if (!has(i)) return fail("missing " + quote_key(fields_[i]));
+    o = items_[i];
     if (o->type != want) {
         return fail("bad " + quote_key(fields_[i]) + " type " + type_name(*o) + " (want " +
                     want_name + ")");

@@ -145,19 +145,24 @@ class MapReader {
     std::string where_;
 };
 
-// Strict typed access to the items of one positional entry (an array whose items are named by
-// their position, docs/protocol.md "Usage entry"): the one positional reader of every codec.
-// `fields` names the items in order; an entry has at least `required` of them and at most
-// all. Errors name the item as MapReader names a key (`bad "hosts" type str (want uint) in
-// buckets[3]`), so a message reads the same whichever form it took.
+// Strict typed access to the items of one entry whose items have fixed names and positions:
+// the one entry reader of every codec. `fields` names the items in order. An entry is either
+// positional (an array whose items are named by their position, docs/protocol.md "Usage
+// entry"), with at least `required` items and at most all, or keyed (a map of those names, as
+// usage entries of protocol version 1 were: unlisted keys are ignored, a listed one twice is
+// refused, a missing one is refused by the getter that asks for it). Errors name the item as
+// MapReader names a key (`bad "hosts" type str (want uint) in buckets[3]`), so a message reads
+// the same whichever form it took.
 class RowReader {
   public:
+    enum class Form : std::uint8_t { Positional, Keyed };
+    static constexpr std::size_t kMaxFields = 16;
     RowReader(const msgpack_object& o, const Path& path, const std::string_view* fields,
-              std::size_t n_fields, std::size_t required, std::string& error);
+              std::size_t n_fields, std::size_t required, std::string& error,
+              Form form = Form::Positional);
     bool ok() const { return ok_; }
-    std::size_t size() const { return size_; }
-    bool has(std::size_t i) const { return i < size_; }
-    const msgpack_object& at(std::size_t i) const { return row_->via.array.ptr[i]; }
+    bool has(std::size_t i) const { return i < n_fields_ && items_[i] != nullptr; }
+    const msgpack_object& at(std::size_t i) const { return *items_[i]; }
 
     bool u64(std::size_t i, std::uint64_t& out) const;
     bool boolean(std::size_t i, bool& out) const;
@@ -176,10 +181,13 @@ class RowReader {
     std::string_view label(std::size_t i) const { return fields_[i]; }
 
   private:
-    const msgpack_object* row_ = nullptr;
+    bool positional(const msgpack_object& o, std::size_t required);
+    bool keyed(const msgpack_object& o);
+
     Path path_;
     const std::string_view* fields_;
-    std::size_t size_ = 0;
+    std::size_t n_fields_ = 0;
+    std::array<const msgpack_object*, kMaxFields> items_{};  // nullptr: absent
     std::string& error_;
     bool ok_ = false;
 };

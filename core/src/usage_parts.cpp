@@ -20,14 +20,14 @@ void clear_head_extra(RegionUsage& m) {
 
 // The fields every part of a set repeats (the set's identity and what the receiver sums by).
 bool same_head(const ZoneUsage& a, const ZoneUsage& b) {
-    return a.source == b.source && a.region == b.region && a.zone == b.zone && a.seq == b.seq &&
-           a.ts_ms == b.ts_ms && a.interval_ms == b.interval_ms && a.hosts == b.hosts &&
-           a.stale_hosts == b.stale_hosts && a.parts == b.parts;
+    return a.v == b.v && a.source == b.source && a.region == b.region && a.zone == b.zone &&
+           a.seq == b.seq && a.ts_ms == b.ts_ms && a.interval_ms == b.interval_ms &&
+           a.hosts == b.hosts && a.stale_hosts == b.stale_hosts && a.parts == b.parts;
 }
 bool same_head(const RegionUsage& a, const RegionUsage& b) {
-    return a.source == b.source && a.region == b.region && a.seq == b.seq && a.ts_ms == b.ts_ms &&
-           a.interval_ms == b.interval_ms && a.zones == b.zones && a.hosts == b.hosts &&
-           a.limits_digest == b.limits_digest && a.parts == b.parts;
+    return a.v == b.v && a.source == b.source && a.region == b.region && a.seq == b.seq &&
+           a.ts_ms == b.ts_ms && a.interval_ms == b.interval_ms && a.zones == b.zones &&
+           a.hosts == b.hosts && a.limits_digest == b.limits_digest && a.parts == b.parts;
 }
 
 // Part 0's extras (host names, overrides) go to the set's head; the other parts have none.
@@ -41,6 +41,7 @@ void keep_head_extra(RegionUsage& head, RegionUsage& part0) {
 // `m` without its buckets (copying them only to clear them cost as much as encoding).
 ZoneUsage head_of(const ZoneUsage& m) {
     ZoneUsage h;
+    h.v = m.v;
     h.source = m.source;
     h.region = m.region;
     h.zone = m.zone;
@@ -54,6 +55,7 @@ ZoneUsage head_of(const ZoneUsage& m) {
 }
 RegionUsage head_of(const RegionUsage& m) {
     RegionUsage h;
+    h.v = m.v;
     h.source = m.source;
     h.region = m.region;
     h.seq = m.seq;

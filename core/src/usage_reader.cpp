@@ -1,8 +1,8 @@
-// See usage_reader.h. The fast path reads the layout wire::encode writes, key by key in its
-// order, with a bounds check on every read; it enforces every rule wire_control.cpp's decoder
-// applies to that layout, and gives up (to wire::decode) at the first byte or value it does not
-// expect. Giving up is never wrong, only slower; accepting is checked against wire::decode by
-// t/unit/usage_reader_test.cpp and fuzz/fuzz_usage.cpp.
+// See usage_reader.h. The fast path reads the layout wire::encode writes (either usage version),
+// key by key in its order, with a bounds check on every read; it enforces every rule
+// wire_control.cpp's decoder applies to that layout, and gives up (to wire::decode) at the first
+// byte or value it does not expect. Giving up is never wrong, only slower; accepting is checked
+// against wire::decode by t/unit/usage_reader_test.cpp and fuzz/fuzz_usage.cpp.
 #include "grl/usage_reader.h"
 
 #include <cstring>
@@ -104,12 +104,24 @@ class Cursor {
     const unsigned char* end_;
 };
 
-bool header(Cursor& c, std::string_view type, std::uint64_t& keys) {
-    std::uint64_t v = 0;
+// The header; `v` gets the version (1 or 2, docs/protocol.md "Versions").
+bool header(Cursor& c, std::string_view type, std::uint64_t& keys, std::uint64_t& v) {
     std::string_view t;
-    return c.map(keys) && c.key("v") && c.uint(v) && v == kUsageVersion && c.key("type") &&
-           c.str(t) && t == type;
+    return c.map(keys) && c.key("v") && c.uint(v) && v >= kMinUsageVersion && v <= kUsageVersion &&
+           c.key("type") && c.str(t) && t == type;
 }
+
+// An entry or definition of `n` items: a map of its keys in v 1 (`Keyed`), an array since v 2.
+// `item` reads the key before each item of a map (the packer writes them in the positional
+// order). A template parameter, so that reading v 2 costs no test per item.
+template <bool Keyed>
+struct Entry {
+    static bool open(Cursor& c, std::uint64_t n) {
+        std::uint64_t items = 0;
+        return (Keyed ? c.map(items) : c.array(items)) && items == n;
+    }
+    static bool item(Cursor& c, std::string_view key) { return !Keyed || c.key(key); }
+};
 
 bool name_into(Cursor& c, std::string_view key, std::string& out) {
     std::string_view s;
@@ -140,16 +152,17 @@ bool names(Cursor& c, std::string_view key, std::size_t max, std::vector<std::st
 }
 
 // Definitions of the unkeyed form (4 items); a keyed one (5 items) goes to wire::decode.
-bool definitions(Cursor& c, std::vector<DefinitionCount>& out) {
+template <class E>
+bool definitions(Cursor& c, E e, std::vector<DefinitionCount>& out) {
     std::uint64_t n = 0;
     if (!c.array(n) || n > kMaxDefinitions) return false;
     out.clear();
     for (std::uint64_t i = 0; i < n; ++i) {
-        std::uint64_t items = 0;
         std::string_view scope, mode;
         DefinitionCount d;
-        if (!c.array(items) || items != 4 || !c.str(scope) || !c.str(mode) ||
-            !c.uint(d.def.limit_mrps) || !c.uint(d.hosts)) {
+        if (!e.open(c, 4) || !e.item(c, "scope") || !c.str(scope) || !e.item(c, "mode") ||
+            !c.str(mode) || !e.item(c, "limit_mrps") || !c.uint(d.def.limit_mrps) ||
+            !e.item(c, "hosts") || !c.uint(d.hosts)) {
             return false;
         }
         std::optional<Scope> s = parse_scope(scope);
@@ -165,26 +178,33 @@ bool definitions(Cursor& c, std::vector<DefinitionCount>& out) {
     return true;
 }
 
-// The usage entries (positional, docs/protocol.md "Usage entry"): `zone` for zone_usage
-// (per-entry host_names); an entry with keys goes to wire::decode. Names strictly ascending,
-// as senders sort them (which proves them unique; unsorted but unique ones go to wire::decode).
-bool buckets(Cursor& c, bool zone, std::uint64_t message_hosts, std::vector<UsageBucket>& out) {
+// The usage entries (positional, docs/protocol.md "Usage entry"; maps in v 1): `zone` for
+// zone_usage (per-entry host_names); an entry with keys goes to wire::decode. Names strictly
+// ascending, as senders sort them (which proves them unique; unsorted but unique ones go to
+// wire::decode).
+template <class E>
+bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts,
+             std::vector<UsageBucket>& out) {
     std::uint64_t n = 0;
     if (!c.key("buckets") || !c.array(n) || n > kMaxBucketsPerMessage) return false;
     out.resize(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < out.size(); ++i) {
         UsageBucket& b = out[i];
-        std::uint64_t items = 0;
         std::string_view name;
-        if (!c.array(items) || items != (zone ? 9u : 8u) || !c.name(name) ||
-            !c.uint(b.offered_mrps) || !c.uint(b.admitted_mrps) || !c.uint(b.dropped_mrps) ||
-            !c.uint(b.shadow_dropped_mrps) || !c.uint(b.hosts) || !c.uint(b.rated_hosts) ||
-            !definitions(c, b.definitions)) {
+        if (!e.open(c, zone ? 9u : 8u) || !e.item(c, "name") || !c.name(name) ||
+            !e.item(c, "offered_mrps") || !c.uint(b.offered_mrps) || !e.item(c, "admitted_mrps") ||
+            !c.uint(b.admitted_mrps) || !e.item(c, "dropped_mrps") || !c.uint(b.dropped_mrps) ||
+            !e.item(c, "shadow_dropped_mrps") || !c.uint(b.shadow_dropped_mrps) ||
+            !e.item(c, "hosts") || !c.uint(b.hosts) || !e.item(c, "rated_hosts") ||
+            !c.uint(b.rated_hosts) || !e.item(c, "definitions") ||
+            !definitions(c, e, b.definitions)) {
             return false;
         }
         b.name.assign(name.data(), name.size());
         if (zone) {
-            if (!name_list(c, kMaxBucketHostNames, b.host_names)) return false;
+            if (!e.item(c, "host_names") || !name_list(c, kMaxBucketHostNames, b.host_names)) {
+                return false;
+            }
         } else {
             b.host_names.clear();
         }
@@ -219,13 +239,14 @@ bool fast(std::string_view bytes, ZoneUsage& m) {
     if (bytes.size() > kMaxMessageBytes) return false;
     Cursor c(bytes);
     std::uint64_t keys = 0;
-    if (!header(c, "zone_usage", keys) || !uint_into(c, "ts_ms", m.ts_ms) ||
+    if (!header(c, "zone_usage", keys, m.v) || !uint_into(c, "ts_ms", m.ts_ms) ||
         !uint_into(c, "seq", m.seq) || !name_into(c, "source", m.source) ||
         !name_into(c, "region", m.region) || !name_into(c, "zone", m.zone) ||
         !uint_into(c, "interval_ms", m.interval_ms) || !uint_into(c, "hosts", m.hosts) ||
         !uint_into(c, "stale_hosts", m.stale_hosts) ||
         !names(c, "host_names", kMaxHostNames, m.host_names) || m.host_names.size() > m.hosts ||
-        !buckets(c, true, m.hosts, m.buckets) ||
+        !(m.v == 1 ? buckets(c, Entry<true>{}, true, m.hosts, m.buckets)
+                   : buckets(c, Entry<false>{}, true, m.hosts, m.buckets)) ||
         !part(c, keys, m.host_names.size(), m.part, m.parts)) {
         return false;
     }
@@ -237,13 +258,15 @@ bool fast(std::string_view bytes, RegionUsage& m) {
     Cursor c(bytes);
     std::uint64_t keys = 0, overrides = 0;
     std::string_view digest;
-    if (!header(c, "region_usage", keys) || !uint_into(c, "ts_ms", m.ts_ms) ||
+    if (!header(c, "region_usage", keys, m.v) || !uint_into(c, "ts_ms", m.ts_ms) ||
         !uint_into(c, "seq", m.seq) || !name_into(c, "source", m.source) ||
         !name_into(c, "region", m.region) || !uint_into(c, "interval_ms", m.interval_ms) ||
         !uint_into(c, "zones", m.zones) || !uint_into(c, "hosts", m.hosts) ||
         !c.key("limits_digest") || !c.str(digest) || digest.size() > kMaxDigestLen ||
-        !buckets(c, false, m.hosts, m.buckets) || !c.key("overrides") || !c.array(overrides) ||
-        overrides != 0 || !part(c, keys, 0, m.part, m.parts)) {
+        !(m.v == 1 ? buckets(c, Entry<true>{}, false, m.hosts, m.buckets)
+                   : buckets(c, Entry<false>{}, false, m.hosts, m.buckets)) ||
+        !c.key("overrides") || !c.array(overrides) || overrides != 0 ||
+        !part(c, keys, 0, m.part, m.parts)) {
         return false;
     }
     m.limits_digest.assign(digest.data(), digest.size());

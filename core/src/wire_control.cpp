@@ -140,7 +140,7 @@ bool unique_by_name(const std::vector<T>& v, const char* what, std::string& erro
 
 // Usage entries are positional since v 2 (docs/protocol.md "Usage entry"): an array whose
 // items are named by their position, a definition the same. The names below are those the
-// errors give them (and those of the map form that v 1 sent).
+// errors give them, and the keys of the map form that v 1 sends (same order, same items).
 constexpr std::string_view kZoneEntryFields[] = {
     "name",  "offered_mrps", "admitted_mrps", "dropped_mrps", "shadow_dropped_mrps",
     "hosts", "rated_hosts",  "definitions",   "host_names",   "keys"};
@@ -152,46 +152,78 @@ constexpr std::string_view kDefinitionFields[] = {"scope", "mode", "limit_mrps",
 constexpr std::size_t kEntryRequired = 8;
 constexpr std::size_t kDefinitionRequired = 4;
 
-void pack_usage_definitions(Packer& p, const std::vector<DefinitionCount>& defs) {
+// How a usage message of version `v` writes its entries and definitions.
+RowReader::Form usage_form(std::uint64_t v) {
+    return v == 1 ? RowReader::Form::Keyed : RowReader::Form::Positional;
+}
+
+// Writes one entry (a map in v 1, an array since v 2) of `n` items named by `fields`: `item(i)`
+// before item i's value writes its key when the entry is a map.
+class EntryPacker {
+  public:
+    EntryPacker(Packer& p, RowReader::Form form, const std::string_view* fields, std::size_t n)
+        : p_(p), keyed_(form == RowReader::Form::Keyed), fields_(fields) {
+        if (keyed_) {
+            p_.map(n);
+        } else {
+            p_.array(n);
+        }
+    }
+    Packer& item(std::size_t i) {
+        if (keyed_) p_.str(fields_[i]);
+        return p_;
+    }
+
+  private:
+    Packer& p_;
+    bool keyed_;
+    const std::string_view* fields_;
+};
+
+void pack_usage_definitions(Packer& p, RowReader::Form form,
+                            const std::vector<DefinitionCount>& defs) {
     p.array(defs.size());
     for (const DefinitionCount& d : defs) {
         // "keyed" only when true.
-        p.array(d.def.keyed ? 5 : 4);
-        p.str(to_string(d.def.scope));
-        p.str(to_string(d.def.mode));
-        p.u64(d.def.limit_mrps);
-        p.u64(d.hosts);
-        if (d.def.keyed) p.boolean(true);
+        EntryPacker e(p, form, kDefinitionFields, d.def.keyed ? 5 : 4);
+        e.item(0).str(to_string(d.def.scope));
+        e.item(1).str(to_string(d.def.mode));
+        e.item(2).u64(d.def.limit_mrps);
+        e.item(3).u64(d.hosts);
+        if (d.def.keyed) e.item(4).boolean(true);
     }
 }
 
 // Usage bucket entries: `with_hosts` for zone_usage (host_names item present).
-void pack_usage_buckets(Packer& p, const std::vector<UsageBucket>& buckets, bool with_hosts) {
+void pack_usage_buckets(Packer& p, RowReader::Form form, const std::vector<UsageBucket>& buckets,
+                        bool with_hosts) {
+    const std::string_view* fields = with_hosts ? kZoneEntryFields : kRegionEntryFields;
+    const std::size_t keys_at = kEntryRequired + (with_hosts ? 1 : 0);
     p.str("buckets");
     p.array(buckets.size());
     for (const UsageBucket& b : buckets) {
-        p.array((with_hosts ? 9 : 8) + (b.keys.empty() ? 0 : 1));
-        p.str(b.name);
-        p.u64(b.offered_mrps);
-        p.u64(b.admitted_mrps);
-        p.u64(b.dropped_mrps);
-        p.u64(b.shadow_dropped_mrps);
-        p.u64(b.hosts);
-        p.u64(b.rated_hosts);
-        pack_usage_definitions(p, b.definitions);
+        EntryPacker e(p, form, fields, keys_at + (b.keys.empty() ? 0 : 1));
+        e.item(0).str(b.name);
+        e.item(1).u64(b.offered_mrps);
+        e.item(2).u64(b.admitted_mrps);
+        e.item(3).u64(b.dropped_mrps);
+        e.item(4).u64(b.shadow_dropped_mrps);
+        e.item(5).u64(b.hosts);
+        e.item(6).u64(b.rated_hosts);
+        pack_usage_definitions(e.item(7), form, b.definitions);
         if (with_hosts) {
-            p.array(b.host_names.size());
+            e.item(8).array(b.host_names.size());
             for (const std::string& n : b.host_names) p.str(n);
         }
         if (!b.keys.empty()) {
-            p.array(b.keys.size());
+            e.item(keys_at).array(b.keys.size());
             for (const KeyRate& k : b.keys) codec::pack_key_rate(p, k, true);
         }
     }
 }
 
-bool read_usage_definitions(const RowReader& b, std::size_t at, std::vector<DefinitionCount>& out,
-                            std::string& error) {
+bool read_usage_definitions(const RowReader& b, std::size_t at, RowReader::Form form,
+                            std::vector<DefinitionCount>& out, std::string& error) {
     const msgpack_object* arr = nullptr;
     if (!b.array(at, arr, kMaxDefinitions)) return false;
     out.clear();
@@ -199,7 +231,7 @@ bool read_usage_definitions(const RowReader& b, std::size_t at, std::vector<Defi
     for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
         Path p{&b.path(), "definitions", static_cast<long>(i)};
         RowReader d(arr->via.array.ptr[i], p, kDefinitionFields, std::size(kDefinitionFields),
-                    kDefinitionRequired, error);
+                    kDefinitionRequired, error, form);
         if (!d.ok()) return false;
         DefinitionCount dc;
         if (!d.scope(0, dc.def.scope) || !d.mode(1, dc.def.mode) || !d.u64(2, dc.def.limit_mrps) ||
@@ -265,8 +297,8 @@ bool read_usage_keys(const RowReader& b, std::size_t at, UsageBucket& u, std::st
     return true;
 }
 
-bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool with_hosts,
-                        std::uint64_t message_hosts, std::string& error) {
+bool read_usage_buckets(const MapReader& r, RowReader::Form form, std::vector<UsageBucket>& out,
+                        bool with_hosts, std::uint64_t message_hosts, std::string& error) {
     const msgpack_object* arr = nullptr;
     if (!r.array("buckets", arr, kMaxBucketsPerMessage)) return false;
     out.clear();
@@ -277,12 +309,12 @@ bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool 
     const std::size_t required = kEntryRequired + (with_hosts ? 1 : 0);
     for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
         Path p{&r.path(), "buckets", static_cast<long>(i)};
-        RowReader b(arr->via.array.ptr[i], p, fields, n_fields, required, error);
+        RowReader b(arr->via.array.ptr[i], p, fields, n_fields, required, error, form);
         if (!b.ok()) return false;
         UsageBucket u;
         if (!b.name(0, u.name) || !b.u64(1, u.offered_mrps) || !b.u64(2, u.admitted_mrps) ||
             !b.u64(3, u.dropped_mrps) || !b.u64(4, u.shadow_dropped_mrps) || !b.u64(5, u.hosts) ||
-            !b.u64(6, u.rated_hosts) || !read_usage_definitions(b, 7, u.definitions, error)) {
+            !b.u64(6, u.rated_hosts) || !read_usage_definitions(b, 7, form, u.definitions, error)) {
             return false;
         }
         if (u.rated_hosts > u.hosts) return b.fail("\"rated_hosts\" greater than \"hosts\"");
@@ -295,16 +327,15 @@ bool read_usage_buckets(const MapReader& r, std::vector<UsageBucket>& out, bool 
     return unique_by_name(out, "bucket name", error);
 }
 
-// "v" 2 and the type. A usage of "v" 1 (map entries) comes from a collector or peer controller
-// older than this one: the error says so (docs/protocol.md "Versions").
-bool usage_header(const MapReader& r, std::string_view type, std::string& error) {
-    if (codec::check_header(r, type, kUsageVersion)) return true;
-    if (error.rfind("bad \"v\" 1 ", 0) == 0) {
-        error +=
-            ": its sender predates protocol version 2 (positional usage entries); upgrade "
-            "collectors and controllers together";
+// "v" (1 or 2, into `v`) and the type (docs/protocol.md "Versions").
+bool usage_header(const MapReader& r, std::string_view type, std::uint64_t& v) {
+    if (!r.u64("v", v)) return false;
+    if (v < kMinUsageVersion || v > kUsageVersion) {
+        return r.fail("bad \"v\" " + std::to_string(v) + " (want " +
+                      std::to_string(kMinUsageVersion) + " or " + std::to_string(kUsageVersion) +
+                      ")");
     }
-    return false;
+    return codec::check_header(r, type, v);
 }
 
 // The optional "part" and "parts" keys of a usage message (docs/protocol.md "Usage in parts").
@@ -342,8 +373,8 @@ bool decode_zone_usage(std::string_view bytes, ZoneUsage& out, std::string& erro
     if (!body.parse(bytes, error)) return false;
     Path root;
     MapReader r(body.root(), root, error);
-    if (!r.ok() || !usage_header(r, "zone_usage", error)) return false;
     ZoneUsage m;
+    if (!r.ok() || !usage_header(r, "zone_usage", m.v)) return false;
     if (!r.u64("ts_ms", m.ts_ms) || !r.u64("seq", m.seq) || !r.name("source", m.source) ||
         !r.name("region", m.region) || !r.name("zone", m.zone) ||
         !r.u64("interval_ms", m.interval_ms) || !r.u64("hosts", m.hosts) ||
@@ -355,7 +386,7 @@ bool decode_zone_usage(std::string_view bytes, ZoneUsage& out, std::string& erro
         return r.fail("\"host_names\" lists " + std::to_string(m.host_names.size()) +
                       " hosts, more than \"hosts\" " + std::to_string(m.hosts));
     }
-    if (!read_usage_buckets(r, m.buckets, true, m.hosts, error) ||
+    if (!read_usage_buckets(r, usage_form(m.v), m.buckets, true, m.hosts, error) ||
         !read_part(r, m.part, m.parts, m.host_names.size(), "host_names")) {
         return false;
     }
@@ -407,13 +438,13 @@ bool decode_region_usage(std::string_view bytes, RegionUsage& out, std::string& 
     if (!body.parse(bytes, error)) return false;
     Path root;
     MapReader r(body.root(), root, error);
-    if (!r.ok() || !usage_header(r, "region_usage", error)) return false;
     RegionUsage m;
+    if (!r.ok() || !usage_header(r, "region_usage", m.v)) return false;
     if (!r.u64("ts_ms", m.ts_ms) || !r.u64("seq", m.seq) || !r.name("source", m.source) ||
         !r.name("region", m.region) || !r.u64("interval_ms", m.interval_ms) ||
         !r.u64("zones", m.zones) || !r.u64("hosts", m.hosts) ||
         !r.str("limits_digest", m.limits_digest, kMaxDigestLen) ||
-        !read_usage_buckets(r, m.buckets, false, m.hosts, error) ||
+        !read_usage_buckets(r, usage_form(m.v), m.buckets, false, m.hosts, error) ||
         !read_overrides(r, m.overrides, error) ||
         !read_part(r, m.part, m.parts, m.overrides.size(), "overrides")) {
         return false;
@@ -685,7 +716,7 @@ void pack_part(Packer& p, std::uint32_t part, std::uint32_t parts) {
 void encode(const ZoneUsage& m, std::string& out) {
     Packer p;
     p.map(m.parts > 1 ? 14 : 12);
-    p.kv("v", kUsageVersion);
+    p.kv("v", m.v == 1 ? 1 : kUsageVersion);
     p.kv("type", "zone_usage");
     p.kv("ts_ms", m.ts_ms);
     p.kv("seq", m.seq);
@@ -696,7 +727,7 @@ void encode(const ZoneUsage& m, std::string& out) {
     p.kv("hosts", m.hosts);
     p.kv("stale_hosts", m.stale_hosts);
     pack_names(p, "host_names", m.host_names);
-    pack_usage_buckets(p, m.buckets, true);
+    pack_usage_buckets(p, usage_form(m.v), m.buckets, true);
     pack_part(p, m.part, m.parts);
     p.append_to(out);
 }
@@ -704,7 +735,7 @@ void encode(const ZoneUsage& m, std::string& out) {
 void encode(const RegionUsage& m, std::string& out) {
     Packer p;
     p.map(m.parts > 1 ? 14 : 12);
-    p.kv("v", kUsageVersion);
+    p.kv("v", m.v == 1 ? 1 : kUsageVersion);
     p.kv("type", "region_usage");
     p.kv("ts_ms", m.ts_ms);
     p.kv("seq", m.seq);
@@ -714,7 +745,7 @@ void encode(const RegionUsage& m, std::string& out) {
     p.kv("zones", m.zones);
     p.kv("hosts", m.hosts);
     p.kv("limits_digest", m.limits_digest);
-    pack_usage_buckets(p, m.buckets, false);
+    pack_usage_buckets(p, usage_form(m.v), m.buckets, false);
     p.str("overrides");
     p.array(m.overrides.size());
     for (const Override& o : m.overrides) pack_override(p, o);

@@ -235,6 +235,14 @@ CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint32_t& fi
         ->check(count_validator(min, max));
 }
 
+CLI::Option* add_usage_version(CLI::App& app, std::uint32_t& field, const std::string& what) {
+    return add_count(app, "--usage-version", field, 1, 2,
+                     "protocol version of the " + what +
+                         " sent: 1 while some receiver is of the release before usage version 2 "
+                         "(a rolling upgrade, docs/operations.md \"Upgrading\"), else 2",
+                     "1|2");
+}
+
 CLI::Option* add_log_level(CLI::App& app, LogLevel& field) {
     static const char* const kNames[] = {"debug", "info", "warn", "error"};
     return app

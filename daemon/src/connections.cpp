@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -79,33 +80,68 @@ bool EndpointLimit::admit() {
     return false;
 }
 
-std::size_t EndpointLimit::cut(const std::function<void()>& rebind) {
+std::size_t EndpointLimit::cut(const RebindFn& rebind, RebindDone done) {
     handle();  // the events of connections made before the cut
-    std::size_t n = 0;
-    try {
-        rebind();
-    } catch (...) {
-        ++cut_failures_;
-        cut_ += count_.cut();  // unbound: its connections are closed all the same
-        throw;
-    }
-    n = count_.cut();
+    // Unbound (at once, or the rebind failed): its connections are closed all the same.
+    const std::size_t n = count_.cut();
     cut_ += n;
+    RebindDone counted = [this, done = std::move(done)](const std::string& error, bool delayed) {
+        if (!error.empty()) ++cut_failures_;
+        if (delayed) ++cut_delayed_;
+        if (done) done(error, delayed);
+    };
+    try {
+        rebind(counted);
+    } catch (const std::exception& e) {
+        counted(e.what(), false);
+    }
     return n;
 }
 
-void rebind(void* socket, const std::string& endpoint) {
-    if (zmq_unbind(socket, endpoint.c_str()) != 0) {
-        throw std::runtime_error("unbind " + endpoint + ": " + zmq_error());
+Rebind::Rebind(void* socket, std::string endpoint, std::uint64_t now_ms, bool unbind_first)
+    : socket_(socket), endpoint_(std::move(endpoint)), start_ms_(now_ms) {
+    if (unbind_first && zmq_unbind(socket_, endpoint_.c_str()) != 0) {
+        state_ = State::Failed;
+        error_ = "unbind " + endpoint_ + ": " + zmq_error();
+        return;
+    }
+    try_bind(now_ms);
+}
+
+void Rebind::try_bind(std::uint64_t now_ms) {
+    ++tries_;
+    if (zmq_bind(socket_, endpoint_.c_str()) == 0) {
+        state_ = State::Bound;
+        return;
     }
     // libzmq closes the old listener on its I/O thread: the port may be held a moment longer.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (zmq_bind(socket, endpoint.c_str()) != 0) {
-        if (zmq_errno() != EADDRINUSE || std::chrono::steady_clock::now() > deadline) {
-            throw std::runtime_error("bind " + endpoint + " again: " + zmq_error());
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (zmq_errno() != EADDRINUSE || now_ms - start_ms_ >= kGiveUpMs) {
+        state_ = State::Failed;
+        error_ = "bind " + endpoint_ + " again: " + zmq_error() +
+                 (tries_ > 1 ? " (" + std::to_string(tries_) + " tries in " +
+                                   std::to_string(now_ms - start_ms_) + " ms)"
+                             : std::string());
+        return;
     }
+    next_ms_ = now_ms + kRetryMs;
+}
+
+Rebind::State Rebind::retry(std::uint64_t now_ms) {
+    if (state_ == State::Waiting && now_ms >= next_ms_) try_bind(now_ms);
+    return state_;
+}
+
+void finish_on(Loop& loop, std::shared_ptr<Rebind> r, RebindDone done) {
+    if (r->retry(mono_ms()) == Rebind::State::Waiting) {
+        loop.after(Rebind::kRetryMs,
+                   [&loop, r, done = std::move(done)] { finish_on(loop, r, done); });
+        return;
+    }
+    done(r->error(), r->tries() > 1);
+}
+
+void rebind(Loop& loop, void* socket, const std::string& endpoint, RebindDone done) {
+    finish_on(loop, std::make_shared<Rebind>(socket, endpoint, mono_ms()), std::move(done));
 }
 
 void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLimit*>& limits) {
@@ -136,6 +172,10 @@ void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLi
          "Connections closed by a reload of a CURVE key list that removed a key which had "
          "connected to the endpoint (the endpoint is bound again; listed peers connect again).",
          [](const EndpointLimit& l) { return static_cast<double>(l.cut_total()); }},
+        {"grl_curve_connections_cut_delayed_total", "counter",
+         "Cuts of the endpoint whose rebind found the port still held by the old listener and "
+         "bound it on a later turn of the daemon's loop (every 5 ms, for up to 2 s).",
+         [](const EndpointLimit& l) { return static_cast<double>(l.cut_delayed()); }},
         {"grl_curve_connections_cut_failures_total", "counter",
          "Cuts of the endpoint that failed (logged as an error): when binding it again failed, "
          "it takes no connection until the daemon restarts.",

@@ -105,19 +105,20 @@ bool ZapHandler::allow(const std::string& domain, std::set<std::string> keys) {
 }
 
 void cut_removed_keys(ZapHandler& zap, const std::string& domain, EndpointLimit& limit,
-                      const std::string& option, const char* why,
-                      const std::function<void()>& rebind) {
+                      const std::string& option, const char* why, const RebindFn& rebind) {
     const std::string what = std::string(why) + ": " + option +
                              ": a removed key had connected to the " + limit.name() + " endpoint " +
                              limit.address();
     zap.forget_admitted(domain);
-    try {
-        const std::size_t n = limit.cut(rebind);
-        log_info(what + ": cut its " + std::to_string(n) +
-                 " connection(s); listed peers connect again by themselves");
-    } catch (const std::exception& e) {
-        log_error(what + ": cutting its connections failed: " + e.what());
-    }
+    const std::size_t n = limit.cut(rebind, [what](const std::string& error, bool delayed) {
+        if (!error.empty()) {
+            log_error(what + ": binding it again failed: " + error);
+        } else if (delayed) {
+            log_info(what + ": bound again once the old listener let go of the port");
+        }
+    });
+    log_info(what + ": cut its " + std::to_string(n) +
+             " connection(s); listed peers connect again by themselves");
 }
 
 void ZapHandler::handle() {

@@ -104,6 +104,10 @@ void Loop::every(std::uint64_t period_ms, std::function<void()> fn) {
     timers_.push_back({period_ms, mono_ms() + period_ms, std::move(fn)});
 }
 
+void Loop::after(std::uint64_t delay_ms, std::function<void()> fn) {
+    later_.push_back({mono_ms() + delay_ms, std::move(fn)});
+}
+
 void Loop::on_signal(int sig, std::function<void()> fn) {
     signals_.push_back({sig, std::move(fn)});
 }
@@ -141,6 +145,10 @@ void Loop::run() {
             long left = t.next_ms > now ? static_cast<long>(t.next_ms - now) : 0;
             if (timeout < 0 || left < timeout) timeout = left;
         }
+        for (const Later& l : later_) {
+            long left = l.due_ms > now ? static_cast<long>(l.due_ms - now) : 0;
+            if (timeout < 0 || left < timeout) timeout = left;
+        }
         int rc = zmq_poll(items.data(), static_cast<int>(items.size()), timeout);
         if (rc < 0 && zmq_errno() != EINTR) {
             throw std::runtime_error(std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
@@ -162,6 +170,19 @@ void Loop::run() {
             t.next_ms += t.period_ms;
             if (t.next_ms <= now) t.next_ms = now + t.period_ms;
             t.fn();
+        }
+        // One-shot: taken out before they run (a handler may add more).
+        std::vector<Later> due;
+        for (auto it = later_.begin(); it != later_.end();) {
+            if (it->due_ms <= now) {
+                due.push_back(std::move(*it));
+                it = later_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        for (Later& l : due) {
+            if (!stop_) l.fn();
         }
     }
 }

@@ -441,6 +441,18 @@ class Fleet:
     def nginx(self, host, zone, collector, buckets, region="r1", **kw):
         return start_nginx(host, zone, region, collector, buckets, self.nginxes, **kw)
 
+    def host_per_region(self, c1, c2, buckets):
+        """A collector and an nginx in zone z1 of region r1 reporting to controller `c1`, and
+        in zone z9 of region r2 to `c2`; waits until both controllers have their host.
+        Returns the two nginx (h1, h3)."""
+        z1 = self.collector("z1", [c1], region="r1")
+        z9 = self.collector("z9", [c2], region="r2")
+        h1 = self.nginx("h1", "z1", z1, buckets, region="r1")
+        h3 = self.nginx("h3", "z9", z9, buckets, region="r2")
+        self.wait_hosts(c1, 1)
+        self.wait_hosts(c2, 1)
+        return h1, h3
+
     def wait_hosts(self, ctl, n, timeout=15):
         h.wait_until(lambda: metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == n,
                      timeout, what="%d hosts reporting to %s" % (n, ctl.name))

@@ -30,6 +30,8 @@ def run(binary, args):
     (f.COLLECTOR_BIN, COLLECTOR + ["--stale-intervals", "-1"], '--stale-intervals: invalid number "-1"'),
     (f.COLLECTOR_BIN, COLLECTOR + ["--bogus"], "--bogus"),
     (f.COLLECTOR_BIN, ["--zone", "z1", "--region", "r1", "--controller-usage", EP], "--controller-publish is required"),
+    (f.COLLECTOR_BIN, COLLECTOR + ["--usage-version", "3"], '--usage-version: "3" is out of range 1..2'),
+    (f.CONTROLLER_BIN, CONTROLLER + ["--usage-version", "0"], '--usage-version: "0" is out of range 1..2'),
     (f.CONTROLLER_BIN, CONTROLLER + ["--window", "0"], '--window: "0" is out of range 1..100'),
     (f.CONTROLLER_BIN, CONTROLLER + ["--interval", "1s", "--ttl", "100ms"], "--ttl must be at least --interval"),
     (f.CONTROLLER_BIN, CONTROLLER + ["--curve-keypair", "/nonexistent/ctl.key"], "--curve-keypair: /nonexistent/ctl.key"),

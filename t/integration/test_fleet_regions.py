@@ -73,12 +73,7 @@ def test_a_silent_region_keeps_its_share_reserved(fleet):
     c1.args += ["--peer", c2.publish]
     fleet.add(c1)
     fleet.add(c2)
-    z1 = fleet.collector("z1", [c1], region="r1")
-    z9 = fleet.collector("z9", [c2], region="r2")
-    h1 = fleet.nginx("h1", "z1", z1, BUCKETS, region="r1")
-    h3 = fleet.nginx("h3", "z9", z9, BUCKETS, region="r2")
-    fleet.wait_hosts(c1, 1)
-    fleet.wait_hosts(c2, 1)
+    h1, h3 = fleet.host_per_region(c1, c2, BUCKETS)
     g1 = f.Load([(h1, 1)], "240:30", "/g/x")
     g2 = f.Load([(h3, 1)], "60:30", "/g/x")
     try:

@@ -100,12 +100,7 @@ def test_a_partition_between_regions_holds_then_heals(net, fleet):  # noqa: F811
     fleet.add(in_ns(net, rb, c2))
     assert "--insecure: reachable beyond loopback" in c1.log()
 
-    z1 = fleet.collector("z1", [c1], region="r1")
-    z9 = fleet.collector("z9", [c2], region="r2")
-    h1 = fleet.nginx("h1", "z1", z1, BUCKETS, region="r1")
-    h3 = fleet.nginx("h3", "z9", z9, BUCKETS, region="r2")
-    fleet.wait_hosts(c1, 1)
-    fleet.wait_hosts(c2, 1)
+    h1, h3 = fleet.host_per_region(c1, c2, BUCKETS)
 
     def metric(c, name):
         return f.metric(c.metrics(), name)

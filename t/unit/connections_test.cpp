@@ -5,15 +5,32 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 
+#include "grl/daemon/loop.h"
 #include "grl/daemon/metrics.h"
 #include "grl/zmq/monitor.h"
 
 namespace grl::daemon {
 namespace {
+
+// A rebind run to its end on this thread (the port is free at once here, or within 2 s).
+void rebind_now(void* socket, const std::string& ep, const RebindDone& done) {
+    Rebind r(socket, ep, mono_ms());
+    while (r.retry(mono_ms()) == Rebind::State::Waiting) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(Rebind::kRetryMs));
+    }
+    done(r.error(), r.tries() > 1);
+}
 
 // Waits (up to 5 s, never asserted as a speed) until `done`, taking the endpoint's events.
 bool wait_for(EndpointLimit& l, const std::function<bool()>& done) {
@@ -55,7 +72,11 @@ TEST(EndpointLimit, ACutClosesTheConnectionsAndClientsConnectAgain) {
     ASSERT_EQ(next_event(pair, server, frames), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
     ASSERT_TRUE(wait_for(limit, [&] { return limit.count().established() == 1; }));
 
-    EXPECT_EQ(limit.cut([&] { rebind(server.get(), ep); }), 1u);
+    std::string error = "not ended";
+    EXPECT_EQ(limit.cut([&](RebindDone done) { rebind_now(server.get(), ep, done); },
+                        [&](const std::string& e, bool) { error = e; }),
+              1u);
+    EXPECT_EQ(error, "");
     EXPECT_EQ(limit.cut_total(), 1u);
     EXPECT_EQ(limit.count().open(), 0u);
     // The client's connection was closed by the server, and it connects again by itself.
@@ -72,18 +93,91 @@ TEST(EndpointLimit, ACutClosesTheConnectionsAndClientsConnectAgain) {
 TEST(EndpointLimit, ARebindOfAnEndpointNotBoundIsNamed) {
     Context ctx;
     Socket server(ctx, ZMQ_PULL);
-    try {
-        rebind(server.get(), "tcp://127.0.0.1:1");
-        FAIL() << "an endpoint never bound was bound again";
-    } catch (const std::runtime_error& e) {
-        EXPECT_NE(std::string(e.what()).find("unbind tcp://127.0.0.1:1"), std::string::npos)
-            << e.what();
+    Rebind r(server.get(), "tcp://127.0.0.1:1", mono_ms());
+    EXPECT_EQ(r.state(), Rebind::State::Failed);
+    EXPECT_NE(r.error().find("unbind tcp://127.0.0.1:1"), std::string::npos) << r.error();
+}
+
+// A listener of our own on a port the kernel chose: the port a rebind finds held (as libzmq's
+// old listener holds it for a moment after an unbind).
+struct HeldPort {
+    int fd = -1;
+    std::string endpoint;
+    HeldPort() {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t n = sizeof(a);
+        if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), n) != 0 || listen(fd, 1) != 0 ||
+            getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
+            throw std::runtime_error("cannot listen on loopback");
+        }
+        endpoint = "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
     }
+    void release() {
+        if (fd >= 0) close(fd);
+        fd = -1;
+    }
+    ~HeldPort() { release(); }
+};
+
+// While the port is held the rebind waits on the loop, which goes on turning (a timer of
+// 1 ms keeps firing), and binds once the port is free; it would have given up after 2 s.
+TEST(Rebind, APortStillHeldIsBoundOnALaterLoopTurnWithoutBlockingTheLoop) {
+    Context ctx;
+    Socket server(ctx, ZMQ_PULL);
+    HeldPort held;
+    Loop loop;
+    std::uint64_t turns = 0, turns_at_release = 0;
+    loop.every(1, [&] { ++turns; });
+    auto r = std::make_shared<Rebind>(server.get(), held.endpoint, mono_ms(), false);
+    ASSERT_EQ(r->state(), Rebind::State::Waiting);
+    std::string error = "not ended";
+    bool delayed = false;
+    loop.after(60, [&] {
+        turns_at_release = turns;
+        held.release();
+    });
+    finish_on(loop, r, [&](const std::string& e, bool d) {
+        error = e;
+        delayed = d;
+        loop.stop();
+    });
+    loop.after(5000, [&] { loop.stop(); });  // a bound, never a speed: the test fails below
+    loop.run();
+    EXPECT_EQ(error, "");
+    EXPECT_TRUE(delayed);
+    EXPECT_GT(r->tries(), 1u);
+    EXPECT_GT(turns_at_release, 0u);  // the loop turned while the rebind waited
+    // Bound: a client's message arrives.
+    Socket client(ctx, ZMQ_PUSH);
+    client.connect(held.endpoint);
+    ASSERT_TRUE(client.send("bound again"));
+    zmq_pollitem_t item{server.get(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq_poll(&item, 1, 5000), 1);
+}
+
+TEST(Rebind, APortHeldForTwoSecondsIsAFailureNamingTheEndpoint) {
+    Context ctx;
+    Socket server(ctx, ZMQ_PULL);
+    HeldPort held;
+    const std::uint64_t t0 = 1000;
+    Rebind r(server.get(), held.endpoint, t0, false);
+    ASSERT_EQ(r.state(), Rebind::State::Waiting);
+    EXPECT_EQ(r.next_ms(), t0 + Rebind::kRetryMs);
+    EXPECT_EQ(r.retry(t0 + 1), Rebind::State::Waiting);  // not due: not tried
+    EXPECT_EQ(r.tries(), 1u);
+    EXPECT_EQ(r.retry(t0 + 5), Rebind::State::Waiting);
+    EXPECT_EQ(r.retry(t0 + Rebind::kGiveUpMs), Rebind::State::Failed);
+    EXPECT_EQ(r.error().rfind("bind " + held.endpoint + " again: ", 0), 0u) << r.error();
+    EXPECT_NE(r.error().find("(3 tries in 2000 ms)"), std::string::npos) << r.error();
 }
 
 // A cut whose rebind fails (here the unbind: the endpoint was never bound there; in a daemon,
 // most likely the port taken in between, which leaves the endpoint unbound until a restart) is
-// a degraded mode: besides its error line, a counter says so.
+// a degraded mode: besides its error line, a counter says so; one that had to wait for the port
+// is counted too.
 TEST(EndpointLimit, ACutThatFailsIsCounted) {
     Context ctx;
     Socket server(ctx, ZMQ_PULL);
@@ -94,10 +188,17 @@ TEST(EndpointLimit, ACutThatFailsIsCounted) {
     EXPECT_NE(before.text().find("grl_curve_connections_cut_failures_total{endpoint=\"report\"} 0"),
               std::string::npos)
         << before.text();
-    EXPECT_THROW(limit.cut([&] { rebind(server.get(), "tcp://127.0.0.1:1"); }), std::runtime_error);
+    std::string error;
+    limit.cut([&](RebindDone done) { rebind_now(server.get(), "tcp://127.0.0.1:1", done); },
+              [&](const std::string& e, bool) { error = e; });
+    EXPECT_NE(error.find("unbind tcp://127.0.0.1:1"), std::string::npos) << error;
+    limit.cut([](RebindDone done) { done("", true); }, nullptr);
     MetricsText after;
     write_connection_metrics(after, {&limit});
     EXPECT_NE(after.text().find("grl_curve_connections_cut_failures_total{endpoint=\"report\"} 1"),
+              std::string::npos)
+        << after.text();
+    EXPECT_NE(after.text().find("grl_curve_connections_cut_delayed_total{endpoint=\"report\"} 1"),
               std::string::npos)
         << after.text();
 }

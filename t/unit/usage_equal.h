@@ -25,17 +25,18 @@ inline bool same_buckets(const std::vector<UsageBucket>& a, const std::vector<Us
 }
 
 inline bool same(const ZoneUsage& a, const ZoneUsage& b) {
-    return a.source == b.source && a.region == b.region && a.zone == b.zone && a.seq == b.seq &&
-           a.ts_ms == b.ts_ms && a.interval_ms == b.interval_ms && a.hosts == b.hosts &&
-           a.stale_hosts == b.stale_hosts && a.host_names == b.host_names &&
+    return a.v == b.v && a.source == b.source && a.region == b.region && a.zone == b.zone &&
+           a.seq == b.seq && a.ts_ms == b.ts_ms && a.interval_ms == b.interval_ms &&
+           a.hosts == b.hosts && a.stale_hosts == b.stale_hosts && a.host_names == b.host_names &&
            same_buckets(a.buckets, b.buckets) && a.part == b.part && a.parts == b.parts;
 }
 
 inline bool same(const RegionUsage& a, const RegionUsage& b) {
-    return a.source == b.source && a.region == b.region && a.seq == b.seq && a.ts_ms == b.ts_ms &&
-           a.interval_ms == b.interval_ms && a.zones == b.zones && a.hosts == b.hosts &&
-           a.limits_digest == b.limits_digest && same_buckets(a.buckets, b.buckets) &&
-           a.overrides == b.overrides && a.part == b.part && a.parts == b.parts;
+    return a.v == b.v && a.source == b.source && a.region == b.region && a.seq == b.seq &&
+           a.ts_ms == b.ts_ms && a.interval_ms == b.interval_ms && a.zones == b.zones &&
+           a.hosts == b.hosts && a.limits_digest == b.limits_digest &&
+           same_buckets(a.buckets, b.buckets) && a.overrides == b.overrides && a.part == b.part &&
+           a.parts == b.parts;
 }
 
 }  // namespace grl::wire::usage_equal

@@ -68,6 +68,13 @@ RegionUsage region_usage(std::size_t n) {
     return u;
 }
 
+// The same usage at protocol version 1 (map entries, docs/protocol.md "Versions").
+template <class Usage>
+Usage v1(Usage u) {
+    u.v = 1;
+    return u;
+}
+
 template <class Usage>
 std::string bytes_of(const Usage& u) {
     std::string out;
@@ -120,6 +127,21 @@ TEST(UsageReader, WhatSendersWriteTakesTheFastPath) {
     big.buckets[0].offered_mrps = 1ULL << 40;
     big.buckets[0].name = std::string(63, 'n');
     EXPECT_EQ(agree<ZoneUsage>(bytes_of(big), "wide values"), UsageRead::Fast);
+    // What a sender of version 1 writes (--usage-version 1, or the release before) too.
+    EXPECT_EQ(agree<ZoneUsage>(bytes_of(v1(zone_usage(300))), "v 1 zone"), UsageRead::Fast);
+    EXPECT_EQ(agree<ZoneUsage>(bytes_of(v1(big)), "v 1 wide values"), UsageRead::Fast);
+    EXPECT_EQ(agree<RegionUsage>(bytes_of(v1(region_usage(300))), "v 1 region"), UsageRead::Fast);
+    ASSERT_TRUE(encode_parts(v1(zone_usage(5000)), parts));
+    ASSERT_GE(parts.size(), 2u);
+    for (const std::string& p : parts) {
+        EXPECT_EQ(agree<ZoneUsage>(p, "v 1 zone part"), UsageRead::Fast);
+    }
+    ZoneUsage read;
+    std::string error;
+    ASSERT_TRUE(read_usage(bytes_of(v1(zone_usage(3))), read, error));
+    EXPECT_EQ(read.v, 1u);
+    ASSERT_TRUE(read_usage(bytes_of(zone_usage(3)), read, error));
+    EXPECT_EQ(read.v, 2u);
 }
 
 TEST(UsageReader, KeyedBucketsAndOverridesAreDecoded) {
@@ -188,17 +210,28 @@ TEST(UsageReader, InvalidMessagesAreRefusedWithTheDecodersReason) {
     agree<RegionUsage>(bytes_of(r), "long digest");
 }
 
-// A usage of "v" 1 (an older collector's) and an entry of the wrong shape go to wire::decode,
-// whose reason the caller gets.
+// A usage of another "v" than 1 or 2, and an entry of the other version's shape, go to
+// wire::decode, whose reason the caller gets.
 TEST(UsageReader, OtherVersionsAndShapesAreDecodersToRefuse) {
     std::string b = bytes_of(zone_usage(3));
     ASSERT_EQ(b.substr(1, 3), std::string("\xa1v\x02"));  // map header, then "v": 2
-    b[3] = '\x01';
-    EXPECT_EQ(agree<ZoneUsage>(b, "v 1"), UsageRead::Decoded);
     ZoneUsage out;
     std::string error;
+    for (char v : {'\x00', '\x03'}) {
+        b[3] = v;
+        EXPECT_EQ(agree<ZoneUsage>(b, "v " + std::to_string(v)), UsageRead::Decoded);
+        EXPECT_FALSE(read_usage(b, out, error));
+        EXPECT_EQ(error, "bad \"v\" " + std::to_string(v) + " (want 1 or 2)");
+    }
+    b[3] = '\x01';  // positional entries under "v" 1
+    EXPECT_EQ(agree<ZoneUsage>(b, "v 1 of positional entries"), UsageRead::Decoded);
     EXPECT_FALSE(read_usage(b, out, error));
-    EXPECT_EQ(error.rfind("bad \"v\" 1 (want 2): its sender predates", 0), 0u) << error;
+    EXPECT_EQ(error, "bad entry type array (want map) in buckets[0]");
+    std::string m = bytes_of(v1(zone_usage(3)));
+    m[3] = '\x02';  // map entries under "v" 2
+    EXPECT_EQ(agree<ZoneUsage>(m, "v 2 of map entries"), UsageRead::Decoded);
+    EXPECT_FALSE(read_usage(m, out, error));
+    EXPECT_EQ(error, "bad entry type map (want array) in buckets[0]");
     // A definition with "keyed" false is valid (written only when true): decoded, not refused.
     ZoneUsage u = zone_usage(2);
     std::string k = bytes_of(u);
@@ -226,6 +259,12 @@ TEST(UsageReader, EveryTruncationAndTrailingByteAgree) {
     // One type for the other.
     agree<RegionUsage>(z, "zone usage read as region usage");
     agree<ZoneUsage>(r, "region usage read as zone usage");
+    const std::string z1 = bytes_of(v1(zone_usage(3)));
+    for (std::size_t n = 0; n < z1.size(); ++n) agree<ZoneUsage>(z1.substr(0, n), "v 1 truncated");
+    const std::string r1 = bytes_of(v1(region_usage(3)));
+    for (std::size_t n = 0; n < r1.size(); ++n) {
+        agree<RegionUsage>(r1.substr(0, n), "v 1 truncated");
+    }
 }
 
 template <class Usage>
@@ -254,13 +293,15 @@ TEST(UsageReader, RandomMutationsAgree) {
     part.host_names.clear();
     part.part = 1;
     part.parts = 2;
-    mutate_and_agree<ZoneUsage>({bytes_of(zone_usage(1)), bytes_of(zone_usage(4)), bytes_of(part)},
+    mutate_and_agree<ZoneUsage>({bytes_of(zone_usage(1)), bytes_of(zone_usage(4)), bytes_of(part),
+                                 bytes_of(v1(zone_usage(4))), bytes_of(v1(part))},
                                 2026, 30000);
     RegionUsage rpart = region_usage(3);
     rpart.part = 0;
     rpart.parts = 3;
-    mutate_and_agree<RegionUsage>(
-        {bytes_of(region_usage(1)), bytes_of(region_usage(4)), bytes_of(rpart)}, 2027, 30000);
+    mutate_and_agree<RegionUsage>({bytes_of(region_usage(1)), bytes_of(region_usage(4)),
+                                   bytes_of(rpart), bytes_of(v1(region_usage(4)))},
+                                  2027, 30000);
 }
 
 // The reader writes into the message it is given: nothing of a previous, larger one may stay.
@@ -298,6 +339,12 @@ TEST(UsageReader, AReusedMessageForgetsThePreviousOne) {
     ASSERT_TRUE(read_usage(bytes_of(with_overrides), rout, error));
     ASSERT_TRUE(read_usage(bytes_of(region_usage(2)), rout, error, &how));
     EXPECT_EQ(how, UsageRead::Fast);
+    EXPECT_TRUE(same(rout, region_usage(2)));
+    // A version 1 usage after a version 2 one, and back: the version read each time.
+    ASSERT_TRUE(read_usage(bytes_of(v1(region_usage(2))), rout, error, &how));
+    EXPECT_EQ(how, UsageRead::Fast);
+    EXPECT_TRUE(same(rout, v1(region_usage(2))));
+    ASSERT_TRUE(read_usage(bytes_of(region_usage(2)), rout, error));
     EXPECT_TRUE(same(rout, region_usage(2)));
 }
 

@@ -645,7 +645,7 @@ TEST(WireControl, UsageEntryItemsRefusedByName) {
     v.find("buckets")->arr[0].arr.push_back(S("x"));
     EXPECT_FALSE(decode(bytes_of(v), r, err));
     EXPECT_EQ(err, "\"keys\" without a \"keyed\" definition in buckets[0]");
-    // The map entries of version 1 are no longer read.
+    // Version 2 entries are arrays: a map entry (version 1's form) is refused by its shape.
     v = parse(enc(sample_zone_usage()));
     Val entry;
     entry.kind = Val::Kind::Map;
@@ -655,24 +655,169 @@ TEST(WireControl, UsageEntryItemsRefusedByName) {
     EXPECT_EQ(err, "bad entry type map (want array) in buckets[0]");
 }
 
-// A usage of version 1 comes from a collector or peer controller older than this controller:
-// refused whole, and the error says what to do (docs/protocol.md "Versions").
-TEST(WireControl, UsageOfVersion1RefusedWithItsReason) {
-    const std::string why =
-        "bad \"v\" 1 (want 2): its sender predates protocol version 2 (positional usage "
-        "entries); upgrade collectors and controllers together";
-    Val v = parse(enc(sample_zone_usage()));
-    v.find("v")->u = 1;
+// ---------------------------------------------------------------------------------------------
+// Usage of protocol version 1 (docs/protocol.md "Versions"): entries and definitions are maps
+// of the names version 2 gives their positions. Read, and written on request
+// (--usage-version 1), so that a rolling upgrade never leaves a zone or region out.
+
+template <class Usage>
+Usage at_version_1(Usage m) {
+    m.v = 1;
+    return m;
+}
+
+// Version 2's positional entry `e` as the map of version 1 (same items, named, in order).
+Val keyed_entry(const Val& e, const std::vector<std::string>& names) {
+    Val m;
+    m.kind = Val::Kind::Map;
+    for (std::size_t i = 0; i < e.arr.size(); ++i) m.map.emplace_back(names[i], e.arr[i]);
+    return m;
+}
+
+const std::vector<std::string> kZoneItems = {
+    "name",  "offered_mrps", "admitted_mrps", "dropped_mrps", "shadow_dropped_mrps",
+    "hosts", "rated_hosts",  "definitions",   "host_names",   "keys"};
+const std::vector<std::string> kRegionItems = {
+    "name",  "offered_mrps", "admitted_mrps", "dropped_mrps", "shadow_dropped_mrps",
+    "hosts", "rated_hosts",  "definitions",   "keys"};
+const std::vector<std::string> kDefinitionItems = {"scope", "mode", "limit_mrps", "hosts", "keyed"};
+
+// The bytes of version 1 are version 2's with each entry and definition a map of its items'
+// names in their order: what the release before version 2 wrote (c16207a^).
+template <class Usage>
+void expect_version_1_layout(const Usage& m, const std::vector<std::string>& items) {
+    Val want = parse(enc(m));
+    want.find("v")->u = 1;
+    for (Val& e : want.find("buckets")->arr) {
+        for (Val& d : e.arr[7].arr) d = keyed_entry(d, kDefinitionItems);
+        e = keyed_entry(e, items);
+    }
+    EXPECT_EQ(enc(at_version_1(m)), bytes_of(want));
+}
+
+ZoneUsage keyed_zone_usage() {
+    ZoneUsage m = sample_zone_usage();
+    m.buckets[1].definitions = {{{Scope::Global, Mode::Deny, 1000, true}, 1}};
+    m.buckets[1].keys.push_back({42, "", 5000, 10, 1});
+    return m;
+}
+
+TEST(WireControl, UsageOfVersion1RoundTrips) {
+    for (const ZoneUsage& m : {sample_zone_usage(), keyed_zone_usage()}) {
+        expect_version_1_layout(m, kZoneItems);
+        ZoneUsage d;
+        std::string err;
+        ASSERT_TRUE(decode(enc(at_version_1(m)), d, err)) << err;
+        EXPECT_EQ(d.v, 1u);
+        EXPECT_EQ(d.source, m.source);
+        EXPECT_EQ(d.host_names, m.host_names);
+        ASSERT_EQ(d.buckets.size(), m.buckets.size());
+        for (std::size_t i = 0; i < m.buckets.size(); ++i) {
+            expect_equal(d.buckets[i], m.buckets[i]);
+            EXPECT_EQ(d.buckets[i].keys, m.buckets[i].keys);
+        }
+        // Written again at the version read: the same bytes.
+        EXPECT_EQ(enc(d), enc(at_version_1(m)));
+        // And version 2 reads as version 2.
+        ASSERT_TRUE(decode(enc(m), d, err)) << err;
+        EXPECT_EQ(d.v, 2u);
+    }
+    const RegionUsage m = sample_region_usage();
+    expect_version_1_layout(m, kRegionItems);
+    RegionUsage d;
+    std::string err;
+    ASSERT_TRUE(decode(enc(at_version_1(m)), d, err)) << err;
+    EXPECT_EQ(d.v, 1u);
+    EXPECT_EQ(d.limits_digest, m.limits_digest);
+    ASSERT_EQ(d.buckets.size(), 1u);
+    expect_equal(d.buckets[0], m.buckets[0]);
+    ASSERT_EQ(d.overrides.size(), m.overrides.size());
+    for (std::size_t i = 0; i < m.overrides.size(); ++i)
+        EXPECT_TRUE(d.overrides[i] == m.overrides[i]);
+}
+
+// Every item of a version 1 entry and definition is refused by its name (wrong type, missing,
+// twice), as every item of a version 2 entry is; an entry of the other version's shape is
+// refused by its shape; keys that version 1 did not know are ignored, as it ignored them.
+TEST(WireControl, UsageOfVersion1RefusedByItemName) {
+    const ZoneUsage sample = at_version_1(keyed_zone_usage());
     ZoneUsage m;
     std::string err;
+    for (const std::string& item : kZoneItems) {
+        Val v = parse(enc(sample));
+        Val& e = v.find("buckets")->arr[1];
+        ASSERT_EQ(e.kind, Val::Kind::Map);
+        Val& x = *e.find(item);
+        x = x.kind == Val::Kind::Str ? U(7) : S("x");
+        EXPECT_FALSE(decode(bytes_of(v), m, err)) << item;
+        if (item == "keys") {  // named by the key list's reader, as in version 2
+            EXPECT_EQ(err, "bad \"buckets[1].keys\" type str (want array)");
+        } else {
+            EXPECT_EQ(err.rfind("bad \"" + item + "\" type ", 0), 0u) << err;
+            EXPECT_NE(err.find(" in buckets[1]"), std::string::npos) << err;
+        }
+        v = parse(enc(sample));
+        v.find("buckets")->arr[1].erase(item);
+        const bool ok = decode(bytes_of(v), m, err);
+        if (item == "keys") {
+            EXPECT_TRUE(ok) << err;  // optional
+        } else {
+            EXPECT_FALSE(ok) << item;
+            EXPECT_EQ(err, "missing \"" + item + "\" in buckets[1]");
+        }
+        v = parse(enc(sample));
+        Val& twice = v.find("buckets")->arr[1];
+        twice.map.push_back({item, *twice.find(item)});
+        EXPECT_FALSE(decode(bytes_of(v), m, err)) << item;
+        EXPECT_EQ(err, "duplicate key \"" + item + "\" in buckets[1]");
+    }
+    for (const char* item : {"scope", "mode", "limit_mrps", "hosts"}) {
+        Val v = parse(enc(sample));
+        Val& d = v.find("buckets")->arr[0].find("definitions")->arr[0];
+        ASSERT_EQ(d.kind, Val::Kind::Map);
+        d.erase(item);
+        EXPECT_FALSE(decode(bytes_of(v), m, err)) << item;
+        EXPECT_EQ(err, std::string("missing \"") + item + "\" in buckets[0].definitions[0]");
+    }
+    Val v = parse(enc(sample));
+    v.find("buckets")->arr[0].find("definitions")->arr[0].find("scope")->s = "planet";
     EXPECT_FALSE(decode(bytes_of(v), m, err));
-    EXPECT_EQ(err, why);
-    v = parse(enc(sample_region_usage()));
+    EXPECT_EQ(err, "bad \"scope\" \"planet\" in buckets[0].definitions[0]");
+    // An unknown key is ignored (version 1 ignored them).
+    v = parse(enc(sample));
+    v.find("buckets")->arr[0].map.push_back({"future", U(1)});
+    EXPECT_TRUE(decode(bytes_of(v), m, err)) << err;
+    // A positional entry under "v" 1, a map one under "v" 2: refused by the shape.
+    v = parse(enc(sample_zone_usage()));
     v.find("v")->u = 1;
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad entry type array (want map) in buckets[0]");
+    v = parse(enc(sample));
+    v.find("v")->u = 2;
+    EXPECT_FALSE(decode(bytes_of(v), m, err));
+    EXPECT_EQ(err, "bad entry type map (want array) in buckets[0]");
     RegionUsage r;
+    v = parse(enc(at_version_1(sample_region_usage())));
+    v.find("buckets")->arr[0].map.push_back({"keys", S("x")});
     EXPECT_FALSE(decode(bytes_of(v), r, err));
-    EXPECT_EQ(err, why);
-    // The other control messages stay at version 1.
+    EXPECT_EQ(err, "\"keys\" without a \"keyed\" definition in buckets[0]");
+}
+
+// Only versions 1 and 2 of usage are read; the other control messages stay at version 1.
+TEST(WireControl, UsageOfOtherVersionsRefused) {
+    for (std::uint64_t bad : {0u, 3u, 99u}) {
+        Val v = parse(enc(sample_zone_usage()));
+        v.find("v")->u = bad;
+        ZoneUsage m;
+        std::string err;
+        EXPECT_FALSE(decode(bytes_of(v), m, err));
+        EXPECT_EQ(err, "bad \"v\" " + std::to_string(bad) + " (want 1 or 2)");
+        v = parse(enc(sample_region_usage()));
+        v.find("v")->u = bad;
+        RegionUsage r;
+        EXPECT_FALSE(decode(bytes_of(v), r, err));
+        EXPECT_EQ(err, "bad \"v\" " + std::to_string(bad) + " (want 1 or 2)");
+    }
     EXPECT_EQ(parse(enc(sample_request())).find("v")->u, 1u);
 }
 

@@ -3,12 +3,12 @@
 // usage is most of the controller's work (bench/control_plane/README.md).
 //
 // read_usage() accepts exactly what grl::wire::decode accepts and yields the same message. The
-// bytes a grl sender writes (wire::encode's key order, a map of exactly its keys, no keyed
-// buckets, no overrides) are read in one pass straight into `out`, reusing the capacity of its
-// strings and vectors, without the msgpack object tree wire::decode builds. Anything else (or
-// anything the fast path would refuse, so that the error text is wire::decode's) goes to
-// wire::decode: there is one definition of what is valid. Its unit test and fuzz/fuzz_usage.cpp
-// check the equivalence on valid, malformed and randomly mutated messages.
+// bytes a grl sender writes (wire::encode's key order, a map of exactly its keys, entries of
+// either usage version, no keyed buckets, no overrides) are read in one pass straight into `out`,
+// reusing the capacity of its strings and vectors, without the msgpack object tree wire::decode
+// builds. Anything else (or anything the fast path would refuse, so that the error text is
+// wire::decode's) goes to wire::decode: there is one definition of what is valid. Its unit test and
+// fuzz/fuzz_usage.cpp check the equivalence on valid, malformed and randomly mutated messages.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
-// Control-plane messages: collector -> controller zone usage (protocol version 2),
-// controller <-> controller region usage (2), and the controller's admin request/reply (1).
+// Control-plane messages: collector -> controller zone usage (protocol version 2, or 1),
+// controller <-> controller region usage (2, or 1), and the controller's admin request/reply (1).
 // The specification is docs/protocol.md (sections "zone_usage", "region_usage", "admin");
 // keep the two in step. Decoders are as strict as those of grl/wire.h.
 #pragma once
@@ -16,8 +16,11 @@
 namespace grl::wire {
 
 // zone_usage and region_usage carry "v" 2 since their entries became positional
-// (docs/protocol.md "Versions"); every other message carries kVersion.
+// (docs/protocol.md "Versions"); every other message carries kVersion. Usage of "v" 1 (map
+// entries) is still read, and written on request (`--usage-version 1`), for rolling upgrades
+// from the release before: kMinUsageVersion is the oldest usage this release reads.
 inline constexpr std::uint64_t kUsageVersion = 2;
+inline constexpr std::uint64_t kMinUsageVersion = 1;
 inline constexpr std::size_t kMaxHostNames = 8192;         // per zone_usage message
 inline constexpr std::size_t kMaxBucketHostNames = 256;    // per bucket entry
 inline constexpr std::size_t kMaxDefinitions = 16;         // per bucket entry
@@ -72,6 +75,9 @@ struct UsageBucket {
 
 // `zone_usage`: one collector's view of its zone, every collector interval.
 struct ZoneUsage {
+    // The message's "v": encode() writes this version's layout (1: map entries, else 2),
+    // decode() sets the version it read.
+    std::uint64_t v = kUsageVersion;
     std::string source;  // collector name
     std::string region;
     std::string zone;
@@ -110,7 +116,8 @@ struct Override {
 
 // `region_usage`: what one controller knows of its region, to its peers, every interval.
 struct RegionUsage {
-    std::string source;  // controller name
+    std::uint64_t v = kUsageVersion;  // as in ZoneUsage
+    std::string source;               // controller name
     std::string region;
     std::uint64_t seq = 0;
     std::uint64_t ts_ms = 0;

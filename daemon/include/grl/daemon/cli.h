@@ -60,6 +60,9 @@ CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint32_t& fi
                        std::uint32_t min, std::uint32_t max, const std::string& help,
                        const std::string& metavar = "N");
 CLI::Option* add_log_level(CLI::App& app, LogLevel& field);
+// --usage-version 1|2: the protocol version of the usage a daemon sends (docs/protocol.md
+// "Versions"); `what` names the messages ("zone usage", "region usage").
+CLI::Option* add_usage_version(CLI::App& app, std::uint32_t& field, const std::string& what);
 
 // CURVE key files, read when the option is parsed (a file that cannot be read is a usage error
 // naming the option and the file).

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,16 @@
 #include "grl/daemon/zmq.h"
 
 namespace grl::daemon {
+
+class Loop;
+
+// How a rebind ends: `error` "" when the socket is bound again, else what went wrong (naming
+// the endpoint); `delayed` when it had to wait for the port. A rebind may end at once or on a
+// later loop turn (rebind(), Rebind).
+using RebindDone = std::function<void(const std::string& error, bool delayed)>;
+// Starts a rebind of an endpoint on the thread that owns its socket; `done` runs on that
+// thread when it ends.
+using RebindFn = std::function<void(RebindDone done)>;
 
 class EndpointLimit {
   public:
@@ -37,14 +48,17 @@ class EndpointLimit {
     bool admit();
     // Closes every connection of the endpoint: `rebind` (run by the thread that owns the
     // socket) unbinds it and binds it again, which makes libzmq close the sessions accepted
-    // through it. Returns how many connections were cut (counted). When `rebind` throws, the
-    // failure is counted (cut_failures()) and the exception passed on.
-    std::size_t cut(const std::function<void()>& rebind);
+    // through it. Returns how many connections were cut (counted). The rebind ends now or on
+    // a later loop turn (the port may be held a moment: rebind()); then `done` gets its
+    // result, a failure counted first (cut_failures()), and a rebind that had to wait for the
+    // port in cut_delayed().
+    std::size_t cut(const RebindFn& rebind, RebindDone done);
 
     const std::string& name() const { return name_; }
     const ConnectionLimit& count() const { return count_; }
     std::uint64_t cut_total() const { return cut_; }
     std::uint64_t cut_failures() const { return cut_failures_; }
+    std::uint64_t cut_delayed() const { return cut_delayed_; }
 
   private:
     Socket monitor_;
@@ -53,19 +67,56 @@ class EndpointLimit {
     ConnectionLimit count_;
     std::uint64_t cut_ = 0;
     std::uint64_t cut_failures_ = 0;
+    std::uint64_t cut_delayed_ = 0;
     std::vector<zmq::Frame> frames_;
     LogLimiter pending_log_;
 };
 
 // Unbinds `socket` from `endpoint` (its resolved address) and binds it there again; libzmq
 // closes the connections accepted through the old listener (each once the socket has taken
-// its session's termination, at its next poll, send or receive). Tries again for up to 2 s while
-// the old listener still holds the port. Throws std::runtime_error naming the endpoint.
-void rebind(void* socket, const std::string& endpoint);
+// its session's termination, at its next poll, send or receive). libzmq closes the old
+// listener on its I/O thread, so the port may be held a moment longer: the bind is then tried
+// again every kRetryMs on later turns of the owner's loop, never sleeping on its thread, for
+// up to kGiveUpMs. Errors name the endpoint. For a thread with a loop of its own (the
+// collector's relay): start it, poll until next_ms(), retry().
+class Rebind {
+  public:
+    static constexpr std::uint64_t kRetryMs = 5;
+    static constexpr std::uint64_t kGiveUpMs = 2000;
+    // Unbinds and tries to bind once (`unbind_first` false: only binds, for a socket not bound
+    // there, e.g. one whose unbind already happened).
+    Rebind(void* socket, std::string endpoint, std::uint64_t now_ms, bool unbind_first = true);
+    enum class State : std::uint8_t { Bound, Waiting, Failed };
+    State state() const { return state_; }
+    // Waiting: tries to bind again (when due); the new state.
+    State retry(std::uint64_t now_ms);
+    std::uint64_t next_ms() const { return next_ms_; }   // Waiting: when to retry
+    const std::string& error() const { return error_; }  // Failed: why
+    unsigned tries() const { return tries_; }            // binds tried
+    std::uint64_t waited_ms(std::uint64_t now_ms) const { return now_ms - start_ms_; }
+
+  private:
+    void try_bind(std::uint64_t now_ms);
+
+    void* socket_;
+    std::string endpoint_;
+    std::uint64_t start_ms_;
+    std::uint64_t next_ms_ = 0;
+    unsigned tries_ = 0;
+    State state_ = State::Waiting;
+    std::string error_;
+};
+
+// A Rebind on `loop`'s thread, retried by loop turns: `done` runs when it ends (possibly before
+// rebind() returns).
+void rebind(Loop& loop, void* socket, const std::string& endpoint, RebindDone done);
+// The same for a Rebind already started.
+void finish_on(Loop& loop, std::shared_ptr<Rebind> rebind, RebindDone done);
 
 // grl_connections{endpoint}, grl_connections_pending{endpoint}, grl_connections_max{endpoint},
 // grl_connections_refused_total{endpoint}, grl_connections_unhandshaken_total{endpoint},
-// grl_curve_connections_cut_total{endpoint}, grl_curve_connections_cut_failures_total{endpoint}.
+// grl_curve_connections_cut_total{endpoint}, grl_curve_connections_cut_failures_total{endpoint},
+// grl_curve_connections_cut_delayed_total{endpoint}.
 void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLimit*>& limits);
 
 }  // namespace grl::daemon

@@ -79,8 +79,7 @@ class ZapHandler {
 // themselves and handshake anew. One log line; an endpoint that cannot be bound again is
 // logged as an error.
 void cut_removed_keys(ZapHandler& zap, const std::string& domain, EndpointLimit& limit,
-                      const std::string& option, const char* why,
-                      const std::function<void()>& rebind);
+                      const std::string& option, const char* why, const RebindFn& rebind);
 
 // Watches the CURVE handshakes of one client socket (zmq_socket_monitor): counts them, logs one
 // line per change between working and failing, and connects endpoints whose handshake was

@@ -32,6 +32,8 @@ class Loop {
     void remove_fd(int fd);
     // `fn` runs every `period_ms`, first after one period.
     void every(std::uint64_t period_ms, std::function<void()> fn);
+    // `fn` runs once, `delay_ms` from now (at a later loop turn; may be called from a handler).
+    void after(std::uint64_t delay_ms, std::function<void()> fn);
     // SIGINT, SIGTERM or SIGHUP (blocked by block_signals()).
     void on_signal(int sig, std::function<void()> fn);
 
@@ -54,6 +56,10 @@ class Loop {
         std::uint64_t next_ms;
         std::function<void()> fn;
     };
+    struct Later {
+        std::uint64_t due_ms;
+        std::function<void()> fn;
+    };
     struct SignalItem {
         int sig;
         std::function<void()> fn;
@@ -63,6 +69,7 @@ class Loop {
     std::vector<SocketItem> sockets_;
     std::deque<FdItem> fds_;  // a handler may add fds: references must stay valid
     std::vector<Timer> timers_;
+    std::vector<Later> later_;
     std::vector<SignalItem> signals_;
     int signal_fd_ = -1;
     bool stop_ = false;
