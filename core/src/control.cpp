@@ -712,6 +712,7 @@ TickOutput Controller::tick(const Clock& now) {
     const Inputs in = gather(now, out.events);
     expire_overrides(now, out.events);
     const Usage& usage = aggregate(in, now);
+    next_instance_ = instances_.begin();
     for (const BucketUsage* bu : usage) {
         const BucketUsage& u = *bu;
         const std::string_view name = u.name;
@@ -849,6 +850,16 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
         u.own_sums = u.remote_sums = BucketUsage::Sums{};
         u.basis_ms = 0;
     };
+    // merge_definitions() without a call in the most common case: every host of the fleet
+    // reports one definition.
+    auto merge = [](std::vector<wire::DefinitionCount>& into,
+                    const std::vector<wire::DefinitionCount>& add) {
+        if (into.size() == 1 && add.size() == 1 && into[0].def == add[0].def) {
+            into[0].hosts = sat_add(into[0].hosts, add[0].hosts);
+        } else {
+            merge_definitions(into, add);
+        }
+    };
     auto add = [&](const wire::UsageBucket& b, std::uint32_t id, const ZoneEntry* zone) {
         BucketUsage& u = by_id_[id];
         if (u.tick != tick_) start(u, ids_.name(id));
@@ -874,12 +885,12 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
             const std::uint64_t ts = zone->usage.ts_ms;
             u.basis_ms = u.basis_ms == 0 ? ts : std::min(u.basis_ms, ts);
             u.own.emplace_back(zone, &b);
-            merge_definitions(u.own_defs, b.definitions);
+            merge(u.own_defs, b.definitions);
         } else {
             // This region's definitions, then the fleet's from them.
             if (u.remote.empty()) u.fleet_defs = u.own_defs;
             u.remote.push_back(&b);
-            merge_definitions(u.fleet_defs, b.definitions);
+            merge(u.fleet_defs, b.definitions);
         }
     };
     for (const ZoneEntry* z : in.zones) {
@@ -960,6 +971,7 @@ bool unrated(const wire::UsageBucket& b) {
 bool partial(const wire::UsageBucket& b) {
     return b.rated_hosts < b.hosts;
 }
+const std::vector<wire::DefinitionCount> kNoDefinitions;  // a Sample's without a domain
 }  // namespace
 
 // Zone buckets: one instance per zone of this region that reports the bucket. An unrated zone
@@ -978,7 +990,7 @@ void Controller::sample_zones(std::string_view name, const BucketUsage& u, const
         s.provisional = partial(*b) || z->short_of_hosts;
         s.basis_ms = z->usage.ts_ms;
         s.hosts = s.own_hosts = b->hosts;
-        s.domain = b->definitions;
+        s.domain = &b->definitions;
         s.keys = b->keys;  // one zone: already summed by its collector
         s.zone = z;
         update_instance(name, zone, rule, std::move(s), now, events);
@@ -1015,14 +1027,14 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
     s.basis_ms = u.basis_ms;
     s.own_hosts = u.own_sums.hosts;
     s.hosts = s.own_hosts;
-    if (!global) s.domain = u.own_defs;
+    if (!global) s.domain = &u.own_defs;
     if (global) {
         add(s.sum, u.remote_sums.rated);
         rated += u.remote_sums.rated_n;
         missing += u.remote_sums.missing;
         incomplete += u.remote_sums.incomplete;
         s.hosts = sat_add(s.hosts, u.remote_sums.hosts);
-        s.domain = u.fleet_defs;  // a global bucket's hosts are the fleet's
+        s.domain = &u.fleet_defs;  // a global bucket's hosts are the fleet's
     }
     s.has_usage = !u.own.empty() || (global && !u.remote.empty());
     if (!s.has_usage && !rule.match) return;
@@ -1050,10 +1062,18 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
 void Controller::update_instance(std::string_view name, const std::string& zone,
                                  const BucketRule& rule, Sample&& s, const Clock& now,
                                  std::vector<Event>& events) {
-    auto it = instances_.find(InstanceKeyRef{name, rule.scope, zone});
+    // Buckets are sampled in name order, and a zone bucket's zones in name order, as instances
+    // are kept: most often the instance is the one after the last updated, which saves a
+    // descent of the tree per instance.
+    auto it = next_instance_;
+    if (it == instances_.end() || it->first.bucket != name || it->first.scope != rule.scope ||
+        it->first.zone != zone) {
+        it = instances_.find(InstanceKeyRef{name, rule.scope, zone});
+    }
     if (it == instances_.end()) {
         it = instances_.emplace(InstanceKey{std::string(name), rule.scope, zone}, Instance{}).first;
     }
+    next_instance_ = std::next(it);
     Instance& inst = it->second;
     const Before before{inst.tick == 0, inst.ratio_ppm, inst.disagreeing_hosts};
     inst.bucket = name;
@@ -1082,7 +1102,7 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
     inst.match = rule.match ? *rule.match : wire::RuntimeMatch{};
     inst.has_usage = s.has_usage;
     const std::optional<wire::Definition> conf =
-        resolve_definition(inst, rule, std::move(s.domain));
+        resolve_definition(inst, rule, s.domain ? *s.domain : kNoDefinitions);
     if (inst.removed_mono) inst.limit_source = inst.mode_source = LimitSource::Removed;
     inst.keyed = conf && conf->keyed && !inst.runtime;
     smooth(inst, s);
@@ -1099,7 +1119,8 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
 // limits file, then an override, for the limit and the mode separately. Returns the hosts'
 // vote, which a disagreement event names.
 std::optional<wire::Definition> Controller::resolve_definition(
-    Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const {
+    Instance& inst, const BucketRule& rule,
+    const std::vector<wire::DefinitionCount>& domain) const {
     std::optional<wire::Definition> conf = resolve(domain, inst.scope);
     inst.limit_mrps = conf ? conf->limit_mrps : 0;
     inst.mode = conf ? conf->mode : Mode::Deny;
@@ -1133,8 +1154,10 @@ std::optional<wire::Definition> Controller::resolve_definition(
         inst.expires_ms = ovr->expires_ms;
     }
     if (inst.runtime) inst.disagreeing_hosts = 0;  // hosts echo the definition we publish
-    if (domain.size() > wire::kMaxDefinitions) domain.resize(wire::kMaxDefinitions);
-    inst.definitions = std::move(domain);
+    // Copied into the instance's own vector, whose capacity stays from tick to tick.
+    inst.definitions.assign(domain.begin(),
+                            domain.begin() + static_cast<std::ptrdiff_t>(
+                                                 std::min(domain.size(), wire::kMaxDefinitions)));
     return conf;
 }
 

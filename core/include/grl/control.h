@@ -379,7 +379,8 @@ class Controller {
         std::uint64_t basis_ms = 0;  // wall clock of the oldest of this region's zone usages
         std::uint64_t hosts = 0;
         std::uint64_t own_hosts = 0;
-        std::vector<wire::DefinitionCount> domain;  // the hosts that vote on the definition
+        // The hosts that vote on the definition: into the inputs or aggregate()'s sums.
+        const std::vector<wire::DefinitionCount>* domain = nullptr;
         // The zones summed: all of a region or global bucket's (sample_wide), or the one zone
         // of a zone bucket's instance (sample_zones). Into the zone table.
         const std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>>* own = nullptr;
@@ -407,7 +408,8 @@ class Controller {
     // after its last instruction, then a report, a collector and a controller interval pass.
     std::uint64_t removed_grace_ms() const { return opt_.ttl_ms + 3 * opt_.interval_ms; }
     std::optional<wire::Definition> resolve_definition(
-        Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const;
+        Instance& inst, const BucketRule& rule,
+        const std::vector<wire::DefinitionCount>& domain) const;
     void smooth(Instance& inst, const Sample& s) const;
     void update_keys(Instance& inst, const Sample& s, const Clock& now, std::vector<Event>& events);
     void evaluate_candidate(Instance& inst, const BucketRule& rule) const;
@@ -455,6 +457,7 @@ class Controller {
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick
     Instances instances_;
+    Instances::iterator next_instance_;          // update_instance()'s guess, within a tick
     std::vector<LastRated> last_rated_scratch_;  // stand_in()'s, kept for its capacity
     BucketIds ids_;                              // the names of the usage held
     std::vector<std::uint32_t> ids_scratch_;     // intern()'s, kept for its capacity
