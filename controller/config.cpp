@@ -86,6 +86,9 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
         "(connections_refused_total)");
     cli::add_count(app, "--max-peers", c.opts.max_peers, 1, 100000,
                    "peer controllers held at once; usage from a new peer is refused while full");
+    cli::add_count(app, "--max-bucket-names", c.opts.max_bucket_names, 1, 10000000,
+                   "distinct bucket names in the usage held; a usage naming a new one is refused "
+                   "while full");
     cli::add_count(app, "--max-instance-keys", c.opts.max_instance_keys, 1, 1000000,
                    "keys a keyed bucket instance holds sums for; new keys are refused while full");
     cli::add_text(app, "--state-file", c.state_file, "FILE",

@@ -450,7 +450,10 @@ void Daemon::log_refusal(control::Accepted a, const control::Clock& t) {
         case control::Accepted::TooManyHosts:
             hosts_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
             break;
-        case control::Accepted::Full: full_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms); break;
+        case control::Accepted::Full:
+        case control::Accepted::TooManyBuckets:
+            full_log_.hit(LogLevel::Warn, {}, why_, t.mono_ms);
+            break;
         default: break;
     }
 }
@@ -1084,6 +1087,10 @@ std::string Daemon::metrics() {
              "Keys of keyed buckets refused because an instance's key table was full "
              "(--max-instance-keys).");
     m.sample("grl_controller_keys_refused_total", static_cast<double>(ctl_.keys_refused()));
+    m.family("grl_controller_bucket_names", "gauge",
+             "Distinct bucket names in the usage held (at most --max-bucket-names; a usage naming "
+             "more is refused: messages_ignored_total reason too_many_buckets).");
+    m.sample("grl_controller_bucket_names", static_cast<double>(ctl_.bucket_names()));
     m.family("grl_bucket_limit_source", "gauge",
              "Where the effective limit comes from (1 for the source in force).");
     for (const auto& [key, i] : insts) {
@@ -1188,7 +1195,8 @@ std::string Daemon::metrics() {
         "grl_controller_messages_ignored_total", "counter",
         "Valid messages not used (older than the one held, other region, our own) or "
         "refused (future: stamped too far ahead of our clock; too_many_hosts; full: a new zone or "
-        "peer while --max-zones / --max-peers are held).");
+        "peer while --max-zones / --max-peers are held; too_many_buckets: a new bucket name while "
+        "--max-bucket-names are held).");
     for (const auto& [k, n] : ignored_) {
         auto slash = k.find('/');
         m.sample("grl_controller_messages_ignored_total",

@@ -198,7 +198,7 @@ void merge_definitions(std::vector<wire::DefinitionCount>& into,
 // ---------------------------------------------------------------------------------------------
 // Controller: inputs
 
-Controller::Controller(Options o) : opt_(std::move(o)) {
+Controller::Controller(Options o) : opt_(std::move(o)), ids_(opt_.max_bucket_names) {
     if (opt_.window == 0) opt_.window = 1;
     if (opt_.stale_intervals == 0) opt_.stale_intervals = 1;
     if (opt_.forget_intervals < opt_.stale_intervals) opt_.forget_intervals = opt_.stale_intervals;
@@ -247,6 +247,7 @@ std::string_view to_string(Accepted a) {
         case Accepted::Future: return "future";
         case Accepted::TooManyHosts: return "too_many_hosts";
         case Accepted::Full: return "full";
+        case Accepted::TooManyBuckets: return "too_many_buckets";
     }
     return "?";
 }
@@ -324,6 +325,10 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     const Accepted a = check_zone_usage(u, now, why);
     if (a != Accepted::Yes) return a;
     auto held = zones_.find(u.zone);
+    if (!intern(u.buckets, held == zones_.end() ? nullptr : &held->second.ids)) {
+        refuse(why, too_many_buckets("zone", u.source, u.zone));
+        return Accepted::TooManyBuckets;
+    }
     // Back from silence, or a restarted collector (its seq starts again from 1).
     const bool returning =
         held != zones_.end() && (!zone_fresh(held->second, now) || u.seq < held->second.usage.seq);
@@ -333,6 +338,8 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
         e.returned_mono = now.mono_ms;
     }
     std::swap(e.usage, u);
+    std::swap(e.ids, ids_scratch_);
+    release(ids_scratch_);  // the replaced usage's
     stand_in(e, now);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
     return Accepted::Yes;
@@ -446,21 +453,25 @@ Accepted Controller::on_region_usage(const wire::RegionUsage& u, const Clock& no
     const Accepted a = check_region_usage(u, now, why);
     if (a != Accepted::Yes) return a;
     wire::RegionUsage copy = u;
-    keep_region_usage(copy, now);
-    return Accepted::Yes;
+    return keep_region_usage(copy, now, why);
 }
 
 Accepted Controller::take_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why) {
     const Accepted a = check_region_usage(u, now, why);
     if (a != Accepted::Yes) return a;
-    keep_region_usage(u, now);
-    return Accepted::Yes;
+    return keep_region_usage(u, now, why);
 }
 
-void Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now) {
-    PeerEntry& e = peers_[u.source];
+Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why) {
+    auto held = peers_.find(u.source);
+    if (!intern(u.buckets, held == peers_.end() ? nullptr : &held->second.ids)) {
+        refuse(why, too_many_buckets("region", u.source, u.region));
+        return Accepted::TooManyBuckets;
+    }
+    PeerEntry& e = held == peers_.end() ? peers_[u.source] : held->second;
     std::swap(e.usage, u);
-    name_order(e.usage.buckets, e.order);
+    std::swap(e.ids, ids_scratch_);
+    release(ids_scratch_);
     e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.recv_mono = now.mono_ms;
     const wire::RegionUsage& m = e.usage;
@@ -476,6 +487,43 @@ void Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now) {
         pending_.push_back(
             {Event::Level::Info, "", "peer " + m.source + " has the same limits again"});
     }
+    return Accepted::Yes;
+}
+
+// Most usages name the same buckets in the same order as the one they replace: one comparison
+// with the name at the same place then finds the id without hashing the name.
+bool Controller::intern(const std::vector<wire::UsageBucket>& buckets,
+                        const std::vector<std::uint32_t>* held) {
+    std::vector<std::uint32_t>& ids = ids_scratch_;
+    ids.resize(buckets.size());
+    const std::size_t same_places = held ? held->size() : 0;
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+        const std::string& name = buckets[k].name;
+        if (k < same_places && ids_.name((*held)[k]) == name) {
+            ids_.retain((*held)[k]);
+            ids[k] = (*held)[k];
+            continue;
+        }
+        ids[k] = ids_.acquire(name);
+        if (ids[k] == BucketIds::kNone) {
+            ids.resize(k);
+            release(ids);
+            return false;
+        }
+    }
+    return true;
+}
+
+std::string Controller::too_many_buckets(std::string_view kind, const std::string& source,
+                                         const std::string& place) const {
+    return std::string(kind) + " usage from " + source + " (" + std::string(kind) + " " + place +
+           ") refused: it names buckets beyond the " + std::to_string(opt_.max_bucket_names) +
+           " this controller holds (--max-bucket-names)";
+}
+
+void Controller::release(std::vector<std::uint32_t>& ids) {
+    for (std::uint32_t id : ids) ids_.release(id);
+    ids.clear();
 }
 
 void Controller::set_limits(Limits l, const Clock&) {
@@ -664,7 +712,9 @@ TickOutput Controller::tick(const Clock& now) {
     const Inputs in = gather(now, out.events);
     expire_overrides(now, out.events);
     const Usage& usage = aggregate(in, now);
-    for (const BucketUsage& u : usage) {
+    next_instance_ = instances_.begin();
+    for (const BucketUsage* bu : usage) {
+        const BucketUsage& u = *bu;
         const std::string_view name = u.name;
         std::optional<BucketRule> rule = bucket_rule(name, u, now);
         if (!rule) continue;
@@ -691,6 +741,7 @@ Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& even
         std::uint64_t iv = std::max(z.usage.interval_ms, opt_.interval_ms);
         if (now.mono_ms >= z.recv_mono + opt_.forget_intervals * iv) {
             events.push_back({Event::Level::Warn, "", "zone " + it->first + " forgotten"});
+            release(it->second.ids);
             it = zones_.erase(it);
             continue;
         }
@@ -713,6 +764,7 @@ Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& even
         const std::uint64_t forget = std::max(opt_.forget_intervals * iv, opt_.peer_hold_ms);
         if (now.mono_ms >= sat_add(p.recv_mono, forget)) {
             digest_mismatch_.erase(it->first);
+            release(it->second.ids);
             it = peers_.erase(it);
             continue;
         }
@@ -780,25 +832,74 @@ void Controller::expire_overrides(const Clock& now, std::vector<Event>& events) 
 // fleet-wide so that a name is published in one scope only). Run-time buckets get an entry even
 // without usage: they must reach nginx before any host has them.
 //
-// One merge of the inputs' entry lists (each in name order) with a cursor per list: at 50 zones
-// x 10,000 buckets a map keyed by name, rebuilt every tick, was a third of the tick. The result
-// keeps its vectors' capacity from tick to tick.
+// Each input's entries are added into the sums of their bucket ids (ids_, given when the usage
+// was taken in), list after list: zones first, in name order, then other regions. The buckets
+// are then listed in name order (ids_.by_name(), sorted again only when names came or went),
+// merged with the run-time buckets'. At 50 zones x 10,000 buckets a merge of the 54 lists by
+// name spent a third of the tick comparing names (docs/control-plane.md "Bucket ids"). The sums
+// keep their vectors' capacity from tick to tick.
 const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& now) {
-    struct List {
-        const ZoneEntry* zone = nullptr;  // nullptr: a remote region's
-        const std::vector<wire::UsageBucket>* buckets = nullptr;
-        const std::vector<std::uint32_t>* order = nullptr;
-        std::size_t pos = 0;
-        const wire::UsageBucket* at() const {
-            if (pos >= buckets->size()) return nullptr;
-            return &(*buckets)[order->empty() ? pos : (*order)[pos]];
+    if (by_id_.size() < ids_.span()) by_id_.resize(ids_.span());
+    auto start = [&](BucketUsage& u, std::string_view name) {  // capacity kept
+        u.tick = tick_;
+        u.name = name;
+        u.own.clear();
+        u.remote.clear();
+        u.own_defs.clear();
+        u.fleet_defs.clear();
+        u.own_sums = u.remote_sums = BucketUsage::Sums{};
+        u.basis_ms = 0;
+    };
+    // merge_definitions() without a call in the most common case: every host of the fleet
+    // reports one definition.
+    auto merge = [](std::vector<wire::DefinitionCount>& into,
+                    const std::vector<wire::DefinitionCount>& add) {
+        if (into.size() == 1 && add.size() == 1 && into[0].def == add[0].def) {
+            into[0].hosts = sat_add(into[0].hosts, add[0].hosts);
+        } else {
+            merge_definitions(into, add);
         }
     };
-    std::vector<List> lists;
-    lists.reserve(in.zones.size() + in.remote.size());
-    for (const ZoneEntry* z : in.zones) lists.push_back({z, &z->usage.buckets, &z->order, 0});
+    auto add = [&](const wire::UsageBucket& b, std::uint32_t id, const ZoneEntry* zone) {
+        BucketUsage& u = by_id_[id];
+        if (u.tick != tick_) start(u, ids_.name(id));
+        BucketUsage::Sums& sums = zone ? u.own_sums : u.remote_sums;
+        if (b.hosts > 0 && b.rated_hosts == 0) {
+            ++sums.missing;
+        } else {
+            add_rates(sums.rated, b);
+            ++sums.rated_n;
+        }
+        sums.incomplete += b.rated_hosts < b.hosts || (zone && zone->short_of_hosts);
+        sums.hosts = sat_add(sums.hosts, b.hosts);
+        sums.offered = sat_add(sums.offered, b.offered_mrps);
+        sums.admitted = sat_add(sums.admitted, b.admitted_mrps);
+        sums.dropped = sat_add(sums.dropped, b.dropped_mrps);
+        sums.shadow_dropped = sat_add(sums.shadow_dropped, b.shadow_dropped_mrps);
+        sums.rated_hosts = sat_add(sums.rated_hosts, b.rated_hosts);
+        sums.keys = sums.keys || !b.keys.empty();
+        if (zone) {
+            // The hosts that apply an instance's ratio here reported to these zones: the
+            // oldest of their usages bounds which of its own reports a host finds in the
+            // sample (sample_wide).
+            const std::uint64_t ts = zone->usage.ts_ms;
+            u.basis_ms = u.basis_ms == 0 ? ts : std::min(u.basis_ms, ts);
+            u.own.emplace_back(zone, &b);
+            merge(u.own_defs, b.definitions);
+        } else {
+            // This region's definitions, then the fleet's from them.
+            if (u.remote.empty()) u.fleet_defs = u.own_defs;
+            u.remote.push_back(&b);
+            merge(u.fleet_defs, b.definitions);
+        }
+    };
+    for (const ZoneEntry* z : in.zones) {
+        const std::vector<wire::UsageBucket>& buckets = z->usage.buckets;
+        for (std::size_t k = 0; k < buckets.size(); ++k) add(buckets[k], z->ids[k], z);
+    }
     for (const auto& [region, p] : in.remote) {
-        lists.push_back({nullptr, &p->usage.buckets, &p->order, 0});
+        const std::vector<wire::UsageBucket>& buckets = p->usage.buckets;
+        for (std::size_t k = 0; k < buckets.size(); ++k) add(buckets[k], p->ids[k], nullptr);
     }
     std::vector<std::string_view> runtime;  // run-time buckets, with or without usage
     for (const auto& [name, o] : overrides_) {
@@ -809,76 +910,24 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
     }
     std::sort(runtime.begin(), runtime.end());
     runtime.erase(std::unique(runtime.begin(), runtime.end()), runtime.end());
-    std::size_t next_runtime = 0, n = 0;
-    std::vector<List*> at_min;
-    at_min.reserve(lists.size());
-    for (;;) {
-        // The smallest name at any cursor, and the lists that have it.
-        std::string_view min;
-        bool any = false;
-        at_min.clear();
-        for (List& l : lists) {
-            const wire::UsageBucket* b = l.at();
-            if (b == nullptr) continue;
-            const int c = any ? std::string_view(b->name).compare(min) : -1;
-            if (c < 0) {
-                min = b->name;
-                any = true;
-                at_min.clear();
-            }
-            if (c <= 0) at_min.push_back(&l);
-        }
-        if (next_runtime < runtime.size() && (!any || runtime[next_runtime] <= min)) {
-            if (!any || runtime[next_runtime] < min) at_min.clear();
-            min = runtime[next_runtime++];
-            any = true;
-        }
-        if (!any) break;
-        if (n == usage_.size()) usage_.emplace_back();
-        BucketUsage& u = usage_[n++];
-        u.name = min;
-        u.own.clear();
-        u.remote.clear();
-        u.own_defs.clear();
-        u.fleet_defs.clear();
-        u.own_sums = u.remote_sums = BucketUsage::Sums{};
-        u.basis_ms = 0;
-        // Zones' lists come first: this region's definitions, then the fleet's from them.
-        for (List* l : at_min) {
-            const wire::UsageBucket& b = *l->at();
-            BucketUsage::Sums& sums = l->zone ? u.own_sums : u.remote_sums;
-            if (b.hosts > 0 && b.rated_hosts == 0) {
-                ++sums.missing;
-            } else {
-                add_rates(sums.rated, b);
-                ++sums.rated_n;
-            }
-            sums.incomplete += b.rated_hosts < b.hosts || (l->zone && l->zone->short_of_hosts);
-            sums.hosts = sat_add(sums.hosts, b.hosts);
-            sums.offered = sat_add(sums.offered, b.offered_mrps);
-            sums.admitted = sat_add(sums.admitted, b.admitted_mrps);
-            sums.dropped = sat_add(sums.dropped, b.dropped_mrps);
-            sums.shadow_dropped = sat_add(sums.shadow_dropped, b.shadow_dropped_mrps);
-            sums.rated_hosts = sat_add(sums.rated_hosts, b.rated_hosts);
-            sums.keys = sums.keys || !b.keys.empty();
-            if (l->zone) {
-                // The hosts that apply an instance's ratio here reported to these zones: the
-                // oldest of their usages bounds which of its own reports a host finds in the
-                // sample (sample_wide).
-                const std::uint64_t ts = l->zone->usage.ts_ms;
-                u.basis_ms = u.basis_ms == 0 ? ts : std::min(u.basis_ms, ts);
-                u.own.emplace_back(l->zone, &b);
-                merge_definitions(u.own_defs, b.definitions);
-            } else {
-                if (u.remote.empty()) u.fleet_defs = u.own_defs;
-                u.remote.push_back(&b);
-                merge_definitions(u.fleet_defs, b.definitions);
-            }
-            ++l->pos;
-        }
+    runtime_usage_.resize(runtime.size());  // not resized again: usage_ points into it
+    std::size_t next_runtime = 0;
+    auto runtime_only = [&](std::string_view name) {
+        BucketUsage& u = runtime_usage_[next_runtime++];
+        start(u, name);
+        usage_.push_back(&u);
+    };
+    usage_.clear();
+    for (std::uint32_t id : ids_.by_name()) {
+        BucketUsage& u = by_id_[id];
+        if (u.tick != tick_) continue;  // no fresh input names it
+        while (next_runtime < runtime.size() && runtime[next_runtime] < u.name)
+            runtime_only(runtime[next_runtime]);
+        if (next_runtime < runtime.size() && runtime[next_runtime] == u.name) ++next_runtime;
         if (u.remote.empty()) u.fleet_defs = u.own_defs;
+        usage_.push_back(&u);
     }
-    usage_.resize(n);
+    while (next_runtime < runtime.size()) runtime_only(runtime[next_runtime]);
     return usage_;
 }
 
@@ -922,6 +971,7 @@ bool unrated(const wire::UsageBucket& b) {
 bool partial(const wire::UsageBucket& b) {
     return b.rated_hosts < b.hosts;
 }
+const std::vector<wire::DefinitionCount> kNoDefinitions;  // a Sample's without a domain
 }  // namespace
 
 // Zone buckets: one instance per zone of this region that reports the bucket. An unrated zone
@@ -940,7 +990,7 @@ void Controller::sample_zones(std::string_view name, const BucketUsage& u, const
         s.provisional = partial(*b) || z->short_of_hosts;
         s.basis_ms = z->usage.ts_ms;
         s.hosts = s.own_hosts = b->hosts;
-        s.domain = b->definitions;
+        s.domain = &b->definitions;
         s.keys = b->keys;  // one zone: already summed by its collector
         s.zone = z;
         update_instance(name, zone, rule, std::move(s), now, events);
@@ -977,14 +1027,14 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
     s.basis_ms = u.basis_ms;
     s.own_hosts = u.own_sums.hosts;
     s.hosts = s.own_hosts;
-    if (!global) s.domain = u.own_defs;
+    if (!global) s.domain = &u.own_defs;
     if (global) {
         add(s.sum, u.remote_sums.rated);
         rated += u.remote_sums.rated_n;
         missing += u.remote_sums.missing;
         incomplete += u.remote_sums.incomplete;
         s.hosts = sat_add(s.hosts, u.remote_sums.hosts);
-        s.domain = u.fleet_defs;  // a global bucket's hosts are the fleet's
+        s.domain = &u.fleet_defs;  // a global bucket's hosts are the fleet's
     }
     s.has_usage = !u.own.empty() || (global && !u.remote.empty());
     if (!s.has_usage && !rule.match) return;
@@ -1012,10 +1062,18 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
 void Controller::update_instance(std::string_view name, const std::string& zone,
                                  const BucketRule& rule, Sample&& s, const Clock& now,
                                  std::vector<Event>& events) {
-    auto it = instances_.find(InstanceKeyRef{name, rule.scope, zone});
+    // Buckets are sampled in name order, and a zone bucket's zones in name order, as instances
+    // are kept: most often the instance is the one after the last updated, which saves a
+    // descent of the tree per instance.
+    auto it = next_instance_;
+    if (it == instances_.end() || it->first.bucket != name || it->first.scope != rule.scope ||
+        it->first.zone != zone) {
+        it = instances_.find(InstanceKeyRef{name, rule.scope, zone});
+    }
     if (it == instances_.end()) {
         it = instances_.emplace(InstanceKey{std::string(name), rule.scope, zone}, Instance{}).first;
     }
+    next_instance_ = std::next(it);
     Instance& inst = it->second;
     const Before before{inst.tick == 0, inst.ratio_ppm, inst.disagreeing_hosts};
     inst.bucket = name;
@@ -1044,7 +1102,7 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
     inst.match = rule.match ? *rule.match : wire::RuntimeMatch{};
     inst.has_usage = s.has_usage;
     const std::optional<wire::Definition> conf =
-        resolve_definition(inst, rule, std::move(s.domain));
+        resolve_definition(inst, rule, s.domain ? *s.domain : kNoDefinitions);
     if (inst.removed_mono) inst.limit_source = inst.mode_source = LimitSource::Removed;
     inst.keyed = conf && conf->keyed && !inst.runtime;
     smooth(inst, s);
@@ -1061,7 +1119,8 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
 // limits file, then an override, for the limit and the mode separately. Returns the hosts'
 // vote, which a disagreement event names.
 std::optional<wire::Definition> Controller::resolve_definition(
-    Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const {
+    Instance& inst, const BucketRule& rule,
+    const std::vector<wire::DefinitionCount>& domain) const {
     std::optional<wire::Definition> conf = resolve(domain, inst.scope);
     inst.limit_mrps = conf ? conf->limit_mrps : 0;
     inst.mode = conf ? conf->mode : Mode::Deny;
@@ -1095,8 +1154,10 @@ std::optional<wire::Definition> Controller::resolve_definition(
         inst.expires_ms = ovr->expires_ms;
     }
     if (inst.runtime) inst.disagreeing_hosts = 0;  // hosts echo the definition we publish
-    if (domain.size() > wire::kMaxDefinitions) domain.resize(wire::kMaxDefinitions);
-    inst.definitions = std::move(domain);
+    // Copied into the instance's own vector, whose capacity stays from tick to tick.
+    inst.definitions.assign(domain.begin(),
+                            domain.begin() + static_cast<std::ptrdiff_t>(
+                                                 std::min(domain.size(), wire::kMaxDefinitions)));
     return conf;
 }
 
@@ -1345,7 +1406,8 @@ wire::RegionUsage Controller::region_usage(const Inputs& in, const Usage& usage,
     ru.zones = in.zones.size();
     ru.hosts = fresh_hosts_;
     ru.limits_digest = limits_digest_;
-    for (const BucketUsage& a : usage) {
+    for (const BucketUsage* p : usage) {
+        const BucketUsage& a = *p;
         if (a.own.empty()) continue;
         wire::UsageBucket u;
         u.name = a.name;

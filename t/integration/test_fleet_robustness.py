@@ -402,6 +402,43 @@ def test_a_full_zone_table_refuses_new_zones_and_keeps_the_held_ones(fleet):
         ctx.destroy(0)
 
 
+def test_a_full_bucket_name_table_refuses_usage_naming_new_buckets(fleet):
+    """--max-bucket-names bounds what a flood of made-up bucket names can cost the controller:
+    a usage naming a bucket beyond the bound is refused whole, counted and logged
+    (rate-limited); the zone whose buckets it holds goes on."""
+    ctl = fleet.controller(extra=["--max-bucket-names", "1"])
+    col = fleet.collector("z1", [ctl])
+    fleet.nginx("h1", "z1", col, BUCKETS)
+    fleet.wait_hosts(ctl, 1)
+    f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_controller_bucket_names") == 1, 10,
+                   what="bucket g held")
+    ctx = zmq.Context()
+    try:
+        push_ctl = ctx.socket(zmq.PUSH)
+        push_ctl.connect(ctl.usage)
+        n = 50
+        for i in range(n):
+            made_up = f.usage_entry("made-up-%d" % i, offered_mrps=10 ** 9, host_names=[],
+                                    definitions=[f.definition(1)])
+            push_ctl.send(zone_usage(ts_ms=int(time.time() * 1000), zone="z2", seq=i + 1,
+                                     buckets=[made_up]))
+        counted = lambda: f.metric(ctl.metrics(), "grl_controller_messages_ignored_total",
+                                   kind="zone_usage", reason="too_many_buckets")
+        f.h.wait_until(lambda: counted() == n, 5,
+                       what="every usage naming a bucket beyond --max-bucket-names counted")
+        time.sleep(1)
+        m = ctl.metrics()
+        assert f.metric(m, "grl_controller_bucket_names") == 1
+        assert f.metric(m, "grl_controller_zones", state="fresh") == 1
+        assert f.metric(m, "grl_bucket_hosts", bucket="g", scope="global") == 1
+        log = ctl.log()
+        assert ("zone usage from evil (zone z2) refused: it names buckets beyond the 1 this "
+                "controller holds (--max-bucket-names)") in log
+        assert log.count("(--max-bucket-names)") <= 2
+    finally:
+        ctx.destroy(0)
+
+
 def test_a_peer_connection_speaks_for_one_controller_only(fleet):
     """Each --peer connection is bound to the controller it first speaks for: a peer that
     then sends as another controller, or claims the name of a controller another connection

@@ -1234,6 +1234,97 @@ TEST(Hardening, ZoneAndPeerTablesAreBounded) {
               Accepted::Yes);
 }
 
+TEST(Hardening, BucketNamesAreBounded) {
+    Fleet f;
+    Options o = opts();
+    o.max_bucket_names = 3;
+    o.peer_hold_ms = 0;
+    Controller c(o);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 50), ub("b", 50)}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("b", 50), ub("c", 50)}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(c.bucket_names(), 3u);
+    // A fourth name is refused with its whole usage, naming the option; the zone's last usage
+    // stays in force.
+    std::string why;
+    EXPECT_EQ(c.on_zone_usage(zu("z2", {ub("b", 80), ub("d", 50)}, f.now), f.now, &why),
+              Accepted::TooManyBuckets);
+    EXPECT_EQ(why,
+              "zone usage from col-z2 (zone z2) refused: it names buckets beyond the 3 this "
+              "controller holds (--max-bucket-names)");
+    EXPECT_EQ(c.on_region_usage(peer_usage("ctl-b", "r2", {ub("e", 10)}, f.now), f.now, &why),
+              Accepted::TooManyBuckets);
+    EXPECT_EQ(why,
+              "region usage from ctl-b (region r2) refused: it names buckets beyond the 3 this "
+              "controller holds (--max-bucket-names)");
+    c.tick(f.now);
+    EXPECT_EQ(inst(c, "b")->offered_mrps, 100000);
+    EXPECT_EQ(inst(c, "c")->offered_mrps, 50000);
+    EXPECT_EQ(inst(c, "d"), nullptr);
+    // A name no usage held names any more frees its place: z2 stops naming c.
+    f.advance(1000);
+    ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("b", 50)}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(c.bucket_names(), 2u);
+    ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("b", 50), ub("d", 70)}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 50), ub("b", 50)}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_EQ(inst(c, "c"), nullptr);
+    EXPECT_EQ(inst(c, "d")->offered_mrps, 70000);
+    // A forgotten zone releases its names (60 intervals of 1 s).
+    for (int i = 0; i < 61; ++i) {
+        f.advance(1000);
+        c.on_zone_usage(zu("z1", {ub("a", 50)}, f.now), f.now);
+        c.tick(f.now);
+    }
+    EXPECT_EQ(c.fresh_zones(), 1u);
+    EXPECT_EQ(c.bucket_names(), 1u);
+    EXPECT_EQ(
+        c.on_region_usage(peer_usage("ctl-b", "r2", {ub("a", 10), ub("e", 10)}, f.now), f.now),
+        Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_EQ(inst(c, "e")->hosts, 1u);
+    EXPECT_EQ(inst(c, "a")->hosts, 2u);
+}
+
+TEST(Aggregation, BucketsComeAndGoAcrossZonesAndPeers) {
+    // Names appear, vanish and come back in different zones and peers, in and out of order:
+    // every instance sums exactly the entries of the inputs that name it.
+    Fleet f;
+    Options o = opts();
+    Controller c(o);
+    auto offered = [&](const std::string& b) {
+        const Instance* i = inst(c, b);
+        return i ? i->samples.back().offered : -1.0;
+    };
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 1), ub("b", 2), ub("c", 4)}, f.now), f.now),
+              Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("c", 8), ub("b", 16)}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(
+        c.on_region_usage(peer_usage("ctl-b", "r2", {ub("d", 32), ub("a", 64)}, f.now), f.now),
+        Accepted::Yes);
+    c.tick(f.now);
+    EXPECT_EQ(offered("a"), 65000);
+    EXPECT_EQ(offered("b"), 18000);
+    EXPECT_EQ(offered("c"), 12000);
+    EXPECT_EQ(offered("d"), 32000);
+    f.advance(1000);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("e", 1), ub("c", 2)}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("a", 4), ub("b", 8), ub("c", 16)}, f.now), f.now),
+              Accepted::Yes);
+    ASSERT_EQ(c.on_region_usage(peer_usage("ctl-b", "r2", {ub("b", 32)}, f.now), f.now),
+              Accepted::Yes);
+    const TickOutput out = c.tick(f.now);
+    EXPECT_EQ(offered("a"), 4000);
+    EXPECT_EQ(offered("b"), 40000);
+    EXPECT_EQ(offered("c"), 18000);
+    EXPECT_EQ(offered("d"), -1.0);  // no input names it: forgotten
+    EXPECT_EQ(offered("e"), 1000);
+    // The region usage lists this region's buckets in name order.
+    std::vector<std::string> names;
+    for (const auto& b : out.region_usage.buckets) names.push_back(b.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "c", "e"}));
+    EXPECT_EQ(out.region_usage.buckets[2].offered_mrps, 18000u);
+}
+
 TEST(Hardening, SumsOfRatesSaturate) {
     Fleet f;
     Controller c(opts());

@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "grl/bucket_ids.h"
 #include "grl/bucket_types.h"
 #include "grl/key_limits.h"
 #include "grl/wire.h"
@@ -64,6 +65,9 @@ struct Options {
     // held; the ones held keep working, and a departed one frees its place once forgotten.
     std::uint32_t max_zones = 1000;
     std::uint32_t max_peers = 256;
+    // Distinct bucket names in the usage held (docs/control-plane.md "Bucket ids"): a usage
+    // naming one more is refused whole (TooManyBuckets), and its sender's last one stays.
+    std::uint32_t max_bucket_names = 100000;
     // Partition between regions: a region whose peers all went silent keeps its last usage in
     // the global sums this long (its share of every global limit stays reserved, so the two
     // sides of a partition together still admit about L, not L per side); after it, the
@@ -111,12 +115,13 @@ struct Event {
 // What became of a zone_usage or region_usage.
 enum class Accepted : std::uint8_t {
     Yes,
-    Older,         // not newer than the one held for the same sender (a duplicate, a late one)
-    WrongRegion,   // a zone of another region (a misconfigured collector)
-    Self,          // our own region_usage, back from a peer
-    Future,        // stamped more than max_skew_ms ahead of our clock: it would pin the sender
-    TooManyHosts,  // claims more hosts than max_zone_hosts / max_region_hosts
-    Full,          // a new zone or peer while max_zones / max_peers are held
+    Older,           // not newer than the one held for the same sender (a duplicate, a late one)
+    WrongRegion,     // a zone of another region (a misconfigured collector)
+    Self,            // our own region_usage, back from a peer
+    Future,          // stamped more than max_skew_ms ahead of our clock: it would pin the sender
+    TooManyHosts,    // claims more hosts than max_zone_hosts / max_region_hosts
+    Full,            // a new zone or peer while max_zones / max_peers are held
+    TooManyBuckets,  // names a bucket beyond the max_bucket_names held
 };
 std::string_view to_string(Accepted a);
 
@@ -291,6 +296,8 @@ class Controller {
     std::uint64_t overrides_rejected() const { return overrides_rejected_; }
     // Keys of keyed buckets refused because an instance's key table was full.
     std::uint64_t keys_refused() const { return keys_refused_; }
+    // Distinct bucket names in the usage held (at most max_bucket_names).
+    std::uint64_t bucket_names() const { return ids_.size(); }
 
   private:
     struct LastRated {
@@ -311,6 +318,7 @@ class Controller {
         // by name, merged with each new usage in one pass (usage entries come sorted).
         std::vector<LastRated> last_rated;
         std::vector<std::uint32_t> order;  // of usage.buckets by name; empty when in order
+        std::vector<std::uint32_t> ids;    // of usage.buckets' names (retained in ids_)
         // A zone back from silence or from a collector's restart awaits the hosts it had: the
         // restarted collector's first usages may lack hosts that reconnect later (slower under
         // load), and a sum of part of the hosts must not count as the whole. Until they are
@@ -322,7 +330,7 @@ class Controller {
     struct PeerEntry {
         wire::RegionUsage usage;
         std::uint64_t recv_mono = 0;
-        std::vector<std::uint32_t> order;  // as in ZoneEntry
+        std::vector<std::uint32_t> ids;  // as in ZoneEntry
     };
 
     // The steps of tick(), in the order it runs them, and the state passed between them.
@@ -330,8 +338,9 @@ class Controller {
         std::vector<const ZoneEntry*> zones;             // this region's fresh zones, by name
         std::map<std::string, const PeerEntry*> remote;  // other regions: the freshest peer
     };
-    struct BucketUsage {        // aggregate(): one bucket's entries among the inputs
-        std::string_view name;  // into the inputs or the override and limits tables
+    struct BucketUsage {         // aggregate(): one bucket's entries among the inputs
+        std::string_view name;   // into ids_ or the override and limits tables
+        std::uint64_t tick = 0;  // the tick that last summed into it (by_id_: cleared at first)
         std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
         std::vector<const wire::UsageBucket*> remote;
         std::vector<wire::DefinitionCount> own_defs;    // this region's hosts
@@ -355,7 +364,7 @@ class Controller {
         Sums own_sums, remote_sums;
         std::uint64_t basis_ms = 0;  // the oldest ts_ms of this region's zone usages in it
     };
-    using Usage = std::vector<BucketUsage>;  // sorted by bucket name
+    using Usage = std::vector<const BucketUsage*>;  // sorted by bucket name
     struct BucketRule {  // bucket_rule(): what applies to every instance of a bucket
         Scope scope = Scope::Global;
         const wire::Override* active_override = nullptr;  // in force
@@ -370,7 +379,8 @@ class Controller {
         std::uint64_t basis_ms = 0;  // wall clock of the oldest of this region's zone usages
         std::uint64_t hosts = 0;
         std::uint64_t own_hosts = 0;
-        std::vector<wire::DefinitionCount> domain;  // the hosts that vote on the definition
+        // The hosts that vote on the definition: into the inputs or aggregate()'s sums.
+        const std::vector<wire::DefinitionCount>* domain = nullptr;
         // The zones summed: all of a region or global bucket's (sample_wide), or the one zone
         // of a zone bucket's instance (sample_zones). Into the zone table.
         const std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>>* own = nullptr;
@@ -398,7 +408,8 @@ class Controller {
     // after its last instruction, then a report, a collector and a controller interval pass.
     std::uint64_t removed_grace_ms() const { return opt_.ttl_ms + 3 * opt_.interval_ms; }
     std::optional<wire::Definition> resolve_definition(
-        Instance& inst, const BucketRule& rule, std::vector<wire::DefinitionCount>&& domain) const;
+        Instance& inst, const BucketRule& rule,
+        const std::vector<wire::DefinitionCount>& domain) const;
     void smooth(Instance& inst, const Sample& s) const;
     void update_keys(Instance& inst, const Sample& s, const Clock& now, std::vector<Event>& events);
     void evaluate_candidate(Instance& inst, const BucketRule& rule) const;
@@ -414,7 +425,17 @@ class Controller {
     void stand_in(ZoneEntry& e, const Clock& now);
     Accepted check_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) const;
     Accepted check_region_usage(const wire::RegionUsage& u, const Clock& now, std::string* why);
-    void keep_region_usage(wire::RegionUsage& u, const Clock& now);  // swapped into the table
+    Accepted keep_region_usage(wire::RegionUsage& u, const Clock& now,
+                               std::string* why);  // swapped into the table
+    // The ids of `buckets`' names, retained, into ids_scratch_ (by position); `held` are the
+    // ids of the usage it replaces, whose names most often stand at the same places. False,
+    // with nothing retained, when a name is beyond max_bucket_names (too_many_buckets() says
+    // why).
+    bool intern(const std::vector<wire::UsageBucket>& buckets,
+                const std::vector<std::uint32_t>* held);
+    std::string too_many_buckets(std::string_view kind, const std::string& source,
+                                 const std::string& place) const;
+    void release(std::vector<std::uint32_t>& ids);
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
     // Whether a usage of `hosts` hosts for zone z lacks hosts z awaits since it came back.
     bool short_of_hosts(const ZoneEntry& z, std::uint64_t hosts, const Clock& now) const;
@@ -436,8 +457,15 @@ class Controller {
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick
     Instances instances_;
+    Instances::iterator next_instance_;          // update_instance()'s guess, within a tick
     std::vector<LastRated> last_rated_scratch_;  // stand_in()'s, kept for its capacity
-    Usage usage_;                                // aggregate()'s, kept for its capacity
+    BucketIds ids_;                              // the names of the usage held
+    std::vector<std::uint32_t> ids_scratch_;     // intern()'s, kept for its capacity
+    // aggregate()'s, kept for their capacity: sums by bucket id, those of run-time buckets
+    // without usage, and the tick's list of both in name order.
+    std::vector<BucketUsage> by_id_;
+    std::vector<BucketUsage> runtime_usage_;
+    Usage usage_;
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
     std::uint64_t fresh_hosts_ = 0;
