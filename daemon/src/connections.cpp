@@ -131,7 +131,7 @@ Rebind::State Rebind::retry(std::uint64_t now_ms) {
     return state_;
 }
 
-void finish_on(Loop& loop, std::shared_ptr<Rebind> r, RebindDone done) {
+void finish_on(Loop& loop, const std::shared_ptr<Rebind>& r, RebindDone done) {
     if (r->retry(mono_ms()) == Rebind::State::Waiting) {
         loop.after(Rebind::kRetryMs,
                    [&loop, r, done = std::move(done)] { finish_on(loop, r, done); });

@@ -111,7 +111,7 @@ class Rebind {
 // rebind() returns).
 void rebind(Loop& loop, void* socket, const std::string& endpoint, RebindDone done);
 // The same for a Rebind already started.
-void finish_on(Loop& loop, std::shared_ptr<Rebind> rebind, RebindDone done);
+void finish_on(Loop& loop, const std::shared_ptr<Rebind>& rebind, RebindDone done);
 
 // grl_connections{endpoint}, grl_connections_pending{endpoint}, grl_connections_max{endpoint},
 // grl_connections_refused_total{endpoint}, grl_connections_unhandshaken_total{endpoint},
