@@ -557,15 +557,21 @@ void follow_rotated_logs(ngx_log_t* log) {
     }
 }
 
-// Closes every descriptor the worker had but stdin/out/err, the error logs and `ctl`: the
-// listening sockets, the master's channel, the event loop's, and above all the connections
-// the worker serves when it starts a reporter again, which would otherwise stay open here
-// after the worker closed them (the client would never see them end).
+// Closes every descriptor the worker had but stdin/out/err, the error logs' (files, and the
+// socket of an `error_log syslog:` once the worker has opened it) and `ctl`: the listening
+// sockets, the master's channel, the event loop's, and above all the connections the worker
+// serves when it starts a reporter again, which would otherwise stay open here after the
+// worker closed them (the client would never see them end). A log's descriptor closed here
+// would stay in nginx's structures, and its number, reused by ZeroMQ, would get log lines.
 void keep_only_logs(ngx_log_t* log, int ctl) {
     std::vector<int> keep = {ctl};
     for (int guard = 0; log != nullptr && guard < 64; log = log->next, ++guard) {
         if (log->file != nullptr && log->file->fd != NGX_INVALID_FILE)
             keep.push_back(log->file->fd);
+        if (log->writer == ngx_syslog_writer && log->wdata != nullptr) {
+            const auto* peer = static_cast<const ngx_syslog_peer_t*>(log->wdata);
+            if (peer->conn.fd != static_cast<ngx_socket_t>(-1)) keep.push_back(peer->conn.fd);
+        }
     }
     std::vector<int> open_fds;
     if (DIR* d = opendir("/proc/self/fd")) {

@@ -247,3 +247,41 @@ def test_the_reporter_follows_a_rotated_error_log(nginx_factory, collector, publ
                  what="the reporter's line in the new error log")
     with open(n.error_log_path + ".1") as f:
         assert 'ratio active' not in f.read()
+
+
+def test_the_reporter_logs_to_syslog_also_when_worker_0_opened_it(nginx_factory, collector,
+                                                                   publisher):
+    """`error_log syslog:` opens its socket at the first line. Worker 0 writes one (the alert
+    when its reporter died) before it forks the next reporter, which must keep that socket
+    (closed there, its number reused by ZeroMQ, the lines would go nowhere or into a ZeroMQ
+    descriptor)."""
+    import socket
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.settimeout(0.2)
+    port = udp.getsockname()[1]
+    n = nginx_factory(h.grl_conf(["b procedure=/b rate=10r/s"], collector=collector,
+                                 publisher=publisher),
+                      main_extra="error_log syslog:server=127.0.0.1:%d,tag=grl notice;" % port)
+    lines = []
+
+    def read(until, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                lines.append(udp.recv(65536).decode(errors="replace"))
+            except socket.timeout:
+                pass
+            if until():
+                return True
+        return False
+
+    assert read(lambda: any("grl: reporter started" in l for l in lines), 5), lines
+    time.sleep(1.1)  # started again at once, not after 1 s
+    [first] = reporters(n)
+    os.kill(first, signal.SIGKILL)
+    assert read(lambda: any("grl: reporter process %d ended" % first in l for l in lines), 5), lines
+    assert read(lambda: sum("grl: reporter started" in l for l in lines) == 2, 5), lines
+    publisher.set([bucket_entry("b", 500000)])
+    assert read(lambda: any('grl: bucket "b" ratio active' in l for l in lines), 5), lines
+    udp.close()
