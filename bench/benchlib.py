@@ -130,7 +130,7 @@ class Nginx:
         if self.keep_logs:
             error_level = "notice"
         self.name = name
-        self.prefix = tempfile.mkdtemp(prefix=f"grl-bench-{name}-")
+        self.prefix = run_dir(f"grl-bench-{name}-")
         os.chmod(self.prefix, 0o755)  # workers run as nobody when we are root
         for d in ("logs", "tmp"):
             os.makedirs(os.path.join(self.prefix, d))
@@ -437,7 +437,7 @@ class ControlPlane:
         self.region, self.zone = region, zone
         self.interval, self.window = interval, window
         self.procs = []
-        self.dir = tempfile.mkdtemp(prefix="grl-bench-cp-")
+        self.dir = run_dir("grl-bench-cp-")
         ep = lambda: f"tcp://127.0.0.1:{free_port()}"  # noqa: E731
         self.usage_ep, self.ctl_publish_ep, self.admin_ep = ep(), ep(), ep()
         self.collector_endpoint, self.instructions_endpoint = ep(), ep()
@@ -886,9 +886,52 @@ def command_line(argv):
         if argv else " ".join(sys.argv)
 
 
-def cleanup_stale():
-    """Removes prefixes left by an interrupted earlier run (their processes are gone)."""
+OWNER = "grl-bench-owner"  # in every run directory: the PID of the benchmark that made it
+
+
+def run_dir(prefix):
+    """A new directory under TMPDIR for one nginx or daemon set, marked with this process's
+    PID so that cleanup_stale() in another benchmark running at the same time leaves it alone."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    with open(os.path.join(d, OWNER), "w") as f:
+        f.write(f"{os.getpid()}\n")
+    return d
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cleanup_stale(max_age_unowned=3600.0):
+    """Removes run directories left by an interrupted earlier run: those whose owning benchmark
+    (run_dir's PID file) is gone, and those without an owner file (older releases of this
+    library) that hold no nginx.pid and have not changed for max_age_unowned seconds. A
+    directory of a benchmark that is still running is kept, whoever started it."""
+    now = time.time()
     for d in glob.glob(os.path.join(tempfile.gettempdir(), "grl-bench-*")):
-        pid = os.path.join(d, "logs", "nginx.pid")
-        if not os.path.exists(pid):
-            shutil.rmtree(d, ignore_errors=True)
+        if not os.path.isdir(d):
+            continue
+        owner = os.path.join(d, OWNER)
+        try:
+            with open(owner) as f:
+                pid = int(f.read().strip() or "0")
+        except (OSError, ValueError):
+            pid = None
+        if pid is not None:
+            if pid > 0 and _alive(pid):
+                continue
+        else:
+            if os.path.exists(os.path.join(d, "logs", "nginx.pid")):
+                continue
+            try:
+                if now - os.path.getmtime(d) < max_age_unowned:
+                    continue
+            except OSError:
+                continue
+        shutil.rmtree(d, ignore_errors=True)
