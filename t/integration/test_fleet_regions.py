@@ -2,6 +2,7 @@
 leader): a global bucket holds across both regions, a region bucket holds per
 region, and both controllers compute the same global answer."""
 
+import statistics
 import time
 
 import fleet as f
@@ -79,7 +80,11 @@ def test_a_silent_region_keeps_its_share_reserved(fleet):
     try:
         def ratio(c):
             return f.metric(c.metrics(), "grl_bucket_ratio", bucket="g", scope="global")
-        f.h.wait_until(lambda: abs((ratio(c1) or 0) - 1 / 3) < 0.05, 10, what="ratio 1/3 in r1")
+        # Settled, not passing through on the way up: three ticks in a row near 1/3 (the
+        # load generators' first second can read 0.28 and move on).
+        near = []
+        f.h.wait_until(lambda: near.append(abs((ratio(c1) or 0) - 1 / 3) < 0.03) or near[-3:] == [True] * 3,
+                       15, interval=0.3, what="ratio 1/3 in r1, three ticks in a row")
         c2.signal(19)  # SIGSTOP: r2 silent, connections kept
         try:
             f.h.wait_until(lambda: f.metric(c1.metrics(), "grl_controller_peer_regions_held") == 1,
@@ -88,7 +93,10 @@ def test_a_silent_region_keeps_its_share_reserved(fleet):
             for _ in range(8):
                 held.append(ratio(c1))
                 time.sleep(0.25)
-            assert all(abs(r - 1 / 3) < 0.05 for r in held), held
+            # r2's 60 r/s stay in the sum: about 1/3, and every sample well above the 1/6 that r1's
+            # 240 alone would give (a lagging load generator on a busy machine moves single samples).
+            assert abs(statistics.median(held) - 1 / 3) < 0.04, held
+            assert all(r > 1 / 6 + 0.04 for r in held), held
             assert "peer region r2 silent: its last usage stays in the global sums" in c1.log()
             f.h.wait_until(lambda: abs((ratio(c1) or 0) - 1 / 6) < 0.05, 10,
                            what="r2 to leave the sum after the hold (240 vs 200: 1/6)")
