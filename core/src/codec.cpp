@@ -47,8 +47,8 @@ void Packer::str(std::string_view s) {
     check(msgpack_pack_str(&pk_, s.size()));
     check(msgpack_pack_str_body(&pk_, s.data(), s.size()));
 }
-void Packer::append_to(std::string& out) const {
-    out.append(buf_.data, buf_.size);
+void Packer::write_to(std::string& out) const {
+    out.assign(buf_.data, buf_.size);
 }
 
 // ---------------------------------------------------------------------------------------------

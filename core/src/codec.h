@@ -48,7 +48,7 @@ class Packer {
         str(key);
         boolean(v);
     }
-    void append_to(std::string& out) const;
+    void write_to(std::string& out) const;  // replaces what `out` held
 
   private:
     msgpack_sbuffer buf_;

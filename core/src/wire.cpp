@@ -425,7 +425,7 @@ void encode(const Report& m, std::string& out) {
             }
         }
     }
-    p.append_to(out);
+    p.write_to(out);
 }
 
 void encode(const Instructions& m, std::string& out) {
@@ -468,7 +468,7 @@ void encode(const Instructions& m, std::string& out) {
             }
         }
     }
-    p.append_to(out);
+    p.write_to(out);
 }
 
 bool decode(std::string_view bytes, Report& m, std::string& error) {

@@ -729,7 +729,7 @@ void encode(const ZoneUsage& m, std::string& out) {
     pack_names(p, "host_names", m.host_names);
     pack_usage_buckets(p, usage_form(m.v), m.buckets, true);
     pack_part(p, m.part, m.parts);
-    p.append_to(out);
+    p.write_to(out);
 }
 
 void encode(const RegionUsage& m, std::string& out) {
@@ -750,7 +750,7 @@ void encode(const RegionUsage& m, std::string& out) {
     p.array(m.overrides.size());
     for (const Override& o : m.overrides) pack_override(p, o);
     pack_part(p, m.part, m.parts);
-    p.append_to(out);
+    p.write_to(out);
 }
 
 void encode(const AdminRequest& m, std::string& out) {
@@ -776,7 +776,7 @@ void encode(const AdminRequest& m, std::string& out) {
         codec::pack_match(p, m.match);
     }
     if (m.top) p.kv("top", m.top);
-    p.append_to(out);
+    p.write_to(out);
 }
 
 void encode(const AdminReply& m, std::string& out) {
@@ -831,7 +831,7 @@ void encode(const AdminReply& m, std::string& out) {
         p.array(m.keys.size());
         for (const KeyStatus& k : m.keys) pack_key_status(p, k);
     }
-    p.append_to(out);
+    p.write_to(out);
 }
 
 bool decode(std::string_view bytes, ZoneUsage& m, std::string& error) {

@@ -352,14 +352,29 @@ testing::AssertionResult contains(const std::string& haystack, const std::string
 
 TEST(Wire, ReportRoundTrip) {
     const Report r = sample_report();
-    std::string out = "prefix";
-    encode(r, out);
-    ASSERT_EQ(out.compare(0, 6, "prefix"), 0) << "encode must append";
     Report d;
     std::string err;
-    ASSERT_TRUE(decode(std::string_view(out).substr(6), d, err)) << err;
+    ASSERT_TRUE(decode(encoded(r), d, err)) << err;
     expect_same(r, d);
-    EXPECT_EQ(peek_type(std::string_view(out).substr(6)), "report");
+    EXPECT_EQ(peek_type(encoded(r)), "report");
+}
+
+// A reused buffer holds the new message alone: a buffer that kept the last message's bytes
+// before the new ones made the collector's replay malformed (f7a93b0).
+TEST(Wire, EncodeReplacesWhatTheBufferHeld) {
+    const Report r = sample_report();
+    Instructions in;
+    in.source = "ctl";
+    in.buckets.emplace_back();
+    in.buckets.back().name = "a";
+    std::string buf = "earlier bytes";
+    encode(r, buf);
+    EXPECT_EQ(buf, encoded(r));
+    encode(in, buf);
+    Instructions d;
+    std::string err;
+    ASSERT_TRUE(decode(buf, d, err)) << err;
+    EXPECT_EQ(d.source, "ctl");
 }
 
 TEST(Wire, InstructionsRoundTrip) {

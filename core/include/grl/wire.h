@@ -131,7 +131,8 @@ struct Instructions {
     std::vector<Instruction> buckets;
 };
 
-// Encoders never fail for valid input; they append to `out`.
+// Encoders never fail for valid input; `out` holds the message and nothing else afterwards
+// (whatever it held is replaced, so a reused buffer needs no clear()).
 void encode(const Report& m, std::string& out);
 void encode(const Instructions& m, std::string& out);
 
