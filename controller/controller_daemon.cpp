@@ -429,6 +429,10 @@ void Daemon::note_usage_version(std::map<std::string, std::uint64_t>& last, cons
     if (before == v) return;
     daemon::log_info(who + " sends " + what + " of protocol version " + std::to_string(v) +
                      " again (was " + std::to_string(before) + ")");
+    log_if_no_older_usage();
+}
+
+void Daemon::log_if_no_older_usage() const {
     auto older = [](const std::map<std::string, std::uint64_t>& m) {
         for (const auto& [k, kv] : m) {
             if (kv < wire::kUsageVersion) return true;
@@ -440,6 +444,26 @@ void Daemon::note_usage_version(std::map<std::string, std::uint64_t>& last, cons
                          std::to_string(wire::kUsageVersion) +
                          " any more: --usage-version 1 may go from collectors and controllers");
     }
+}
+
+// The versions of zones and peers the controller has forgotten (silent for its forget
+// interval) go with them: a zone retired while it still sent version 1 must not hold back
+// the line that says the upgrade is done, nor stay in memory for ever.
+void Daemon::forget_usage_versions() {
+    bool older_gone = false;
+    auto prune = [&](std::map<std::string, std::uint64_t>& m, auto&& known) {
+        for (auto it = m.begin(); it != m.end();) {
+            if (known(it->first)) {
+                ++it;
+                continue;
+            }
+            older_gone = older_gone || it->second < wire::kUsageVersion;
+            it = m.erase(it);
+        }
+    };
+    prune(zone_usage_v_, [&](const std::string& zone) { return ctl_.knows_zone(zone); });
+    prune(peer_usage_v_, [&](const std::string& source) { return ctl_.knows_peer(source); });
+    if (older_gone) log_if_no_older_usage();
 }
 
 // Refused messages are counted in /metrics; their log lines are rate-limited per reason, so
@@ -674,6 +698,7 @@ void Daemon::tick() {
     expire_parts(now());
     control::TickOutput out = ctl_.tick(now());
     ++ticks_;
+    forget_usage_versions();
     for (const control::Event& e : out.events) {
         daemon::log(e.level == control::Event::Level::Warn ? LogLevel::Warn : LogLevel::Info,
                     e.bucket, e.text);

@@ -157,6 +157,8 @@ class Daemon {
     std::map<std::string, std::uint64_t> peer_usage_v_;
     void note_usage_version(std::map<std::string, std::uint64_t>& last, const std::string& key,
                             const std::string& who, const char* what, std::uint64_t v);
+    void log_if_no_older_usage() const;
+    void forget_usage_versions();
     std::uint64_t instructions_published_ = 0;
     std::uint64_t messages_dropped_ = 0;
     std::uint64_t ticks_ = 0;

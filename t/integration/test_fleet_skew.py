@@ -54,6 +54,30 @@ def test_a_collector_sending_usage_version_1_is_limited_with(fleet):
             "runs with --usage-version 1): read as such until it sends version 2") in ctl.log()
 
 
+def test_a_zone_retired_while_it_sent_version_1_does_not_hold_the_upgrade_open(fleet):
+    """A zone whose collector sent version 1 is taken out of service instead of upgraded: once
+    the controller forgets it (silent for its forget interval, 60 intervals), its version goes
+    too, the controller says that no sender of version 1 is left, and the zone's gauge is
+    gone."""
+    ctl = fleet.controller()
+    old = fleet.collector("z1", [ctl], extra=["--usage-version", "1"])
+    new = fleet.collector("z2", [ctl])
+    fleet.nginx("h1", "z1", old, BUCKETS)
+    fleet.nginx("h2", "z2", new, BUCKETS)
+    fleet.wait_hosts(ctl, 2)
+    m = ctl.metrics()
+    assert f.metric(m, "grl_controller_zone_usage_version", zone="z1") == 1
+    assert f.metric(m, "grl_controller_zone_usage_version", zone="z2") == 2
+    done = ("no zone or peer sends usage of a protocol version older than 2 any more: "
+            "--usage-version 1 may go from collectors and controllers")
+    assert done not in ctl.log()
+    old.stop()
+    f.h.wait_until(lambda: "zone z1 forgotten" in ctl.log(), 30, what="the controller to forget z1")
+    f.h.wait_until(lambda: done in ctl.log(), 2, what="the line that says the upgrade is done")
+    assert f.metric(ctl.metrics(), "grl_controller_zone_usage_version", zone="z1") is None
+    assert f.metric(ctl.metrics(), "grl_controller_zone_usage_version", zone="z2") == 2
+
+
 def region_usage_of(publish, timeout_ms=5000):
     """The first region usage a controller publishes, decoded by an independent reader."""
     ctx = zmq.Context()

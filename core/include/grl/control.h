@@ -289,6 +289,9 @@ class Controller {
     std::uint64_t fresh_hosts() const { return fresh_hosts_; }
     std::uint64_t stale_hosts() const { return stale_hosts_; }
     std::uint64_t fresh_zones() const { return fresh_zones_; }
+    // Whether a zone (by name) or a peer (by source) is still kept: false once forgotten.
+    bool knows_zone(const std::string& zone) const { return zones_.count(zone) != 0; }
+    bool knows_peer(const std::string& source) const { return peers_.count(source) != 0; }
     // Other regions whose last usage is held in the global sums (all their peers silent,
     // within peer_hold_ms), and how many times a region was lost (held, then dropped).
     std::uint64_t held_regions() const { return held_regions_.size(); }
