@@ -131,6 +131,7 @@ std::string to_json(const wire::AdminReply& r) {
         j.begin_object();
         j.key("controller").str(p.source).key("region").str(p.region).key("age_ms").uint(p.age_ms);
         j.key("limits_digest").str(p.limits_digest).key("fresh").boolean(p.fresh);
+        if (p.usage_v) j.key("usage_v").uint(p.usage_v);
         j.end_object();
     }
     j.end_array();
@@ -289,22 +290,26 @@ void print_status(const wire::AdminReply& r) {
                 : "\n  LIMITS STORE UNREACHABLE (the limits above stay in force): ",
             r.limits.store_error.c_str());
     }
+    // USAGE: the protocol version of the last usage (docs/operations.md "Upgrading"); "-"
+    // from a controller of the release before, which does not say.
+    auto usage_v = [](std::uint64_t v) { return v ? "v" + std::to_string(v) : std::string("-"); };
     std::vector<std::vector<std::string>> zones = {
-        {"ZONE", "COLLECTOR", "HOSTS", "STALE", "AGE", "STATE"}};
+        {"ZONE", "COLLECTOR", "HOSTS", "STALE", "AGE", "STATE", "USAGE"}};
     for (const auto& z : r.zones) {
         zones.push_back({z.zone, z.source, std::to_string(z.hosts), std::to_string(z.stale_hosts),
-                         std::to_string(z.age_ms) + "ms", z.fresh ? "fresh" : "STALE"});
+                         std::to_string(z.age_ms) + "ms", z.fresh ? "fresh" : "STALE",
+                         usage_v(z.usage_v)});
     }
     print_table(zones);
     if (!r.peers.empty()) {
         std::vector<std::vector<std::string>> peers = {
-            {"PEER", "REGION", "AGE", "LIMITS", "STATE"}};
+            {"PEER", "REGION", "AGE", "LIMITS", "STATE", "USAGE"}};
         for (const auto& p : r.peers) {
             peers.push_back({p.source, p.region, std::to_string(p.age_ms) + "ms",
                              p.limits_digest == r.limits.digest
                                  ? "same"
                                  : "DIFFERENT (" + p.limits_digest + ")",
-                             p.fresh ? "fresh" : "STALE"});
+                             p.fresh ? "fresh" : "STALE", usage_v(p.usage_v)});
         }
         print_table(peers);
     }

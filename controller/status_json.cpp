@@ -61,6 +61,7 @@ void write_zone_status(daemon::Json& j, const wire::ZoneStatus& z) {
     j.key("zone").str(z.zone).key("collector").str(z.source).key("hosts").uint(z.hosts);
     j.key("stale_hosts").uint(z.stale_hosts).key("age_ms").uint(z.age_ms);
     j.key("fresh").boolean(z.fresh);
+    if (z.usage_v) j.key("usage_v").uint(z.usage_v);
     j.end_object();
 }
 

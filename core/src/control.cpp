@@ -1572,6 +1572,7 @@ std::vector<wire::ZoneStatus> Controller::zones(const Clock& now) const {
         s.stale_hosts = z.usage.stale_hosts;
         s.age_ms = now.mono_ms > z.recv_mono ? now.mono_ms - z.recv_mono : 0;
         s.fresh = zone_fresh(z, now);
+        s.usage_v = z.usage.v;
         out.push_back(std::move(s));
     }
     return out;
@@ -1586,6 +1587,7 @@ std::vector<wire::PeerStatus> Controller::peers(const Clock& now) const {
         s.age_ms = now.mono_ms > p.recv_mono ? now.mono_ms - p.recv_mono : 0;
         s.limits_digest = p.usage.limits_digest;
         s.fresh = peer_fresh(p, now);
+        s.usage_v = p.usage.v;
         out.push_back(std::move(s));
     }
     return out;

@@ -41,6 +41,14 @@ bool read_match(const msgpack_object& o, const Path& path, RuntimeMatch& m, std:
     return true;
 }
 
+// The optional "usage_v" of a zone's or a peer's status (absent from an older controller: 0).
+bool opt_usage_v(const MapReader& r, std::uint64_t& v) {
+    std::optional<std::uint64_t> o;
+    if (!r.opt_u64("usage_v", o)) return false;
+    v = o.value_or(0);
+    return true;
+}
+
 // An optional "match" key of `r`.
 bool opt_match(const MapReader& r, bool& has, RuntimeMatch& m, std::string& error) {
     has = false;
@@ -619,7 +627,8 @@ bool decode_admin_reply(std::string_view bytes, AdminReply& out, std::string& er
         ZoneStatus& s = m.zones[i];
         if (!z.ok() || !z.name("zone", s.zone) || !z.name("source", s.source) ||
             !z.u64("hosts", s.hosts) || !z.u64("stale_hosts", s.stale_hosts) ||
-            !z.u64("age_ms", s.age_ms) || !z.boolean("fresh", s.fresh)) {
+            !z.u64("age_ms", s.age_ms) || !z.boolean("fresh", s.fresh) ||
+            !opt_usage_v(z, s.usage_v)) {
             return false;
         }
     }
@@ -631,7 +640,7 @@ bool decode_admin_reply(std::string_view bytes, AdminReply& out, std::string& er
         PeerStatus& s = m.peers[i];
         if (!z.ok() || !z.name("source", s.source) || !z.name("region", s.region) ||
             !z.u64("age_ms", s.age_ms) || !z.str("limits_digest", s.limits_digest, kMaxDigestLen) ||
-            !z.boolean("fresh", s.fresh)) {
+            !z.boolean("fresh", s.fresh) || !opt_usage_v(z, s.usage_v)) {
             return false;
         }
     }
@@ -798,23 +807,25 @@ void encode(const AdminReply& m, std::string& out) {
     p.str("zones");
     p.array(m.zones.size());
     for (const ZoneStatus& z : m.zones) {
-        p.map(6);
+        p.map(z.usage_v ? 7 : 6);
         p.kv("zone", z.zone);
         p.kv("source", z.source);
         p.kv("hosts", z.hosts);
         p.kv("stale_hosts", z.stale_hosts);
         p.kv("age_ms", z.age_ms);
         p.kv_bool("fresh", z.fresh);
+        if (z.usage_v) p.kv("usage_v", z.usage_v);
     }
     p.str("peers");
     p.array(m.peers.size());
     for (const PeerStatus& s : m.peers) {
-        p.map(5);
+        p.map(s.usage_v ? 6 : 5);
         p.kv("source", s.source);
         p.kv("region", s.region);
         p.kv("age_ms", s.age_ms);
         p.kv("limits_digest", s.limits_digest);
         p.kv_bool("fresh", s.fresh);
+        if (s.usage_v) p.kv("usage_v", s.usage_v);
     }
     p.str("limits");
     p.map(8);

@@ -49,6 +49,10 @@ def test_a_collector_sending_usage_version_1_is_limited_with(fleet):
     assert f.metric(m, "grl_controller_usage_received_total", kind="zone_usage", v="2") == 0
     assert f.metric(m, "grl_controller_messages_malformed_total", kind="zone_usage") == 0
     assert f.metric(m, "grl_controller_zone_usage_version", zone="z1") == 1
+    assert [(z["zone"], z["usage_v"]) for z in f.grlctl(ctl, "status")["zones"]] == [("z1", 1)]
+    rc, out, err = f.grlctl(ctl, "status", json_out=False)
+    row = [line.split() for line in out.splitlines() if line.startswith("z1 ")]
+    assert row and row[0][-1] == "v1", out
     assert f.metric(m, "grl_bucket_hosts", bucket="g", scope="global") == 2
     assert ("zone z1 (col-z1) sends zone usage of protocol version 1 (its sender is older, or "
             "runs with --usage-version 1): read as such until it sends version 2") in ctl.log()

@@ -112,6 +112,10 @@ TEST(StatusJson, AZone) {
                                            {"stale_hosts", 1},
                                            {"age_ms", 120},
                                            {"fresh", true}}));
+    z.usage_v = 1;
+    daemon::Json v;
+    write_zone_status(v, z);
+    EXPECT_EQ(json::parse(v.text())["usage_v"], 1);
 }
 
 // The dashboard writes its buckets and zones with the same writer as grlctl --json.

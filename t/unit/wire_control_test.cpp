@@ -285,8 +285,8 @@ AdminReply sample_reply() {
     r.candidate_limit_mrps = 80000;
     r.candidate_would_drop_mrps = 12345;
     m.buckets = {b, r};
-    m.zones = {{"eu-1a", "col-a", 2, 0, 120, true}};
-    m.peers = {{"ctl-us-1", "us", 800, "abcd", true}};
+    m.zones = {{"eu-1a", "col-a", 2, 0, 120, true, 1}, {"eu-1b", "col-b", 1, 0, 90, true, 0}};
+    m.peers = {{"ctl-us-1", "us", 800, "abcd", true, 2}};
     m.limits = {"etcd://127.0.0.1:2379/grl/limits",
                 false,
                 "limits.yaml:3: bad",
@@ -389,10 +389,13 @@ TEST(WireControl, AdminRoundTrips) {
     EXPECT_EQ(dr.buckets[0].candidate_would_drop_mrps, 0u);
     EXPECT_EQ(dr.buckets[1].candidate_limit_mrps, std::optional<std::uint64_t>(80000));
     EXPECT_EQ(dr.buckets[1].candidate_would_drop_mrps, 12345u);
-    ASSERT_EQ(dr.zones.size(), 1u);
+    ASSERT_EQ(dr.zones.size(), 2u);
     EXPECT_EQ(dr.zones[0].age_ms, 120u);
+    EXPECT_EQ(dr.zones[0].usage_v, 1u);  // the usage version each zone sends (optional key)
+    EXPECT_EQ(dr.zones[1].usage_v, 0u);  // not said (a controller of the release before)
     ASSERT_EQ(dr.peers.size(), 1u);
     EXPECT_EQ(dr.peers[0].limits_digest, "abcd");
+    EXPECT_EQ(dr.peers[0].usage_v, 2u);
     EXPECT_EQ(dr.limits.error, "limits.yaml:3: bad");
     EXPECT_FALSE(dr.limits.ok);
     EXPECT_EQ(dr.limits.buckets, 4u);

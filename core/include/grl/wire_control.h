@@ -205,6 +205,7 @@ struct ZoneStatus {
     std::uint64_t stale_hosts = 0;
     std::uint64_t age_ms = 0;
     bool fresh = false;
+    std::uint64_t usage_v = 0;  // "v" of the zone's last usage; 0: not sent (an older controller)
 };
 
 struct PeerStatus {
@@ -213,6 +214,7 @@ struct PeerStatus {
     std::uint64_t age_ms = 0;
     std::string limits_digest;
     bool fresh = false;
+    std::uint64_t usage_v = 0;  // "v" of the peer's last region usage; 0: not sent
 };
 
 struct LimitsStatus {
