@@ -296,6 +296,8 @@ void Daemon::on_usage() {
         // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
         // vectors the next read_usage() reuses.
         control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_);
+        // The zone's previous buckets (or the refused ones) become the assembler's spares.
+        zone_parts_.recycle(zone_usage_.buckets);
         if (a == control::Accepted::Yes) {
             note_usage_version(zone_usage_v_, zone, "zone " + zone + " (" + source + ")",
                                "zone usage", v);
@@ -396,6 +398,7 @@ void Daemon::on_peers(Peer& p) {
         const std::uint64_t v = region_usage_.v;
         const std::string source = region_usage_.source, region = region_usage_.region;
         control::Accepted a = ctl_.take_region_usage(region_usage_, t, &why_);
+        peer_parts_.recycle(region_usage_.buckets);
         if (a == control::Accepted::Yes) {
             note_usage_version(peer_usage_v_, source, "peer " + source + " (region " + region + ")",
                                "region usage", v);

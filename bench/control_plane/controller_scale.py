@@ -10,7 +10,8 @@ Measured over the steady window (after a warm-up): the controller's CPU (share o
 from /proc/PID/stat), resident memory (VmRSS, peak VmHWM), tick time (its
 grl_controller_tick_seconds histogram: mean over the window, the bucket holding the p99,
 the longest since start), message sizes (zone usage, region usage in and out, instruction
-messages) and instruction propagation (ts_ms set at publish -> receipt) p50/p99/max.
+messages) and instruction propagation (ts_ms, the controller's wall clock when its tick
+started, to receipt) p50/p99/max.
 
 Targets: tick <= 25 ms, the controller at most 20% of one core, propagation p99 <= 50 ms.
 

@@ -29,6 +29,8 @@ FIGURES = [
     ("zones fresh", lambda r: r["controller_zones_fresh"]),
     ("propagation p50 via relay (ms)", lambda r: (r["instructions_relay"] or r["instructions_direct"])["propagation_ms"]["p50"]),
     ("propagation p99 via relay (ms)", lambda r: (r["instructions_relay"] or r["instructions_direct"])["propagation_ms"]["p99"]),
+    ("propagation p50 direct (ms)", lambda r: r["instructions_direct"]["propagation_ms"]["p50"]),
+    ("propagation p99 direct (ms)", lambda r: r["instructions_direct"]["propagation_ms"]["p99"]),
 ]
 
 

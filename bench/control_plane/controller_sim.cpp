@@ -14,8 +14,8 @@
 // beside the controller.
 //
 // SUB sockets on the controller's publish endpoint (and, with --relay, on a real collector's
-// relay) timestamp every instruction message on receipt: propagation = receipt wall clock -
-// the message's ts_ms (set by the controller when it publishes).
+// relay) timestamp every instruction message on receipt, before decoding any: propagation =
+// receipt wall clock - the message's ts_ms (set by the controller when its tick starts).
 //
 // Output: one JSON object on stdout.
 #include <sys/time.h>
@@ -170,8 +170,17 @@ void* subscriber(void* ctx, const std::string& ep, bool peers_too) {
     return grl::sim::subscriber(ctx, ep, topics, {{ZMQ_RCVHWM, 0}, {ZMQ_RCVBUF, 64 << 20}});
 }
 
-// Drains `sub`; counts what arrived when `measure` (after the warm-up).
-void drain(void* sub, Stats& st, bool measure, grl::wire::Instructions& ins) {
+// A message taken off a subscriber, stamped on receipt.
+struct Received {
+    double at_s;
+    bool peer;
+    std::string body;
+};
+
+// Takes every message pending on `sub` without decoding any: decoding an instruction message
+// of 4096 entries takes milliseconds, and a message stamped after the previous one was decoded
+// would count that time as propagation.
+void take(void* sub, std::vector<Received>& out) {
     for (;;) {
         zmq_msg_t topic, body;
         zmq_msg_init(&topic);
@@ -183,26 +192,34 @@ void drain(void* sub, Stats& st, bool measure, grl::wire::Instructions& ins) {
         zmq_msg_init(&body);
         zmq_msg_recv(&body, sub, 0);
         std::string_view tv(static_cast<const char*>(zmq_msg_data(&topic)), zmq_msg_size(&topic));
-        std::string_view bv(static_cast<const char*>(zmq_msg_data(&body)), zmq_msg_size(&body));
-        if (measure) {
-            std::string error;
-            if (tv == grl::wire::kPeerTopic) {
-                ++st.region_parts;
-                st.region_bytes += bv.size();
-                st.region_max_bytes = std::max<std::uint64_t>(st.region_max_bytes, bv.size());
-            } else if (grl::wire::decode(bv, ins, error)) {
-                ++st.messages;
-                st.bytes += bv.size();
-                st.max_bytes = std::max<std::uint64_t>(st.max_bytes, bv.size());
-                st.entries += ins.buckets.size();
-                st.prop_ms.push_back(now * 1000.0 - static_cast<double>(ins.ts_ms));
-            } else {
-                ++st.malformed;
-            }
-        }
+        out.push_back(
+            {now, tv == grl::wire::kPeerTopic,
+             std::string(static_cast<const char*>(zmq_msg_data(&body)), zmq_msg_size(&body))});
         zmq_msg_close(&topic);
         zmq_msg_close(&body);
     }
+}
+
+// Counts what `take` received when `measure` (after the warm-up), and forgets it.
+void count(std::vector<Received>& got, Stats& st, bool measure, grl::wire::Instructions& ins) {
+    for (const Received& r : got) {
+        if (!measure) continue;
+        std::string error;
+        if (r.peer) {
+            ++st.region_parts;
+            st.region_bytes += r.body.size();
+            st.region_max_bytes = std::max<std::uint64_t>(st.region_max_bytes, r.body.size());
+        } else if (grl::wire::decode(r.body, ins, error)) {
+            ++st.messages;
+            st.bytes += r.body.size();
+            st.max_bytes = std::max<std::uint64_t>(st.max_bytes, r.body.size());
+            st.entries += ins.buckets.size();
+            st.prop_ms.push_back(r.at_s * 1000.0 - static_cast<double>(ins.ts_ms));
+        } else {
+            ++st.malformed;
+        }
+    }
+    got.clear();
 }
 
 void print_stats(const char* name, const Stats& s, double seconds) {
@@ -309,6 +326,7 @@ int main(int argc, char** argv) {
     for (Sender& s : senders) s.next_s = start + s.offset_s;
     Stats st_direct, st_relay;
     grl::wire::Instructions ins;
+    std::vector<Received> got_direct, got_relay;
     std::uint64_t sent = 0, send_failed = 0;
     for (;;) {
         const double now = mono_s();
@@ -340,8 +358,10 @@ int main(int argc, char** argv) {
         const double wait = next - mono_s();
         zmq_poll(items, relay ? 2 : 1, wait > 0 ? static_cast<long>(std::ceil(wait * 1000)) : 0);
         const bool measure = mono_s() >= measure_from;
-        drain(direct, st_direct, measure, ins);
-        if (relay) drain(relay, st_relay, measure, ins);
+        take(direct, got_direct);
+        if (relay) take(relay, got_relay);
+        count(got_direct, st_direct, measure, ins);
+        count(got_relay, st_relay, measure, ins);
     }
 
     std::printf(

@@ -2,10 +2,12 @@
 // (issue 11 section 4; bench/control_plane/README.md): grl::control::Controller fed Z zones'
 // zone_usage and P peers' region_usage of B buckets every tick (the same fleet as
 // controller_sim.cpp), then timed: tick(), the dashboard's snapshot copy (Controller::status())
-// and its rendering (render_state()). Thread CPU time per tick, median and min over --ticks.
+// and its rendering (render_state()), and the encoding of what the tick publishes (instructions
+// and region usage in parts, as Daemon::publish does before sending). Thread CPU time per tick,
+// median and min over --ticks.
 //
 // On a shared machine CPU time still varies with the other jobs (caches); instructions do not:
-// run it under callgrind with --collect-atstart=no and `--collect tick|status|render`, which
+// run it under callgrind with --collect-atstart=no and `--collect tick|status|render|encode`, which
 // toggles collection around that step only, and divide the total by --ticks:
 //   valgrind --tool=callgrind --collect-atstart=no
 //       build/bench/control_plane/grl_tick_bench --ticks 3 --collect tick
@@ -23,6 +25,8 @@
 #include "dashboard.h"
 #include "grl/control.h"
 #include "grl/history.h"
+#include "grl/usage_parts.h"
+#include "grl/wire_control.h"
 #include "sim_usage.h"
 
 namespace {
@@ -35,14 +39,14 @@ struct Options {
     std::size_t ticks = 8;
     std::size_t warmup = 3;  // ticks before measuring (instances created, windows filled)
     double over = 0.01;      // share of buckets offered 1.5x their limit, the rest 0.5x
-    std::string collect;     // "", "tick", "status", "render": callgrind collects that step
+    std::string collect;  // "", "tick", "status", "render", "encode": callgrind collects that step
 };
 
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr,
                  "grl_tick_bench: %s\nusage: grl_tick_bench [--zones 50] [--peers 4] "
                  "[--buckets 10000] [--hosts-per-zone 20] [--ticks 8] [--warmup 3] [--over 0.01] "
-                 "[--collect tick|status|render]\n",
+                 "[--collect tick|status|render|encode]\n",
                  why);
     std::exit(2);
 }
@@ -78,7 +82,8 @@ Options parse(int argc, char** argv) {
                 usage(("invalid share \"" + std::string(v) + "\" for --over").c_str());
         } else if (a == "--collect") {
             o.collect = v;
-            if (o.collect != "tick" && o.collect != "status" && o.collect != "render")
+            if (o.collect != "tick" && o.collect != "status" && o.collect != "render" &&
+                o.collect != "encode")
                 usage(("invalid step \"" + o.collect + "\" for --collect").c_str());
         } else {
             usage(("unknown option " + a).c_str());
@@ -162,6 +167,9 @@ int main(int argc, char** argv) {
     Step tick{"tick()", o.collect == "tick", {}};
     Step status{"snapshot copy (status())", o.collect == "status", {}};
     Step render{"snapshot render", o.collect == "render", {}};
+    Step encode{"encoding what is published", o.collect == "encode", {}};
+    std::string body;
+    std::vector<std::string> region_parts;
     std::size_t entries = 0, instances = 0, instruction_entries = 0, state_bytes = 0;
     grl::wire::ZoneUsage zu;
     grl::wire::RegionUsage ru;
@@ -186,6 +194,13 @@ int main(int argc, char** argv) {
         feed(peers, ru, &grl::control::Controller::take_region_usage);
         grl::control::TickOutput out;
         tick.run(measure, [&] { out = ctl.tick(now); });
+        encode.run(measure, [&] {
+            for (const grl::wire::Instructions& m : out.instructions) {
+                body.clear();
+                grl::wire::encode(m, body);
+            }
+            grl::wire::encode_parts(out.region_usage, region_parts);
+        });
         grl::controller::DashboardSnapshot s;
         status.run(measure, [&] { s.buckets = ctl.status("", false); });
         std::string state;
@@ -201,6 +216,7 @@ int main(int argc, char** argv) {
         "%zu instruction entries, /api/state %zu bytes\n",
         o.zones, o.buckets, o.peers, entries, instances, instruction_entries, state_bytes);
     tick.print();
+    encode.print();
     status.print();
     render.print();
     return 0;

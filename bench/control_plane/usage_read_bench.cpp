@@ -2,10 +2,19 @@
 // usage protocol version V (1: map entries, 2: positional). Instructions per message come from
 // callgrind: the difference between K = 11 and K = 1, over 10 (bench/control_plane/README.md).
 //   grl_usage_read_bench N K V
+// With a fourth argument `parts`, the usage goes in parts (wire::encode_parts: 3 at N = 10,000)
+// and each of the K rounds does what the controller's loop does with them: every part read into
+// one buffer, assembled (wire::PartAssembler), the whole swapped with the usage held for the
+// zone, and the replaced buckets handed back to the assembler (recycle()).
+//   grl_usage_read_bench 10000 K 2 parts
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "grl/usage_parts.h"
 #include "grl/usage_reader.h"
 #include "grl/wire_control.h"
 
@@ -35,6 +44,26 @@ int main(int argc, char** argv) {
         b.rated_hosts = 3;
         b.definitions.push_back({{Scope::Global, Mode::Deny, 100000, false}, 3});
         u.buckets.push_back(b);
+    }
+    if (argc > 4 && std::strcmp(argv[4], "parts") == 0) {
+        std::vector<std::string> parts;
+        if (!encode_parts(u, parts)) return 1;
+        PartAssembler<ZoneUsage> assembler(4, 1000000);
+        ZoneUsage read, held;
+        std::string error;
+        int complete = 0;
+        for (int i = 0; i < k; ++i) {
+            for (const std::string& p : parts) {
+                if (!read_usage(p, read, error)) return 1;
+                if (assembler.add(read, 0) != PartResult::Complete) continue;
+                ++complete;
+                std::swap(read, held);  // Controller::take_zone_usage
+                assembler.recycle(read.buckets);
+            }
+        }
+        std::printf("v %llu: %d of %d sets of %zu parts assembled, %d buckets\n",
+                    static_cast<unsigned long long>(u.v), complete, k, parts.size(), n);
+        return complete == k ? 0 : 1;
     }
     std::string bytes;
     encode(u, bytes);

@@ -3,7 +3,6 @@
 #include "grl/usage_parts.h"
 
 #include <algorithm>
-#include <iterator>
 #include <utility>
 
 namespace grl::wire {
@@ -131,20 +130,65 @@ void PartAssembler<Usage>::take(Set& s, Usage& m) {
     const std::size_t i = m.part;
     s.have[i] = true;
     ++s.received;
-    s.buckets[i] = std::move(m.buckets);
+    s.buckets[i].swap(m.buckets);
     if (i == 0) keep_head_extra(s.head, m);
+    m.buckets = spare(s.buckets[i].size());  // the sender's next part is most often as long
+}
+
+template <class Usage>
+std::vector<UsageBucket> PartAssembler<Usage>::spare(std::size_t n) {
+    std::size_t best = spares_.size();
+    for (std::size_t i = 0; i < spares_.size(); ++i) {
+        const std::size_t size = spares_[i].size();
+        if (best == spares_.size()) {
+            best = i;
+            continue;
+        }
+        const std::size_t have = spares_[best].size();
+        if (have >= n ? (size >= n && size < have) : size > have) best = i;
+    }
+    std::vector<UsageBucket> v;
+    if (best == spares_.size()) return v;
+    v.swap(spares_[best]);
+    spares_[best].swap(spares_.back());
+    spares_.pop_back();
+    return v;
+}
+
+template <class Usage>
+void PartAssembler<Usage>::keep(std::vector<UsageBucket>&& v) {
+    if (v.empty() || spares_.size() >= kMaxSpares) return;
+    spares_.push_back(std::move(v));
+}
+
+template <class Usage>
+void PartAssembler<Usage>::recycle(std::vector<UsageBucket>& v) {
+    std::vector<UsageBucket> mine = spare(0);  // the smallest: reads are parts or small
+    keep(std::move(v));
+    v.swap(mine);
 }
 
 template <class Usage>
 bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
     std::size_t total = 0;
     for (const auto& b : s.buckets) total += b.size();
+    // Entries swapped, not moved: both sides keep their strings' and vectors' capacity, the
+    // parts' vectors go back to the spares for the next reads, the whole comes from them.
+    std::vector<UsageBucket> whole = spare(total);
+    whole.resize(total);
+    std::size_t k = 0;
+    for (auto& b : s.buckets) {
+        for (UsageBucket& e : b) {
+            using std::swap;
+            swap(whole[k++], e);
+        }
+        keep(std::move(b));
+    }
+    keep(std::move(out.buckets));
     out = std::move(s.head);
     out.part = 0;
     out.parts = 1;
-    out.buckets.clear();
-    out.buckets.reserve(total);
-    for (auto& b : s.buckets) std::move(b.begin(), b.end(), std::back_inserter(out.buckets));
+    out.buckets = std::move(whole);
     // Each part's names are unique (the decoder checks); across parts only here. Senders sort
     // the buckets and cut them into runs: names strictly ascending prove them unique without
     // the sort (at 10,000 buckets a sort per set was a tenth of the controller's intake).

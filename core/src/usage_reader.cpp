@@ -142,7 +142,7 @@ bool name_list(Cursor& c, std::size_t max, std::vector<std::string>& out) {
     for (std::string& s : out) {
         std::string_view v;
         if (!c.name(v)) return false;
-        s.assign(v.data(), v.size());
+        if (s != v) s.assign(v.data(), v.size());
     }
     return true;
 }
@@ -200,7 +200,9 @@ bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts,
             !definitions(c, e, b.definitions)) {
             return false;
         }
-        b.name.assign(name.data(), name.size());
+        // Usage is read into the strings of the sender's last usage (ZoneUsage reused): a
+        // name at the same place is most often the same, and then needs no copy.
+        if (b.name != name) b.name.assign(name.data(), name.size());
         if (zone) {
             if (!e.item(c, "host_names") || !name_list(c, kMaxBucketHostNames, b.host_names)) {
                 return false;

@@ -249,5 +249,20 @@ TEST(Names, Validity) {
     EXPECT_TRUE(valid_name(std::string(63, 'a')));
 }
 
+// Every byte value, at the start, in the middle and at the end of a name: exactly letters,
+// digits and _ . : - are accepted (valid_name() reads a table of them).
+TEST(Names, EveryByte) {
+    const std::string allowed =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-";
+    for (int v = 0; v < 256; ++v) {
+        const char c = static_cast<char>(v);
+        const bool ok = allowed.find(c) != std::string::npos;
+        for (const std::string& name :
+             {std::string(1, c), "ab" + std::string(1, c) + "cd", "abcd" + std::string(1, c)}) {
+            EXPECT_EQ(valid_name(name), ok) << "byte " << v << " in \"" << name << "\"";
+        }
+    }
+}
+
 }  // namespace
 }  // namespace grl

@@ -3,6 +3,8 @@
 // receiver's clock is a plain number.
 #include "grl/usage_parts.h"
 
+#include "grl/usage_reader.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -279,6 +281,76 @@ TEST(UsageParts, DecoderRefusesBadPartKeys) {
     encode(p1, bytes);
     EXPECT_FALSE(decode(bytes, m, error));
     EXPECT_NE(error.find("\"parts\" 17"), std::string::npos) << error;
+}
+
+// The controller's intake: every part read into one buffer, assembled, the whole swapped with
+// the usage held, the replaced buckets handed back (recycle). Entries are reused from set to
+// set, so each read must overwrite all of an entry: usages whose entries differ in names,
+// counts, definitions and host names follow one another, and each assembles exactly.
+TEST(UsageParts, SparesReusedAcrossSetsGiveExactUsage) {
+    auto variant = [](int round) {
+        ZoneUsage u = zone_usage(round % 2 == 0 ? 10000 : 9000, 10 + round);
+        for (std::size_t i = 0; i < u.buckets.size(); ++i) {
+            UsageBucket& b = u.buckets[i];
+            if (round == 1) {
+                b.definitions.push_back({{Scope::Zone, Mode::Shadow, 7000}, 0});
+                b.offered_mrps += 5;
+            }
+            if (round == 2 && i % 3 == 0) {
+                b.name = "other-" + b.name;  // names move: not where the last set had them
+                b.hosts = 2;
+                b.rated_hosts = 1;
+                b.definitions[0].hosts = 2;
+                b.host_names = {"h1", "h3"};
+            }
+        }
+        if (round == 2) {
+            std::sort(u.buckets.begin(), u.buckets.end(),
+                      [](const UsageBucket& a, const UsageBucket& b) { return a.name < b.name; });
+        }
+        return u;
+    };
+    PartAssembler<ZoneUsage> a(4, 250);
+    ZoneUsage read, held;
+    for (int round = 0; round < 5; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        const ZoneUsage u = variant(round % 4);
+        std::vector<std::string> bytes;
+        ASSERT_TRUE(encode_parts(u, bytes));
+        ASSERT_EQ(bytes.size(), 3u);
+        for (std::size_t p = 0; p < bytes.size(); ++p) {
+            std::string error;
+            ASSERT_TRUE(read_usage(bytes[p], read, error)) << error;
+            ASSERT_EQ(a.add(read, 1000 + round),
+                      p + 1 < bytes.size() ? PartResult::Pending : PartResult::Complete);
+        }
+        ASSERT_EQ(read.buckets.size(), u.buckets.size());
+        EXPECT_EQ(read.seq, u.seq);
+        EXPECT_EQ(read.host_names, u.host_names);
+        for (std::size_t i = 0; i < u.buckets.size(); ++i) {
+            const UsageBucket &got = read.buckets[i], &want = u.buckets[i];
+            ASSERT_EQ(got.name, want.name) << i;
+            ASSERT_EQ(got.offered_mrps, want.offered_mrps) << i;
+            ASSERT_EQ(got.admitted_mrps, want.admitted_mrps) << i;
+            ASSERT_EQ(got.dropped_mrps, want.dropped_mrps) << i;
+            ASSERT_EQ(got.hosts, want.hosts) << i;
+            ASSERT_EQ(got.rated_hosts, want.rated_hosts) << i;
+            ASSERT_EQ(got.definitions, want.definitions) << i;
+            ASSERT_EQ(got.host_names, want.host_names) << i;
+            ASSERT_TRUE(got.keys.empty()) << i;
+        }
+        std::swap(read, held);
+        a.recycle(read.buckets);
+        if (round >= 3) {
+            // Once warm (the first whole is new, its empty entries go round through the parts
+            // once), the read buffer is handed a used vector whose entries keep their
+            // definitions' capacity, and spares wait for the next set.
+            ASSERT_FALSE(read.buckets.empty());
+            EXPECT_GT(read.buckets[0].definitions.capacity(), 0u);
+            EXPECT_GT(a.spares(), 0u);
+        }
+    }
+    EXPECT_LE(a.spares(), 8u);
 }
 
 }  // namespace
