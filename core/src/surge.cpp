@@ -28,10 +28,17 @@ void Damper::on_instruction(const Basis& b) {
     // start, so the samples see it in part) stays a rise while O keeps growing: in between,
     // a host whose own part of the sample is still the old rate would otherwise take its
     // rise for a shift and let it through at 1 - L / O, from an O that has not caught up.
-    total_rising_ =
-        previous_instance_rps_ > 0 && (instance > kTotalRising * previous_instance_rps_ ||
-                                       (total_rising_ && instance > previous_instance_rps_));
+    // The same basis again (the controller's tick publishing the sample its early tick took,
+    // no usage having come in between) is no news: the rise goes on as it was.
+    const bool same_basis =
+        b.basis_ms != 0 && b.basis_ms == previous_basis_ms_ && instance == previous_instance_rps_;
+    if (!same_basis) {
+        total_rising_ =
+            previous_instance_rps_ > 0 && (instance > kTotalRising * previous_instance_rps_ ||
+                                           (total_rising_ && instance > previous_instance_rps_));
+    }
     previous_instance_rps_ = instance;
+    previous_basis_ms_ = b.basis_ms;
     if (b.basis_ms == 0 || b.offered_mrps == 0) return;
     // The collector rated this host from its last two reports it had received when it built
     // the usage: the newest report sent kTransitMs before the stamp, and the one before it.

@@ -300,6 +300,24 @@ TEST(Surge, ARiseSeenOverSeveralSamplesIsNoShift) {
     EXPECT_EQ(h.ratio, 0u);
 }
 
+// The controller's tick after an early tick (a rise) publishes the same sample again, no
+// usage having come in between: that is no news, and the rise goes on. Read as "O stopped
+// rising", the small hosts of a 1.5x step were let through at 1 - L / O from a partial O.
+TEST(Surge, TheSameBasisAgainDoesNotEndARise) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(0, 800, 400, 100);
+    h.run(100, 300);
+    h.answer(0, 800, 560, 100);  // early tick: O rising; this host 100 r/s of it, share 143
+    const std::uint64_t basis = h.now + Host::kWall - 100;
+    h.run(100, 300);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    h.d.on_instruction({0, 800'000, 560'000, basis});  // the tick: the same sample
+    h.run(100, 300);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_GE(h.ratio / 1e6, 1 - 143.0 / 300 - 0.03);
+}
+
 }  // namespace
 }  // namespace grl::surge
 

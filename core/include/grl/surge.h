@@ -102,10 +102,11 @@ class Damper {
     std::size_t n_checks_ = 0;
     bool has_basis_ = false;
     std::uint32_t cp_ppm_ = 0;
-    double limit_rps_ = 0;              // L in the basis
-    double instance_rps_ = 0;           // O: the instance's offered rate in the basis sample
-    double previous_instance_rps_ = 0;  // O of the instruction before (0: none)
-    bool total_rising_ = false;         // O grew by kTotalRising since then
+    double limit_rps_ = 0;                 // L in the basis
+    double instance_rps_ = 0;              // O: the instance's offered rate in the basis sample
+    double previous_instance_rps_ = 0;     // O of the instruction before (0: none)
+    std::uint64_t previous_basis_ms_ = 0;  // and its basis_ms
+    bool total_rising_ = false;            // O grew by kTotalRising since then
     double basis_rps_ = 0;
     double budget_rps_ = 0;
     double current_rps_ = 0;
