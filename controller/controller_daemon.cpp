@@ -290,7 +290,9 @@ void Daemon::on_usage() {
             }
         }
         if (!assembled(zone_parts_, zone_usage_, "zone_usage", t)) continue;
-        bool early = ctl_.brings_new_rates(zone_usage_, t);
+        const bool new_rates = ctl_.brings_new_rates(zone_usage_, t);
+        const Change change = new_rates ? Change::None : ctl_.brings_change(zone_usage_, t);
+        const bool early = new_rates || change != Change::None;
         const std::uint64_t v = zone_usage_.v;
         const std::string zone = zone_usage_.zone, source = zone_usage_.source;
         // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
@@ -303,7 +305,8 @@ void Daemon::on_usage() {
                                "zone usage", v);
         }
         if (a == control::Accepted::Yes && early) {
-            // First rates of a bucket (after a start or a restart): publish now, not at the
+            // First rates of a bucket (after a start or a restart), or a bucket's rate well
+            // above or below its last (a step, a surge, its end): publish now, not at the
             // next tick. Rate-limited to four extra ticks per interval, and to a 40th of the
             // time (a tick of a large fleet is long: EarlyTick).
             const bool was_deferring = early_tick_.deferring();
@@ -312,12 +315,15 @@ void Daemon::on_usage() {
                     daemon::log_info("early ticks again: the last tick took " +
                                      std::to_string(tick_last_us_ / 1000) + " ms");
                 }
+                ++(new_rates                ? early_ticks_new_rates_
+                   : change == Change::Rise ? early_ticks_rise_
+                                            : early_ticks_fall_);
                 tick();
             } else if (early_tick_.deferring() && !was_deferring) {
                 daemon::log_warn("early ticks deferred: the last tick took " +
                                  std::to_string(tick_last_us_ / 1000) +
                                  " ms, and early ticks may take at most a 40th of the time "
-                                 "(new rates wait for the next tick)");
+                                 "(new rates and changes wait for the next tick)");
             }
         }
         if (a != control::Accepted::Yes) {
@@ -1364,9 +1370,19 @@ void Daemon::scale_metrics(daemon::MetricsText& m) const {
              "CPU time the controller's thread spent in ticks (divided by the ticks: a tick's "
              "cost, without the time other processes ran).");
     m.sample("grl_controller_tick_cpu_seconds_total", static_cast<double>(tick_cpu_us_) / 1e6);
+    m.family("grl_controller_early_ticks_total", "counter",
+             "Ticks before their time, by reason: new_rates (a zone usage with a bucket's "
+             "first rates), rise or fall (a bucket's offered rate well above or below the "
+             "zone's last usage).");
+    m.sample("grl_controller_early_ticks_total", {{"reason", "new_rates"}},
+             static_cast<double>(early_ticks_new_rates_));
+    m.sample("grl_controller_early_ticks_total", {{"reason", "rise"}},
+             static_cast<double>(early_ticks_rise_));
+    m.sample("grl_controller_early_ticks_total", {{"reason", "fall"}},
+             static_cast<double>(early_ticks_fall_));
     m.family("grl_controller_early_ticks_deferred_total", "counter",
-             "Early ticks (a zone usage with a bucket's first rates) not taken because the "
-             "last tick was long: early ticks take at most a 40th of the time.");
+             "Early ticks (a zone usage with a bucket's first rates, a rise or a fall) not taken "
+             "because the last tick was long: early ticks take at most a 40th of the time.");
     m.sample("grl_controller_early_ticks_deferred_total",
              static_cast<double>(early_tick_.deferred()));
     m.family("grl_controller_tick_last_seconds", "gauge", "Duration of the last tick.");

@@ -166,7 +166,10 @@ class Daemon {
     bool state_ok_ = true;     // false: the last write failed, or the file read at start was bad
     std::uint64_t state_writes_ = 0;
     std::uint64_t last_publish_mono_ = 0;
-    EarlyTick early_tick_{cfg_.opts.interval_ms};  // first rates of a bucket: tick at once
+    // First rates of a bucket, a rise or a fall well beyond the last usage: tick at once.
+    EarlyTick early_tick_{cfg_.opts.interval_ms};
+    std::uint64_t early_ticks_new_rates_ = 0, early_ticks_rise_ = 0,
+                  early_ticks_fall_ = 0;  // early ticks taken, by reason
     std::uint64_t admin_requests_ = 0;
     std::uint64_t admin_changes_ = 0;
     // Admin changes publish at once, but at most one tick per kAdminTickGapDivisor-th of an

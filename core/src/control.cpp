@@ -1478,6 +1478,34 @@ bool Controller::brings_new_rates(const wire::ZoneUsage& u, const Clock& now) co
     return false;
 }
 
+Change Controller::brings_change(const wire::ZoneUsage& u, const Clock& now) const {
+    auto zone = zones_.find(u.zone);
+    if (zone == zones_.end() || !zone_fresh(zone->second, now)) return Change::None;
+    const std::vector<LastRated>& last = zone->second.last_rated;  // sorted by name
+    const std::uint64_t interval_ms = clamp_interval(u.interval_ms);
+    Change out = Change::None;
+    // Usage entries come sorted by name, as last_rated is: one pass, a search when not.
+    auto next = last.begin();
+    for (const wire::UsageBucket& b : u.buckets) {
+        if (b.rated_hosts == 0) continue;
+        auto it = next;
+        if (it == last.end() || it->name != b.name) {
+            it = std::lower_bound(
+                last.begin(), last.end(), b.name,
+                [](const LastRated& l, const std::string& name) { return l.name < name; });
+            if (it == last.end() || it->name != b.name) continue;
+        }
+        next = it + 1;
+        // Other hosts than in that sample: a change of the sum, not of the load.
+        if (b.rated_hosts != it->rated_hosts) continue;
+        const Change c = changed_well(static_cast<double>(it->offered_mrps),
+                                      static_cast<double>(b.offered_mrps), interval_ms);
+        if (c == Change::Rise) return c;
+        if (c == Change::Fall) out = c;
+    }
+    return out;
+}
+
 std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
                                                    bool with_hosts) const {
     std::vector<wire::BucketStatus> out;

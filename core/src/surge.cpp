@@ -23,16 +23,30 @@ void Damper::on_report(std::uint64_t wall_ms, std::uint64_t offered) {
 void Damper::on_instruction(const Basis& b) {
     cp_ppm_ = b.ratio_ppm;
     has_basis_ = false;
+    fall_ppm_ = kNoFall;
     const double instance = static_cast<double>(b.offered_mrps) / 1000.0;
     // A rise seen over several samples (each host's reports fall before or after the surge's
     // start, so the samples see it in part) stays a rise while O keeps growing: in between,
     // a host whose own part of the sample is still the old rate would otherwise take its
     // rise for a shift and let it through at 1 - L / O, from an O that has not caught up.
-    total_rising_ =
-        previous_instance_rps_ > 0 && (instance > kTotalRising * previous_instance_rps_ ||
-                                       (total_rising_ && instance > previous_instance_rps_));
+    // The same basis again (the controller's tick publishing the sample its early tick took,
+    // no usage having come in between) is no news: the rise goes on as it was.
+    const bool same_basis =
+        b.basis_ms != 0 && b.basis_ms == previous_basis_ms_ && instance == previous_instance_rps_;
+    if (!same_basis) {
+        total_rising_ =
+            previous_instance_rps_ > 0 && (instance > kTotalRising * previous_instance_rps_ ||
+                                           (total_rising_ && instance > previous_instance_rps_));
+    }
+    const double previous_instance = previous_instance_rps_;
+    const double previous_own = previous_basis_rps_;
     previous_instance_rps_ = instance;
-    if (b.basis_ms == 0 || b.offered_mrps == 0) return;
+    previous_basis_ms_ = b.basis_ms;
+    previous_basis_rps_ = 0;
+    if (b.basis_ms == 0 || b.offered_mrps == 0) {
+        total_falling_ = false;
+        return;
+    }
     // The collector rated this host from its last two reports it had received when it built
     // the usage: the newest report sent kTransitMs before the stamp, and the one before it.
     const std::size_t have = std::min(n_reports_, kReports);
@@ -40,22 +54,54 @@ void Damper::on_instruction(const Basis& b) {
         const Point& p = reports_[(n_reports_ - 1 - i) % kReports];
         if (p.ms + kTransitMs > b.basis_ms) continue;
         const Point& q = reports_[(n_reports_ - 2 - i) % kReports];
-        if (p.ms <= q.ms || p.offered < q.offered) return;  // clock step or counter restart
+        if (p.ms <= q.ms || p.offered < q.offered) break;  // clock step or counter restart
         basis_rps_ =
             static_cast<double>(p.offered - q.offered) * 1000.0 / static_cast<double>(p.ms - q.ms);
         // An idle host has no share to keep: it gets no local rule (the ratio alone).
-        if (basis_rps_ <= 0) return;
+        if (basis_rps_ <= 0) break;
         limit_rps_ = static_cast<double>(b.limit_mrps) / 1000.0;
         instance_rps_ = instance;
-        budget_rps_ = basis_rps_ * limit_rps_ / instance_rps_;
+        previous_basis_rps_ = basis_rps_;
         has_basis_ = true;
+        if (!same_basis) follow_fall(previous_own, previous_instance);
+        if (total_falling_) estimate_fall();
+        budget_rps_ = basis_rps_ * limit_rps_ / instance_rps_;
         return;
     }
+    total_falling_ = false;
+}
+
+// A fall begins when this host's own rate fell by kOwnFalling since the previous basis and O by
+// at least half as much as this host's own rate did (a fall of the whole, not a shift that moved
+// this host's load elsewhere); it goes on while each next basis's O is kFallGoesOn lower.
+void Damper::follow_fall(double previous_own, double previous_instance) {
+    if (total_falling_ && instance_rps_ * kFallGoesOn < previous_instance) return;
+    total_falling_ = previous_own > 0 && basis_rps_ * kOwnFalling < previous_own &&
+                     previous_instance - instance_rps_ >= 0.5 * (previous_own - basis_rps_);
+    if (!total_falling_) return;
+    own_before_fall_ = previous_own;
+    others_before_fall_ = std::max(0.0, previous_instance - previous_own);
+}
+
+// Hosts whose part of the sample is still their rate from before the fall are taken to fall as
+// this one did: their part is at most what it was, times this host's own fall. An estimate of O
+// below the basis's lowers this host's O (its share grows) and the ratio it applies at most to
+// the one the estimate implies (1 - L / O, 0 under the limit).
+void Damper::estimate_fall() {
+    const double fell = std::min(1.0, basis_rps_ / own_before_fall_);
+    const double others = std::clamp(instance_rps_ - basis_rps_, 0.0, others_before_fall_ * fell);
+    const double estimate = basis_rps_ + others;
+    if (estimate >= instance_rps_) return;
+    instance_rps_ = estimate;
+    const double r = std::clamp(1.0 - limit_rps_ / instance_rps_, 0.0, 1.0);
+    fall_ppm_ = static_cast<std::uint32_t>(std::lround(r * 1e6));
 }
 
 void Damper::clear() {
     has_basis_ = false;
     cp_ppm_ = 0;
+    fall_ppm_ = kNoFall;
+    total_falling_ = false;
 }
 
 std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
@@ -72,9 +118,11 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
     }
     checks_[n_checks_ % kChecks] = {now_ms, offered, admitted_total};
     ++n_checks_;
-    applied_ppm_ = cp_ppm_;
-    state_ = has_basis_ ? State::Following : State::NoBasis;
-    const double admit = 1.0 - static_cast<double>(cp_ppm_) / 1e6;
+    // The control plane's ratio, or the lower one of a fall it has seen in part.
+    const std::uint32_t cp_ppm = has_basis_ ? std::min(cp_ppm_, fall_ppm_) : cp_ppm_;
+    applied_ppm_ = cp_ppm;
+    state_ = !has_basis_ ? State::NoBasis : cp_ppm < cp_ppm_ ? State::Eased : State::Following;
+    const double admit = 1.0 - static_cast<double>(cp_ppm) / 1e6;
     bool first = true;
     bool shorter_not_low = false;
     for (const Window& w : kWindows) {
@@ -101,7 +149,7 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
         // Nothing to ease under a ratio of 0: the host follows the control plane. (Calling it
         // "eased" flapped the state, and its log line, at every check of a host idling under
         // its share.)
-        if (!above && cp_ppm_ == 0) return applied_ppm_;
+        if (!above && cp_ppm == 0) return applied_ppm_;
         const double rate = n * 1000.0 / dt_ms;
         if (above && !total_rising_ && rate > basis_rps_ && rate <= kShiftMargin * instance_rps_) {
             // Load moved here from other hosts would look the same, and then the total, and
@@ -112,7 +160,7 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
             // control plane has begun to see (its basis mixes the old and new rates).
             const double r = std::clamp(1.0 - limit_rps_ / instance_rps_, 0.0, 1.0);
             const auto shift_ppm = static_cast<std::uint32_t>(std::lround(r * 1e6));
-            if (shift_ppm <= cp_ppm_) continue;
+            if (shift_ppm <= cp_ppm) continue;
             current_rps_ = rate;
             state_ = State::Tightened;
             applied_ppm_ = shift_ppm;
@@ -129,7 +177,7 @@ std::uint32_t Damper::check(std::uint64_t now_ms, std::uint64_t offered) {
             std::clamp(1.0 - pace * budget_rps_ / std::max(current_rps_, 1e-9), 0.0, 1.0);
         const auto share_ppm = static_cast<std::uint32_t>(std::lround(r * 1e6));
         state_ = above ? State::Tightened : State::Eased;
-        applied_ppm_ = above ? std::max(cp_ppm_, share_ppm) : std::min(cp_ppm_, share_ppm);
+        applied_ppm_ = above ? std::max(cp_ppm, share_ppm) : std::min(cp_ppm, share_ppm);
         return applied_ppm_;
     }
     return applied_ppm_;

@@ -151,3 +151,35 @@ def test_fleet_load_balancer_shift_is_not_held_at_the_old_shares():
             x.cleanup()
         for d in daemons:
             d.stop()
+
+
+def test_fleet_step_and_its_end_tick_the_controller_early():
+    """A 3x step (0.5 L -> 1.5 L) and back: the controller ticks as soon as a zone usage brings
+    the bucket's rate well above, and then well below, its rate in the zone's last usage
+    (docs/control-plane.md "Early answers to a change"), counted with reasons "rise" and
+    "fall". Counts only, no timing assertions."""
+    made, daemons = [], []
+    try:
+        fl = start(made, daemons)
+        ctl, n = fl["ctl"], fl["nginx"]
+        load = f.Load([(n[0], 3), (n[1], 1)], "%d:5,%d:4,%d:4" % (L // 2, 3 * L // 2, L // 2),
+                      "/api/x")
+        r = load.result()
+        print("before the step:", f.window(r, 2, 5), "after it:", f.window(r, 7, 9),
+              "after the fall:", f.window(r, 11, 13))
+        km = ctl.metrics()
+        rises = f.metric(km, "grl_controller_early_ticks_total", reason="rise")
+        falls = f.metric(km, "grl_controller_early_ticks_total", reason="fall")
+        print("early ticks for rises:", rises, "for falls:", falls)
+        assert rises is not None and rises >= 1, km.get("grl_controller_early_ticks_total")
+        assert falls is not None and falls >= 1, km.get("grl_controller_early_ticks_total")
+        # A few (the load's start from nothing, the step and the fall, each seen in part by
+        # the first usages: two or three each), not a storm (the bound allows four an
+        # interval: 52 here).
+        assert rises + falls <= 12, (rises, falls)
+        assert f.metric(km, "grl_controller_early_ticks_deferred_total") == 0
+    finally:
+        for x in made:
+            x.cleanup()
+        for d in daemons:
+            d.stop()

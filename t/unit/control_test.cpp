@@ -972,6 +972,35 @@ TEST(Control, NewRatesFromANewOrReturningZoneTickAtOnce) {
     EXPECT_FALSE(c.brings_new_rates(unrated, f.now));  // nothing to compute from yet
 }
 
+// A zone usage whose bucket rose well above its last one, or fell well below it
+// (grl::changed_well), ticks early, a rise before a fall; noise, or a sum over other hosts
+// than before, does not.
+TEST(Controller, AChangeInAZonesUsageIsAReasonToTickEarly) {
+    Fleet f;
+    Controller c(opts());
+    EXPECT_EQ(c.brings_change(zu("z1", {ub("g", 500, 4)}, f.now), f.now), Change::None)
+        << "unknown zone";
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 500, 4), ub("h", 10, 4)}, f.now), f.now),
+              Accepted::Yes);
+    c.tick(f.now);
+    f.advance(300);
+    auto change = [&](double g, double h, std::uint64_t g_hosts = 4, const char* zone = "z1") {
+        return c.brings_change(zu(zone, {ub("g", g, g_hosts), ub("h", h, 4)}, f.now), f.now);
+    };
+    EXPECT_EQ(change(600, 10), Change::None);
+    EXPECT_EQ(change(710, 10), Change::Rise);
+    EXPECT_EQ(change(500, 40), Change::Rise);
+    EXPECT_EQ(change(500, 20), Change::None) << "10 requests more of 10: within the noise";
+    EXPECT_EQ(change(300, 10), Change::Fall);
+    EXPECT_EQ(change(300, 40), Change::Rise) << "a rise is news before a fall";
+    EXPECT_EQ(change(710, 10, 5), Change::None) << "a host more: new rates, not a rise";
+    EXPECT_EQ(change(300, 10, 3), Change::None) << "a host fewer: not a fall";
+    EXPECT_EQ(change(710, 10, 4, "z2"), Change::None) << "another zone";
+    f.advance(10000);  // z1 silent: its return is brings_new_rates()'s
+    c.tick(f.now);
+    EXPECT_EQ(change(710, 10), Change::None);
+}
+
 // A restarted collector sends its first usage when some hosts have reconnected, not all (under
 // load a host may take a few hundred ms): that sum is part of the zone, not the whole. The zone
 // awaits the hosts it had, for --stale-intervals: a partial sample is replaced by the complete

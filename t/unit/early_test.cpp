@@ -29,6 +29,40 @@ TEST(EarlyUsage, WaitsHalfAnIntervalAfterTheStartThenSendsWhenRatesArrive) {
     EXPECT_TRUE(e.due(8200));
 }
 
+TEST(Rise, WellAboveIsAFactorBeyondTheNoiseOfTheLastSample) {
+    // 1,000 r/s at 1 s (1,000 requests a sample, noise ~3%): the factor decides.
+    EXPECT_FALSE(rose_well_above(1'000'000, 1'240'000, 1000));
+    EXPECT_TRUE(rose_well_above(1'000'000, 1'250'000, 1000));
+    // A 1.5x step seen in part by the report of a host with 70% of the load.
+    EXPECT_TRUE(rose_well_above(500'000, 710'000, 1000));
+    // Falls and noise are not rises.
+    EXPECT_FALSE(rose_well_above(1'000'000, 500'000, 1000));
+    EXPECT_FALSE(rose_well_above(1'000'000, 1'030'000, 250));
+    // 20 r/s at 250 ms (5 requests a sample): 3 sigmas + 3 requests asks for 9.7 more.
+    EXPECT_FALSE(rose_well_above(20'000, 50'000, 250)) << "7.5 more requests: noise";
+    EXPECT_TRUE(rose_well_above(20'000, 60'000, 250));
+    // From nothing, 3 requests a sample.
+    EXPECT_FALSE(rose_well_above(0, 10'000, 250));
+    EXPECT_TRUE(rose_well_above(0, 12'000, 250));
+}
+
+// The controller's early ticks: a rise well above the last sample, or a fall well below it
+// (the last sample well above this one); noise either way is neither.
+TEST(Change, ARiseOrAFallWellBeyondTheLastSample) {
+    EXPECT_EQ(changed_well(500'000, 710'000, 1000), Change::Rise);
+    EXPECT_EQ(changed_well(1'000'000, 1'100'000, 1000), Change::None);
+    EXPECT_EQ(changed_well(1'000'000, 900'000, 1000), Change::None);
+    // A 15x surge's end, and 1.5 L -> 0.5 L (L = 1,000 r/s), even seen in part.
+    EXPECT_EQ(changed_well(7'500'000, 500'000, 1000), Change::Fall);
+    EXPECT_EQ(changed_well(1'500'000, 1'150'000, 1000), Change::Fall);
+    // The usage after a load-balancer shift's transient (its losing host reported at last).
+    EXPECT_EQ(changed_well(2'100'000, 1'500'000, 250), Change::Fall);
+    // 60 -> 20 r/s at 250 ms (15 -> 5 requests): 3 sigmas of 5 + 3 is 9.7, the fall 10.
+    EXPECT_EQ(changed_well(60'000, 20'000, 250), Change::Fall);
+    EXPECT_EQ(changed_well(50'000, 20'000, 250), Change::None) << "7.5 fewer: noise";
+    EXPECT_EQ(changed_well(0, 0, 1000), Change::None);
+}
+
 TEST(EarlyTick, AtMostFourExtraTicksAnInterval) {
     EarlyTick t(1000);
     EXPECT_TRUE(t.due(100));

@@ -300,6 +300,73 @@ TEST(Surge, ARiseSeenOverSeveralSamplesIsNoShift) {
     EXPECT_EQ(h.ratio, 0u);
 }
 
+// The controller's tick after an early tick (a rise) publishes the same sample again, no
+// usage having come in between: that is no news, and the rise goes on. Read as "O stopped
+// rising", the small hosts of a 1.5x step were let through at 1 - L / O from a partial O.
+TEST(Surge, TheSameBasisAgainDoesNotEndARise) {
+    Host h;
+    h.run(2000, 100);
+    h.answer(0, 800, 400, 100);
+    h.run(100, 300);
+    h.answer(0, 800, 560, 100);  // early tick: O rising; this host 100 r/s of it, share 143
+    const std::uint64_t basis = h.now + Host::kWall - 100;
+    h.run(100, 300);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    h.d.on_instruction({0, 800'000, 560'000, basis});  // the tick: the same sample
+    h.run(100, 300);
+    EXPECT_EQ(h.d.state(), State::Tightened);
+    EXPECT_GE(h.ratio / 1e6, 1 - 143.0 / 300 - 0.03);
+}
+
+// A host at `before` r/s answered with ratio `ppm` for O = `o` (L = 1000), then at `after` r/s
+// for 1 s, then answered with `ppm2` for O = `o2`, and checked for 100 ms.
+Host answered_after_a_change(double before, std::uint32_t ppm, double o, double after,
+                             std::uint32_t ppm2, double o2) {
+    Host h;
+    h.run(2000, before);
+    h.answer(ppm, 1000, o, 100);
+    h.run(1000, after);
+    h.answer(ppm2, 1000, o2, 100);
+    h.run(100, after);
+    return h;
+}
+
+// A 15x surge ends (7.5 L -> 0.5 L, L = 1000, this host a tenth). The answer after it has a
+// basis in which this host's part is already its new rate and the other hosts' parts still
+// their surge rates (their reports were from before the end): O = 5400, ratio 0.8. At its
+// share of that O (50 of 5400: 9 r/s) the host would follow 0.8 and reject four of its five
+// requests per 100 ms for a whole interval. Its own rate fell 15x and O with it: the others
+// are taken to fall as it did (O about 500), and that O's ratio, 0, applies.
+TEST(Surge, AFallSeenInPartReleasesTheHostThatFell) {
+    Host h = answered_after_a_change(750, 866'667, 7500, 50, 800'000, 5400);
+    EXPECT_EQ(h.d.state(), State::Eased);
+    EXPECT_EQ(h.ratio, 0u);
+    EXPECT_NEAR(h.d.instance_rps(), 500, 40);  // this host's rates are from whole requests
+    // The sample that has seen every host's fall: O about what this host estimated.
+    h.answer(0, 1000, 510, 100);
+    h.run(100, 50);
+    EXPECT_EQ(h.ratio, 0u);
+    EXPECT_NEAR(h.d.instance_rps(), 510, 40);
+}
+
+// Over the limit still: the ratio of the estimated O, not 0 (7.5 L -> 2.5 L; this host's part
+// 750 -> 250 r/s, O = 7500 -> 5500 with the others' parts still at their surge rates: they are
+// taken to fall 3x too, O about 2500 and ratio 0.6 instead of the basis's 0.8).
+TEST(Surge, AFallSeenInPartToAboveTheLimitAppliesTheEstimatesRatio) {
+    Host h = answered_after_a_change(750, 866'667, 7500, 250, 800'000, 5500);
+    EXPECT_NEAR(h.d.instance_rps(), 2500, 25);
+    EXPECT_NEAR(h.ratio / 1e6, 0.6, 0.01);
+}
+
+// A load-balancer shift seen whole (this host 70% -> 10% of the same 1.5 L): its own rate fell
+// 7x, O did not. No fall of the whole: the control plane's ratio applies.
+TEST(Surge, AHostThatLostLoadToAShiftIsNoFall) {
+    Host h = answered_after_a_change(1050, 333'333, 1500, 150, 333'333, 1480);
+    EXPECT_EQ(h.d.state(), State::Following);
+    EXPECT_EQ(h.ratio, 333'333u);
+    EXPECT_NEAR(h.d.instance_rps(), 1480, 1);
+}
+
 }  // namespace
 }  // namespace grl::surge
 

@@ -27,6 +27,7 @@
 
 #include "grl/bucket_ids.h"
 #include "grl/bucket_types.h"
+#include "grl/early.h"
 #include "grl/key_limits.h"
 #include "grl/wire.h"
 #include "grl/wire_control.h"
@@ -273,6 +274,12 @@ class Controller {
     // after its zone went stale), or completes the rates of an instance whose newest sample
     // was provisional: ticking at once then saves up to an interval.
     bool brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const;
+    // Rise when some bucket's offered rate in `u` rose well above its rate in the zone's last
+    // usage, else Fall when one fell well below it (grl::changed_well), else None: a change
+    // that a tick at once answers up to an interval earlier (docs/control-plane.md "Early
+    // answers to a change"). Changes that only bring more or fewer of the bucket's hosts'
+    // rates are not judged (more: brings_new_rates()'s).
+    Change brings_change(const wire::ZoneUsage& u, const Clock& now) const;
 
     // State after the last tick.
     using Instances = std::map<InstanceKey, Instance, InstanceKeyLess>;

@@ -49,6 +49,15 @@ inline constexpr double kShiftMargin = 1.05;
 // rising: a surge the control plane has begun to see, not a shift; the shares apply, and go
 // on applying while each next basis's O is above the one before.
 inline constexpr double kTotalRising = 1.25;
+// The mirror for a fall (docs/design.md, "Surge damping", a fall seen in part): a basis in
+// which this host's own rate fell this much below its own in the previous basis, and O by at
+// least half as much as this host's own rate did, is taken for a fall of the whole instance that
+// the sample saw in part (the hosts whose reports were still from before it): the other hosts'
+// parts are estimated to fall as this host's did, and the ratio that estimate of O implies
+// applies when it is below the control plane's. It goes on while each next basis's O is
+// kFallGoesOn below the one before.
+inline constexpr double kOwnFalling = 1.25;
+inline constexpr double kFallGoesOn = 1.05;
 inline constexpr std::size_t kChecks = 110;  // check points kept (at 10 ms: 1.09 s)
 
 // The control plane's answer for one bucket, as received (wire::Instruction).
@@ -82,7 +91,9 @@ class Damper {
     State state() const { return state_; }
     // A usable basis is held: check() may tighten or ease (the reporter checks only then).
     bool has_basis() const { return has_basis_; }
-    double basis_rps() const { return basis_rps_; }    // this host's offered rate in the basis
+    double basis_rps() const { return basis_rps_; }  // this host's offered rate in the basis
+    // O as this host takes it: the basis's, or its estimate during a fall seen in part.
+    double instance_rps() const { return instance_rps_; }
     double budget_rps() const { return budget_rps_; }  // its share of the limit
     double current_rps() const { return current_rps_; }
     std::uint32_t ratio_ppm() const { return applied_ppm_; }
@@ -95,6 +106,8 @@ class Damper {
     };
     const Point* window_start(std::uint64_t now_ms, std::uint64_t span_ms) const;
     double pace_to_share(std::uint64_t now_ms, double admitted_total, std::uint64_t span_ms) const;
+    void follow_fall(double previous_own, double previous_instance);
+    void estimate_fall();
 
     std::array<Point, kReports> reports_{};  // wall clock
     std::size_t n_reports_ = 0;              // total pushed
@@ -102,10 +115,19 @@ class Damper {
     std::size_t n_checks_ = 0;
     bool has_basis_ = false;
     std::uint32_t cp_ppm_ = 0;
-    double limit_rps_ = 0;              // L in the basis
-    double instance_rps_ = 0;           // O: the instance's offered rate in the basis sample
-    double previous_instance_rps_ = 0;  // O of the instruction before (0: none)
-    bool total_rising_ = false;         // O grew by kTotalRising since then
+    double limit_rps_ = 0;                 // L in the basis
+    double instance_rps_ = 0;              // O: the instance's offered rate in the basis sample
+    double previous_instance_rps_ = 0;     // O of the instruction before (0: none)
+    std::uint64_t previous_basis_ms_ = 0;  // and its basis_ms
+    bool total_rising_ = false;            // O grew by kTotalRising since then
+    double previous_basis_rps_ = 0;        // this host's own rate in the previous basis (0: none)
+    // A fall seen in part (kOwnFalling): this host's own rate and the other hosts' part of O
+    // in the last basis before it, and the ratio for the estimated O (kNoFall: none).
+    bool total_falling_ = false;
+    double own_before_fall_ = 0;
+    double others_before_fall_ = 0;
+    static constexpr std::uint32_t kNoFall = 1'000'001;
+    std::uint32_t fall_ppm_ = kNoFall;
     double basis_rps_ = 0;
     double budget_rps_ = 0;
     double current_rps_ = 0;
