@@ -163,9 +163,9 @@ void PartAssembler<Usage>::keep(std::vector<UsageBucket>&& v) {
 
 template <class Usage>
 void PartAssembler<Usage>::recycle(std::vector<UsageBucket>& v) {
-    std::vector<UsageBucket> mine = spare(0);  // the smallest: reads are parts or small
-    keep(std::move(v));
-    v.swap(mine);
+    // v gets the smallest spare (reads are parts or small); what it held is kept as a spare.
+    std::vector<UsageBucket> old = std::exchange(v, spare(0));
+    keep(std::move(old));
 }
 
 template <class Usage>
