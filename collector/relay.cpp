@@ -219,7 +219,6 @@ void Relay::on_subscriptions() {
         if (it == last_.end() || now >= it->second.expires_mono) continue;
         wire::Instructions& msg = it->second.msg;
         msg.ttl_ms = it->second.expires_mono - now;
-        body.clear();  // encode appends: one message per replay
         wire::encode(msg, body);
         if (pub_.send_frames({it->first, body})) {
             replayed.fetch_add(1, std::memory_order_relaxed);

@@ -537,13 +537,11 @@ void Daemon::on_admin() {
         r.region = cfg_.opts.region;
         r.interval_ms = cfg_.opts.interval_ms;
         r.ttl_ms = cfg_.opts.ttl_ms;
-        buf_.clear();
         wire::encode(r, buf_);
         if (buf_.size() > wire::kMaxMessageBytes) {
             for (auto& b : r.buckets) b.host_names.clear();
             r.error = "host names left out: the reply would exceed " +
                       std::to_string(wire::kMaxMessageBytes) + " bytes";
-            buf_.clear();
             wire::encode(r, buf_);
         }
         // grlctl keys over many instances (--top up to 1024 each): the first instances' keys.
@@ -551,7 +549,6 @@ void Daemon::on_admin() {
             r.keys.resize(r.keys.size() / 2);
             r.error = "keys cut to " + std::to_string(r.keys.size()) + ": the reply would exceed " +
                       std::to_string(wire::kMaxMessageBytes) + " bytes (ask with a smaller --top)";
-            buf_.clear();
             wire::encode(r, buf_);
         }
         std::vector<std::string_view> out = {identity};
@@ -848,7 +845,6 @@ void Daemon::publish_region_usage(const wire::RegionUsage& ru) {
 
 void Daemon::publish(control::TickOutput& out) {
     for (const wire::Instructions& m : out.instructions) {
-        buf_.clear();
         wire::encode(m, buf_);
         std::string topic = wire::topic(m.scope, m.region, m.zone);
         if (pub_.send_frames({topic, buf_})) {

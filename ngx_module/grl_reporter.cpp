@@ -397,7 +397,6 @@ void send_report(Reporter& rep, bool extra) {
     add_recent(rep.report, base,
                rep.recent_left > 0 ? now - (older ? rep.prev2_ms : rep.prev_ms) : 0);
     if (rep.recent_left > 0) --rep.recent_left;
-    rep.buf.clear();
     wire::encode(rep.report, rep.buf);
     // The report's first buckets are the configured ones, in table order; the run-time ones
     // follow, found by name.
