@@ -53,8 +53,7 @@ struct Reporter {
     // Surge damping (docs/design.md): one damper per configured bucket (table order), then
     // one per run-time definition (shm::kRuntimeSlots, definition order), checked every
     // kSurgeCheckMs while one of them holds a basis; the ratio it applies is the one
-    // decide() reads. None with grl_surge_damping off.
-    bool damping = false;
+    // decide() reads. None (empty) with grl_surge_damping off.
     ngx_msec_t surge_at = 0;
     std::vector<surge::Damper> dampers;
     std::vector<surge::State> damper_logged;
@@ -202,7 +201,7 @@ bool any_basis(const Reporter& rep) {
 }
 
 void arm_surge_tick(Reporter& rep) {
-    if (!rep.damping || rep.surge_at != 0 || !any_basis(rep)) return;
+    if (rep.dampers.empty() || rep.surge_at != 0 || !any_basis(rep)) return;
     rep.surge_at = ngx_current_msec + kSurgeCheckMs;
 }
 
@@ -518,7 +517,6 @@ void open_sockets(Reporter& rep) {
     // Damping needs both the instructions' basis and this host's own reports to find its
     // rate in it; the check is armed when a basis arrives (arm_surge_tick).
     if (rep.conf->surge_damping && !c.instruction_endpoints.empty() && rep.push != nullptr) {
-        rep.damping = true;
         rep.dampers.resize(c.table.defs.size() + shm::kRuntimeSlots);
         rep.damper_logged.assign(rep.dampers.size(), surge::State::NoBasis);
         rep.runtime_names.assign(shm::kRuntimeSlots, std::string());
