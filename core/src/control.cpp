@@ -329,7 +329,7 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     auto held = zones_.find(u.zone);
     const ZoneEntry* before = held == zones_.end() ? nullptr : &held->second;
     bool same_places = false;
-    if (!intern(u.buckets, before ? &before->ids : nullptr, &same_places)) {
+    if (!intern(u.buckets, before ? &before->ids : nullptr, same_places)) {
         refuse(why, too_many_buckets("zone", u.source, u.zone));
         return Accepted::TooManyBuckets;
     }
@@ -345,7 +345,7 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     }
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
-    release(ids_scratch_);  // the replaced usage's
+    keep_or_release(ids_scratch_, same_places);  // the replaced usage's
     const bool judge_change = early && was_fresh && !early->new_rates;
     stand_in(e, now, same_places, judge_change ? &early->change : nullptr);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
@@ -504,14 +504,15 @@ Accepted Controller::take_region_usage(wire::RegionUsage& u, const Clock& now, s
 
 Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why) {
     auto held = peers_.find(u.source);
-    if (!intern(u.buckets, held == peers_.end() ? nullptr : &held->second.ids)) {
+    bool same_places = false;
+    if (!intern(u.buckets, held == peers_.end() ? nullptr : &held->second.ids, same_places)) {
         refuse(why, too_many_buckets("region", u.source, u.region));
         return Accepted::TooManyBuckets;
     }
     PeerEntry& e = held == peers_.end() ? peers_[u.source] : held->second;
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
-    release(ids_scratch_);
+    keep_or_release(ids_scratch_, same_places);
     e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.recv_mono = now.mono_ms;
     const wire::RegionUsage& m = e.usage;
@@ -531,21 +532,28 @@ Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, s
 }
 
 // Most usages name the same buckets in the same order as the one they replace: one comparison
-// with the name at the same place then finds the id without hashing the name.
+// with the name at the same place then finds the id without hashing the name. When every name
+// stands at its place, the new usage takes over the old one's hold on its ids: nothing is
+// retained here, nor released by the caller (a pass over the holders less, each way).
 bool Controller::intern(const std::vector<wire::UsageBucket>& buckets,
-                        const std::vector<std::uint32_t>* held, bool* same_places) {
+                        const std::vector<std::uint32_t>* held, bool& same_places) {
     std::vector<std::uint32_t>& ids = ids_scratch_;
-    ids.resize(buckets.size());
+    const std::size_t n = buckets.size();
+    ids.resize(n);
     const std::size_t places = held ? held->size() : 0;
-    bool same = held && places == buckets.size();
-    for (std::size_t k = 0; k < buckets.size(); ++k) {
+    std::size_t k = 0;
+    for (; k < n && k < places && ids_.name((*held)[k]) == buckets[k].name; ++k)
+        ids[k] = (*held)[k];
+    same_places = held && k == n && places == n;
+    if (same_places) return true;
+    for (std::size_t j = 0; j < k; ++j) ids_.retain(ids[j]);
+    for (; k < n; ++k) {
         const std::string& name = buckets[k].name;
         if (k < places && ids_.name((*held)[k]) == name) {
             ids_.retain((*held)[k]);
             ids[k] = (*held)[k];
             continue;
         }
-        same = false;
         ids[k] = ids_.acquire(name);
         if (ids[k] == BucketIds::kNone) {
             ids.resize(k);
@@ -553,7 +561,6 @@ bool Controller::intern(const std::vector<wire::UsageBucket>& buckets,
             return false;
         }
     }
-    if (same_places) *same_places = same;
     return true;
 }
 
@@ -562,6 +569,14 @@ std::string Controller::too_many_buckets(std::string_view kind, const std::strin
     return std::string(kind) + " usage from " + source + " (" + std::string(kind) + " " + place +
            ") refused: it names buckets beyond the " + std::to_string(opt_.max_bucket_names) +
            " this controller holds (--max-bucket-names)";
+}
+
+void Controller::keep_or_release(std::vector<std::uint32_t>& replaced, bool same_places) {
+    if (same_places) {
+        replaced.clear();  // the same ids, held on by the usage that replaced them
+    } else {
+        release(replaced);
+    }
 }
 
 void Controller::release(std::vector<std::uint32_t>& ids) {

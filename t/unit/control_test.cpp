@@ -1380,6 +1380,31 @@ TEST(Hardening, ZoneAndPeerTablesAreBounded) {
               Accepted::Yes);
 }
 
+// A usage naming the same buckets at the same places takes over its predecessor's hold on their
+// ids: a name stays held while some usage names it, and is freed with the last.
+TEST(Hardening, BucketNamesStayHeldWhileAUsageNamesThem) {
+    Fleet f;
+    Controller c(opts());
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 10), ub("b", 10)}, f.now), f.now),
+                  Accepted::Yes);
+        ASSERT_EQ(
+            c.on_region_usage(peer_usage("ctl-p", "r2", {ub("b", 10), ub("c", 10)}, f.now), f.now),
+            Accepted::Yes);
+        f.advance(100);
+    }
+    EXPECT_EQ(c.bucket_names(), 3u);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 10)}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(c.bucket_names(), 3u);  // "b": the peer's
+    ASSERT_EQ(c.on_region_usage(peer_usage("ctl-p", "r2", {ub("c", 10)}, f.now), f.now),
+              Accepted::Yes);
+    EXPECT_EQ(c.bucket_names(), 2u);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_region_usage(peer_usage("ctl-p", "r2", {}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(c.bucket_names(), 0u);
+}
+
 TEST(Hardening, BucketNamesAreBounded) {
     Fleet f;
     Options o = opts();

@@ -468,13 +468,15 @@ class Controller {
     // The ids of `buckets`' names, retained, into ids_scratch_ (by position); `held` are the
     // ids of the usage it replaces, whose names most often stand at the same places. False,
     // with nothing retained, when a name is beyond max_bucket_names (too_many_buckets() says
-    // why). `same_places` (when given): every name stands at its place in `held`, no more, no
-    // fewer.
+    // why). `same_places`: every name stands at its place in `held`, no more, no fewer; the
+    // ids are then `held`'s and are not retained again (keep_or_release()).
     bool intern(const std::vector<wire::UsageBucket>& buckets,
-                const std::vector<std::uint32_t>* held, bool* same_places = nullptr);
+                const std::vector<std::uint32_t>* held, bool& same_places);
     std::string too_many_buckets(std::string_view kind, const std::string& source,
                                  const std::string& place) const;
     void release(std::vector<std::uint32_t>& ids);
+    // The ids of a replaced usage: released, unless the new usage holds the same (intern()).
+    void keep_or_release(std::vector<std::uint32_t>& replaced, bool same_places);
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
     // Whether a usage of `hosts` hosts for zone z lacks hosts z awaits since it came back.
     bool short_of_hosts(const ZoneEntry& z, std::uint64_t hosts, const Clock& now) const;
