@@ -346,6 +346,7 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
     keep_or_release(ids_scratch_, same_places);  // the replaced usage's
+    e.gen = ++usage_gen_;
     const bool judge_change = early && was_fresh && !early->new_rates;
     stand_in(e, now, same_places, judge_change ? &early->change : nullptr);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
@@ -513,6 +514,7 @@ Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, s
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
     keep_or_release(ids_scratch_, same_places);
+    e.gen = ++usage_gen_;
     e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.recv_mono = now.mono_ms;
     const wire::RegionUsage& m = e.usage;
@@ -908,6 +910,7 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
         u.fleet_defs.clear();
         u.own_sums = u.remote_sums = BucketUsage::Sums{};
         u.basis_ms = 0;
+        u.inputs_gen = 0;
     };
     // merge_definitions() without a call in the most common case: every host of the fleet
     // reports one definition.
@@ -919,9 +922,11 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
             merge_definitions(into, add);
         }
     };
-    auto add = [&](const wire::UsageBucket& b, std::uint32_t id, const ZoneEntry* zone) {
+    auto add = [&](const wire::UsageBucket& b, std::uint32_t id, const ZoneEntry* zone,
+                   std::uint64_t gen) {
         BucketUsage& u = by_id_[id];
         if (u.tick != tick_) start(u, ids_.name(id));
+        u.inputs_gen = std::max(u.inputs_gen, gen);
         BucketUsage::Sums& sums = zone ? u.own_sums : u.remote_sums;
         if (b.hosts > 0 && b.rated_hosts == 0) {
             ++sums.missing;
@@ -954,11 +959,12 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
     };
     for (const ZoneEntry* z : in.zones) {
         const std::vector<wire::UsageBucket>& buckets = z->usage.buckets;
-        for (std::size_t k = 0; k < buckets.size(); ++k) add(buckets[k], z->ids[k], z);
+        for (std::size_t k = 0; k < buckets.size(); ++k) add(buckets[k], z->ids[k], z, z->gen);
     }
     for (const auto& [region, p] : in.remote) {
         const std::vector<wire::UsageBucket>& buckets = p->usage.buckets;
-        for (std::size_t k = 0; k < buckets.size(); ++k) add(buckets[k], p->ids[k], nullptr);
+        for (std::size_t k = 0; k < buckets.size(); ++k)
+            add(buckets[k], p->ids[k], nullptr, p->gen);
     }
     std::vector<std::string_view> runtime;  // run-time buckets, with or without usage
     for (const auto& [name, o] : overrides_) {
@@ -1048,6 +1054,7 @@ void Controller::sample_zones(std::string_view name, const BucketUsage& u, const
         s.has_usage = true;
         s.provisional = partial(*b) || z->short_of_hosts;
         s.basis_ms = z->usage.ts_ms;
+        s.inputs_gen = z->gen;
         s.hosts = s.own_hosts = b->hosts;
         s.domain = &b->definitions;
         s.keys = b->keys;  // one zone: already summed by its collector
@@ -1084,6 +1091,7 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
     std::size_t rated = u.own_sums.rated_n, missing = u.own_sums.missing,
                 incomplete = u.own_sums.incomplete;
     s.basis_ms = u.basis_ms;
+    s.inputs_gen = u.inputs_gen;
     s.own_hosts = u.own_sums.hosts;
     s.hosts = s.own_hosts;
     if (!global) s.domain = &u.own_defs;
@@ -1227,8 +1235,15 @@ std::optional<wire::Definition> Controller::resolve_definition(
 void Controller::smooth(Instance& inst, const Sample& s) const {
     const bool pushed = !s.hold || inst.samples.empty();
     if (pushed) {
-        if (inst.last_provisional && !inst.samples.empty()) inst.samples.pop_back();
+        // No usage newer than the newest sample's: a tick soon after an early one (which a
+        // usage brought) sees that usage again. Pushed twice, it filled the window with one
+        // sample and ended a fast attack: a 1.5x step seen in part by the early tick (1.21 L)
+        // then averaged its next sample (1.5 L) with the repeat, 0.26 instead of 1/3 for an
+        // interval, and the damped hosts let 1.1 L through.
+        const bool repeat = s.inputs_gen != 0 && s.inputs_gen == inst.inputs_gen;
+        if ((inst.last_provisional || repeat) && !inst.samples.empty()) inst.samples.pop_back();
         inst.samples.push_back(s.sum);
+        inst.inputs_gen = s.inputs_gen;
         inst.last_provisional = s.provisional;
         // Surge damping needs the instance's offered rate *of one sample*, paired with the
         // sample's time, so that each host finds its own share of it (docs/design.md).

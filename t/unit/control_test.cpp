@@ -339,6 +339,46 @@ TEST(Controller, StepResponseOfTheSmoothingWindow) {
     }
 }
 
+// An early tick (a zone usage that rose well above the last) and the regular tick after it see
+// the same usage: it is one sample, not two. Counted twice it filled the window and ended the
+// fast attack, and the rise's next sample was averaged with it (the 1 s step's overshoot).
+TEST(Controller, AUsageSeenByTwoTicksIsOneSampleAndTheAttackGoesOn) {
+    Fleet f;
+    Options o = opts();
+    o.window = 2;
+    o.fast_attack = 0.2;
+    Controller c(o);
+    auto usage = [&](double rps) {
+        c.on_zone_usage(zu("z1", {ub("api", rps, 1, Scope::Global, 150)}, f.now), f.now);
+    };
+    auto tick = [&] {
+        c.tick(f.now);
+        f.advance(500);
+        return ratio(c, "api");
+    };
+    usage(100);
+    tick();
+    tick();
+    usage(100);
+    EXPECT_EQ(tick(), 0u);
+    tick();
+    usage(200);  // the step, seen in part by the early tick
+    EXPECT_EQ(tick(), drop_ratio_ppm(200000, 150000));
+    EXPECT_EQ(tick(), drop_ratio_ppm(200000, 150000));  // the regular tick: the same usage
+    usage(300);                                         // the step whole: still attacking
+    EXPECT_EQ(tick(), 500000u);
+    EXPECT_EQ(tick(), 500000u);
+    // Under the limit again and seen twice: still released, and the window holds 100 and 300.
+    usage(100);
+    EXPECT_EQ(tick(), 0u);
+    EXPECT_EQ(tick(), 0u);
+    usage(200);  // 1.33 x the mean of 100 and 200: an attack again
+    EXPECT_EQ(tick(), drop_ratio_ppm(200000, 150000));
+    const Instance* i = inst(c, "api");
+    ASSERT_NE(i, nullptr);
+    EXPECT_EQ(i->samples.size(), 2u);
+}
+
 // The fast release takes a sample under the limit for the demand, but a provisional one (some
 // hosts have no rate yet) sums only part of the hosts: averaged, and replaced by the next.
 TEST(Controller, AProvisionalSampleUnderTheLimitIsNoRelease) {

@@ -225,6 +225,10 @@ struct Instance {
     std::deque<Rates> samples;      // the smoothing window, newest last
     bool last_provisional = false;  // the newest sample summed only part of the hosts
     bool attacking = false;         // fast attack: the newest sample alone sets the ratio
+    // The newest usage summed into the newest sample (Controller's count of usages taken in): a
+    // tick that finds no newer one (an early tick's usage seen again by the regular tick)
+    // replaces that sample rather than counting the same usage twice in the window.
+    std::uint64_t inputs_gen = 0;
     // Surge-damping basis sent with the ratio (docs/design.md "Surge damping"): the newest
     // sample's offered rate and the wall clock of the oldest zone usage in it (0: none yet).
     double basis_offered_mrps = 0;
@@ -331,6 +335,7 @@ class Controller {
         std::string_view name;  // the table's key: stays put while the entry lives
         wire::ZoneUsage usage;
         std::uint64_t recv_mono = 0;
+        std::uint64_t gen = 0;  // usage_gen_ when this usage was taken in
         // The last rated entry of each bucket: stands in for a bucket none of whose hosts has
         // a rate yet (a restarted collector needs two reports per host), for a while. The
         // first usage.buckets.size() stand beside usage.buckets (same place, same name; kept
@@ -360,6 +365,7 @@ class Controller {
     struct PeerEntry {
         wire::RegionUsage usage;
         std::uint64_t recv_mono = 0;
+        std::uint64_t gen = 0;           // as in ZoneEntry
         std::vector<std::uint32_t> ids;  // as in ZoneEntry
     };
 
@@ -392,7 +398,8 @@ class Controller {
             bool keys = false;  // some entry carries keys
         };
         Sums own_sums, remote_sums;
-        std::uint64_t basis_ms = 0;  // the oldest ts_ms of this region's zone usages in it
+        std::uint64_t basis_ms = 0;    // the oldest ts_ms of this region's zone usages in it
+        std::uint64_t inputs_gen = 0;  // the newest gen of the usages in it (zones and peers)
     };
     using Usage = std::vector<const BucketUsage*>;  // sorted by bucket name
     struct BucketRule {  // bucket_rule(): what applies to every instance of a bucket
@@ -403,10 +410,11 @@ class Controller {
     };
     struct Sample {  // sample_zones(), sample_wide(): one instance's sums this tick
         Rates sum;
-        bool has_usage = false;      // some fresh usage was summed
-        bool hold = false;           // part of the usage is unknown: keep the last samples
-        bool provisional = false;    // some hosts have no rate yet
-        std::uint64_t basis_ms = 0;  // wall clock of the oldest of this region's zone usages
+        bool has_usage = false;        // some fresh usage was summed
+        bool hold = false;             // part of the usage is unknown: keep the last samples
+        bool provisional = false;      // some hosts have no rate yet
+        std::uint64_t basis_ms = 0;    // wall clock of the oldest of this region's zone usages
+        std::uint64_t inputs_gen = 0;  // the newest gen of the usages summed (Instance's)
         std::uint64_t hosts = 0;
         std::uint64_t own_hosts = 0;
         // The hosts that vote on the definition: into the inputs or aggregate()'s sums.
@@ -511,6 +519,7 @@ class Controller {
     Usage usage_;
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
+    std::uint64_t usage_gen_ = 0;  // zone and region usages taken in so far (their gen)
     std::uint64_t fresh_hosts_ = 0;
     std::uint64_t stale_hosts_ = 0;
     std::uint64_t fresh_zones_ = 0;
