@@ -290,14 +290,15 @@ void Daemon::on_usage() {
             }
         }
         if (!assembled(zone_parts_, zone_usage_, "zone_usage", t)) continue;
-        const bool new_rates = ctl_.brings_new_rates(zone_usage_, t);
-        const Change change = new_rates ? Change::None : ctl_.brings_change(zone_usage_, t);
-        const bool early = new_rates || change != Change::None;
         const std::uint64_t v = zone_usage_.v;
         const std::string zone = zone_usage_.zone, source = zone_usage_.source;
         // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
         // vectors the next read_usage() reuses.
-        control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_);
+        control::Early news;
+        control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_, &news);
+        const bool new_rates = news.new_rates;
+        const Change change = news.change;
+        const bool early = new_rates || change != Change::None;
         // The zone's previous buckets (or the refused ones) become the assembler's spares.
         zone_parts_.recycle(zone_usage_.buckets);
         if (a == control::Accepted::Yes) {

@@ -6,9 +6,13 @@
 // and region usage in parts, as Daemon::publish does before sending). Thread CPU time per tick,
 // median and min over --ticks.
 //
+// The intake of the zone usages before each tick is timed too (take_zone_usage with the early
+// judgement the daemon asks of each usage), summed over the zones.
+//
 // On a shared machine CPU time still varies with the other jobs (caches); instructions do not:
-// run it under callgrind with --collect-atstart=no and `--collect tick|status|render|encode`, which
-// toggles collection around that step only, and divide the total by --ticks:
+// run it under callgrind with --collect-atstart=no and
+// `--collect intake|tick|status|render|encode`, which toggles collection around that step only,
+// and divide the total by --ticks:
 //   valgrind --tool=callgrind --collect-atstart=no
 //       build/bench/control_plane/grl_tick_bench --ticks 3 --collect tick
 #include <time.h>
@@ -20,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dashboard.h"
@@ -39,14 +44,15 @@ struct Options {
     std::size_t ticks = 8;
     std::size_t warmup = 3;  // ticks before measuring (instances created, windows filled)
     double over = 0.01;      // share of buckets offered 1.5x their limit, the rest 0.5x
-    std::string collect;  // "", "tick", "status", "render", "encode": callgrind collects that step
+    // "", "intake", "tick", "status", "render", "encode": callgrind collects that step
+    std::string collect;
 };
 
 [[noreturn]] void usage(const char* why) {
     std::fprintf(stderr,
                  "grl_tick_bench: %s\nusage: grl_tick_bench [--zones 50] [--peers 4] "
                  "[--buckets 10000] [--hosts-per-zone 20] [--ticks 8] [--warmup 3] [--over 0.01] "
-                 "[--collect tick|status|render|encode]\n",
+                 "[--collect intake|tick|status|render|encode]\n",
                  why);
     std::exit(2);
 }
@@ -82,8 +88,8 @@ Options parse(int argc, char** argv) {
                 usage(("invalid share \"" + std::string(v) + "\" for --over").c_str());
         } else if (a == "--collect") {
             o.collect = v;
-            if (o.collect != "tick" && o.collect != "status" && o.collect != "render" &&
-                o.collect != "encode")
+            if (o.collect != "intake" && o.collect != "tick" && o.collect != "status" &&
+                o.collect != "render" && o.collect != "encode")
                 usage(("invalid step \"" + o.collect + "\" for --collect").c_str());
         } else {
             usage(("unknown option " + a).c_str());
@@ -112,12 +118,46 @@ struct Step {
         if (collected && measure) CALLGRIND_TOGGLE_COLLECT;
         if (measure) ms.push_back(t1 - t0);
     }
+    void add(double t_ms) {  // one more part of the last run's time
+        if (ms.empty()) ms.push_back(0);
+        ms.back() += t_ms;
+    }
     void print() {
         std::sort(ms.begin(), ms.end());
         std::printf("%-28s median %8.2f ms  min %8.2f ms  (%zu ticks)\n", name, ms[ms.size() / 2],
                     ms.front(), ms.size());
     }
 };
+
+// One zone usage taken with the early judgement the daemon asks of it, whichever form the
+// controller has: take_zone_usage(u, now, why, Early*), or (before it) brings_new_rates() and
+// brings_change() before take_zone_usage(), so that the same source measures both.
+int g_early = 0;  // the judgements, so that none is optimised away
+
+template <class M>
+struct EarlyOf;
+template <class R, class C, class U, class N, class W, class E>
+struct EarlyOf<R (C::*)(U, N, W, E)> {
+    using type = std::remove_pointer_t<E>;
+};
+
+template <class C, class U>
+auto take_judged(C& c, U& u, const grl::control::Clock& now, int)
+    -> decltype(c.take_zone_usage(u, now, nullptr, nullptr)) {
+    typename EarlyOf<decltype(&C::take_zone_usage)>::type e;
+    const auto a = c.take_zone_usage(u, now, nullptr, &e);
+    g_early += e.new_rates + static_cast<int>(e.change);
+    return a;
+}
+
+template <class C, class U>
+auto take_judged(C& c, U& u, const grl::control::Clock& now, long)
+    -> decltype(c.brings_change(u, now), c.take_zone_usage(u, now, nullptr)) {
+    const bool new_rates = c.brings_new_rates(u, now);
+    const grl::Change change = new_rates ? grl::Change::None : c.brings_change(u, now);
+    g_early += new_rates + static_cast<int>(change);
+    return c.take_zone_usage(u, now, nullptr);
+}
 
 }  // namespace
 
@@ -164,6 +204,7 @@ int main(int argc, char** argv) {
     grl::control::History history{grl::control::History::Options{}};
     const std::vector<std::pair<grl::control::InstanceKey, grl::control::HistoryPoint>> no_point;
 
+    Step intake{"intake (zone usage, early)", o.collect == "intake", {}};
     Step tick{"tick()", o.collect == "tick", {}};
     Step status{"snapshot copy (status())", o.collect == "status", {}};
     Step render{"snapshot render", o.collect == "render", {}};
@@ -176,22 +217,31 @@ int main(int argc, char** argv) {
     for (std::size_t t = 0; t < o.warmup + o.ticks; ++t) {
         const bool measure = t >= o.warmup;
         const grl::control::Clock now{1000 + t * kIntervalMs, 1'800'000'000'000 + t * kIntervalMs};
-        // Every zone and peer once per interval, as the network would bring them (not timed:
-        // controller_scale.py measures reading and assembling).
-        auto feed = [&](const auto& templates, auto& scratch, auto take) {
-            for (const auto& u : templates) {
-                scratch = u;
-                scratch.seq = t + 1;
-                scratch.ts_ms = now.wall_ms;
-                if ((ctl.*take)(scratch, now, nullptr) != grl::control::Accepted::Yes) {
-                    std::fprintf(stderr, "grl_tick_bench: usage of %s refused\n",
-                                 scratch.source.c_str());
-                    std::exit(1);
-                }
-            }
+        // Every zone and peer once per interval, as the network would bring them (the copy
+        // not timed: controller_scale.py measures reading and assembling). Each zone's
+        // take_zone_usage() is: the intake.
+        auto refused = [](const std::string& source) {
+            std::fprintf(stderr, "grl_tick_bench: usage of %s refused\n", source.c_str());
+            std::exit(1);
         };
-        feed(zones, zu, &grl::control::Controller::take_zone_usage);
-        feed(peers, ru, &grl::control::Controller::take_region_usage);
+        if (measure) intake.ms.push_back(0);
+        for (const grl::wire::ZoneUsage& u : zones) {
+            zu = u;
+            zu.seq = t + 1;
+            zu.ts_ms = now.wall_ms;
+            grl::control::Accepted a{};
+            Step part{intake.name, intake.collected, {}};
+            part.run(measure, [&] { a = take_judged(ctl, zu, now, 0); });
+            if (measure) intake.add(part.ms.back());
+            if (a != grl::control::Accepted::Yes) refused(zu.source);
+        }
+        for (const grl::wire::RegionUsage& u : peers) {
+            ru = u;
+            ru.seq = t + 1;
+            ru.ts_ms = now.wall_ms;
+            if (ctl.take_region_usage(ru, now, nullptr) != grl::control::Accepted::Yes)
+                refused(ru.source);
+        }
         grl::control::TickOutput out;
         tick.run(measure, [&] { out = ctl.tick(now); });
         encode.run(measure, [&] {
@@ -215,6 +265,7 @@ int main(int argc, char** argv) {
         "%zu zones x %zu buckets + %zu peers: %zu usage entries per tick, %zu instances, "
         "%zu instruction entries, /api/state %zu bytes\n",
         o.zones, o.buckets, o.peers, entries, instances, instruction_entries, state_bytes);
+    intake.print();
     tick.print();
     encode.print();
     status.print();

@@ -23,8 +23,10 @@ std::uint32_t BucketIds::acquire(std::string_view name) {
         id = static_cast<std::uint32_t>(names_.size());
         names_.emplace_back(name);
         holders_.push_back(0);
+        binds_.push_back(0);
     }
     holders_[id] = 1;
+    ++binds_[id];
     index_.emplace(names_[id], id);
     sorted_ = false;
     return id;

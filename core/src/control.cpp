@@ -321,17 +321,23 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now, s
     return take_zone_usage(copy, now, why);
 }
 
-Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why) {
+Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why,
+                                     Early* early) {
+    if (early) *early = Early{};
     const Accepted a = check_zone_usage(u, now, why);
     if (a != Accepted::Yes) return a;
     auto held = zones_.find(u.zone);
-    if (!intern(u.buckets, held == zones_.end() ? nullptr : &held->second.ids)) {
+    const ZoneEntry* before = held == zones_.end() ? nullptr : &held->second;
+    bool same_places = false;
+    if (!intern(u.buckets, before ? &before->ids : nullptr, same_places)) {
         refuse(why, too_many_buckets("zone", u.source, u.zone));
         return Accepted::TooManyBuckets;
     }
+    // Judged against the state before the usage is taken: freshness, awaited hosts, instances.
+    const bool was_fresh = before && zone_fresh(*before, now);
+    if (early) early->new_rates = brings_new_rates(u, before, now);
     // Back from silence, or a restarted collector (its seq starts again from 1).
-    const bool returning =
-        held != zones_.end() && (!zone_fresh(held->second, now) || u.seq < held->second.usage.seq);
+    const bool returning = before && (!was_fresh || u.seq < before->usage.seq);
     ZoneEntry& e = zone_entry(u.zone);
     if (returning && !e.short_of_hosts) {
         e.awaited_hosts = e.usage.hosts;
@@ -339,9 +345,10 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     }
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
-    release(ids_scratch_);  // the replaced usage's
+    keep_or_release(ids_scratch_, same_places);  // the replaced usage's
     e.gen = ++usage_gen_;
-    stand_in(e, now);
+    const bool judge_change = early && was_fresh && !early->new_rates;
+    stand_in(e, now, same_places, judge_change ? &early->change : nullptr);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
     return Accepted::Yes;
 }
@@ -353,54 +360,87 @@ Controller::ZoneEntry& Controller::zone_entry(const std::string& zone) {
 }
 
 // A bucket whose hosts all lack a rate (a restarted collector, new hosts) has sums of zero that
-// mean "unknown": its last rated entry stands in for a while, else it is unrated. One merge of
-// the zone's new entries (in name order) with its last rated ones (sorted by name): at 10,000
-// buckets per zone a map lookup and a copy per entry were much of the controller's intake.
-void Controller::stand_in(ZoneEntry& e, const Clock& now) {
+// mean "unknown": its last rated entry stands in for a while, else it is unrated. Most usages
+// name the same buckets at the same places as the one they replace: the last rated entries
+// then stand beside them and are matched by place, without comparing a name. Else one merge
+// of the new entries (in name order) with the last rated ones (sorted by name). At 10,000
+// buckets x 50 zones, a map lookup and a copy per entry, then the comparisons of names in that
+// merge and in the early judgement, were much of the controller's intake.
+void Controller::stand_in(ZoneEntry& e, const Clock& now, bool same_places, Change* change) {
     e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.recv_mono = now.mono_ms;
     const std::uint64_t keep =
         opt_.hold_intervals * std::max(e.usage.interval_ms, opt_.interval_ms);
     auto live = [&](const LastRated& l) { return now.mono_ms <= l.mono + keep; };
-    std::vector<wire::UsageBucket>& buckets = e.usage.buckets;
-    name_order(buckets, e.order);
-    std::vector<LastRated>& old = e.last_rated;
-    std::vector<LastRated>& next = last_rated_scratch_;
-    next.clear();
-    next.reserve(std::max(old.size(), buckets.size()));
-    std::size_t i = 0;
-    for (std::size_t k = 0; k < buckets.size(); ++k) {
-        wire::UsageBucket& b = buckets[e.order.empty() ? k : e.order[k]];
-        for (; i < old.size() && old[i].name < b.name; ++i) {
-            if (live(old[i])) next.push_back(std::move(old[i]));
-        }
-        LastRated* last = nullptr;
-        if (i < old.size() && old[i].name == b.name) last = &old[i++];
+    // Early::change: only a sum over the same number of rated hosts as the last is compared.
+    auto judge = [&](const wire::UsageBucket& b, const LastRated& l) {
+        if (!change || b.rated_hosts == 0 || b.rated_hosts != l.rated_hosts) return;
+        const Change c = changed_well(static_cast<double>(l.offered_mrps),
+                                      static_cast<double>(b.offered_mrps), e.usage.interval_ms);
+        if (c == Change::Rise || (c == Change::Fall && *change == Change::None)) *change = c;
+    };
+    // Entry b with its last rated entry l (kept false: none): rated, b becomes the last; else
+    // a live l stands in; else the place is left without one.
+    auto update = [&](wire::UsageBucket& b, LastRated& l) {
+        if (l.kept) judge(b, l);
         if (b.hosts > 0 && b.rated_hosts > 0) {
-            LastRated l;
-            if (last) l.name = std::move(last->name);
-            if (l.name.empty()) l.name = b.name;
             l.offered_mrps = b.offered_mrps;
             l.admitted_mrps = b.admitted_mrps;
             l.dropped_mrps = b.dropped_mrps;
             l.shadow_dropped_mrps = b.shadow_dropped_mrps;
             l.rated_hosts = b.rated_hosts;
             l.mono = now.mono_ms;
-            next.push_back(std::move(l));
-            continue;
+            l.kept = true;
+            return;
         }
-        if (last == nullptr || !live(*last)) continue;
+        if (!l.kept || !live(l)) {
+            l.kept = false;
+            return;
+        }
         if (b.hosts > 0) {
-            b.offered_mrps = last->offered_mrps;
-            b.admitted_mrps = last->admitted_mrps;
-            b.dropped_mrps = last->dropped_mrps;
-            b.shadow_dropped_mrps = last->shadow_dropped_mrps;
-            b.rated_hosts = std::min(last->rated_hosts, b.hosts);
+            b.offered_mrps = l.offered_mrps;
+            b.admitted_mrps = l.admitted_mrps;
+            b.dropped_mrps = l.dropped_mrps;
+            b.shadow_dropped_mrps = l.shadow_dropped_mrps;
+            b.rated_hosts = std::min(l.rated_hosts, b.hosts);
         }
-        next.push_back(std::move(*last));
+    };
+    std::vector<wire::UsageBucket>& buckets = e.usage.buckets;
+    std::vector<LastRated>& old = e.last_rated;
+    const std::size_t n = buckets.size();
+    if (same_places) {  // old[k] is buckets[k]'s; e.order still holds
+        for (std::size_t k = 0; k < n; ++k) update(buckets[k], old[k]);
+        old.erase(std::remove_if(old.begin() + static_cast<std::ptrdiff_t>(n), old.end(),
+                                 [&](const LastRated& l) { return !live(l); }),
+                  old.end());
+        return;
     }
-    for (; i < old.size(); ++i) {
-        if (live(old[i])) next.push_back(std::move(old[i]));
+    name_order(buckets, e.order);
+    std::vector<LastRated*>& sorted = last_sorted_;
+    sorted.clear();
+    for (LastRated& l : old) {
+        if (l.kept) sorted.push_back(&l);
+    }
+    auto by_name = [](const LastRated* x, const LastRated* y) { return x->name < y->name; };
+    if (!std::is_sorted(sorted.begin(), sorted.end(), by_name))
+        std::sort(sorted.begin(), sorted.end(), by_name);
+    std::vector<LastRated>& next = last_rated_scratch_;
+    next.clear();
+    next.resize(n);
+    std::size_t i = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t at = e.order.empty() ? k : e.order[k];
+        wire::UsageBucket& b = buckets[at];
+        for (; i < sorted.size() && sorted[i]->name < b.name; ++i) {
+            if (live(*sorted[i])) next.push_back(std::move(*sorted[i]));
+        }
+        LastRated& l = next[at];
+        if (i < sorted.size() && sorted[i]->name == b.name) l = std::move(*sorted[i++]);
+        if (l.name.empty()) l.name = b.name;
+        update(b, l);
+    }
+    for (; i < sorted.size(); ++i) {
+        if (live(*sorted[i])) next.push_back(std::move(*sorted[i]));
     }
     std::swap(old, next);
 }
@@ -465,14 +505,15 @@ Accepted Controller::take_region_usage(wire::RegionUsage& u, const Clock& now, s
 
 Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why) {
     auto held = peers_.find(u.source);
-    if (!intern(u.buckets, held == peers_.end() ? nullptr : &held->second.ids)) {
+    bool same_places = false;
+    if (!intern(u.buckets, held == peers_.end() ? nullptr : &held->second.ids, same_places)) {
         refuse(why, too_many_buckets("region", u.source, u.region));
         return Accepted::TooManyBuckets;
     }
     PeerEntry& e = held == peers_.end() ? peers_[u.source] : held->second;
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
-    release(ids_scratch_);
+    keep_or_release(ids_scratch_, same_places);
     e.gen = ++usage_gen_;
     e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.recv_mono = now.mono_ms;
@@ -493,15 +534,24 @@ Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, s
 }
 
 // Most usages name the same buckets in the same order as the one they replace: one comparison
-// with the name at the same place then finds the id without hashing the name.
+// with the name at the same place then finds the id without hashing the name. When every name
+// stands at its place, the new usage takes over the old one's hold on its ids: nothing is
+// retained here, nor released by the caller (a pass over the holders less, each way).
 bool Controller::intern(const std::vector<wire::UsageBucket>& buckets,
-                        const std::vector<std::uint32_t>* held) {
+                        const std::vector<std::uint32_t>* held, bool& same_places) {
     std::vector<std::uint32_t>& ids = ids_scratch_;
-    ids.resize(buckets.size());
-    const std::size_t same_places = held ? held->size() : 0;
-    for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const std::size_t n = buckets.size();
+    ids.resize(n);
+    const std::size_t places = held ? held->size() : 0;
+    std::size_t k = 0;
+    for (; k < n && k < places && ids_.name((*held)[k]) == buckets[k].name; ++k)
+        ids[k] = (*held)[k];
+    same_places = held && k == n && places == n;
+    if (same_places) return true;
+    for (std::size_t j = 0; j < k; ++j) ids_.retain(ids[j]);
+    for (; k < n; ++k) {
         const std::string& name = buckets[k].name;
-        if (k < same_places && ids_.name((*held)[k]) == name) {
+        if (k < places && ids_.name((*held)[k]) == name) {
             ids_.retain((*held)[k]);
             ids[k] = (*held)[k];
             continue;
@@ -521,6 +571,14 @@ std::string Controller::too_many_buckets(std::string_view kind, const std::strin
     return std::string(kind) + " usage from " + source + " (" + std::string(kind) + " " + place +
            ") refused: it names buckets beyond the " + std::to_string(opt_.max_bucket_names) +
            " this controller holds (--max-bucket-names)";
+}
+
+void Controller::keep_or_release(std::vector<std::uint32_t>& replaced, bool same_places) {
+    if (same_places) {
+        replaced.clear();  // the same ids, held on by the usage that replaced them
+    } else {
+        release(replaced);
+    }
 }
 
 void Controller::release(std::vector<std::uint32_t>& ids) {
@@ -727,6 +785,7 @@ TickOutput Controller::tick(const Clock& now) {
         }
     }
     forget_instances();
+    note_instances();
     out.instructions = instructions(in, now);
     out.region_usage = region_usage(in, usage, now);
     return out;
@@ -1466,59 +1525,65 @@ const Instance* Controller::find_instance(std::string_view bucket, Scope scope,
 // ---------------------------------------------------------------------------------------------
 // Queries
 
-bool Controller::brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const {
-    auto zone = zones_.find(u.zone);
-    const bool zone_was_silent = zone == zones_.end() || !zone_fresh(zone->second, now);
+bool Controller::brings_new_rates(const wire::ZoneUsage& u, const ZoneEntry* z,
+                                  const Clock& now) const {
+    const bool zone_was_silent = z == nullptr || !zone_fresh(*z, now);
     // Still without some hosts the zone had before it came back: not complete yet.
-    const bool short_of = !zone_was_silent && short_of_hosts(zone->second, u.hosts, now);
-    // Usage entries come sorted by name, as instances are: the instance after the previous
-    // entry's is most often the next entry's first, which saves a tree descent per entry.
-    auto next = instances_.begin();
-    for (const wire::UsageBucket& b : u.buckets) {
+    const bool short_of = !zone_was_silent && short_of_hosts(*z, u.hosts, now);
+    for (std::size_t k = 0; k < u.buckets.size(); ++k) {
+        const wire::UsageBucket& b = u.buckets[k];
         if (b.rated_hosts == 0) continue;
         if (zone_was_silent) return true;
-        auto it = next;
-        if (it == instances_.end() || it->second.bucket != b.name)
-            it = instances_.lower_bound(InstanceKeyRef{b.name, Scope::Global, ""});
-        if (it == instances_.end() || it->second.bucket != b.name) return true;
         // Rates now complete where the newest sample was provisional.
-        for (; it != instances_.end() && it->second.bucket == b.name; ++it) {
-            const Instance& i = it->second;
-            bool same_zone = i.scope != Scope::Zone || i.zone == u.zone;
-            if (same_zone && i.last_provisional && b.rated_hosts == b.hosts && !short_of)
-                return true;
+        const bool complete = b.rated_hosts == b.hosts && !short_of;
+        const std::uint32_t id = ids_scratch_[k];
+        if (id >= id_instances_.size() || id_instances_[id].binds != ids_.binds(id)) {
+            if (new_rates_by_name(b.name, u.zone, complete)) return true;
+            continue;
         }
-        next = it;
+        const IdInstances& f = id_instances_[id];
+        if (!f.any) return true;
+        if (!complete) continue;
+        if (f.wide_provisional) return true;
+        if (f.zone_provisional) {
+            const Instance* i = find_instance(b.name, Scope::Zone, u.zone);
+            if (i && i->last_provisional) return true;
+        }
     }
     return false;
 }
 
-Change Controller::brings_change(const wire::ZoneUsage& u, const Clock& now) const {
-    auto zone = zones_.find(u.zone);
-    if (zone == zones_.end() || !zone_fresh(zone->second, now)) return Change::None;
-    const std::vector<LastRated>& last = zone->second.last_rated;  // sorted by name
-    const std::uint64_t interval_ms = clamp_interval(u.interval_ms);
-    Change out = Change::None;
-    // Usage entries come sorted by name, as last_rated is: one pass, a search when not.
-    auto next = last.begin();
-    for (const wire::UsageBucket& b : u.buckets) {
-        if (b.rated_hosts == 0) continue;
-        auto it = next;
-        if (it == last.end() || it->name != b.name) {
-            it = std::lower_bound(
-                last.begin(), last.end(), b.name,
-                [](const LastRated& l, const std::string& name) { return l.name < name; });
-            if (it == last.end() || it->name != b.name) continue;
-        }
-        next = it + 1;
-        // Other hosts than in that sample: a change of the sum, not of the load.
-        if (b.rated_hosts != it->rated_hosts) continue;
-        const Change c = changed_well(static_cast<double>(it->offered_mrps),
-                                      static_cast<double>(b.offered_mrps), interval_ms);
-        if (c == Change::Rise) return c;
-        if (c == Change::Fall) out = c;
+bool Controller::new_rates_by_name(std::string_view bucket, std::string_view zone,
+                                   bool complete) const {
+    auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, ""});
+    if (it == instances_.end() || it->second.bucket != bucket) return true;
+    for (; complete && it != instances_.end() && it->second.bucket == bucket; ++it) {
+        const Instance& i = it->second;
+        if ((i.scope != Scope::Zone || i.zone == zone) && i.last_provisional) return true;
     }
-    return out;
+    return false;
+}
+
+// After each tick (the only change of instances_): what brings_new_rates() asks of them, by id.
+// An id free now has no instance here, and a name that takes it later changes its binds.
+void Controller::note_instances() {
+    id_instances_.resize(ids_.span());
+    for (std::uint32_t id = 0; id < id_instances_.size(); ++id)
+        id_instances_[id] = IdInstances{ids_.binds(id)};
+    std::string_view bucket;
+    IdInstances* f = nullptr;
+    bool first = true;
+    for (const auto& [key, i] : instances_) {
+        if (first || i.bucket != bucket) {  // instances come by bucket
+            first = false;
+            bucket = i.bucket;
+            const std::uint32_t id = ids_.find(bucket);
+            f = id == BucketIds::kNone ? nullptr : &id_instances_[id];
+            if (f) f->any = true;
+        }
+        if (f == nullptr || !i.last_provisional) continue;
+        (i.scope == Scope::Zone ? f->zone_provisional : f->wide_provisional) = true;
+    }
 }
 
 std::vector<wire::BucketStatus> Controller::status(const std::string& filter,

@@ -992,40 +992,126 @@ TEST(Controller, StatusListsInstancesWithHosts) {
 namespace grl::control {
 namespace {
 
+// Takes `u` (accepted) and returns what it asks of an early tick.
+Early news(Controller& c, wire::ZoneUsage u, const Clock& now) {
+    Early e;
+    EXPECT_EQ(c.take_zone_usage(u, now, nullptr, &e), Accepted::Yes);
+    return e;
+}
+
 TEST(Control, NewRatesFromANewOrReturningZoneTickAtOnce) {
     Fleet f;
     Controller c(opts());
-    EXPECT_TRUE(c.brings_new_rates(zu("z1", {ub("g", 150)}, f.now), f.now));  // no instance yet
-    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 150)}, f.now), f.now), Accepted::Yes);
+    EXPECT_TRUE(news(c, zu("z1", {ub("g", 150)}, f.now), f.now).new_rates);  // no instance yet
     c.tick(f.now);
     f.advance(1000);
     // The same zone again, with its instance known: the regular tick is soon enough...
-    EXPECT_FALSE(c.brings_new_rates(zu("z1", {ub("g", 150)}, f.now), f.now));
+    EXPECT_FALSE(news(c, zu("z1", {ub("g", 150)}, f.now), f.now).new_rates);
     // ...but a zone not heard from yet, or one that went silent and is back (its collector
     // restarted), changes the sums now.
-    EXPECT_TRUE(c.brings_new_rates(zu("z2", {ub("g", 50)}, f.now), f.now));
-    f.advance(10000);  // z1 stale (3 intervals)
+    EXPECT_TRUE(news(c, zu("z2", {ub("g", 50)}, f.now), f.now).new_rates);
+    f.advance(10000);  // z1 and z2 stale (3 intervals)
     c.tick(f.now);
-    EXPECT_TRUE(c.brings_new_rates(zu("z1", {ub("g", 150)}, f.now), f.now));
-    wire::ZoneUsage unrated = zu("z1", {ub("g", 0)}, f.now);
+    EXPECT_TRUE(news(c, zu("z1", {ub("g", 150)}, f.now), f.now).new_rates);
+    wire::ZoneUsage unrated = zu("z2", {ub("g", 0)}, f.now);
     unrated.buckets[0].rated_hosts = 0;
-    EXPECT_FALSE(c.brings_new_rates(unrated, f.now));  // nothing to compute from yet
+    EXPECT_FALSE(news(c, unrated, f.now).new_rates);  // nothing to compute from yet
+    // A refused usage is not judged.
+    wire::ZoneUsage late = zu("z3", {ub("g", 150)}, f.now, "r2");
+    Early e{true, Change::Rise};
+    EXPECT_EQ(c.take_zone_usage(late, f.now, nullptr, &e), Accepted::WrongRegion);
+    EXPECT_FALSE(e.new_rates);
+    EXPECT_EQ(e.change, Change::None);
+}
+
+// New rates are judged by bucket id, with what the last tick left of each id's instances: an
+// id freed since and taken by another name does not carry what the tick said of the first.
+TEST(Control, NewRatesAreJudgedByIdsThatChangeHands) {
+    Fleet f;
+    Controller c(opts());
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 150)}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    f.advance(100);
+    EXPECT_FALSE(news(c, zu("z1", {}, f.now), f.now).new_rates);  // frees "a"'s id
+    f.advance(100);
+    EXPECT_TRUE(news(c, zu("z1", {ub("b", 150)}, f.now), f.now).new_rates) << "b takes a's id";
+    // The other way: an id free at the tick (no instance) taken by a bucket with an instance
+    // (a run-time bucket, which has one without usage).
+    f.advance(100);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("x", 150)}, f.now), f.now), Accepted::Yes);  // b's free
+    wire::RuntimeMatch m;
+    m.caller = "bot-";
+    m.caller_kind = MatchKind::Prefix;
+    ASSERT_EQ(c.add_runtime("bots", m, 20000, std::nullopt, 0, f.now), "");
+    c.tick(f.now);
+    ASSERT_NE(inst(c, "bots"), nullptr);
+    f.advance(100);
+    EXPECT_FALSE(news(c, zu("z1", {ub("bots", 10), ub("x", 150)}, f.now), f.now).new_rates)
+        << "bots takes b's id and has its instance";
+}
+
+TEST(Control, NewRatesCompleteTheProvisionalInstanceOfTheirOwnZone) {
+    Fleet f;
+    Controller c(opts());
+    wire::UsageBucket part = ub("zb", 100, 2, Scope::Zone);
+    part.rated_hosts = 1;  // one of two hosts has a rate: provisional
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {part, ub("gb", 100, 2)}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(
+        c.on_zone_usage(zu("z2", {ub("zb", 100, 2, Scope::Zone), ub("gb", 100, 2)}, f.now), f.now),
+        Accepted::Yes);
+    c.tick(f.now);
+    ASSERT_TRUE(inst(c, "zb", "z1")->last_provisional);
+    ASSERT_FALSE(inst(c, "zb", "z2")->last_provisional);
+    f.advance(300);
+    auto complete = [&](const char* zone) {
+        return zu(zone, {ub("zb", 100, 2, Scope::Zone), ub("gb", 100, 2)}, f.now);
+    };
+    EXPECT_FALSE(news(c, complete("z2"), f.now).new_rates) << "z2's instance was complete";
+    EXPECT_TRUE(news(c, complete("z1"), f.now).new_rates) << "z1's was provisional";
+    wire::ZoneUsage again = zu("z1", {part, ub("gb", 100, 2)}, f.now);
+    EXPECT_FALSE(news(c, again, f.now).new_rates) << "still provisional";
+    // A global instance made provisional by one zone is completed by any zone.
+    f.advance(300);
+    wire::UsageBucket gpart = ub("gb", 100, 2);
+    gpart.rated_hosts = 1;
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("zb", 100, 2, Scope::Zone), gpart}, f.now), f.now),
+              Accepted::Yes);
+    c.tick(f.now);
+    ASSERT_TRUE(inst(c, "gb")->last_provisional);
+    f.advance(300);
+    EXPECT_TRUE(news(c, complete("z2"), f.now).new_rates);
 }
 
 // A zone usage whose bucket rose well above its last one, or fell well below it
 // (grl::changed_well), ticks early, a rise before a fall; noise, or a sum over other hosts
-// than before, does not.
+// than before, does not. Each case is judged against the same last usage ({g 500, h 10}, or
+// {g, h, k} when names change), by place when the names stand where they stood, else by name.
 TEST(Controller, AChangeInAZonesUsageIsAReasonToTickEarly) {
-    Fleet f;
-    Controller c(opts());
-    EXPECT_EQ(c.brings_change(zu("z1", {ub("g", 500, 4)}, f.now), f.now), Change::None)
-        << "unknown zone";
-    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 500, 4), ub("h", 10, 4)}, f.now), f.now),
-              Accepted::Yes);
-    c.tick(f.now);
-    f.advance(300);
-    auto change = [&](double g, double h, std::uint64_t g_hosts = 4, const char* zone = "z1") {
-        return c.brings_change(zu(zone, {ub("g", g, g_hosts), ub("h", h, 4)}, f.now), f.now);
+    {
+        Fleet f;
+        Controller c(opts());
+        EXPECT_EQ(news(c, zu("z1", {ub("g", 500, 4)}, f.now), f.now).change, Change::None)
+            << "unknown zone";
+    }
+    auto change_of = [](std::vector<wire::UsageBucket> probe, const char* zone = "z1",
+                        std::uint64_t silent_ms = 0, bool with_k = false) {
+        Fleet f;
+        Controller c(opts());
+        std::vector<wire::UsageBucket> base{ub("g", 500, 4), ub("h", 10, 4)};
+        if (with_k) base.push_back(ub("k", 10, 4));
+        EXPECT_EQ(c.on_zone_usage(zu("z1", base, f.now), f.now), Accepted::Yes);
+        c.tick(f.now);
+        f.advance(300 + silent_ms);
+        if (silent_ms) c.tick(f.now);
+        const Early e = news(c, zu(zone, std::move(probe), f.now), f.now);
+        if (e.new_rates) {
+            EXPECT_EQ(e.change, Change::None);
+        }
+        return e.change;
+    };
+    auto change = [&](double g, double h, std::uint64_t g_hosts = 4, const char* zone = "z1",
+                      std::uint64_t silent_ms = 0) {
+        return change_of({ub("g", g, g_hosts), ub("h", h, 4)}, zone, silent_ms);
     };
     EXPECT_EQ(change(600, 10), Change::None);
     EXPECT_EQ(change(710, 10), Change::Rise);
@@ -1036,9 +1122,44 @@ TEST(Controller, AChangeInAZonesUsageIsAReasonToTickEarly) {
     EXPECT_EQ(change(710, 10, 5), Change::None) << "a host more: new rates, not a rise";
     EXPECT_EQ(change(300, 10, 3), Change::None) << "a host fewer: not a fall";
     EXPECT_EQ(change(710, 10, 4, "z2"), Change::None) << "another zone";
-    f.advance(10000);  // z1 silent: its return is brings_new_rates()'s
+    // z1 silent: its return is new rates'.
+    EXPECT_EQ(change(710, 10, 4, "z1", 10000), Change::None);
+    // Names not at their places: matched by name.
+    EXPECT_EQ(change_of({ub("g", 710, 4), ub("h", 10, 4)}, "z1", 0, true), Change::Rise);
+    EXPECT_EQ(change_of({ub("h", 10, 4), ub("g", 300, 4)}), Change::Fall) << "unsorted";
+    EXPECT_EQ(change_of({ub("h", 10, 4), ub("k", 10, 4)}, "z1", 0, true), Change::None);
+    EXPECT_EQ(change_of({ub("g", 300, 4), ub("k", 40, 4)}, "z1", 0, true), Change::Rise);
+}
+
+// The last rated entries of buckets absent from a usage are kept (by name) while the usage
+// names the same buckets at the same places, and match again by name when the bucket is back.
+TEST(Controller, LastRatesOfAbsentBucketsOutliveUsagesMatchedByPlace) {
+    Fleet f;
+    Controller c(opts());
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 500, 4), ub("k", 100, 4)}, f.now), f.now),
+              Accepted::Yes);
     c.tick(f.now);
-    EXPECT_EQ(change(710, 10), Change::None);
+    for (int i = 0; i < 3; ++i) {  // "k" absent: its entry is kept beside the matched ones
+        f.advance(300);
+        EXPECT_EQ(news(c, zu("z1", {ub("g", 500, 4)}, f.now), f.now).change, Change::None);
+    }
+    f.advance(300);
+    EXPECT_EQ(news(c, zu("z1", {ub("g", 500, 4), ub("k", 200, 4)}, f.now), f.now).change,
+              Change::Rise);
+    // Back unrated, then by place: its last rates stand in.
+    f.advance(300);
+    wire::UsageBucket k = ub("k", 0, 4);
+    k.rated_hosts = 0;
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 500, 4), k}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    ASSERT_NE(inst(c, "k"), nullptr);
+    EXPECT_DOUBLE_EQ(inst(c, "k")->samples.back().offered, 200000);
+    // hold_intervals later, without a rate since, the entry is gone.
+    f.advance(11000);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 500, 4), k}, f.now), f.now), Accepted::Yes);
+    f.advance(300);
+    EXPECT_EQ(news(c, zu("z1", {ub("g", 500, 4), ub("k", 900, 4)}, f.now), f.now).change,
+              Change::None);
 }
 
 // A restarted collector sends its first usage when some hosts have reconnected, not all (under
@@ -1057,16 +1178,12 @@ TEST(Control, AZoneBackWithFewerHostsIsPartialUntilTheyReturn) {
     f.advance(10000);  // the collector is gone: z1 stale
     c.tick(f.now);
     // Back, with one of its two hosts so far (100 r/s of the 150).
-    wire::ZoneUsage first = zu("z1", {ub("g", 100, 1)}, f.now);
-    EXPECT_TRUE(c.brings_new_rates(first, f.now));
-    ASSERT_EQ(c.on_zone_usage(first, f.now), Accepted::Yes);
+    EXPECT_TRUE(news(c, zu("z1", {ub("g", 100, 1)}, f.now), f.now).new_rates);
     c.tick(f.now);
     EXPECT_TRUE(inst(c, "g")->last_provisional);
     f.advance(200);
     // The other host is back: complete at once (an early tick), and the partial sample is gone.
-    wire::ZoneUsage both = zu("z1", {ub("g", 150, 2)}, f.now);
-    EXPECT_TRUE(c.brings_new_rates(both, f.now));
-    ASSERT_EQ(c.on_zone_usage(both, f.now), Accepted::Yes);
+    EXPECT_TRUE(news(c, zu("z1", {ub("g", 150, 2)}, f.now), f.now).new_rates);
     c.tick(f.now);
     EXPECT_FALSE(inst(c, "g")->last_provisional);
     EXPECT_EQ(ratio(c, "g"), 333333u);
@@ -1301,6 +1418,31 @@ TEST(Hardening, ZoneAndPeerTablesAreBounded) {
     EXPECT_EQ(c.on_zone_usage(zu("z3", {ub("api", 50)}, f.now), f.now), Accepted::Yes);
     EXPECT_EQ(c.on_region_usage(peer_usage("ctl-c", "r3", {ub("api", 10)}, f.now), f.now),
               Accepted::Yes);
+}
+
+// A usage naming the same buckets at the same places takes over its predecessor's hold on their
+// ids: a name stays held while some usage names it, and is freed with the last.
+TEST(Hardening, BucketNamesStayHeldWhileAUsageNamesThem) {
+    Fleet f;
+    Controller c(opts());
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 10), ub("b", 10)}, f.now), f.now),
+                  Accepted::Yes);
+        ASSERT_EQ(
+            c.on_region_usage(peer_usage("ctl-p", "r2", {ub("b", 10), ub("c", 10)}, f.now), f.now),
+            Accepted::Yes);
+        f.advance(100);
+    }
+    EXPECT_EQ(c.bucket_names(), 3u);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 10)}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(c.bucket_names(), 3u);  // "b": the peer's
+    ASSERT_EQ(c.on_region_usage(peer_usage("ctl-p", "r2", {ub("c", 10)}, f.now), f.now),
+              Accepted::Yes);
+    EXPECT_EQ(c.bucket_names(), 2u);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_region_usage(peer_usage("ctl-p", "r2", {}, f.now), f.now), Accepted::Yes);
+    EXPECT_EQ(c.bucket_names(), 0u);
 }
 
 TEST(Hardening, BucketNamesAreBounded) {

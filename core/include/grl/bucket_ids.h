@@ -38,6 +38,9 @@ class BucketIds {
 
     // The name of a held id: valid until the id is freed.
     std::string_view name(std::uint32_t id) const { return names_[id]; }
+    // How many times `id` was given a name: a reader that noted it beside something it knows
+    // of the id's name (the controller's flags per id) sees whether the id changed hands since.
+    std::uint32_t binds(std::uint32_t id) const { return binds_[id]; }
     std::uint32_t find(std::string_view name) const;  // kNone when not held
 
     std::size_t size() const { return index_.size(); }  // names held
@@ -54,6 +57,7 @@ class BucketIds {
     std::size_t max_names_;
     std::deque<std::string> names_;  // by id: a deque, so that index_'s views stay put
     std::vector<std::uint32_t> holders_;
+    std::vector<std::uint32_t> binds_;  // by id: binds()
     std::vector<std::uint32_t> free_;
     std::unordered_map<std::string_view, std::uint32_t> index_;  // views into names_
     std::vector<std::uint32_t> by_name_;

@@ -126,6 +126,22 @@ enum class Accepted : std::uint8_t {
 };
 std::string_view to_string(Accepted a);
 
+// What a zone usage asks of the daemon's early tick (docs/control-plane.md "Early answers to a
+// change"), judged against the state before the usage was taken.
+struct Early {
+    // `u` carries rates for a bucket that has no instance yet (a controller or collector that
+    // just started), comes from a zone that was silent (a collector restarted after its zone
+    // went stale), or completes the rates of an instance whose newest sample was provisional:
+    // ticking at once then saves up to an interval.
+    bool new_rates = false;
+    // Rise when some bucket's offered rate in `u` rose well above its rate in the zone's last
+    // usage, else Fall when one fell well below it (grl::changed_well), else None: a change
+    // that a tick at once answers up to an interval earlier. Changes that only bring more or
+    // fewer of the bucket's hosts' rates are not judged (more: new_rates'). None when
+    // new_rates (that tick answers both) or when the zone was unknown or silent.
+    Change change = Change::None;
+};
+
 // Rates in milli-requests per second.
 struct Rates {
     double offered = 0;
@@ -246,7 +262,10 @@ class Controller {
                              std::string* why = nullptr);
     // The same, without copying the message: when accepted, `u` is swapped with the usage
     // held for its sender (the caller's next message reuses that storage); else unchanged.
-    Accepted take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr);
+    // `early` (when given) gets what the usage asks of an early tick; judged only when the
+    // usage is accepted (else left as Early{}).
+    Accepted take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr,
+                             Early* early = nullptr);
     Accepted take_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why = nullptr);
 
     // Replaces the limits file's content (the loader validated it). `file` is for status.
@@ -272,18 +291,6 @@ class Controller {
     // Recomputes every instance and returns what to publish. Call once per interval (and after
     // an admin change, so that a new run-time bucket reaches nginx at once).
     TickOutput tick(const Clock& now);
-
-    // True when `u` carries rates for a bucket that has no instance yet (a controller or
-    // collector that just started), comes from a zone that was silent (a collector restarted
-    // after its zone went stale), or completes the rates of an instance whose newest sample
-    // was provisional: ticking at once then saves up to an interval.
-    bool brings_new_rates(const wire::ZoneUsage& u, const Clock& now) const;
-    // Rise when some bucket's offered rate in `u` rose well above its rate in the zone's last
-    // usage, else Fall when one fell well below it (grl::changed_well), else None: a change
-    // that a tick at once answers up to an interval earlier (docs/control-plane.md "Early
-    // answers to a change"). Changes that only bring more or fewer of the bucket's hosts'
-    // rates are not judged (more: brings_new_rates()'s).
-    Change brings_change(const wire::ZoneUsage& u, const Clock& now) const;
 
     // State after the last tick.
     using Instances = std::map<InstanceKey, Instance, InstanceKeyLess>;
@@ -322,6 +329,7 @@ class Controller {
         std::uint64_t shadow_dropped_mrps = 0;
         std::uint64_t rated_hosts = 0;
         std::uint64_t mono = 0;  // when it was received
+        bool kept = false;       // false: a place beside a usage entry without one
     };
     struct ZoneEntry {
         std::string_view name;  // the table's key: stays put while the entry lives
@@ -329,8 +337,11 @@ class Controller {
         std::uint64_t recv_mono = 0;
         std::uint64_t gen = 0;  // usage_gen_ when this usage was taken in
         // The last rated entry of each bucket: stands in for a bucket none of whose hosts has
-        // a rate yet (a restarted collector needs two reports per host), for a while. Sorted
-        // by name, merged with each new usage in one pass (usage entries come sorted).
+        // a rate yet (a restarted collector needs two reports per host), for a while. The
+        // first usage.buckets.size() stand beside usage.buckets (same place, same name; kept
+        // false for a bucket without one), then those of buckets no longer in the usage, by
+        // name. A usage naming the same buckets at the same places (intern()) is matched by
+        // place; else merged by name (stand_in()).
         std::vector<LastRated> last_rated;
         std::vector<std::uint32_t> order;  // of usage.buckets by name; empty when in order
         std::vector<std::uint32_t> ids;    // of usage.buckets' names (retained in ids_)
@@ -341,6 +352,15 @@ class Controller {
         std::uint64_t awaited_hosts = 0;  // usage.hosts before the silence or restart
         std::uint64_t returned_mono = 0;  // when it came back
         bool short_of_hosts = false;      // the usage held lacks some of the awaited hosts
+    };
+    // What the last tick left of each bucket id's instances: whether a usage brings new rates
+    // (Early::new_rates) is judged by id, not by a lookup of each entry's name among the
+    // instances. Valid for an id while ids_.binds(id) == binds (the id has not changed hands).
+    struct IdInstances {
+        std::uint32_t binds = 0;
+        bool any = false;               // the bucket has an instance
+        bool wide_provisional = false;  // a global or region instance's newest sample was
+        bool zone_provisional = false;  // so was some zone instance's (which: by name)
     };
     struct PeerEntry {
         wire::RegionUsage usage;
@@ -434,13 +454,21 @@ class Controller {
     void announce(const Instance& inst, const Before& before,
                   const std::optional<wire::Definition>& conf, std::vector<Event>& events) const;
     void forget_instances();
+    void note_instances();  // into id_instances_
     std::vector<wire::Instructions> instructions(const Inputs& in, const Clock& now);
     wire::RegionUsage region_usage(const Inputs& in, const Usage& usage, const Clock& now);
 
     const Instance* find_instance(std::string_view bucket, Scope scope,
                                   std::string_view zone) const;
     ZoneEntry& zone_entry(const std::string& zone);  // found or added, its name set
-    void stand_in(ZoneEntry& e, const Clock& now);
+    // Early::new_rates of `u`, whose ids are in ids_scratch_; `z`: the zone's entry, if any.
+    bool brings_new_rates(const wire::ZoneUsage& u, const ZoneEntry* z, const Clock& now) const;
+    // The same for one entry whose id changed hands since the last tick: by name.
+    bool new_rates_by_name(std::string_view bucket, std::string_view zone, bool complete) const;
+    // Keeps the zone's last rated entries and stands them in; `same_places`: the usage names
+    // the buckets of the one it replaced at the same places (intern()). When `change` is
+    // given, Early::change is judged into it.
+    void stand_in(ZoneEntry& e, const Clock& now, bool same_places, Change* change);
     Accepted check_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) const;
     Accepted check_region_usage(const wire::RegionUsage& u, const Clock& now, std::string* why);
     Accepted keep_region_usage(wire::RegionUsage& u, const Clock& now,
@@ -448,12 +476,15 @@ class Controller {
     // The ids of `buckets`' names, retained, into ids_scratch_ (by position); `held` are the
     // ids of the usage it replaces, whose names most often stand at the same places. False,
     // with nothing retained, when a name is beyond max_bucket_names (too_many_buckets() says
-    // why).
+    // why). `same_places`: every name stands at its place in `held`, no more, no fewer; the
+    // ids are then `held`'s and are not retained again (keep_or_release()).
     bool intern(const std::vector<wire::UsageBucket>& buckets,
-                const std::vector<std::uint32_t>* held);
+                const std::vector<std::uint32_t>* held, bool& same_places);
     std::string too_many_buckets(std::string_view kind, const std::string& source,
                                  const std::string& place) const;
     void release(std::vector<std::uint32_t>& ids);
+    // The ids of a replaced usage: released, unless the new usage holds the same (intern()).
+    void keep_or_release(std::vector<std::uint32_t>& replaced, bool same_places);
     bool zone_fresh(const ZoneEntry& z, const Clock& now) const;
     // Whether a usage of `hosts` hosts for zone z lacks hosts z awaits since it came back.
     bool short_of_hosts(const ZoneEntry& z, std::uint64_t hosts, const Clock& now) const;
@@ -477,6 +508,8 @@ class Controller {
     Instances instances_;
     Instances::iterator next_instance_;          // update_instance()'s guess, within a tick
     std::vector<LastRated> last_rated_scratch_;  // stand_in()'s, kept for its capacity
+    std::vector<LastRated*> last_sorted_;        // stand_in()'s merge by name, the same
+    std::vector<IdInstances> id_instances_;      // by bucket id, as of the last tick
     BucketIds ids_;                              // the names of the usage held
     std::vector<std::uint32_t> ids_scratch_;     // intern()'s, kept for its capacity
     // aggregate()'s, kept for their capacity: sums by bucket id, those of run-time buckets
