@@ -408,7 +408,9 @@ void Controller::stand_in(ZoneEntry& e, const Clock& now, bool same_places, Chan
     std::vector<wire::UsageBucket>& buckets = e.usage.buckets;
     std::vector<LastRated>& old = e.last_rated;
     const std::size_t n = buckets.size();
-    if (same_places) {  // old[k] is buckets[k]'s; e.order still holds
+    // old[k] is buckets[k]'s; e.order still holds. (The previous stand_in left at least n
+    // entries: checked all the same, since old[k] past the end would be no entry at all.)
+    if (same_places && old.size() >= n) {
         for (std::size_t k = 0; k < n; ++k) update(buckets[k], old[k]);
         old.erase(std::remove_if(old.begin() + static_cast<std::ptrdiff_t>(n), old.end(),
                                  [&](const LastRated& l) { return !live(l); }),
