@@ -24,7 +24,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "dashboard.h"
@@ -129,34 +128,15 @@ struct Step {
     }
 };
 
-// One zone usage taken with the early judgement the daemon asks of it, whichever form the
-// controller has: take_zone_usage(u, now, why, Early*), or (before it) brings_new_rates() and
-// brings_change() before take_zone_usage(), so that the same source measures both.
+// One zone usage taken with the early judgement the daemon asks of it.
 int g_early = 0;  // the judgements, so that none is optimised away
 
-template <class M>
-struct EarlyOf;
-template <class R, class C, class U, class N, class W, class E>
-struct EarlyOf<R (C::*)(U, N, W, E)> {
-    using type = std::remove_pointer_t<E>;
-};
-
-template <class C, class U>
-auto take_judged(C& c, U& u, const grl::control::Clock& now, int)
-    -> decltype(c.take_zone_usage(u, now, nullptr, nullptr)) {
-    typename EarlyOf<decltype(&C::take_zone_usage)>::type e;
-    const auto a = c.take_zone_usage(u, now, nullptr, &e);
+grl::control::Accepted take_judged(grl::control::Controller& c, grl::wire::ZoneUsage& u,
+                                   const grl::control::Clock& now) {
+    grl::control::Early e;
+    const grl::control::Accepted a = c.take_zone_usage(u, now, nullptr, &e);
     g_early += e.new_rates + static_cast<int>(e.change);
     return a;
-}
-
-template <class C, class U>
-auto take_judged(C& c, U& u, const grl::control::Clock& now, long)
-    -> decltype(c.brings_change(u, now), c.take_zone_usage(u, now, nullptr)) {
-    const bool new_rates = c.brings_new_rates(u, now);
-    const grl::Change change = new_rates ? grl::Change::None : c.brings_change(u, now);
-    g_early += new_rates + static_cast<int>(change);
-    return c.take_zone_usage(u, now, nullptr);
 }
 
 }  // namespace
@@ -231,7 +211,7 @@ int main(int argc, char** argv) {
             zu.ts_ms = now.wall_ms;
             grl::control::Accepted a{};
             Step part{intake.name, intake.collected, {}};
-            part.run(measure, [&] { a = take_judged(ctl, zu, now, 0); });
+            part.run(measure, [&] { a = take_judged(ctl, zu, now); });
             if (measure) intake.add(part.ms.back());
             if (a != grl::control::Accepted::Yes) refused(zu.source);
         }
