@@ -120,15 +120,63 @@ void Relay::end_rebind() {
 }
 
 std::map<std::string, Relay::Entry> Relay::entries(std::uint64_t now_mono) {
+    std::map<std::string, Entry> out;
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = entries_.begin(); it != entries_.end();) {
-        if (now_mono > it->second.recv_mono + it->second.ttl_ms) {
-            it = entries_.erase(it);
-        } else {
-            ++it;
+    for (const auto& [topic, sources] : last_) {
+        for (const auto& [source, set] : sources) {
+            for (const Held& h : set.held) {
+                if (now_mono >= h.expires_mono) continue;
+                for (const wire::Instruction& e : h.msg.buckets) {
+                    Entry& x = out[e.name];
+                    if (x.recv_mono > h.recv_mono) continue;  // a newer message named it
+                    x.ratio_ppm = e.ratio_ppm;
+                    x.limit_mrps = e.limit_mrps;
+                    x.mode = e.mode;
+                    x.recv_mono = h.recv_mono;
+                    x.ttl_ms = h.expires_mono - h.recv_mono;
+                }
+            }
         }
     }
-    return entries_;
+    return out;
+}
+
+// On the relay thread, after the message was forwarded: a lock and a swap of buffers, nothing
+// per bucket (the table for /metrics is built from the sets when asked).
+void Relay::hold(std::string_view topic, wire::Instructions& msg, std::uint64_t now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto t = last_.find(topic);
+    if (t == last_.end()) t = last_.emplace(std::string(topic), std::map<std::string, Set>{}).first;
+    std::map<std::string, Set>& sources = t->second;
+    auto it = sources.find(msg.source);
+    if (it == sources.end()) {
+        // A source beyond the bound replaces the one heard from least recently.
+        if (sources.size() >= kMaxSources) {
+            auto oldest = sources.begin();
+            for (auto s = sources.begin(); s != sources.end(); ++s) {
+                if (s->second.expires_mono() < oldest->second.expires_mono()) oldest = s;
+            }
+            for (Held& h : oldest->second.held) spare_.push_back(std::move(h.msg));
+            sources.erase(oldest);
+        }
+        it = sources.emplace(msg.source, Set{}).first;
+    }
+    Set& set = it->second;
+    if (set.ts_ms != msg.ts_ms || set.held.size() >= kMaxSetMessages) {  // a new tick's set
+        for (Held& h : set.held) spare_.push_back(std::move(h.msg));
+        set.held.clear();
+        set.ts_ms = msg.ts_ms;
+    }
+    set.held.emplace_back();
+    Held& h = set.held.back();
+    std::swap(h.msg, msg);
+    h.recv_mono = now;
+    h.expires_mono = now + h.msg.ttl_ms;
+    if (!spare_.empty()) {
+        std::swap(msg, spare_.back());  // the next decode reuses its buffers
+        spare_.pop_back();
+    }
+    if (spare_.size() > 2 * kMaxSetMessages) spare_.resize(2 * kMaxSetMessages);
 }
 
 void Relay::run() {
@@ -176,8 +224,6 @@ void Relay::run() {
                             "dropped malformed instruction message: " + error, now);
                 continue;
             }
-            Last& last = last_[std::string(topic)];
-            last.expires_mono = now + msg.ttl_ms;
             if (pub_.send_frames({topic, frames[1].view()})) {
                 relayed.fetch_add(1, std::memory_order_relaxed);
             } else {
@@ -188,24 +234,13 @@ void Relay::run() {
                 last_source_ = msg.source;
                 sources_seen.fetch_add(1, std::memory_order_relaxed);
             }
-            {
-                std::lock_guard<std::mutex> lock(mu_);
-                for (const wire::Instruction& e : msg.buckets) {
-                    Entry& x = entries_[e.name];
-                    x.ratio_ppm = e.ratio_ppm;
-                    x.limit_mrps = e.limit_mrps;
-                    x.mode = e.mode;
-                    x.recv_mono = now;
-                    x.ttl_ms = msg.ttl_ms;
-                }
-            }
-            std::swap(last.msg, msg);  // kept for replay; msg's buffers are reused next time
+            hold(topic, msg, now);
         }
     }
 }
 
 // Subscription messages from nginx: byte 1 = subscribe, then the topic. A subscriber to a
-// topic whose last message is still within its TTL gets it again now.
+// topic gets the newest set of it still within its TTL again now, every message of it.
 void Relay::on_subscriptions() {
     std::vector<zmq::Frame> frames;
     std::string body;
@@ -214,14 +249,26 @@ void Relay::on_subscriptions() {
         if (n == 0) return;
         std::string_view m = frames[0].view();
         if (n != 1 || m.empty() || m[0] != 1) continue;
-        auto it = last_.find(std::string(m.substr(1)));
+        const std::string topic(m.substr(1));
         const std::uint64_t now = daemon::mono_ms();
-        if (it == last_.end() || now >= it->second.expires_mono) continue;
-        wire::Instructions& msg = it->second.msg;
-        msg.ttl_ms = it->second.expires_mono - now;
-        wire::encode(msg, body);
-        if (pub_.send_frames({it->first, body})) {
-            replayed.fetch_add(1, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = last_.find(topic);
+        if (it == last_.end()) continue;
+        Set* newest = nullptr;
+        for (auto& [source, set] : it->second) {
+            if (now >= set.expires_mono()) continue;
+            if (!newest || set.ts_ms > newest->ts_ms) newest = &set;
+        }
+        if (!newest) continue;
+        for (Held& h : newest->held) {
+            if (now >= h.expires_mono) continue;
+            const std::uint64_t ttl = h.msg.ttl_ms;
+            h.msg.ttl_ms = h.expires_mono - now;
+            wire::encode(h.msg, body);
+            h.msg.ttl_ms = ttl;
+            if (pub_.send_frames({topic, body})) {
+                replayed.fetch_add(1, std::memory_order_relaxed);
+            }
         }
     }
 }

@@ -10,7 +10,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "grl/bucket_types.h"
 #include "grl/daemon/connections.h"
@@ -25,9 +27,9 @@ class Relay {
   public:
     // `sub` is connected to the controllers (and subscribed), `pub` (an XPUB) bound for
     // nginx; both move to the relay thread at start(), with `sub`'s CURVE handshake watch if
-    // any. The last message relayed per topic is sent again whenever an nginx subscribes to
-    // the topic, so that a host that (re)connects gets its ratios at once, not at the
-    // controller's next tick.
+    // any. The last messages relayed per topic (its newest tick's, see Set) are sent again
+    // whenever an nginx subscribes to the topic, so that a host that (re)connects gets its
+    // ratios at once, not at the controller's next tick.
     Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3],
           std::unique_ptr<daemon::HandshakeWatch> watch = nullptr);
     ~Relay();  // stops the thread
@@ -58,8 +60,14 @@ class Relay {
         std::uint64_t recv_mono = 0;
         std::uint64_t ttl_ms = 0;
     };
-    // Entries still within their TTL at `now` (older ones are dropped).
+    // The buckets of the last sets held (see Set) still within their TTL at `now`, the newest
+    // message's entry per bucket. Built when asked (a scrape), not per message relayed.
     std::map<std::string, Entry> entries(std::uint64_t now_mono);
+
+    // Bounds of what is held for replay: messages of one set (a controller's tick of 65,536
+    // buckets in one scope is 16 messages of 4,096) and sources (controllers) per topic.
+    static constexpr std::size_t kMaxSetMessages = 16;
+    static constexpr std::size_t kMaxSources = 8;
 
     std::atomic<std::uint64_t> relayed{0};
     std::atomic<std::uint64_t> replayed{0};  // last messages sent again to new subscribers
@@ -71,12 +79,24 @@ class Relay {
     const daemon::HandshakeWatch* watch() const { return watch_.get(); }
 
   private:
-    // The last message per topic, replayed to new subscribers with the TTL it has left
-    // (re-encoded: the original ttl_ms would extend the controller's answer by its age).
-    struct Last {
+    // The last set per topic and source: the messages of one tick of one controller (a scope
+    // with more than 4,096 buckets is published in several messages with the same ts_ms).
+    // The newest set of a topic is replayed to new subscribers, every message of it, each with
+    // the TTL it has left (re-encoded: the original ttl_ms would extend the controller's answer
+    // by its age).
+    struct Held {
         wire::Instructions msg;
+        std::uint64_t recv_mono = 0;
         std::uint64_t expires_mono = 0;
     };
+    struct Set {
+        std::uint64_t ts_ms = 0;  // the tick's (the messages')
+        std::vector<Held> held;   // in the order received
+        std::uint64_t expires_mono() const { return held.empty() ? 0 : held.back().expires_mono; }
+    };
+    // Keeps `msg` as part of its topic's and source's set (a message of a newer tick starts a
+    // new set); `msg` gets a spare message's buffers back.
+    void hold(std::string_view topic, wire::Instructions& msg, std::uint64_t now);
 
     void run();
     void on_subscriptions();
@@ -89,8 +109,9 @@ class Relay {
     daemon::Socket ctl_thread_;  // relay thread side
     std::string topics_[3];
     std::thread thread_;
-    std::mutex mu_;
-    std::map<std::string, Entry> entries_;
+    std::mutex mu_;  // last_ and spare_: written by the relay thread, read by entries()
+    std::map<std::string, std::map<std::string, Set>, std::less<>> last_;  // topic, source
+    std::vector<wire::Instructions> spare_;  // buffers of replaced sets
     std::string last_source_;
     // Main thread: rebind requests waiting for their reply, by sequence number.
     std::uint64_t rebind_seq_ = 0;
@@ -99,8 +120,7 @@ class Relay {
     // Relay thread: the rebind under way (the port still held), and its request's number.
     std::unique_ptr<daemon::Rebind> rebind_;
     std::string rebind_for_;
-    void end_rebind();                  // replies when rebind_ has ended
-    std::map<std::string, Last> last_;  // by topic (relay thread only)
+    void end_rebind();  // replies when rebind_ has ended
 };
 
 }  // namespace grl::collector

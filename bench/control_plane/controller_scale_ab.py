@@ -27,6 +27,7 @@ FIGURES = [
     ("zone usage msgs /s", lambda r: r["zone_usage_per_s"]),
     ("usage sets complete /s", lambda r: r["usage_sets_complete_per_s"]),
     ("zones fresh", lambda r: r["controller_zones_fresh"]),
+    ("collector (relay) CPU (cores)", lambda r: r["collector_relay_cpu_core"]),
     ("propagation p50 via relay (ms)", lambda r: (r["instructions_relay"] or r["instructions_direct"])["propagation_ms"]["p50"]),
     ("propagation p99 via relay (ms)", lambda r: (r["instructions_relay"] or r["instructions_direct"])["propagation_ms"]["p99"]),
     ("propagation p50 direct (ms)", lambda r: r["instructions_direct"]["propagation_ms"]["p50"]),
