@@ -40,10 +40,16 @@ def test_global_bucket_holds_with_uneven_load(fl):
     assert within(w["offered"], 1.5 * L_GLOBAL, 0.03), w  # the generator kept its rate
     assert w["errors"] == 0 and w["other"] == 0, w
     assert within(w["ok"], L_GLOBAL, 0.05), "admitted %.1f r/s, limit %d r/s: %r" % (w["ok"], L_GLOBAL, w)
-    # One ratio for everyone: each host admits the same share of what it is offered.
+    # One ratio for everyone: each host admits the same share of what it is offered, within
+    # 10% or, on the quiet hosts, within the sampling noise of their few requests (each is
+    # dropped with the ratio: 360 requests at 30 r/s over the window have a standard deviation
+    # of 0.025 around a share of 2/3; 4 of them are 15%).
+    p = L_GLOBAL / (1.5 * L_GLOBAL)
     for k in range(4):
         share = w["ok_by_target"][k] / w["offered_by_target"][k]
-        assert within(share, L_GLOBAL / (1.5 * L_GLOBAL), 0.10), (k, share, w)
+        n_requests = w["offered_by_target"][k] * 12  # the window: seconds 8 to 20
+        noise = 4 * (p * (1 - p) / n_requests) ** 0.5 / p
+        assert within(share, p, max(0.10, noise)), (k, share, noise, w)
     m = fl["ctl"].metrics()
     assert f.metric(m, "grl_bucket_hosts", bucket="g", scope="global") == 4
 
