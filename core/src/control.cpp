@@ -100,83 +100,98 @@ void Controller::fill(SumEntry& s, const wire::UsageBucket& b) {
     }
 }
 
+// One entry into, out of a bucket's running sums.
+void Controller::count_in(Run& r, SumEntry& c, bool short_of) {
+    ++r.n;
+    if (c.hosts > 0 && c.rated_hosts == 0) {
+        ++r.missing;
+    } else {
+        r.rated[0] += c.offered_mrps;
+        r.rated[1] += c.admitted_mrps;
+        r.rated[2] += c.dropped_mrps;
+        r.rated[3] += c.shadow_dropped_mrps;
+        ++r.rated_n;
+    }
+    c.counted = 0;
+    if (c.rated_hosts < c.hosts || short_of) {
+        ++r.incomplete;
+        c.counted |= kIncomplete;
+    }
+    r.hosts += c.hosts;
+    r.offered += c.offered_mrps;
+    r.admitted += c.admitted_mrps;
+    r.dropped += c.dropped_mrps;
+    r.shadow_dropped += c.shadow_dropped_mrps;
+    r.rated_hosts += c.rated_hosts;
+    r.keys += c.keys;
+    if (c.definitions == 1) {
+        // The first entry with one definition, when no kSimple entry is left, sets the run's:
+        // a definition changed on every host becomes the simple case again once each zone
+        // has sent one usage with it.
+        if (r.simple == 0) r.def = c.def();
+        if (c.def() == r.def) {
+            ++r.simple;
+            r.def_hosts += c.def_hosts;
+            c.counted |= kSimple;
+        } else {
+            ++r.other;
+            c.counted |= kOther;
+        }
+    } else if (c.definitions > 1) {
+        ++r.other;
+        c.counted |= kOther;
+    }
+}
+
+void Controller::count_out(Run& r, const SumEntry& c) {
+    --r.n;
+    if (c.hosts > 0 && c.rated_hosts == 0) {
+        --r.missing;
+    } else {
+        r.rated[0] -= c.offered_mrps;
+        r.rated[1] -= c.admitted_mrps;
+        r.rated[2] -= c.dropped_mrps;
+        r.rated[3] -= c.shadow_dropped_mrps;
+        --r.rated_n;
+    }
+    if (c.counted & kIncomplete) --r.incomplete;
+    r.hosts -= c.hosts;
+    r.offered -= c.offered_mrps;
+    r.admitted -= c.admitted_mrps;
+    r.dropped -= c.dropped_mrps;
+    r.shadow_dropped -= c.shadow_dropped_mrps;
+    r.rated_hosts -= c.rated_hosts;
+    r.keys -= c.keys;
+    if (c.counted & kSimple) {
+        --r.simple;
+        r.def_hosts -= c.def_hosts;
+    }
+    if (c.counted & kOther) --r.other;
+}
+
 void Controller::run_add(const std::vector<std::uint32_t>& ids, std::vector<SumEntry>& sums,
                          const ZoneEntry* zone) {
     if (runs_.size() < ids_.span()) runs_.resize(ids_.span());
     const bool short_of = zone && zone->short_of_hosts;
-    for (std::size_t k = 0; k < sums.size(); ++k) {
-        SumEntry& c = sums[k];
-        Run& r = zone ? runs_[ids[k]].own : runs_[ids[k]].remote;
-        ++r.n;
-        if (c.hosts > 0 && c.rated_hosts == 0) {
-            ++r.missing;
-        } else {
-            r.rated[0] += c.offered_mrps;
-            r.rated[1] += c.admitted_mrps;
-            r.rated[2] += c.dropped_mrps;
-            r.rated[3] += c.shadow_dropped_mrps;
-            ++r.rated_n;
-        }
-        c.counted = 0;
-        if (c.rated_hosts < c.hosts || short_of) {
-            ++r.incomplete;
-            c.counted |= kIncomplete;
-        }
-        r.hosts += c.hosts;
-        r.offered += c.offered_mrps;
-        r.admitted += c.admitted_mrps;
-        r.dropped += c.dropped_mrps;
-        r.shadow_dropped += c.shadow_dropped_mrps;
-        r.rated_hosts += c.rated_hosts;
-        r.keys += c.keys;
-        if (c.definitions == 1) {
-            // The first entry with one definition, when no kSimple entry is left, sets the
-            // run's: a definition changed on every host becomes the simple case again once
-            // each zone has sent one usage with it.
-            if (r.simple == 0) r.def = c.def();
-            if (c.def() == r.def) {
-                ++r.simple;
-                r.def_hosts += c.def_hosts;
-                c.counted |= kSimple;
-            } else {
-                ++r.other;
-                c.counted |= kOther;
-            }
-        } else if (c.definitions > 1) {
-            ++r.other;
-            c.counted |= kOther;
-        }
-    }
+    for (std::size_t k = 0; k < sums.size(); ++k)
+        count_in(zone ? runs_[ids[k]].own : runs_[ids[k]].remote, sums[k], short_of);
 }
 
 void Controller::run_sub(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& sums,
                          bool zone) {
-    for (std::size_t k = 0; k < sums.size(); ++k) {
-        const SumEntry& c = sums[k];
-        Run& r = zone ? runs_[ids[k]].own : runs_[ids[k]].remote;
-        --r.n;
-        if (c.hosts > 0 && c.rated_hosts == 0) {
-            --r.missing;
-        } else {
-            r.rated[0] -= c.offered_mrps;
-            r.rated[1] -= c.admitted_mrps;
-            r.rated[2] -= c.dropped_mrps;
-            r.rated[3] -= c.shadow_dropped_mrps;
-            --r.rated_n;
-        }
-        if (c.counted & kIncomplete) --r.incomplete;
-        r.hosts -= c.hosts;
-        r.offered -= c.offered_mrps;
-        r.admitted -= c.admitted_mrps;
-        r.dropped -= c.dropped_mrps;
-        r.shadow_dropped -= c.shadow_dropped_mrps;
-        r.rated_hosts -= c.rated_hosts;
-        r.keys -= c.keys;
-        if (c.counted & kSimple) {
-            --r.simple;
-            r.def_hosts -= c.def_hosts;
-        }
-        if (c.counted & kOther) --r.other;
+    for (std::size_t k = 0; k < sums.size(); ++k)
+        count_out(zone ? runs_[ids[k]].own : runs_[ids[k]].remote, sums[k]);
+}
+
+// A zone's usage replaced by one naming the same buckets at the same places: each bucket's
+// sums are touched once, the old entry out and the new one in.
+void Controller::run_replace(const std::vector<std::uint32_t>& ids,
+                             const std::vector<SumEntry>& old, ZoneEntry& zone) {
+    const bool short_of = zone.short_of_hosts;
+    for (std::size_t k = 0; k < zone.sums.size(); ++k) {
+        Run& r = runs_[ids[k]].own;
+        count_out(r, old[k]);
+        count_in(r, zone.sums[k], short_of);
     }
 }
 
@@ -459,7 +474,14 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
         e.awaited_hosts = e.usage.hosts;
         e.returned_mono = now.mono_ms;
     }
-    if (e.in_run) run_sub(e.ids, e.sums, true);  // before its ids may be released
+    // Out of the running sums before its ids may be released; with the same buckets at the
+    // same places, out and in in one pass below.
+    const bool replace = e.in_run && same_places && e.sums.size() == u.buckets.size();
+    if (replace) {
+        std::swap(e.sums, sums_scratch_);
+    } else if (e.in_run) {
+        run_sub(e.ids, e.sums, true);
+    }
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
     keep_or_release(ids_scratch_, same_places);  // the replaced usage's
@@ -468,7 +490,11 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     const bool judge_change = early && was_fresh && !early->new_rates;
     stand_in(e, now, same_places, judge_change ? &early->change : nullptr);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
-    if (e.in_run) run_add(e.ids, e.sums, &e);
+    if (replace) {
+        run_replace(e.ids, sums_scratch_, e);
+    } else if (e.in_run) {
+        run_add(e.ids, e.sums, &e);
+    }
     return Accepted::Yes;
 }
 

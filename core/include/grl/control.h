@@ -510,6 +510,10 @@ class Controller {
                  const ZoneEntry* zone);
     void run_sub(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& sums,
                  bool zone);
+    void run_replace(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& old,
+                     ZoneEntry& zone);
+    static void count_in(Run& r, SumEntry& c, bool short_of);
+    static void count_out(Run& r, const SumEntry& c);
     bool repeats(const std::vector<std::uint32_t>& ids);
     // One bucket's sums from its running sums; false when they do not say enough (walk).
     bool from_run(BucketUsage& u, const IdRun& r, const Inputs& in) const;
@@ -597,9 +601,10 @@ class Controller {
     // aggregate()'s, kept for their capacity: sums by bucket id, those of run-time buckets
     // without usage, and the tick's list of both in name order.
     std::vector<BucketUsage> by_id_;
-    std::vector<IdRun> runs_;          // running sums by bucket id
-    std::vector<std::uint8_t> walk_;   // aggregate()'s: ids summed entry by entry this tick
-    std::vector<std::uint64_t> seen_;  // repeats()': the check that last saw each id
+    std::vector<IdRun> runs_;             // running sums by bucket id
+    std::vector<SumEntry> sums_scratch_;  // take_zone_usage()'s: the replaced usage's column
+    std::vector<std::uint8_t> walk_;      // aggregate()'s: ids summed entry by entry this tick
+    std::vector<std::uint64_t> seen_;     // repeats()': the check that last saw each id
     std::uint64_t seen_check_ = 0;
     std::uint64_t run_basis_ms_ = 0;   // aggregate()'s: basis_ms of a bucket in every zone
     std::uint64_t run_zones_gen_ = 0;  // ...and the newest gen of the zones, of the peers
