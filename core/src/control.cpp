@@ -986,8 +986,6 @@ Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& even
         ++it;
     }
     fresh_zones_ = in.zones.size();
-    tick_zones_.clear();
-    for (const ZoneEntry* z : in.zones) tick_zones_.push_back(z->name);
     // Other regions: the freshest fresh peer of each; a region with none but a peer heard
     // within peer_hold_ms keeps that peer's last usage (a partition: see Options).
     std::map<std::string, const PeerEntry*> held;
@@ -1087,20 +1085,27 @@ void Controller::expire_overrides(const Clock& now, std::vector<Event>& events) 
 const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& now) {
     if (by_id_.size() < ids_.span()) by_id_.resize(ids_.span());
     if (runs_.size() < ids_.span()) runs_.resize(ids_.span());
-    // What the running sums say of a bucket that every zone (or every peer) reports: the
-    // basis_ms and gen aggregate() would find walking the zones in name order.
+    // What the running sums say of a bucket that every zone (or every peer) with entries
+    // reports: the basis_ms and gen aggregate() would find walking those zones in name order.
+    // (A zone without entries, such as a relay's collector without hosts, holds no bucket.)
     run_basis_ms_ = run_zones_gen_ = run_peers_gen_ = 0;
+    run_peers_ = 0;
+    tick_zones_.clear();
     // A usage names a bucket twice (counts then say nothing), or the option: walk all.
     bool walk_all = opt_.walk_entries;
     for (const ZoneEntry* z : in.zones) {
+        walk_all = walk_all || z->repeats;
+        if (z->usage.buckets.empty()) continue;
         const std::uint64_t ts = z->usage.ts_ms;
         run_basis_ms_ = run_basis_ms_ == 0 ? ts : std::min(run_basis_ms_, ts);
         run_zones_gen_ = std::max(run_zones_gen_, z->gen);
-        walk_all = walk_all || z->repeats;
+        tick_zones_.push_back(z->name);
     }
     for (const auto& [region, p] : in.remote) {
-        run_peers_gen_ = std::max(run_peers_gen_, p->gen);
         walk_all = walk_all || p->repeats;
+        if (p->usage.buckets.empty()) continue;
+        run_peers_gen_ = std::max(run_peers_gen_, p->gen);
+        ++run_peers_;
     }
     walk_.assign(ids_.span(), walk_all ? 1 : 0);
     bool any_walk = walk_all;
@@ -1121,7 +1126,7 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
         const IdRun& r = runs_[id];
         if (walk_[id] || r.own.n + r.remote.n == 0) continue;  // walked, or in no input
         BucketUsage& u = by_id_[id];
-        if (from_run(u, r, in)) {
+        if (from_run(u, r)) {
             u.tick = tick_;
             u.name = ids_.name(id);
         } else {
@@ -1238,7 +1243,7 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
             if (u.remote.empty()) u.fleet_defs = u.own_defs;
             u.own_n = u.own.size();
             u.remote_n = u.remote.size();
-            u.own_all = u.own.size() == u.own_zones && u.own_zones == in.zones.size();
+            u.own_all = u.own.size() == u.own_zones && u.own_zones == tick_zones_.size();
         }
         usage_.push_back(&u);
     }
@@ -1247,16 +1252,17 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
 }
 
 // A bucket's sums from its running sums, exactly what walking its entries would give, when
-// they say enough: its zones are none or all the fresh zones, its peers none or all those
-// chosen (then basis_ms and inputs_gen are the inputs', and own_zones all of them), no entry
+// they say enough: its zones are none or all the fresh zones with entries, its peers none or
+// all those chosen with entries (a zone names a bucket once: then basis_ms and inputs_gen are
+// those inputs', and own_zones all of them), no entry
 // carries keys or more than one definition, or another definition than the run's (then the
 // definitions are one count each), none is zone-scoped (sampled per zone from the entries),
 // and the rated sums are below 2^53 (then summing them as doubles, entry by entry, was exact).
-bool Controller::from_run(BucketUsage& u, const IdRun& r, const Inputs& in) const {
+bool Controller::from_run(BucketUsage& u, const IdRun& r) const {
     const Run& o = r.own;
     const Run& m = r.remote;
-    if (o.n != 0 && o.n != in.zones.size()) return false;
-    if (m.n != 0 && m.n != in.remote.size()) return false;
+    if (o.n != 0 && o.n != tick_zones_.size()) return false;
+    if (m.n != 0 && m.n != run_peers_) return false;
     if (o.other || m.other || o.keys || m.keys) return false;
     if ((o.simple && o.def.scope == Scope::Zone) || (m.simple && m.def.scope == Scope::Zone))
         return false;
@@ -1288,7 +1294,7 @@ bool Controller::from_run(BucketUsage& u, const IdRun& r, const Inputs& in) cons
     u.own_n = o.n;
     u.own_zones = o.n;
     u.remote_n = m.n;
-    u.own_all = o.n == in.zones.size();
+    u.own_all = o.n == tick_zones_.size();
     u.basis_ms = o.n ? run_basis_ms_ : 0;
     u.inputs_gen = std::max(o.n ? run_zones_gen_ : 0, m.n ? run_peers_gen_ : 0);
     u.own_defs.clear();

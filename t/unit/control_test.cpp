@@ -1726,11 +1726,10 @@ TEST(RunningSums, ZonesGoStaleComeBackAndAreForgotten) {
     send({"z1", "z2", "z3"});  // back: into the sums again
     EXPECT_EQ(t.tick(), 0u);
     EXPECT_EQ(inst(t.run, "a")->own_hosts, 6u);
-    for (int i = 0; i < 62; ++i) {  // z3 silent until forgotten
-        t.advance();
-        send({"z1", "z2"});
-        EXPECT_EQ(t.tick(), 0u);
-    }
+    // z3 silent until forgotten, with no tick in between (it is still in the sums then).
+    t.advance(62000);
+    send({"z1", "z2"});
+    EXPECT_EQ(t.tick(), 0u);
     EXPECT_EQ(inst(t.run, "a")->own_hosts, 4u);
     t.advance();
     send({"z1", "z2", "z3"});  // a new zone by that name
@@ -1766,6 +1765,11 @@ TEST(RunningSums, APeerIsReplacedByAnotherOfItsRegion) {
     t.peer(peer_usage("ctl-c", "r3", abc(++k, 1), t.f.now));  // a third region
     EXPECT_EQ(t.tick(), 0u);
     EXPECT_EQ(inst(t.run, "a")->hosts, 8u);
+    // Every peer silent past peer_hold_ms with no tick in between: forgotten from the sums.
+    t.advance(601000);
+    t.zone(zu("z1", abc(++k), t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(inst(t.run, "a")->hosts, 2u);
 }
 
 TEST(RunningSums, AnIdReleasedIsReusedByAnotherName) {
@@ -1805,15 +1809,22 @@ TEST(RunningSums, SumsBeyondWhatDoublesHoldExactlyAreWalked) {
     EXPECT_EQ(inst(t.run, "h")->hosts, UINT64_MAX);
     EXPECT_EQ(inst(t.run, "h")->definitions.at(0).hosts, UINT64_MAX);
     t.advance();
-    big.offered_mrps = big.admitted_mrps = (1ULL << 52) + 1;  // 2^53 + 2 summed: inexact
+    // 2^53 mrps, then 1 and 1: summed as doubles one by one, each 1 is lost (2^53 + 1 rounds
+    // to 2^53), while the exact sum 2^53 + 2 is a double.
+    big.offered_mrps = big.admitted_mrps = 1ULL << 53;
+    wire::UsageBucket one = ub("b", 0, 1);
+    one.offered_mrps = one.admitted_mrps = 1;
     t.zone(zu("z1", {ub("a", 1), big}, t.f.now));
-    t.zone(zu("z2", {ub("a", 2), big}, t.f.now));
+    t.zone(zu("z2", {ub("a", 2), one}, t.f.now));
+    t.zone(zu("z3", {ub("a", 2), one}, t.f.now));
     EXPECT_EQ(t.tick(), 1u);
+    EXPECT_EQ(inst(t.run, "b")->samples.back().offered, 9007199254740992.0);
     t.advance();
     t.zone(zu("z1", {ub("a", 1), ub("b", 3)}, t.f.now));
     t.zone(zu("z2", {ub("a", 2), ub("b", 4)}, t.f.now));
+    t.zone(zu("z3", {ub("a", 2), ub("b", 5)}, t.f.now));
     EXPECT_EQ(t.tick(), 0u);  // taken out exactly: the running sums hold again
-    EXPECT_EQ(inst(t.run, "b")->samples.back().offered, 7000);
+    EXPECT_EQ(inst(t.run, "b")->samples.back().offered, 12000);
 }
 
 TEST(RunningSums, ADefinitionChangesOnSomeHosts) {
@@ -1871,9 +1882,11 @@ TEST(RunningSums, TheRareCasesAreWalked) {
         t.zone(zu("z2", abc(++k), t.f.now));
         t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));
     };
+    t.zone(zu("z0", {}, t.f.now));  // a zone without entries (a relay's, without hosts)
     all({});
     EXPECT_EQ(t.tick(), 0u);
     t.advance();
+    t.zone(zu("z0", {}, t.f.now));
     all({ub("e", 4)});  // one zone only
     EXPECT_EQ(t.tick(), 1u);
     t.advance();

@@ -223,8 +223,8 @@ struct Instance {
     // before a zone named here can be forgotten). Copied as strings, 50 zones x 10,000
     // instances were a sixth of a tick's instructions (grl_tick_bench).
     std::vector<std::string_view> own_zones;
-    // Instead of own_zones: every zone of the last tick's inputs (the common case, which
-    // filled 500,000 views a tick at 50 zones x 10,000 buckets).
+    // Instead of own_zones: every zone of the last tick's inputs that has entries (the common
+    // case, which filled 500,000 views a tick at 50 zones x 10,000 buckets).
     bool own_zones_all = false;
     std::uint64_t tick = 0;  // last tick that produced the instance
 
@@ -516,7 +516,7 @@ class Controller {
     static void count_out(Run& r, const SumEntry& c);
     bool repeats(const std::vector<std::uint32_t>& ids);
     // One bucket's sums from its running sums; false when they do not say enough (walk).
-    bool from_run(BucketUsage& u, const IdRun& r, const Inputs& in) const;
+    bool from_run(BucketUsage& u, const IdRun& r) const;
     Inputs gather(const Clock& now, std::vector<Event>& events);
     void expire_overrides(const Clock& now, std::vector<Event>& events);
     const Usage& aggregate(const Inputs& in, const Clock& now);
@@ -609,6 +609,7 @@ class Controller {
     std::uint64_t run_basis_ms_ = 0;   // aggregate()'s: basis_ms of a bucket in every zone
     std::uint64_t run_zones_gen_ = 0;  // ...and the newest gen of the zones, of the peers
     std::uint64_t run_peers_gen_ = 0;
+    std::size_t run_peers_ = 0;  // chosen peers with entries
     std::uint64_t buckets_walked_ = 0;
     std::vector<BucketUsage> runtime_usage_;
     Usage usage_;
@@ -618,8 +619,9 @@ class Controller {
     std::uint64_t fresh_hosts_ = 0;
     std::uint64_t stale_hosts_ = 0;
     std::uint64_t fresh_zones_ = 0;
-    std::vector<std::string_view> tick_zones_;  // the last tick's zones (own_zones_all)
-    std::set<std::string> held_regions_;        // regions whose last usage stands in (announced)
+    // The last tick's fresh zones with entries, in name order (own_zones_all).
+    std::vector<std::string_view> tick_zones_;
+    std::set<std::string> held_regions_;  // regions whose last usage stands in (announced)
     std::uint64_t regions_lost_ = 0;
     std::uint64_t overrides_rejected_ = 0;
     std::uint64_t keys_refused_ = 0;
