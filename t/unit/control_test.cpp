@@ -1701,6 +1701,21 @@ struct Twins {
     void advance(std::uint64_t ms = 1000) { f.advance(ms); }
 };
 
+// The instance the running sums' controller holds for `bucket`; a failure (not a crash) when
+// it holds none.
+const Instance& held(const Controller& c, const std::string& bucket) {
+    static const Instance kNone;
+    const Instance* i = inst(c, bucket);
+    if (i == nullptr) ADD_FAILURE() << "no instance of " << bucket;
+    return i ? *i : kNone;
+}
+
+// Its newest sample's offered rate (-1: none).
+double newest(const Controller& c, const std::string& bucket) {
+    const Instance& i = held(c, bucket);
+    return i.samples.empty() ? -1.0 : i.samples.back().offered;
+}
+
 // Every usage a zone or peer sends in these tests: buckets a, b, c, global, at rates that
 // change with `k` so that every tick's sums differ.
 std::vector<wire::UsageBucket> abc(std::uint64_t k, std::uint64_t hosts = 2) {
@@ -1721,20 +1736,20 @@ TEST(RunningSums, ZonesGoStaleComeBackAndAreForgotten) {
         send({"z1", "z3"});
         EXPECT_EQ(t.tick(), 0u);
     }
-    EXPECT_EQ(inst(t.run, "a")->own_hosts, 4u);  // z1 and z3
+    EXPECT_EQ(held(t.run, "a").own_hosts, 4u);  // z1 and z3
     t.advance();
     send({"z1", "z2", "z3"});  // back: into the sums again
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->own_hosts, 6u);
+    EXPECT_EQ(held(t.run, "a").own_hosts, 6u);
     // z3 silent until forgotten, with no tick in between (it is still in the sums then).
     t.advance(62000);
     send({"z1", "z2"});
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->own_hosts, 4u);
+    EXPECT_EQ(held(t.run, "a").own_hosts, 4u);
     t.advance();
     send({"z1", "z2", "z3"});  // a new zone by that name
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->own_hosts, 6u);
+    EXPECT_EQ(held(t.run, "a").own_hosts, 6u);
 }
 
 TEST(RunningSums, APeerIsReplacedByAnotherOfItsRegion) {
@@ -1743,33 +1758,33 @@ TEST(RunningSums, APeerIsReplacedByAnotherOfItsRegion) {
     t.zone(zu("z1", abc(++k), t.f.now));
     t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->hosts, 7u);
+    EXPECT_EQ(held(t.run, "a").hosts, 7u);
     t.advance();
     t.zone(zu("z1", abc(++k), t.f.now));
     t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));
     t.advance(10);
     t.peer(peer_usage("ctl-b2", "r2", abc(++k, 3), t.f.now));  // newer: chosen for r2
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->hosts, 5u);
+    EXPECT_EQ(held(t.run, "a").hosts, 5u);
     t.advance();
     t.zone(zu("z1", abc(++k), t.f.now));
     t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));  // newer again: back to ctl-b
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->hosts, 7u);
+    EXPECT_EQ(held(t.run, "a").hosts, 7u);
     for (int i = 0; i < 5; ++i) {  // r2 silent: held in the sums (a partition), unchanged
         t.advance();
         t.zone(zu("z1", abc(++k), t.f.now));
         EXPECT_EQ(t.tick(), 0u);
     }
-    EXPECT_EQ(inst(t.run, "a")->hosts, 7u);
+    EXPECT_EQ(held(t.run, "a").hosts, 7u);
     t.peer(peer_usage("ctl-c", "r3", abc(++k, 1), t.f.now));  // a third region
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->hosts, 8u);
+    EXPECT_EQ(held(t.run, "a").hosts, 8u);
     // Every peer silent past peer_hold_ms with no tick in between: forgotten from the sums.
     t.advance(601000);
     t.zone(zu("z1", abc(++k), t.f.now));
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->hosts, 2u);
+    EXPECT_EQ(held(t.run, "a").hosts, 2u);
 }
 
 TEST(RunningSums, AnIdReleasedIsReusedByAnotherName) {
@@ -1790,8 +1805,8 @@ TEST(RunningSums, AnIdReleasedIsReusedByAnotherName) {
     EXPECT_EQ(t.tick(), 0u);
     EXPECT_EQ(t.run.bucket_names(), names);
     EXPECT_EQ(inst(t.run, "c"), nullptr);
-    EXPECT_EQ(inst(t.run, "d")->own_hosts, 5u);
-    EXPECT_EQ(inst(t.run, "d")->samples.back().offered, 14000);
+    EXPECT_EQ(held(t.run, "d").own_hosts, 5u);
+    EXPECT_EQ(newest(t.run, "d"), 14000);
 }
 
 TEST(RunningSums, SumsBeyondWhatDoublesHoldExactlyAreWalked) {
@@ -1806,8 +1821,8 @@ TEST(RunningSums, SumsBeyondWhatDoublesHoldExactlyAreWalked) {
         t.zone(u);
     }
     EXPECT_EQ(t.tick(), 1u);  // b
-    EXPECT_EQ(inst(t.run, "h")->hosts, UINT64_MAX);
-    EXPECT_EQ(inst(t.run, "h")->definitions.at(0).hosts, UINT64_MAX);
+    EXPECT_EQ(held(t.run, "h").hosts, UINT64_MAX);
+    EXPECT_EQ(held(t.run, "h").definitions.at(0).hosts, UINT64_MAX);
     t.advance();
     // 2^53 mrps, then 1 and 1: summed as doubles one by one, each 1 is lost (2^53 + 1 rounds
     // to 2^53), while the exact sum 2^53 + 2 is a double.
@@ -1818,13 +1833,13 @@ TEST(RunningSums, SumsBeyondWhatDoublesHoldExactlyAreWalked) {
     t.zone(zu("z2", {ub("a", 2), one}, t.f.now));
     t.zone(zu("z3", {ub("a", 2), one}, t.f.now));
     EXPECT_EQ(t.tick(), 1u);
-    EXPECT_EQ(inst(t.run, "b")->samples.back().offered, 9007199254740992.0);
+    EXPECT_EQ(newest(t.run, "b"), 9007199254740992.0);
     t.advance();
     t.zone(zu("z1", {ub("a", 1), ub("b", 3)}, t.f.now));
     t.zone(zu("z2", {ub("a", 2), ub("b", 4)}, t.f.now));
     t.zone(zu("z3", {ub("a", 2), ub("b", 5)}, t.f.now));
     EXPECT_EQ(t.tick(), 0u);  // taken out exactly: the running sums hold again
-    EXPECT_EQ(inst(t.run, "b")->samples.back().offered, 12000);
+    EXPECT_EQ(newest(t.run, "b"), 12000);
 }
 
 TEST(RunningSums, ADefinitionChangesOnSomeHosts) {
@@ -1853,12 +1868,12 @@ TEST(RunningSums, ADefinitionChangesOnSomeHosts) {
     t.zone(zu("z2", z2, t.f.now));
     t.zone(zu("z1", z1, t.f.now));
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->limit_mrps, 100000u);  // 5 hosts against 4
+    EXPECT_EQ(held(t.run, "a").limit_mrps, 100000u);  // 5 hosts against 4
     std::vector<wire::UsageBucket> p = abc(++k, 5);
     p[0] = ub("a", 3, 5, Scope::Global, 200);
     t.peer(peer_usage("ctl-b", "r2", p, t.f.now));
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->limit_mrps, 200000u);
+    EXPECT_EQ(held(t.run, "a").limit_mrps, 200000u);
     // The region on one definition, the other region on another: still counted, not walked.
     t.advance();
     p[0] = ub("a", 3, 5, Scope::Global, 300);
@@ -1866,7 +1881,7 @@ TEST(RunningSums, ADefinitionChangesOnSomeHosts) {
     t.zone(zu("z2", z2, t.f.now));
     t.zone(zu("z1", z1, t.f.now));
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_EQ(inst(t.run, "a")->limit_mrps, 300000u);  // 5 hosts against 4
+    EXPECT_EQ(held(t.run, "a").limit_mrps, 300000u);  // 5 hosts against 4
 }
 
 TEST(RunningSums, TheRareCasesAreWalked) {
@@ -1912,7 +1927,7 @@ TEST(RunningSums, TheRareCasesAreWalked) {
     restarted.seq = 1;
     t.zone(restarted);
     EXPECT_EQ(t.tick(), 0u);
-    EXPECT_TRUE(inst(t.run, "a")->last_provisional);
+    EXPECT_TRUE(held(t.run, "a").last_provisional);
     t.advance();
     // A usage naming a bucket twice (the decoders refuse it; the API does not): walk all.
     t.zone(zu("z1", {ub("a", 1), ub("a", 2), ub("b", 1), ub("c", 1)}, t.f.now));
