@@ -942,6 +942,18 @@ TickOutput Controller::tick(const Clock& now) {
             sample_wide(name, u, *rule, now, out.events);
         }
     }
+    // One line when buckets start being walked, one when none is any more (the metric says
+    // how many each tick).
+    if (!opt_.walk_entries && (buckets_walked_ > 0) != walking_) {
+        walking_ = buckets_walked_ > 0;
+        out.events.push_back(
+            {Event::Level::Info, "",
+             walking_ ? std::to_string(buckets_walked_) +
+                            " bucket(s) summed entry by entry, their running sums not saying "
+                            "enough (some zones only, several definitions, keys, zone scope, "
+                            "run-time buckets): grl_controller_buckets_walked"
+                      : "every bucket read from its running sums again"});
+    }
     forget_instances();
     note_instances();
     out.instructions = instructions(in, now);

@@ -1659,7 +1659,9 @@ struct Twins {
         for (std::size_t i = 0; i < a.instructions.size() && i < b.instructions.size(); ++i)
             EXPECT_EQ(bytes(a.instructions[i]), bytes(b.instructions[i])) << "message " << i;
         EXPECT_EQ(bytes(a.region_usage), bytes(b.region_usage));
-        EXPECT_EQ(a.events.size(), b.events.size());
+        std::size_t running = 0;  // the lines only the running sums' controller logs
+        for (const Event& e : a.events) running += e.text.find("running sums") != std::string::npos;
+        EXPECT_EQ(a.events.size() - running, b.events.size());
         EXPECT_EQ(status(run), status(walk));
         const Controller::Instances& x = run.instances();
         const Controller::Instances& y = walk.instances();
@@ -1696,9 +1698,11 @@ struct Twins {
             }
         }
         EXPECT_GE(walk.buckets_walked(), run.buckets_walked());  // the reference walks all
+        last = a;
         return run.buckets_walked();
     }
     void advance(std::uint64_t ms = 1000) { f.advance(ms); }
+    TickOutput last;  // the running sums' controller's last tick
 };
 
 // The instance the running sums' controller holds for `bucket`; a failure (not a crash) when
@@ -1904,6 +1908,7 @@ TEST(RunningSums, TheRareCasesAreWalked) {
     t.zone(zu("z0", {}, t.f.now));
     all({ub("e", 4)});  // one zone only
     EXPECT_EQ(t.tick(), 1u);
+    EXPECT_TRUE(has_event(t.last, "1 bucket(s) summed entry by entry"));
     t.advance();
     wire::UsageBucket zb = ub("f", 50, 2, Scope::Zone, 10);  // zone-scoped: per zone
     all({zb});
@@ -1935,6 +1940,7 @@ TEST(RunningSums, TheRareCasesAreWalked) {
     t.advance();
     all({});
     EXPECT_EQ(t.tick(), 0u);
+    EXPECT_TRUE(has_event(t.last, "every bucket read from its running sums again"));
 }
 
 TEST(RunningSums, RunTimeBucketsAreWalked) {

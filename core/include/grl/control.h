@@ -611,6 +611,7 @@ class Controller {
     std::uint64_t run_peers_gen_ = 0;
     std::size_t run_peers_ = 0;  // chosen peers with entries
     std::uint64_t buckets_walked_ = 0;
+    bool walking_ = false;  // some bucket was walked at the last tick (logged on change)
     std::vector<BucketUsage> runtime_usage_;
     Usage usage_;
     std::uint64_t seq_ = 0;
