@@ -1088,8 +1088,10 @@ void Controller::expire_overrides(const Clock& now, std::vector<Event>& events) 
 // fleet-wide so that a name is published in one scope only). Run-time buckets get an entry even
 // without usage: they must reach nginx before any host has them.
 //
-// Each input's entries are added into the sums of their bucket ids (ids_, given when the usage
-// was taken in), list after list: zones first, in name order, then other regions. The buckets
+// Most buckets' sums are read from their running sums (from_run()). The others are walked:
+// each input's entries of those buckets are added into the sums of their bucket ids (ids_,
+// given when the usage was taken in), list after list: zones first, in name order, then other
+// regions, as every bucket was summed before running sums (docs/control-plane.md). The buckets
 // are then listed in name order (ids_.by_name(), sorted again only when names came or went),
 // merged with the run-time buckets'. At 50 zones x 10,000 buckets a merge of the 54 lists by
 // name spent a third of the tick comparing names (docs/control-plane.md "Bucket ids"). The sums

@@ -340,11 +340,10 @@ class Controller {
         std::uint64_t mono = 0;  // when it was received
         bool kept = false;       // false: a place beside a usage entry without one
     };
-    // A usage entry as aggregate() reads it, written at intake while the entry is in cache:
-    // 72 bytes in one array instead of a 152-byte wire::UsageBucket plus its definitions on
-    // the heap (540,000 entries a tick at 50 zones x 10,000 buckets: the tick is memory-bound).
-    // The entry's one definition is held inline; with none or several, aggregate() reads the
-    // entry's own list (docs/control-plane.md "The tick's column of usage").
+    // A usage entry as the running sums (count_in(), count_out()) and aggregate()'s walk read
+    // it, written by the stand-in pass while the entry is in cache: 72 bytes in one array
+    // instead of a 152-byte wire::UsageBucket plus its definitions on the heap. The entry's
+    // one definition is held inline; with none or several, the walk reads the entry's list.
     struct SumEntry {
         std::uint64_t offered_mrps = 0;
         std::uint64_t admitted_mrps = 0;
@@ -359,7 +358,7 @@ class Controller {
         bool def_keyed = false;
         std::uint8_t definitions = 0;  // in the entry: 0, 1, or 2 for more than one
         bool keys = false;             // the entry carries keys
-        // How the entry was counted into the running sums (run_add()), so that run_sub()
+        // How the entry was counted into the running sums (count_in()), so that count_out()
         // takes out exactly that whatever changed since: kIncomplete | kSimple or kOther.
         std::uint8_t counted = 0;
         wire::Definition def() const {
@@ -504,8 +503,8 @@ class Controller {
     };
 
     static void fill(SumEntry& s, const wire::UsageBucket& b);
-    // The entries of a zone's (zone != nullptr) or peer's usage into or out of the running
-    // sums; `repeats` set when the usage names a bucket twice.
+    // The entries of a zone's (zone != nullptr, or true) or peer's usage into or out of the
+    // running sums; run_replace(): a zone's usage at the same places, `old` its predecessor's.
     void run_add(const std::vector<std::uint32_t>& ids, std::vector<SumEntry>& sums,
                  const ZoneEntry* zone);
     void run_sub(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& sums,
@@ -514,7 +513,7 @@ class Controller {
                      ZoneEntry& zone);
     static void count_in(Run& r, SumEntry& c, bool short_of);
     static void count_out(Run& r, const SumEntry& c);
-    bool repeats(const std::vector<std::uint32_t>& ids);
+    bool repeats(const std::vector<std::uint32_t>& ids);  // an id twice in `ids`
     // One bucket's sums from its running sums; false when they do not say enough (walk).
     bool from_run(BucketUsage& u, const IdRun& r) const;
     Inputs gather(const Clock& now, std::vector<Event>& events);
