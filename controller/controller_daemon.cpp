@@ -1122,6 +1122,11 @@ std::string Daemon::metrics() {
              "Distinct bucket names in the usage held (at most --max-bucket-names; a usage naming "
              "more is refused: messages_ignored_total reason too_many_buckets).");
     m.sample("grl_controller_bucket_names", static_cast<double>(ctl_.bucket_names()));
+    m.family("grl_controller_buckets_walked", "gauge",
+             "Buckets the last tick summed entry by entry, the running sums not saying enough of "
+             "them (one zone only, several definitions, keys, zone scope, run-time buckets): 0 "
+             "in a steady fleet.");
+    m.sample("grl_controller_buckets_walked", static_cast<double>(ctl_.buckets_walked()));
     m.family("grl_bucket_limit_source", "gauge",
              "Where the effective limit comes from (1 for the source in force).");
     for (const auto& [key, i] : insts) {

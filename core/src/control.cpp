@@ -69,12 +69,143 @@ std::string match_text(const wire::RuntimeMatch& m) {
     return s;
 }
 
-void add_rates(Rates& r, const wire::UsageBucket& b) {
+// Of a wire::UsageBucket or a SumEntry.
+template <typename Entry>
+void add_rates(Rates& r, const Entry& b) {
     r.offered += static_cast<double>(b.offered_mrps);
     r.admitted += static_cast<double>(b.admitted_mrps);
     r.dropped += static_cast<double>(b.dropped_mrps);
     r.shadow_dropped += static_cast<double>(b.shadow_dropped_mrps);
 }
+
+}  // namespace
+
+// What aggregate() reads of a usage entry, written while the entry is in cache.
+void Controller::fill(SumEntry& s, const wire::UsageBucket& b) {
+    s.offered_mrps = b.offered_mrps;
+    s.admitted_mrps = b.admitted_mrps;
+    s.dropped_mrps = b.dropped_mrps;
+    s.shadow_dropped_mrps = b.shadow_dropped_mrps;
+    s.hosts = b.hosts;
+    s.rated_hosts = b.rated_hosts;
+    s.keys = !b.keys.empty();
+    s.definitions = static_cast<std::uint8_t>(std::min<std::size_t>(b.definitions.size(), 2));
+    if (s.definitions == 1) {
+        const wire::DefinitionCount& d = b.definitions[0];
+        s.def_limit_mrps = d.def.limit_mrps;
+        s.def_hosts = d.hosts;
+        s.def_scope = d.def.scope;
+        s.def_mode = d.def.mode;
+        s.def_keyed = d.def.keyed;
+    }
+}
+
+// One entry into, out of a bucket's running sums.
+void Controller::count_in(Run& r, SumEntry& c, bool short_of) {
+    ++r.n;
+    if (c.hosts > 0 && c.rated_hosts == 0) {
+        ++r.missing;
+    } else {
+        r.rated[0] += c.offered_mrps;
+        r.rated[1] += c.admitted_mrps;
+        r.rated[2] += c.dropped_mrps;
+        r.rated[3] += c.shadow_dropped_mrps;
+        ++r.rated_n;
+    }
+    c.counted = 0;
+    if (c.rated_hosts < c.hosts || short_of) {
+        ++r.incomplete;
+        c.counted |= kIncomplete;
+    }
+    r.hosts += c.hosts;
+    r.offered += c.offered_mrps;
+    r.admitted += c.admitted_mrps;
+    r.dropped += c.dropped_mrps;
+    r.shadow_dropped += c.shadow_dropped_mrps;
+    r.rated_hosts += c.rated_hosts;
+    r.keys += c.keys;
+    if (c.definitions == 1) {
+        // The first entry with one definition, when no kSimple entry is left, sets the run's:
+        // a definition changed on every host becomes the simple case again once each zone
+        // has sent one usage with it.
+        if (r.simple == 0) r.def = c.def();
+        if (c.def() == r.def) {
+            ++r.simple;
+            r.def_hosts += c.def_hosts;
+            c.counted |= kSimple;
+        } else {
+            ++r.other;
+            c.counted |= kOther;
+        }
+    } else if (c.definitions > 1) {
+        ++r.other;
+        c.counted |= kOther;
+    }
+}
+
+void Controller::count_out(Run& r, const SumEntry& c) {
+    --r.n;
+    if (c.hosts > 0 && c.rated_hosts == 0) {
+        --r.missing;
+    } else {
+        r.rated[0] -= c.offered_mrps;
+        r.rated[1] -= c.admitted_mrps;
+        r.rated[2] -= c.dropped_mrps;
+        r.rated[3] -= c.shadow_dropped_mrps;
+        --r.rated_n;
+    }
+    if (c.counted & kIncomplete) --r.incomplete;
+    r.hosts -= c.hosts;
+    r.offered -= c.offered_mrps;
+    r.admitted -= c.admitted_mrps;
+    r.dropped -= c.dropped_mrps;
+    r.shadow_dropped -= c.shadow_dropped_mrps;
+    r.rated_hosts -= c.rated_hosts;
+    r.keys -= c.keys;
+    if (c.counted & kSimple) {
+        --r.simple;
+        r.def_hosts -= c.def_hosts;
+    }
+    if (c.counted & kOther) --r.other;
+}
+
+void Controller::run_add(const std::vector<std::uint32_t>& ids, std::vector<SumEntry>& sums,
+                         const ZoneEntry* zone) {
+    if (runs_.size() < ids_.span()) runs_.resize(ids_.span());
+    const bool short_of = zone && zone->short_of_hosts;
+    for (std::size_t k = 0; k < sums.size(); ++k)
+        count_in(zone ? runs_[ids[k]].own : runs_[ids[k]].remote, sums[k], short_of);
+}
+
+void Controller::run_sub(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& sums,
+                         bool zone) {
+    for (std::size_t k = 0; k < sums.size(); ++k)
+        count_out(zone ? runs_[ids[k]].own : runs_[ids[k]].remote, sums[k]);
+}
+
+// A zone's usage replaced by one naming the same buckets at the same places: each bucket's
+// sums are touched once, the old entry out and the new one in.
+void Controller::run_replace(const std::vector<std::uint32_t>& ids,
+                             const std::vector<SumEntry>& old, ZoneEntry& zone) {
+    const bool short_of = zone.short_of_hosts;
+    for (std::size_t k = 0; k < zone.sums.size(); ++k) {
+        Run& r = runs_[ids[k]].own;
+        count_out(r, old[k]);
+        count_in(r, zone.sums[k], short_of);
+    }
+}
+
+bool Controller::repeats(const std::vector<std::uint32_t>& ids) {
+    if (seen_.size() < ids_.span()) seen_.resize(ids_.span());
+    ++seen_check_;
+    for (std::uint32_t id : ids) {
+        if (seen_[id] == seen_check_) return true;
+        seen_[id] = seen_check_;
+    }
+    return false;
+}
+
+namespace {
 
 void fnv(std::uint64_t& h, std::string_view s) {
     for (char c : s) {
@@ -343,13 +474,27 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
         e.awaited_hosts = e.usage.hosts;
         e.returned_mono = now.mono_ms;
     }
+    // Out of the running sums before its ids may be released; with the same buckets at the
+    // same places, out and in in one pass below.
+    const bool replace = e.in_run && same_places && e.sums.size() == u.buckets.size();
+    if (replace) {
+        std::swap(e.sums, sums_scratch_);
+    } else if (e.in_run) {
+        run_sub(e.ids, e.sums, true);
+    }
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
     keep_or_release(ids_scratch_, same_places);  // the replaced usage's
+    if (!same_places) e.repeats = repeats(e.ids);
     e.gen = ++usage_gen_;
     const bool judge_change = early && was_fresh && !early->new_rates;
     stand_in(e, now, same_places, judge_change ? &early->change : nullptr);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
+    if (replace) {
+        run_replace(e.ids, sums_scratch_, e);
+    } else if (e.in_run) {
+        run_add(e.ids, e.sums, &e);
+    }
     return Accepted::Yes;
 }
 
@@ -408,10 +553,16 @@ void Controller::stand_in(ZoneEntry& e, const Clock& now, bool same_places, Chan
     std::vector<wire::UsageBucket>& buckets = e.usage.buckets;
     std::vector<LastRated>& old = e.last_rated;
     const std::size_t n = buckets.size();
+    // The entry as aggregate() reads it, once it is final.
+    e.sums.resize(n);
+    auto update_at = [&](std::size_t at, LastRated& l) {
+        update(buckets[at], l);
+        fill(e.sums[at], buckets[at]);
+    };
     // old[k] is buckets[k]'s; e.order still holds. (The previous stand_in left at least n
     // entries: checked all the same, since old[k] past the end would be no entry at all.)
     if (same_places && old.size() >= n) {
-        for (std::size_t k = 0; k < n; ++k) update(buckets[k], old[k]);
+        for (std::size_t k = 0; k < n; ++k) update_at(k, old[k]);
         old.erase(std::remove_if(old.begin() + static_cast<std::ptrdiff_t>(n), old.end(),
                                  [&](const LastRated& l) { return !live(l); }),
                   old.end());
@@ -432,14 +583,14 @@ void Controller::stand_in(ZoneEntry& e, const Clock& now, bool same_places, Chan
     std::size_t i = 0;
     for (std::size_t k = 0; k < n; ++k) {
         const std::size_t at = e.order.empty() ? k : e.order[k];
-        wire::UsageBucket& b = buckets[at];
+        const wire::UsageBucket& b = buckets[at];
         for (; i < sorted.size() && sorted[i]->name < b.name; ++i) {
             if (live(*sorted[i])) next.push_back(std::move(*sorted[i]));
         }
         LastRated& l = next[at];
         if (i < sorted.size() && sorted[i]->name == b.name) l = std::move(*sorted[i++]);
         if (l.name.empty()) l.name = b.name;
-        update(b, l);
+        update_at(at, l);
     }
     for (; i < sorted.size(); ++i) {
         if (live(*sorted[i])) next.push_back(std::move(*sorted[i]));
@@ -513,10 +664,15 @@ Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, s
         return Accepted::TooManyBuckets;
     }
     PeerEntry& e = held == peers_.end() ? peers_[u.source] : held->second;
+    if (e.in_run) run_sub(e.ids, e.sums, false);
     std::swap(e.usage, u);
     std::swap(e.ids, ids_scratch_);
     keep_or_release(ids_scratch_, same_places);
+    if (!same_places) e.repeats = repeats(e.ids);
     e.gen = ++usage_gen_;
+    e.sums.resize(e.usage.buckets.size());
+    for (std::size_t k = 0; k < e.sums.size(); ++k) fill(e.sums[k], e.usage.buckets[k]);
+    if (e.in_run) run_add(e.ids, e.sums, nullptr);
     e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.recv_mono = now.mono_ms;
     const wire::RegionUsage& m = e.usage;
@@ -786,6 +942,18 @@ TickOutput Controller::tick(const Clock& now) {
             sample_wide(name, u, *rule, now, out.events);
         }
     }
+    // One line when buckets start being walked, one when none is any more (the metric says
+    // how many each tick).
+    if (!opt_.walk_entries && (buckets_walked_ > 0) != walking_) {
+        walking_ = buckets_walked_ > 0;
+        out.events.push_back(
+            {Event::Level::Info, "",
+             walking_ ? std::to_string(buckets_walked_) +
+                            " bucket(s) summed entry by entry, their running sums not saying "
+                            "enough (some zones only, several definitions, keys, zone scope, "
+                            "run-time buckets): grl_controller_buckets_walked"
+                      : "every bucket read from its running sums again"});
+    }
     forget_instances();
     note_instances();
     out.instructions = instructions(in, now);
@@ -804,11 +972,23 @@ Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& even
         std::uint64_t iv = std::max(z.usage.interval_ms, opt_.interval_ms);
         if (now.mono_ms >= z.recv_mono + opt_.forget_intervals * iv) {
             events.push_back({Event::Level::Warn, "", "zone " + it->first + " forgotten"});
+            if (z.in_run) run_sub(z.ids, z.sums, true);
             release(it->second.ids);
             it = zones_.erase(it);
             continue;
         }
-        if (zone_fresh(z, now)) {
+        // Into the running sums when it becomes fresh (again), out when it goes stale.
+        const bool fresh = zone_fresh(z, now);
+        if (fresh != z.in_run) {
+            ZoneEntry& e = it->second;
+            if (fresh) {
+                run_add(e.ids, e.sums, &e);
+            } else {
+                run_sub(e.ids, e.sums, true);
+            }
+            e.in_run = fresh;
+        }
+        if (fresh) {
             in.zones.push_back(&z);
             fresh_hosts_ = sat_add(fresh_hosts_, z.usage.hosts);
             stale_hosts_ = sat_add(stale_hosts_, z.usage.stale_hosts);
@@ -827,6 +1007,7 @@ Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& even
         const std::uint64_t forget = std::max(opt_.forget_intervals * iv, opt_.peer_hold_ms);
         if (now.mono_ms >= sat_add(p.recv_mono, forget)) {
             digest_mismatch_.erase(it->first);
+            if (p.in_run) run_sub(p.ids, p.sums, false);
             release(it->second.ids);
             it = peers_.erase(it);
             continue;
@@ -867,6 +1048,18 @@ Controller::Inputs Controller::gather(const Clock& now, std::vector<Event>& even
                                      "reserved)"});
     }
     held_regions_.swap(holding);
+    // Into the running sums: the peer chosen for each other region, and no other.
+    for (auto& [source, p] : peers_) {
+        auto r = in.remote.find(p.usage.region);
+        const bool chosen = r != in.remote.end() && r->second == &p;
+        if (chosen == p.in_run) continue;
+        if (chosen) {
+            run_add(p.ids, p.sums, nullptr);
+        } else {
+            run_sub(p.ids, p.sums, false);
+        }
+        p.in_run = chosen;
+    }
     return in;
 }
 
@@ -895,37 +1088,98 @@ void Controller::expire_overrides(const Clock& now, std::vector<Event>& events) 
 // fleet-wide so that a name is published in one scope only). Run-time buckets get an entry even
 // without usage: they must reach nginx before any host has them.
 //
-// Each input's entries are added into the sums of their bucket ids (ids_, given when the usage
-// was taken in), list after list: zones first, in name order, then other regions. The buckets
+// Most buckets' sums are read from their running sums (from_run()). The others are walked:
+// each input's entries of those buckets are added into the sums of their bucket ids (ids_,
+// given when the usage was taken in), list after list: zones first, in name order, then other
+// regions, as every bucket was summed before running sums (docs/control-plane.md). The buckets
 // are then listed in name order (ids_.by_name(), sorted again only when names came or went),
 // merged with the run-time buckets'. At 50 zones x 10,000 buckets a merge of the 54 lists by
 // name spent a third of the tick comparing names (docs/control-plane.md "Bucket ids"). The sums
 // keep their vectors' capacity from tick to tick.
 const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& now) {
     if (by_id_.size() < ids_.span()) by_id_.resize(ids_.span());
+    if (runs_.size() < ids_.span()) runs_.resize(ids_.span());
+    // What the running sums say of a bucket that every zone (or every peer) with entries
+    // reports: the basis_ms and gen aggregate() would find walking those zones in name order.
+    // (A zone without entries, such as a relay's collector without hosts, holds no bucket.)
+    run_basis_ms_ = run_zones_gen_ = run_peers_gen_ = 0;
+    run_peers_ = 0;
+    tick_zones_.clear();
+    // A usage names a bucket twice (counts then say nothing), or the option: walk all.
+    bool walk_all = opt_.walk_entries;
+    for (const ZoneEntry* z : in.zones) {
+        walk_all = walk_all || z->repeats;
+        if (z->usage.buckets.empty()) continue;
+        const std::uint64_t ts = z->usage.ts_ms;
+        run_basis_ms_ = run_basis_ms_ == 0 ? ts : std::min(run_basis_ms_, ts);
+        run_zones_gen_ = std::max(run_zones_gen_, z->gen);
+        tick_zones_.push_back(z->name);
+    }
+    for (const auto& [region, p] : in.remote) {
+        walk_all = walk_all || p->repeats;
+        if (p->usage.buckets.empty()) continue;
+        run_peers_gen_ = std::max(run_peers_gen_, p->gen);
+        ++run_peers_;
+    }
+    walk_.assign(ids_.span(), walk_all ? 1 : 0);
+    bool any_walk = walk_all;
+    // Run-time buckets are walked: a zone-scoped one is sampled per zone from the entries.
+    auto walk_name = [&](const std::string& name) {
+        const std::uint32_t id = ids_.find(name);
+        if (id == BucketIds::kNone) return;
+        walk_[id] = 1;
+        any_walk = true;
+    };
+    for (const auto& [name, o] : overrides_) {
+        if (o.has_match && override_active(o, now)) walk_name(name);
+    }
+    for (const auto& [name, f] : limits_.buckets) {
+        if (f.has_match) walk_name(name);
+    }
+    for (std::uint32_t id = 0; id < walk_.size(); ++id) {
+        const IdRun& r = runs_[id];
+        if (walk_[id] || r.own.n + r.remote.n == 0) continue;  // walked, or in no input
+        BucketUsage& u = by_id_[id];
+        if (from_run(u, r)) {
+            u.tick = tick_;
+            u.name = ids_.name(id);
+        } else {
+            walk_[id] = 1;
+            any_walk = true;
+        }
+    }
     auto start = [&](BucketUsage& u, std::string_view name) {  // capacity kept
         u.tick = tick_;
         u.name = name;
         u.own.clear();
+        u.own_zones = 0;
         u.remote.clear();
         u.own_defs.clear();
         u.fleet_defs.clear();
         u.own_sums = u.remote_sums = BucketUsage::Sums{};
         u.basis_ms = 0;
         u.inputs_gen = 0;
+        u.own_n = u.remote_n = 0;
+        u.own_all = false;
     };
-    // merge_definitions() without a call in the most common case: every host of the fleet
-    // reports one definition.
-    auto merge = [](std::vector<wire::DefinitionCount>& into,
-                    const std::vector<wire::DefinitionCount>& add) {
-        if (into.size() == 1 && add.size() == 1 && into[0].def == add[0].def) {
-            into[0].hosts = sat_add(into[0].hosts, add[0].hosts);
+    // merge_definitions() without a call, nor a read of the entry's own list, in the most
+    // common case: every host of the fleet reports one definition.
+    auto merge = [](std::vector<wire::DefinitionCount>& into, const SumEntry& c,
+                    const wire::UsageBucket& b) {
+        if (c.definitions == 1 && into.size() == 1 && into[0].def == c.def()) {
+            into[0].hosts = sat_add(into[0].hosts, c.def_hosts);
+        } else if (c.definitions == 1 && into.empty()) {
+            into.push_back({c.def(), c.def_hosts});
+        } else if (c.definitions == 0) {
+            // Nothing to add (`into` is sorted already, as merge_definitions() leaves it).
         } else {
-            merge_definitions(into, add);
+            merge_definitions(into, b.definitions);
         }
     };
-    auto add = [&](const wire::UsageBucket& b, std::uint32_t id, const ZoneEntry* zone,
-                   std::uint64_t gen) {
+    // `c` is the entry `b` as stand_in() or keep_region_usage() left it: `b` is only read
+    // when `c` does not say enough (several definitions).
+    auto add = [&](const SumEntry& b, const wire::UsageBucket& entry, std::uint32_t id,
+                   const ZoneEntry* zone, std::uint64_t gen) {
         BucketUsage& u = by_id_[id];
         if (u.tick != tick_) start(u, ids_.name(id));
         u.inputs_gen = std::max(u.inputs_gen, gen);
@@ -943,30 +1197,36 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
         sums.dropped = sat_add(sums.dropped, b.dropped_mrps);
         sums.shadow_dropped = sat_add(sums.shadow_dropped, b.shadow_dropped_mrps);
         sums.rated_hosts = sat_add(sums.rated_hosts, b.rated_hosts);
-        sums.keys = sums.keys || !b.keys.empty();
+        sums.keys = sums.keys || b.keys;
         if (zone) {
             // The hosts that apply an instance's ratio here reported to these zones: the
             // oldest of their usages bounds which of its own reports a host finds in the
             // sample (sample_wide).
             const std::uint64_t ts = zone->usage.ts_ms;
             u.basis_ms = u.basis_ms == 0 ? ts : std::min(u.basis_ms, ts);
-            u.own.emplace_back(zone, &b);
-            merge(u.own_defs, b.definitions);
+            if (u.own.empty() || u.own.back().first != zone) ++u.own_zones;
+            u.own.emplace_back(zone, &entry);
+            merge(u.own_defs, b, entry);
         } else {
             // This region's definitions, then the fleet's from them.
             if (u.remote.empty()) u.fleet_defs = u.own_defs;
-            u.remote.push_back(&b);
-            merge(u.fleet_defs, b.definitions);
+            u.remote.push_back(&entry);
+            merge(u.fleet_defs, b, entry);
         }
     };
+    // The buckets the running sums do not say enough of, entry by entry (walk_: the rare
+    // cases, see from_run()).
     for (const ZoneEntry* z : in.zones) {
         const std::vector<wire::UsageBucket>& buckets = z->usage.buckets;
-        for (std::size_t k = 0; k < buckets.size(); ++k) add(buckets[k], z->ids[k], z, z->gen);
+        for (std::size_t k = 0; any_walk && k < buckets.size(); ++k) {
+            if (walk_[z->ids[k]]) add(z->sums[k], buckets[k], z->ids[k], z, z->gen);
+        }
     }
     for (const auto& [region, p] : in.remote) {
         const std::vector<wire::UsageBucket>& buckets = p->usage.buckets;
-        for (std::size_t k = 0; k < buckets.size(); ++k)
-            add(buckets[k], p->ids[k], nullptr, p->gen);
+        for (std::size_t k = 0; any_walk && k < buckets.size(); ++k) {
+            if (walk_[p->ids[k]]) add(p->sums[k], buckets[k], p->ids[k], nullptr, p->gen);
+        }
     }
     std::vector<std::string_view> runtime;  // run-time buckets, with or without usage
     for (const auto& [name, o] : overrides_) {
@@ -985,17 +1245,84 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
         usage_.push_back(&u);
     };
     usage_.clear();
+    buckets_walked_ = 0;
     for (std::uint32_t id : ids_.by_name()) {
         BucketUsage& u = by_id_[id];
         if (u.tick != tick_) continue;  // no fresh input names it
         while (next_runtime < runtime.size() && runtime[next_runtime] < u.name)
             runtime_only(runtime[next_runtime]);
         if (next_runtime < runtime.size() && runtime[next_runtime] == u.name) ++next_runtime;
-        if (u.remote.empty()) u.fleet_defs = u.own_defs;
+        if (walk_[id]) {
+            ++buckets_walked_;
+            if (u.remote.empty()) u.fleet_defs = u.own_defs;
+            u.own_n = u.own.size();
+            u.remote_n = u.remote.size();
+            u.own_all = u.own.size() == u.own_zones && u.own_zones == tick_zones_.size();
+        }
         usage_.push_back(&u);
     }
     while (next_runtime < runtime.size()) runtime_only(runtime[next_runtime]);
     return usage_;
+}
+
+// A bucket's sums from its running sums, exactly what walking its entries would give, when
+// they say enough: its zones are none or all the fresh zones with entries, its peers none or
+// all those chosen with entries (a zone names a bucket once: then basis_ms and inputs_gen are
+// those inputs', and own_zones all of them), no entry
+// carries keys or more than one definition, or another definition than the run's (then the
+// definitions are one count each), none is zone-scoped (sampled per zone from the entries),
+// and the rated sums are below 2^53 (then summing them as doubles, entry by entry, was exact).
+bool Controller::from_run(BucketUsage& u, const IdRun& r) const {
+    const Run& o = r.own;
+    const Run& m = r.remote;
+    if (o.n != 0 && o.n != tick_zones_.size()) return false;
+    if (m.n != 0 && m.n != run_peers_) return false;
+    if (o.other || m.other || o.keys || m.keys) return false;
+    if ((o.simple && o.def.scope == Scope::Zone) || (m.simple && m.def.scope == Scope::Zone))
+        return false;
+    constexpr Wide kExact = Wide(1) << 53;
+    for (int i = 0; i < 4; ++i) {
+        if (o.rated[i] + m.rated[i] >= kExact) return false;
+    }
+    auto sat = [](Wide w) { return w > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(w); };
+    auto sums = [&](const Run& x, BucketUsage::Sums& s) {
+        s.rated.offered = static_cast<double>(static_cast<std::uint64_t>(x.rated[0]));
+        s.rated.admitted = static_cast<double>(static_cast<std::uint64_t>(x.rated[1]));
+        s.rated.dropped = static_cast<double>(static_cast<std::uint64_t>(x.rated[2]));
+        s.rated.shadow_dropped = static_cast<double>(static_cast<std::uint64_t>(x.rated[3]));
+        s.rated_n = x.rated_n;
+        s.missing = x.missing;
+        s.incomplete = x.incomplete;
+        s.hosts = sat(x.hosts);
+        s.offered = sat(x.offered);
+        s.admitted = sat(x.admitted);
+        s.dropped = sat(x.dropped);
+        s.shadow_dropped = sat(x.shadow_dropped);
+        s.rated_hosts = sat(x.rated_hosts);
+        s.keys = false;
+    };
+    sums(o, u.own_sums);
+    sums(m, u.remote_sums);
+    u.own.clear();
+    u.remote.clear();
+    u.own_n = o.n;
+    u.own_zones = o.n;
+    u.remote_n = m.n;
+    u.own_all = o.n == tick_zones_.size();
+    u.basis_ms = o.n ? run_basis_ms_ : 0;
+    u.inputs_gen = std::max(o.n ? run_zones_gen_ : 0, m.n ? run_peers_gen_ : 0);
+    u.own_defs.clear();
+    if (o.simple) u.own_defs.push_back({o.def, sat(o.def_hosts)});
+    u.fleet_defs = u.own_defs;
+    if (m.simple) {
+        // As merge_definitions() would merge the peers' entries one by one.
+        if (u.fleet_defs.size() == 1 && u.fleet_defs[0].def == m.def) {
+            u.fleet_defs[0].hosts = sat(o.def_hosts + m.def_hosts);
+        } else {
+            merge_definitions(u.fleet_defs, {{m.def, sat(m.def_hosts)}});
+        }
+    }
+    return true;
 }
 
 // What applies to every instance of a bucket: its override in force, its limits-file entry,
@@ -1105,7 +1432,7 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
         s.hosts = sat_add(s.hosts, u.remote_sums.hosts);
         s.domain = &u.fleet_defs;  // a global bucket's hosts are the fleet's
     }
-    s.has_usage = !u.own.empty() || (global && !u.remote.empty());
+    s.has_usage = u.own_n > 0 || (global && u.remote_n > 0);
     if (!s.has_usage && !rule.match) return;
     s.hold = missing > 0 && find_instance(name, rule.scope, "") != nullptr;
     if (s.has_usage && rated == 0 && !s.hold && !rule.match) return;
@@ -1123,6 +1450,7 @@ void Controller::sample_wide(std::string_view name, const BucketUsage& u, const 
     }
     if (!key_lists.empty()) s.keys = sum_keys(key_lists, kMaxInstanceKeys);
     s.own = &u.own;
+    s.own_all = u.own_all;
     update_instance(name, "", rule, std::move(s), now, events);
 }
 
@@ -1152,8 +1480,9 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
     inst.hosts = s.hosts;
     inst.own_hosts = s.own_hosts;
     inst.own_zones.clear();  // its capacity kept
+    inst.own_zones_all = s.own_all;
     if (s.zone) inst.own_zones.push_back(s.zone->name);
-    if (s.own) {
+    if (s.own && !s.own_all) {
         for (const auto& [z, b] : *s.own) inst.own_zones.push_back(z->name);
     }
     // A run-time bucket that lost its definition while hosts still report it: it is not a
@@ -1484,7 +1813,7 @@ wire::RegionUsage Controller::region_usage(const Inputs& in, const Usage& usage,
     ru.limits_digest = limits_digest_;
     for (const BucketUsage* p : usage) {
         const BucketUsage& a = *p;
-        if (a.own.empty()) continue;
+        if (a.own_n == 0) continue;
         wire::UsageBucket u;
         u.name = a.name;
         u.offered_mrps = a.own_sums.offered;  // summed by aggregate()
@@ -1619,7 +1948,7 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
         s.keyed = inst.keyed;
         s.keys_limited = inst.keys.limited();
         if (with_hosts) {
-            for (const std::string_view zname : inst.own_zones) {
+            for (const std::string_view zname : inst.own_zones_all ? tick_zones_ : inst.own_zones) {
                 auto z = zones_.find(std::string(zname));
                 if (z == zones_.end()) continue;
                 const wire::ZoneUsage& u = z->second.usage;

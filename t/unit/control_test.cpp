@@ -1614,5 +1614,353 @@ TEST(Hardening, ExpiryStampsDoNotWrap) {
     EXPECT_EQ(entry(out, Scope::Global, "block-evil")->ratio_ppm, kPpmOne);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Running sums (docs/control-plane.md "Running sums"): a controller that keeps them and one that
+// sums every entry at every tick (Options::walk_entries, the reference) are fed the same usage
+// and must agree on everything, tick after tick, through what the bookkeeping must get right.
+
+struct Twins {
+    Fleet f;
+    Controller run;
+    Controller walk;
+    static Options walking(Options o) {
+        o.walk_entries = true;
+        return o;
+    }
+    explicit Twins(const Options& o = opts()) : run(o), walk(walking(o)) {}
+    void zone(const wire::ZoneUsage& u) {
+        EXPECT_EQ(run.on_zone_usage(u, f.now), walk.on_zone_usage(u, f.now));
+    }
+    void peer(const wire::RegionUsage& u) {
+        EXPECT_EQ(run.on_region_usage(u, f.now), walk.on_region_usage(u, f.now));
+    }
+    static std::string bytes(const wire::Instructions& m) {
+        std::string s;
+        wire::encode(m, s);
+        return s;
+    }
+    static std::string bytes(const wire::RegionUsage& m) {
+        std::string s;
+        wire::encode(m, s);
+        return s;
+    }
+    static std::string status(const Controller& c) {
+        wire::AdminReply r;
+        r.buckets = c.status("", true);
+        std::string s;
+        wire::encode(r, s);
+        return s;
+    }
+    // Ticks both; what the running sums' controller published, and its buckets walked.
+    std::uint64_t tick() {
+        const TickOutput a = run.tick(f.now);
+        const TickOutput b = walk.tick(f.now);
+        EXPECT_EQ(a.instructions.size(), b.instructions.size());
+        for (std::size_t i = 0; i < a.instructions.size() && i < b.instructions.size(); ++i)
+            EXPECT_EQ(bytes(a.instructions[i]), bytes(b.instructions[i])) << "message " << i;
+        EXPECT_EQ(bytes(a.region_usage), bytes(b.region_usage));
+        std::size_t running = 0;  // the lines only the running sums' controller logs
+        for (const Event& e : a.events) running += e.text.find("running sums") != std::string::npos;
+        EXPECT_EQ(a.events.size() - running, b.events.size());
+        EXPECT_EQ(status(run), status(walk));
+        const Controller::Instances& x = run.instances();
+        const Controller::Instances& y = walk.instances();
+        EXPECT_EQ(x.size(), y.size());
+        for (auto i = x.begin(), j = y.begin(); i != x.end() && j != y.end(); ++i, ++j) {
+            const Instance& p = i->second;
+            const Instance& q = j->second;
+            SCOPED_TRACE(p.bucket + " " + p.zone);
+            EXPECT_EQ(p.bucket, q.bucket);
+            EXPECT_EQ(p.zone, q.zone);
+            EXPECT_EQ(p.scope, q.scope);
+            EXPECT_EQ(p.offered_mrps, q.offered_mrps);
+            EXPECT_EQ(p.admitted_mrps, q.admitted_mrps);
+            EXPECT_EQ(p.dropped_mrps, q.dropped_mrps);
+            EXPECT_EQ(p.shadow_dropped_mrps, q.shadow_dropped_mrps);
+            EXPECT_EQ(p.ratio_ppm, q.ratio_ppm);
+            EXPECT_EQ(p.limit_mrps, q.limit_mrps);
+            EXPECT_EQ(p.hosts, q.hosts);
+            EXPECT_EQ(p.own_hosts, q.own_hosts);
+            EXPECT_EQ(p.definitions, q.definitions);
+            EXPECT_EQ(p.disagreeing_hosts, q.disagreeing_hosts);
+            EXPECT_EQ(p.has_usage, q.has_usage);
+            EXPECT_EQ(p.last_provisional, q.last_provisional);
+            EXPECT_EQ(p.attacking, q.attacking);
+            EXPECT_EQ(p.inputs_gen, q.inputs_gen);
+            EXPECT_EQ(p.basis_offered_mrps, q.basis_offered_mrps);
+            EXPECT_EQ(p.basis_ms, q.basis_ms);
+            EXPECT_EQ(p.samples.size(), q.samples.size());
+            for (std::size_t k = 0; k < p.samples.size() && k < q.samples.size(); ++k) {
+                EXPECT_EQ(p.samples[k].offered, q.samples[k].offered);
+                EXPECT_EQ(p.samples[k].admitted, q.samples[k].admitted);
+                EXPECT_EQ(p.samples[k].dropped, q.samples[k].dropped);
+                EXPECT_EQ(p.samples[k].shadow_dropped, q.samples[k].shadow_dropped);
+            }
+        }
+        EXPECT_GE(walk.buckets_walked(), run.buckets_walked());  // the reference walks all
+        last = a;
+        return run.buckets_walked();
+    }
+    void advance(std::uint64_t ms = 1000) { f.advance(ms); }
+    TickOutput last;  // the running sums' controller's last tick
+};
+
+// The instance the running sums' controller holds for `bucket`; a failure (not a crash) when
+// it holds none.
+const Instance& held(const Controller& c, const std::string& bucket) {
+    static const Instance kNone;
+    const Instance* i = inst(c, bucket);
+    if (i == nullptr) ADD_FAILURE() << "no instance of " << bucket;
+    return i ? *i : kNone;
+}
+
+// Its newest sample's offered rate (-1: none).
+double newest(const Controller& c, const std::string& bucket) {
+    const Instance& i = held(c, bucket);
+    return i.samples.empty() ? -1.0 : i.samples.back().offered;
+}
+
+// Every usage a zone or peer sends in these tests: buckets a, b, c, global, at rates that
+// change with `k` so that every tick's sums differ.
+std::vector<wire::UsageBucket> abc(std::uint64_t k, std::uint64_t hosts = 2) {
+    return {ub("a", 10.0 + k, hosts), ub("b", 20.0 + 2 * k, hosts), ub("c", 5.0 + k, hosts)};
+}
+
+TEST(RunningSums, ZonesGoStaleComeBackAndAreForgotten) {
+    Twins t;
+    std::uint64_t k = 0;
+    auto send = [&](std::initializer_list<const char*> zones) {
+        for (const char* z : zones) t.zone(zu(z, abc(++k), t.f.now));
+        t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));
+    };
+    send({"z1", "z2", "z3"});
+    EXPECT_EQ(t.tick(), 0u);       // every zone and peer holds every bucket: no walk
+    for (int i = 0; i < 5; ++i) {  // z2 silent: stale after 3 intervals, out of the sums
+        t.advance();
+        send({"z1", "z3"});
+        EXPECT_EQ(t.tick(), 0u);
+    }
+    EXPECT_EQ(held(t.run, "a").own_hosts, 4u);  // z1 and z3
+    t.advance();
+    send({"z1", "z2", "z3"});  // back: into the sums again
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").own_hosts, 6u);
+    // z3 silent until forgotten, with no tick in between (it is still in the sums then).
+    t.advance(62000);
+    send({"z1", "z2"});
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").own_hosts, 4u);
+    t.advance();
+    send({"z1", "z2", "z3"});  // a new zone by that name
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").own_hosts, 6u);
+}
+
+TEST(RunningSums, APeerIsReplacedByAnotherOfItsRegion) {
+    Twins t;
+    std::uint64_t k = 0;
+    t.zone(zu("z1", abc(++k), t.f.now));
+    t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").hosts, 7u);
+    t.advance();
+    t.zone(zu("z1", abc(++k), t.f.now));
+    t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));
+    t.advance(10);
+    t.peer(peer_usage("ctl-b2", "r2", abc(++k, 3), t.f.now));  // newer: chosen for r2
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").hosts, 5u);
+    t.advance();
+    t.zone(zu("z1", abc(++k), t.f.now));
+    t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));  // newer again: back to ctl-b
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").hosts, 7u);
+    for (int i = 0; i < 5; ++i) {  // r2 silent: held in the sums (a partition), unchanged
+        t.advance();
+        t.zone(zu("z1", abc(++k), t.f.now));
+        EXPECT_EQ(t.tick(), 0u);
+    }
+    EXPECT_EQ(held(t.run, "a").hosts, 7u);
+    t.peer(peer_usage("ctl-c", "r3", abc(++k, 1), t.f.now));  // a third region
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").hosts, 8u);
+    // Every peer silent past peer_hold_ms with no tick in between: forgotten from the sums.
+    t.advance(601000);
+    t.zone(zu("z1", abc(++k), t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").hosts, 2u);
+}
+
+TEST(RunningSums, AnIdReleasedIsReusedByAnotherName) {
+    Twins t;
+    std::uint64_t k = 0;
+    t.zone(zu("z1", abc(++k), t.f.now));
+    t.zone(zu("z2", abc(++k), t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    const std::uint64_t names = t.run.bucket_names();
+    t.advance();
+    // "c" leaves every usage (its id is released), "d" comes (and takes an id, maybe c's).
+    auto abd = [&](std::uint64_t hosts) {
+        return std::vector<wire::UsageBucket>{ub("a", 1.0 + static_cast<double>(++k), hosts),
+                                              ub("b", 2, hosts), ub("d", 7, hosts)};
+    };
+    t.zone(zu("z1", abd(2), t.f.now));
+    t.zone(zu("z2", abd(3), t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(t.run.bucket_names(), names);
+    EXPECT_EQ(inst(t.run, "c"), nullptr);
+    EXPECT_EQ(held(t.run, "d").own_hosts, 5u);
+    EXPECT_EQ(newest(t.run, "d"), 14000);
+}
+
+TEST(RunningSums, SumsBeyondWhatDoublesHoldExactlyAreWalked) {
+    Twins t;
+    wire::UsageBucket big = ub("b", 0, 1);
+    big.offered_mrps = big.admitted_mrps = (1ULL << 63) + 5;  // the sum saturates
+    // Hosts whose sum saturates: counted exactly, saturated when read, not walked.
+    wire::UsageBucket many = ub("h", 1, 1ULL << 63);
+    for (const char* z : {"z1", "z2"}) {
+        wire::ZoneUsage u = zu(z, {ub("a", 1), big, many}, t.f.now);
+        u.hosts = 1;  // the API does not check entries against it (the decoders do)
+        t.zone(u);
+    }
+    EXPECT_EQ(t.tick(), 1u);  // b
+    EXPECT_EQ(held(t.run, "h").hosts, UINT64_MAX);
+    EXPECT_EQ(held(t.run, "h").definitions.at(0).hosts, UINT64_MAX);
+    t.advance();
+    // 2^53 mrps, then 1 and 1: summed as doubles one by one, each 1 is lost (2^53 + 1 rounds
+    // to 2^53), while the exact sum 2^53 + 2 is a double.
+    big.offered_mrps = big.admitted_mrps = 1ULL << 53;
+    wire::UsageBucket one = ub("b", 0, 1);
+    one.offered_mrps = one.admitted_mrps = 1;
+    t.zone(zu("z1", {ub("a", 1), big}, t.f.now));
+    t.zone(zu("z2", {ub("a", 2), one}, t.f.now));
+    t.zone(zu("z3", {ub("a", 2), one}, t.f.now));
+    EXPECT_EQ(t.tick(), 1u);
+    EXPECT_EQ(newest(t.run, "b"), 9007199254740992.0);
+    t.advance();
+    t.zone(zu("z1", {ub("a", 1), ub("b", 3)}, t.f.now));
+    t.zone(zu("z2", {ub("a", 2), ub("b", 4)}, t.f.now));
+    t.zone(zu("z3", {ub("a", 2), ub("b", 5)}, t.f.now));
+    EXPECT_EQ(t.tick(), 0u);  // taken out exactly: the running sums hold again
+    EXPECT_EQ(newest(t.run, "b"), 12000);
+}
+
+TEST(RunningSums, ADefinitionChangesOnSomeHosts) {
+    Twins t;
+    std::uint64_t k = 0;
+    t.zone(zu("z1", abc(++k), t.f.now));
+    t.zone(zu("z2", abc(++k), t.f.now));
+    t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    // A reload on z1's hosts: a's limit 200 r/s there; then on a host of z2 only.
+    t.advance();
+    std::vector<wire::UsageBucket> z1 = abc(++k);
+    z1[0] = ub("a", 11, 2, Scope::Global, 200);
+    t.zone(zu("z1", z1, t.f.now));
+    EXPECT_EQ(t.tick(), 1u);  // a
+    t.advance();
+    std::vector<wire::UsageBucket> z2 = abc(++k);
+    z2[0].definitions = {{{Scope::Global, Mode::Deny, 200000}, 1},
+                         {{Scope::Global, Mode::Deny, 100000}, 1}};
+    t.zone(zu("z2", z2, t.f.now));
+    EXPECT_EQ(t.tick(), 1u);
+    // Every host of the region on the new definition, the other region on the old one: one
+    // definition per side, counted, not walked; then the fleet on the new one.
+    t.advance();
+    z2[0] = ub("a", 13, 2, Scope::Global, 200);
+    t.zone(zu("z2", z2, t.f.now));
+    t.zone(zu("z1", z1, t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").limit_mrps, 100000u);  // 5 hosts against 4
+    std::vector<wire::UsageBucket> p = abc(++k, 5);
+    p[0] = ub("a", 3, 5, Scope::Global, 200);
+    t.peer(peer_usage("ctl-b", "r2", p, t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").limit_mrps, 200000u);
+    // The region on one definition, the other region on another: still counted, not walked.
+    t.advance();
+    p[0] = ub("a", 3, 5, Scope::Global, 300);
+    t.peer(peer_usage("ctl-b", "r2", p, t.f.now));
+    t.zone(zu("z2", z2, t.f.now));
+    t.zone(zu("z1", z1, t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(held(t.run, "a").limit_mrps, 300000u);  // 5 hosts against 4
+}
+
+TEST(RunningSums, TheRareCasesAreWalked) {
+    Twins t;
+    std::uint64_t k = 0;
+    auto all = [&](std::vector<wire::UsageBucket> extra1) {
+        std::vector<wire::UsageBucket> z1 = abc(++k);
+        for (auto& b : extra1) z1.push_back(b);
+        std::sort(z1.begin(), z1.end(), [](const wire::UsageBucket& x, const wire::UsageBucket& y) {
+            return x.name < y.name;
+        });
+        t.zone(zu("z1", z1, t.f.now));
+        t.zone(zu("z2", abc(++k), t.f.now));
+        t.peer(peer_usage("ctl-b", "r2", abc(++k, 5), t.f.now));
+    };
+    t.zone(zu("z0", {}, t.f.now));  // a zone without entries (a relay's, without hosts)
+    all({});
+    EXPECT_EQ(t.tick(), 0u);
+    t.advance();
+    t.zone(zu("z0", {}, t.f.now));
+    all({ub("e", 4)});  // one zone only
+    EXPECT_EQ(t.tick(), 1u);
+    EXPECT_TRUE(has_event(t.last, "1 bucket(s) summed entry by entry"));
+    t.advance();
+    wire::UsageBucket zb = ub("f", 50, 2, Scope::Zone, 10);  // zone-scoped: per zone
+    all({zb});
+    EXPECT_EQ(t.tick(), 1u);
+    t.advance();
+    wire::UsageBucket keyed = ub("g", 9, 1);
+    keyed.definitions[0].def.keyed = true;
+    keyed.keys = {{1, "", 9000, 0, 1}};
+    all({keyed});
+    EXPECT_EQ(t.tick(), 1u);
+    t.advance();
+    wire::UsageBucket part = ub("a", 11, 2);
+    part.rated_hosts = 1;  // partial rates: counted as incomplete, not walked
+    wire::UsageBucket unrated = ub("b", 0, 2);
+    unrated.rated_hosts = 0;  // the last rated entry stands in
+    t.zone(zu("z1", {part, unrated, ub("c", 1, 2)}, t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    t.advance();
+    // A collector restart: lower seq, fewer hosts than before (short of hosts for a while).
+    wire::ZoneUsage restarted = zu("z2", abc(++k, 1), t.f.now);
+    restarted.seq = 1;
+    t.zone(restarted);
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_TRUE(held(t.run, "a").last_provisional);
+    t.advance();
+    // A usage naming a bucket twice (the decoders refuse it; the API does not): walk all.
+    t.zone(zu("z1", {ub("a", 1), ub("a", 2), ub("b", 1), ub("c", 1)}, t.f.now));
+    EXPECT_EQ(t.tick(), 3u);
+    t.advance();
+    all({});
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_TRUE(has_event(t.last, "every bucket read from its running sums again"));
+}
+
+TEST(RunningSums, RunTimeBucketsAreWalked) {
+    Twins t;
+    wire::RuntimeMatch m;
+    m.caller = "evil";
+    m.scope = Scope::Zone;
+    ASSERT_EQ(t.run.add_runtime("block-evil", m, 0, Mode::Deny, 0, t.f.now), "");
+    ASSERT_EQ(t.walk.add_runtime("block-evil", m, 0, Mode::Deny, 0, t.f.now), "");
+    t.zone(zu("z1", abc(1), t.f.now));
+    t.zone(zu("z2", abc(2), t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    t.advance();
+    wire::UsageBucket be = ub("block-evil", 3, 1, Scope::Zone, 0);
+    std::vector<wire::UsageBucket> z1 = abc(3);
+    z1.insert(z1.begin() + 2, be);  // a, b, block-evil, c
+    t.zone(zu("z1", z1, t.f.now));
+    t.zone(zu("z2", abc(4), t.f.now));
+    EXPECT_EQ(t.tick(), 1u);
+}
+
 }  // namespace
 }  // namespace grl::control

@@ -76,6 +76,9 @@ struct Options {
     std::uint64_t peer_hold_ms = 600000;
     // Keys held per keyed bucket instance (docs/per-key.md): beyond it, new keys are refused.
     std::uint32_t max_instance_keys = kMaxInstanceKeys;
+    // Sum every bucket entry by entry at every tick, not from the running sums
+    // (docs/control-plane.md "Running sums"): the reference the unit tests compare them with.
+    bool walk_entries = false;
 };
 
 // One bucket's entry in the limits file.
@@ -220,6 +223,9 @@ struct Instance {
     // before a zone named here can be forgotten). Copied as strings, 50 zones x 10,000
     // instances were a sixth of a tick's instructions (grl_tick_bench).
     std::vector<std::string_view> own_zones;
+    // Instead of own_zones: every zone of the last tick's inputs that has entries (the common
+    // case, which filled 500,000 views a tick at 50 zones x 10,000 buckets).
+    bool own_zones_all = false;
     std::uint64_t tick = 0;  // last tick that produced the instance
 
     std::deque<Rates> samples;      // the smoothing window, newest last
@@ -319,6 +325,9 @@ class Controller {
     std::uint64_t keys_refused() const { return keys_refused_; }
     // Distinct bucket names in the usage held (at most max_bucket_names).
     std::uint64_t bucket_names() const { return ids_.size(); }
+    // Buckets the last tick summed entry by entry, the running sums not saying enough of them
+    // (docs/control-plane.md "Running sums"): 0 in a steady fleet.
+    std::uint64_t buckets_walked() const { return buckets_walked_; }
 
   private:
     struct LastRated {
@@ -331,9 +340,63 @@ class Controller {
         std::uint64_t mono = 0;  // when it was received
         bool kept = false;       // false: a place beside a usage entry without one
     };
+    // A usage entry as the running sums (count_in(), count_out()) and aggregate()'s walk read
+    // it, written by the stand-in pass while the entry is in cache: 72 bytes in one array
+    // instead of a 152-byte wire::UsageBucket plus its definitions on the heap. The entry's
+    // one definition is held inline; with none or several, the walk reads the entry's list.
+    struct SumEntry {
+        std::uint64_t offered_mrps = 0;
+        std::uint64_t admitted_mrps = 0;
+        std::uint64_t dropped_mrps = 0;
+        std::uint64_t shadow_dropped_mrps = 0;
+        std::uint64_t hosts = 0;
+        std::uint64_t rated_hosts = 0;
+        std::uint64_t def_limit_mrps = 0;  // the one definition (definitions == 1)
+        std::uint64_t def_hosts = 0;
+        Scope def_scope = Scope::Global;
+        Mode def_mode = Mode::Deny;
+        bool def_keyed = false;
+        std::uint8_t definitions = 0;  // in the entry: 0, 1, or 2 for more than one
+        bool keys = false;             // the entry carries keys
+        // How the entry was counted into the running sums (count_in()), so that count_out()
+        // takes out exactly that whatever changed since: kIncomplete | kSimple or kOther.
+        std::uint8_t counted = 0;
+        wire::Definition def() const {
+            wire::Definition d;
+            d.scope = def_scope;
+            d.mode = def_mode;
+            d.limit_mrps = def_limit_mrps;
+            d.keyed = def_keyed;
+            return d;
+        }
+    };
+    static constexpr std::uint8_t kIncomplete = 1;  // SumEntry::counted
+    static constexpr std::uint8_t kSimple = 2;      // its one definition is the Run's `def`
+    static constexpr std::uint8_t kOther = 4;       // several definitions, or another one
+    using Wide = unsigned __int128;  // sums of up to 2^64 entries of 2^64: never overflows
+    // Running sums of one bucket id over the entries of the inputs in the sums (a zone or peer
+    // whose `in_run` is set): what aggregate() would sum, kept as usages come and go, so that
+    // a tick costs per bucket rather than per entry (docs/control-plane.md "Running sums").
+    // Wide, so that taking an entry out is exact; saturated when read.
+    struct Run {
+        Wide rated[4] = {0, 0, 0, 0};  // offered, admitted, dropped, shadow: rated entries
+        Wide hosts = 0, offered = 0, admitted = 0, dropped = 0, shadow_dropped = 0;
+        Wide rated_hosts = 0;
+        Wide def_hosts = 0;   // of the kSimple entries
+        std::uint64_t n = 0;  // entries
+        std::uint64_t rated_n = 0, missing = 0, incomplete = 0, keys = 0;
+        std::uint64_t simple = 0, other = 0;  // entries counted kSimple, kOther
+        wire::Definition def;                 // the kSimple entries' definition
+    };
+    struct IdRun {
+        Run own, remote;  // this region's zones, the other regions' peers
+    };
     struct ZoneEntry {
         std::string_view name;  // the table's key: stays put while the entry lives
+        bool in_run = false;    // its usage's entries are in the running sums (gather())
+        bool repeats = false;   // its usage names a bucket twice (API only: decoders refuse)
         wire::ZoneUsage usage;
+        std::vector<SumEntry> sums;  // of usage.buckets, by place (stand_in() writes them)
         std::uint64_t recv_mono = 0;
         std::uint64_t gen = 0;  // usage_gen_ when this usage was taken in
         // The last rated entry of each bucket: stands in for a bucket none of whose hosts has
@@ -367,6 +430,9 @@ class Controller {
         std::uint64_t recv_mono = 0;
         std::uint64_t gen = 0;           // as in ZoneEntry
         std::vector<std::uint32_t> ids;  // as in ZoneEntry
+        std::vector<SumEntry> sums;      // as in ZoneEntry (keep_region_usage() writes them)
+        bool in_run = false;             // as in ZoneEntry
+        bool repeats = false;
     };
 
     // The steps of tick(), in the order it runs them, and the state passed between them.
@@ -377,8 +443,12 @@ class Controller {
     struct BucketUsage {         // aggregate(): one bucket's entries among the inputs
         std::string_view name;   // into ids_ or the override and limits tables
         std::uint64_t tick = 0;  // the tick that last summed into it (by_id_: cleared at first)
+        // The entries, listed only when the running sums do not say enough (walk_).
         std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
+        std::size_t own_zones = 0;  // distinct zones in `own` (zones hold a name once)
         std::vector<const wire::UsageBucket*> remote;
+        std::size_t own_n = 0, remote_n = 0;  // entries, listed or not
+        bool own_all = false;                 // one entry of each fresh zone (own_zones_all)
         std::vector<wire::DefinitionCount> own_defs;    // this region's hosts
         std::vector<wire::DefinitionCount> fleet_defs;  // every region's hosts
         // Sums taken while merging, so that the tick reads each entry once (at 50 zones x
@@ -422,6 +492,7 @@ class Controller {
         // The zones summed: all of a region or global bucket's (sample_wide), or the one zone
         // of a zone bucket's instance (sample_zones). Into the zone table.
         const std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>>* own = nullptr;
+        bool own_all = false;  // `own` holds each zone of the inputs once (own_zones_all)
         const ZoneEntry* zone = nullptr;
         std::vector<wire::KeyRate> keys;  // a keyed bucket's keys summed over the instance
     };
@@ -431,6 +502,20 @@ class Controller {
         std::uint64_t disagreeing_hosts = 0;
     };
 
+    static void fill(SumEntry& s, const wire::UsageBucket& b);
+    // The entries of a zone's (zone != nullptr, or true) or peer's usage into or out of the
+    // running sums; run_replace(): a zone's usage at the same places, `old` its predecessor's.
+    void run_add(const std::vector<std::uint32_t>& ids, std::vector<SumEntry>& sums,
+                 const ZoneEntry* zone);
+    void run_sub(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& sums,
+                 bool zone);
+    void run_replace(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& old,
+                     ZoneEntry& zone);
+    static void count_in(Run& r, SumEntry& c, bool short_of);
+    static void count_out(Run& r, const SumEntry& c);
+    bool repeats(const std::vector<std::uint32_t>& ids);  // an id twice in `ids`
+    // One bucket's sums from its running sums; false when they do not say enough (walk).
+    bool from_run(BucketUsage& u, const IdRun& r) const;
     Inputs gather(const Clock& now, std::vector<Event>& events);
     void expire_overrides(const Clock& now, std::vector<Event>& events);
     const Usage& aggregate(const Inputs& in, const Clock& now);
@@ -515,6 +600,17 @@ class Controller {
     // aggregate()'s, kept for their capacity: sums by bucket id, those of run-time buckets
     // without usage, and the tick's list of both in name order.
     std::vector<BucketUsage> by_id_;
+    std::vector<IdRun> runs_;             // running sums by bucket id
+    std::vector<SumEntry> sums_scratch_;  // take_zone_usage()'s: the replaced usage's column
+    std::vector<std::uint8_t> walk_;      // aggregate()'s: ids summed entry by entry this tick
+    std::vector<std::uint64_t> seen_;     // repeats()': the check that last saw each id
+    std::uint64_t seen_check_ = 0;
+    std::uint64_t run_basis_ms_ = 0;   // aggregate()'s: basis_ms of a bucket in every zone
+    std::uint64_t run_zones_gen_ = 0;  // ...and the newest gen of the zones, of the peers
+    std::uint64_t run_peers_gen_ = 0;
+    std::size_t run_peers_ = 0;  // chosen peers with entries
+    std::uint64_t buckets_walked_ = 0;
+    bool walking_ = false;  // some bucket was walked at the last tick (logged on change)
     std::vector<BucketUsage> runtime_usage_;
     Usage usage_;
     std::uint64_t seq_ = 0;
@@ -523,6 +619,8 @@ class Controller {
     std::uint64_t fresh_hosts_ = 0;
     std::uint64_t stale_hosts_ = 0;
     std::uint64_t fresh_zones_ = 0;
+    // The last tick's fresh zones with entries, in name order (own_zones_all).
+    std::vector<std::string_view> tick_zones_;
     std::set<std::string> held_regions_;  // regions whose last usage stands in (announced)
     std::uint64_t regions_lost_ = 0;
     std::uint64_t overrides_rejected_ = 0;
