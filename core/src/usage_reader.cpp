@@ -91,13 +91,35 @@ class Cursor {
         return false;
     }
 
-    // The n-byte big-endian integer `skip` bytes ahead; moves past it when `advance`.
+    // The n-byte big-endian integer `skip` bytes ahead; moves past it when `advance`. The
+    // packer's widths (1, 2, 4, 8) are one load each: the loop of a shift and an or per byte
+    // was ~130 instructions per usage entry, a sixth of reading one (grl_usage_read_bench).
     bool big_endian(std::size_t skip, std::size_t n, std::uint64_t& v, bool advance = true) {
         if (static_cast<std::size_t>(end_ - p_) < skip + n) return false;
-        v = 0;
-        for (std::size_t i = 0; i < n; ++i) v = (v << 8) | p_[skip + i];
+        const unsigned char* q = p_ + skip;
+        switch (n) {
+            case 1: v = q[0]; break;
+            case 2: v = load<std::uint16_t>(q); break;
+            case 4: v = load<std::uint32_t>(q); break;
+            case 8: v = load<std::uint64_t>(q); break;
+            default:
+                v = 0;
+                for (std::size_t i = 0; i < n; ++i) v = (v << 8) | q[i];
+        }
         if (advance) p_ += skip + n;
         return true;
+    }
+
+    template <typename T>
+    static std::uint64_t load(const unsigned char* q) {
+        T x;
+        std::memcpy(&x, q, sizeof x);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        if constexpr (sizeof x == 2) x = __builtin_bswap16(x);
+        if constexpr (sizeof x == 4) x = __builtin_bswap32(x);
+        if constexpr (sizeof x == 8) x = __builtin_bswap64(x);
+#endif
+        return x;
     }
 
     const unsigned char* p_;
