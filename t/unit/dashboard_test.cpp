@@ -206,8 +206,10 @@ TEST(Dashboard, WantsASnapshotForTheNextHistoryPointOrWhileTheStateIsRead) {
     EXPECT_FALSE(d.wants_snapshot(t0 + 1250));
 
     // A read of /api/state: every tick's snapshot for kStateWatchedMs, then one per step again.
-    d.route(get("/api/state"));
+    // `read` is taken before the read stamps its own clock, so that read + kStateWatchedMs - 1
+    // is within the watched window even when the clock's millisecond turns in between.
     const std::uint64_t read = daemon::mono_ms();
+    d.route(get("/api/state"));
     d.publish(snapshot(read, 450000));
     EXPECT_TRUE(d.wants_snapshot(read + 250));
     EXPECT_TRUE(d.wants_snapshot(read + Dashboard::kStateWatchedMs - 1));
