@@ -103,16 +103,15 @@ void Controller::fill(SumEntry& s, const wire::UsageBucket& b) {
 // One entry into, out of a bucket's running sums.
 void Controller::count_in(Run& r, SumEntry& c, bool short_of) {
     ++r.n;
-    if (c.hosts > 0 && c.rated_hosts == 0) {
-        ++r.missing;
-    } else {
-        r.rated[0] += c.offered_mrps;
-        r.rated[1] += c.admitted_mrps;
-        r.rated[2] += c.dropped_mrps;
-        r.rated[3] += c.shadow_dropped_mrps;
-        ++r.rated_n;
-    }
     c.counted = 0;
+    const bool missing = c.hosts > 0 && c.rated_hosts == 0;
+    const std::uint64_t rates =
+        c.offered_mrps | c.admitted_mrps | c.dropped_mrps | c.shadow_dropped_mrps;
+    if (((rates | c.hosts | c.rated_hosts | c.def_hosts) >> 48) != 0 || (missing && rates != 0)) {
+        ++r.odd;
+        c.counted |= kOdd;
+    }
+    if (missing) ++r.missing;
     if (c.rated_hosts < c.hosts || short_of) {
         ++r.incomplete;
         c.counted |= kIncomplete;
@@ -128,8 +127,13 @@ void Controller::count_in(Run& r, SumEntry& c, bool short_of) {
         // The first entry with one definition, when no kSimple entry is left, sets the run's:
         // a definition changed on every host becomes the simple case again once each zone
         // has sent one usage with it.
-        if (r.simple == 0) r.def = c.def();
-        if (c.def() == r.def) {
+        if (r.simple == 0) {
+            r.def_limit_mrps = c.def_limit_mrps;
+            r.def_scope = c.def_scope;
+            r.def_mode = c.def_mode;
+            r.def_keyed = c.def_keyed;
+        }
+        if (r.is_def(c)) {
             ++r.simple;
             r.def_hosts += c.def_hosts;
             c.counted |= kSimple;
@@ -145,15 +149,8 @@ void Controller::count_in(Run& r, SumEntry& c, bool short_of) {
 
 void Controller::count_out(Run& r, const SumEntry& c) {
     --r.n;
-    if (c.hosts > 0 && c.rated_hosts == 0) {
-        --r.missing;
-    } else {
-        r.rated[0] -= c.offered_mrps;
-        r.rated[1] -= c.admitted_mrps;
-        r.rated[2] -= c.dropped_mrps;
-        r.rated[3] -= c.shadow_dropped_mrps;
-        --r.rated_n;
-    }
+    if (c.hosts > 0 && c.rated_hosts == 0) --r.missing;
+    if (c.counted & kOdd) --r.odd;
     if (c.counted & kIncomplete) --r.incomplete;
     r.hosts -= c.hosts;
     r.offered -= c.offered_mrps;
@@ -1278,27 +1275,31 @@ bool Controller::from_run(BucketUsage& u, const IdRun& r) const {
     if (o.n != 0 && o.n != tick_zones_.size()) return false;
     if (m.n != 0 && m.n != run_peers_) return false;
     if (o.other || m.other || o.keys || m.keys) return false;
-    if ((o.simple && o.def.scope == Scope::Zone) || (m.simple && m.def.scope == Scope::Zone))
+    if ((o.simple && o.def_scope == Scope::Zone) || (m.simple && m.def_scope == Scope::Zone))
         return false;
-    constexpr Wide kExact = Wide(1) << 53;
-    for (int i = 0; i < 4; ++i) {
-        if (o.rated[i] + m.rated[i] >= kExact) return false;
+    // Below 2^15 entries of values below 2^48 each side (no entry odd), the sums are exact
+    // and so is their total; below 2^53, summing the rates as doubles entry by entry was too.
+    if (o.odd || m.odd || o.n >= (1u << 15) || m.n >= (1u << 15)) return false;
+    constexpr std::uint64_t kExact = std::uint64_t{1} << 53;
+    if (o.offered + m.offered >= kExact || o.admitted + m.admitted >= kExact ||
+        o.dropped + m.dropped >= kExact || o.shadow_dropped + m.shadow_dropped >= kExact) {
+        return false;
     }
-    auto sat = [](Wide w) { return w > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(w); };
+    // No entry odd: an unrated entry has no rates, so the rated entries' are all of them.
     auto sums = [&](const Run& x, BucketUsage::Sums& s) {
-        s.rated.offered = static_cast<double>(static_cast<std::uint64_t>(x.rated[0]));
-        s.rated.admitted = static_cast<double>(static_cast<std::uint64_t>(x.rated[1]));
-        s.rated.dropped = static_cast<double>(static_cast<std::uint64_t>(x.rated[2]));
-        s.rated.shadow_dropped = static_cast<double>(static_cast<std::uint64_t>(x.rated[3]));
-        s.rated_n = x.rated_n;
+        s.rated.offered = static_cast<double>(x.offered);
+        s.rated.admitted = static_cast<double>(x.admitted);
+        s.rated.dropped = static_cast<double>(x.dropped);
+        s.rated.shadow_dropped = static_cast<double>(x.shadow_dropped);
+        s.rated_n = x.n - x.missing;
         s.missing = x.missing;
         s.incomplete = x.incomplete;
-        s.hosts = sat(x.hosts);
-        s.offered = sat(x.offered);
-        s.admitted = sat(x.admitted);
-        s.dropped = sat(x.dropped);
-        s.shadow_dropped = sat(x.shadow_dropped);
-        s.rated_hosts = sat(x.rated_hosts);
+        s.hosts = x.hosts;
+        s.offered = x.offered;
+        s.admitted = x.admitted;
+        s.dropped = x.dropped;
+        s.shadow_dropped = x.shadow_dropped;
+        s.rated_hosts = x.rated_hosts;
         s.keys = false;
     };
     sums(o, u.own_sums);
@@ -1312,14 +1313,14 @@ bool Controller::from_run(BucketUsage& u, const IdRun& r) const {
     u.basis_ms = o.n ? run_basis_ms_ : 0;
     u.inputs_gen = std::max(o.n ? run_zones_gen_ : 0, m.n ? run_peers_gen_ : 0);
     u.own_defs.clear();
-    if (o.simple) u.own_defs.push_back({o.def, sat(o.def_hosts)});
+    if (o.simple) u.own_defs.push_back({o.def(), o.def_hosts});
     u.fleet_defs = u.own_defs;
     if (m.simple) {
         // As merge_definitions() would merge the peers' entries one by one.
-        if (u.fleet_defs.size() == 1 && u.fleet_defs[0].def == m.def) {
-            u.fleet_defs[0].hosts = sat(o.def_hosts + m.def_hosts);
+        if (u.fleet_defs.size() == 1 && u.fleet_defs[0].def == m.def()) {
+            u.fleet_defs[0].hosts = o.def_hosts + m.def_hosts;
         } else {
-            merge_definitions(u.fleet_defs, {{m.def, sat(m.def_hosts)}});
+            merge_definitions(u.fleet_defs, {{m.def(), m.def_hosts}});
         }
     }
     return true;

@@ -1817,14 +1817,14 @@ TEST(RunningSums, SumsBeyondWhatDoublesHoldExactlyAreWalked) {
     Twins t;
     wire::UsageBucket big = ub("b", 0, 1);
     big.offered_mrps = big.admitted_mrps = (1ULL << 63) + 5;  // the sum saturates
-    // Hosts whose sum saturates: counted exactly, saturated when read, not walked.
+    // Hosts whose sum saturates: walked too (a value of 2^48 or more is odd), and saturated.
     wire::UsageBucket many = ub("h", 1, 1ULL << 63);
     for (const char* z : {"z1", "z2"}) {
         wire::ZoneUsage u = zu(z, {ub("a", 1), big, many}, t.f.now);
         u.hosts = 1;  // the API does not check entries against it (the decoders do)
         t.zone(u);
     }
-    EXPECT_EQ(t.tick(), 1u);  // b
+    EXPECT_EQ(t.tick(), 2u);  // b, h
     EXPECT_EQ(held(t.run, "h").hosts, UINT64_MAX);
     EXPECT_EQ(held(t.run, "h").definitions.at(0).hosts, UINT64_MAX);
     t.advance();
@@ -1839,11 +1839,31 @@ TEST(RunningSums, SumsBeyondWhatDoublesHoldExactlyAreWalked) {
     EXPECT_EQ(t.tick(), 1u);
     EXPECT_EQ(newest(t.run, "b"), 9007199254740992.0);
     t.advance();
-    t.zone(zu("z1", {ub("a", 1), ub("b", 3)}, t.f.now));
-    t.zone(zu("z2", {ub("a", 2), ub("b", 4)}, t.f.now));
-    t.zone(zu("z3", {ub("a", 2), ub("b", 5)}, t.f.now));
+    // h's two entries of 2^63 hosts wrapped its 64-bit sums and were taken out with the
+    // usages above: its sums are exact again.
+    t.zone(zu("z1", {ub("a", 1), ub("b", 3), ub("h", 1, 2)}, t.f.now));
+    t.zone(zu("z2", {ub("a", 2), ub("b", 4), ub("h", 1, 2)}, t.f.now));
+    t.zone(zu("z3", {ub("a", 2), ub("b", 5), ub("h", 1, 2)}, t.f.now));
     EXPECT_EQ(t.tick(), 0u);  // taken out exactly: the running sums hold again
     EXPECT_EQ(newest(t.run, "b"), 12000);
+    EXPECT_EQ(held(t.run, "h").hosts, 6u);
+}
+
+// An entry none of whose hosts has a rate yet, carrying rates anyway (the decoders allow it):
+// the rated entries' rates are then not the sums of all entries', so its bucket is walked
+// while the entry is held, and read from the running sums again once it is replaced.
+TEST(RunningSums, AnUnratedEntryWithRatesIsWalked) {
+    Twins t;
+    wire::UsageBucket unrated = ub("b", 7, 2);
+    unrated.rated_hosts = 0;
+    t.zone(zu("z1", {ub("a", 1), unrated}, t.f.now));
+    t.zone(zu("z2", {ub("a", 2), ub("b", 3)}, t.f.now));
+    EXPECT_EQ(t.tick(), 1u);  // b
+    t.advance();
+    t.zone(zu("z1", {ub("a", 1), ub("b", 4)}, t.f.now));
+    t.zone(zu("z2", {ub("a", 2), ub("b", 3)}, t.f.now));
+    EXPECT_EQ(t.tick(), 0u);
+    EXPECT_EQ(newest(t.run, "b"), 7000);
 }
 
 TEST(RunningSums, ADefinitionChangesOnSomeHosts) {

@@ -373,21 +373,40 @@ class Controller {
     static constexpr std::uint8_t kIncomplete = 1;  // SumEntry::counted
     static constexpr std::uint8_t kSimple = 2;      // its one definition is the Run's `def`
     static constexpr std::uint8_t kOther = 4;       // several definitions, or another one
-    using Wide = unsigned __int128;  // sums of up to 2^64 entries of 2^64: never overflows
+    static constexpr std::uint8_t kOdd = 8;         // a value of 2^48 or more, or rates unrated
     // Running sums of one bucket id over the entries of the inputs in the sums (a zone or peer
     // whose `in_run` is set): what aggregate() would sum, kept as usages come and go, so that
     // a tick costs per bucket rather than per entry (docs/control-plane.md "Running sums").
-    // Wide, so that taking an entry out is exact; saturated when read.
-    struct Run {
-        Wide rated[4] = {0, 0, 0, 0};  // offered, admitted, dropped, shadow: rated entries
-        Wide hosts = 0, offered = 0, admitted = 0, dropped = 0, shadow_dropped = 0;
-        Wide rated_hosts = 0;
-        Wide def_hosts = 0;   // of the kSimple entries
-        std::uint64_t n = 0;  // entries
-        std::uint64_t rated_n = 0, missing = 0, incomplete = 0, keys = 0;
-        std::uint64_t simple = 0, other = 0;  // entries counted kSimple, kOther
-        wire::Definition def;                 // the kSimple entries' definition
+    // Two cache lines, touched once per entry taken in or out: the sums are 64 bits and
+    // wrap, so taking an entry out is exact modulo 2^64; they are the true sums while no entry
+    // is `odd` (every summed value below 2^48, fewer than 2^15 entries) and an unrated entry
+    // carries no rates (then the rated entries' rates are the sums of all entries').
+    struct alignas(64) Run {
+        std::uint64_t offered = 0, admitted = 0, dropped = 0, shadow_dropped = 0;
+        std::uint64_t hosts = 0, rated_hosts = 0;
+        std::uint64_t def_hosts = 0;  // of the kSimple entries
+        std::uint64_t def_limit_mrps = 0;  // the kSimple entries' definition
+        std::uint32_t n = 0;               // entries
+        std::uint32_t missing = 0, incomplete = 0, keys = 0;
+        std::uint32_t simple = 0, other = 0;  // entries counted kSimple, kOther
+        std::uint32_t odd = 0;                // entries counted kOdd
+        Scope def_scope = Scope::Global;
+        Mode def_mode = Mode::Deny;
+        bool def_keyed = false;
+        bool is_def(const SumEntry& c) const {
+            return c.def_limit_mrps == def_limit_mrps && c.def_scope == def_scope &&
+                   c.def_mode == def_mode && c.def_keyed == def_keyed;
+        }
+        wire::Definition def() const {
+            wire::Definition d;
+            d.scope = def_scope;
+            d.mode = def_mode;
+            d.limit_mrps = def_limit_mrps;
+            d.keyed = def_keyed;
+            return d;
+        }
     };
+    static_assert(sizeof(Run) == 128);
     struct IdRun {
         Run own, remote;  // this region's zones, the other regions' peers
     };
