@@ -166,18 +166,24 @@ void Controller::count_out(Run& r, const SumEntry& c) {
     if (c.counted & kOther) --r.other;
 }
 
+void Controller::size_runs() {
+    if (own_runs_.size() >= ids_.span()) return;
+    own_runs_.resize(ids_.span());
+    remote_runs_.resize(ids_.span());
+}
+
 void Controller::run_add(const std::vector<std::uint32_t>& ids, std::vector<SumEntry>& sums,
                          const ZoneEntry* zone) {
-    if (runs_.size() < ids_.span()) runs_.resize(ids_.span());
+    size_runs();
     const bool short_of = zone && zone->short_of_hosts;
-    for (std::size_t k = 0; k < sums.size(); ++k)
-        count_in(zone ? runs_[ids[k]].own : runs_[ids[k]].remote, sums[k], short_of);
+    std::vector<Run>& runs = zone ? own_runs_ : remote_runs_;
+    for (std::size_t k = 0; k < sums.size(); ++k) count_in(runs[ids[k]], sums[k], short_of);
 }
 
 void Controller::run_sub(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& sums,
                          bool zone) {
     for (std::size_t k = 0; k < sums.size(); ++k)
-        count_out(zone ? runs_[ids[k]].own : runs_[ids[k]].remote, sums[k]);
+        count_out(zone ? own_runs_[ids[k]] : remote_runs_[ids[k]], sums[k]);
 }
 
 // A zone's usage replaced by one naming the same buckets at the same places: each bucket's
@@ -186,7 +192,7 @@ void Controller::run_replace(const std::vector<std::uint32_t>& ids,
                              const std::vector<SumEntry>& old, ZoneEntry& zone) {
     const bool short_of = zone.short_of_hosts;
     for (std::size_t k = 0; k < zone.sums.size(); ++k) {
-        Run& r = runs_[ids[k]].own;
+        Run& r = own_runs_[ids[k]];
         count_out(r, old[k]);
         count_in(r, zone.sums[k], short_of);
     }
@@ -1095,7 +1101,7 @@ void Controller::expire_overrides(const Clock& now, std::vector<Event>& events) 
 // keep their vectors' capacity from tick to tick.
 const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& now) {
     if (by_id_.size() < ids_.span()) by_id_.resize(ids_.span());
-    if (runs_.size() < ids_.span()) runs_.resize(ids_.span());
+    size_runs();
     // What the running sums say of a bucket that every zone (or every peer) with entries
     // reports: the basis_ms and gen aggregate() would find walking those zones in name order.
     // (A zone without entries, such as a relay's collector without hosts, holds no bucket.)
@@ -1134,10 +1140,11 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
         if (f.has_match) walk_name(name);
     }
     for (std::uint32_t id = 0; id < walk_.size(); ++id) {
-        const IdRun& r = runs_[id];
-        if (walk_[id] || r.own.n + r.remote.n == 0) continue;  // walked, or in no input
+        const Run& o = own_runs_[id];
+        const Run& m = remote_runs_[id];
+        if (walk_[id] || o.n + m.n == 0) continue;  // walked, or in no input
         BucketUsage& u = by_id_[id];
-        if (from_run(u, r)) {
+        if (from_run(u, o, m)) {
             u.tick = tick_;
             u.name = ids_.name(id);
         } else {
@@ -1269,9 +1276,7 @@ const Controller::Usage& Controller::aggregate(const Inputs& in, const Clock& no
 // carries keys or more than one definition, or another definition than the run's (then the
 // definitions are one count each), none is zone-scoped (sampled per zone from the entries),
 // and the rated sums are below 2^53 (then summing them as doubles, entry by entry, was exact).
-bool Controller::from_run(BucketUsage& u, const IdRun& r) const {
-    const Run& o = r.own;
-    const Run& m = r.remote;
+bool Controller::from_run(BucketUsage& u, const Run& o, const Run& m) const {
     if (o.n != 0 && o.n != tick_zones_.size()) return false;
     if (m.n != 0 && m.n != run_peers_) return false;
     if (o.other || m.other || o.keys || m.keys) return false;

@@ -384,7 +384,7 @@ class Controller {
     struct alignas(64) Run {
         std::uint64_t offered = 0, admitted = 0, dropped = 0, shadow_dropped = 0;
         std::uint64_t hosts = 0, rated_hosts = 0;
-        std::uint64_t def_hosts = 0;  // of the kSimple entries
+        std::uint64_t def_hosts = 0;       // of the kSimple entries
         std::uint64_t def_limit_mrps = 0;  // the kSimple entries' definition
         std::uint32_t n = 0;               // entries
         std::uint32_t missing = 0, incomplete = 0, keys = 0;
@@ -407,9 +407,6 @@ class Controller {
         }
     };
     static_assert(sizeof(Run) == 128);
-    struct IdRun {
-        Run own, remote;  // this region's zones, the other regions' peers
-    };
     struct ZoneEntry {
         std::string_view name;  // the table's key: stays put while the entry lives
         bool in_run = false;    // its usage's entries are in the running sums (gather())
@@ -534,7 +531,8 @@ class Controller {
     static void count_out(Run& r, const SumEntry& c);
     bool repeats(const std::vector<std::uint32_t>& ids);  // an id twice in `ids`
     // One bucket's sums from its running sums; false when they do not say enough (walk).
-    bool from_run(BucketUsage& u, const IdRun& r) const;
+    bool from_run(BucketUsage& u, const Run& own, const Run& remote) const;
+    void size_runs();  // own_runs_, remote_runs_ to ids_.span()
     Inputs gather(const Clock& now, std::vector<Event>& events);
     void expire_overrides(const Clock& now, std::vector<Event>& events);
     const Usage& aggregate(const Inputs& in, const Clock& now);
@@ -619,7 +617,9 @@ class Controller {
     // aggregate()'s, kept for their capacity: sums by bucket id, those of run-time buckets
     // without usage, and the tick's list of both in name order.
     std::vector<BucketUsage> by_id_;
-    std::vector<IdRun> runs_;             // running sums by bucket id
+    // Running sums by bucket id: of this region's zones, of the other regions' peers. Apart,
+    // so that a zone usage's pass reads one array in order (2.5 MB of both at 10,000 ids).
+    std::vector<Run> own_runs_, remote_runs_;
     std::vector<SumEntry> sums_scratch_;  // take_zone_usage()'s: the replaced usage's column
     std::vector<std::uint8_t> walk_;      // aggregate()'s: ids summed entry by entry this tick
     std::vector<std::uint64_t> seen_;     // repeats()': the check that last saw each id
