@@ -1,5 +1,6 @@
 #include "grl/daemon/json.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -41,21 +42,26 @@ Json& Json::end_array() {
     return *this;
 }
 namespace {
+// The characters between two that need an escape are appended as one run.
 void quote_into(std::string& out, std::string_view v) {
     out += '"';
-    for (char c : v) {
-        auto u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (u < 0x20) {
+    std::size_t run = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const char c = v[i];
+        const auto u = static_cast<unsigned char>(c);
+        if (c != '"' && c != '\\' && u >= 0x20) continue;
+        out.append(v.data() + run, i - run);
+        run = i + 1;
+        if (u < 0x20) {
             char buf[8];
             std::snprintf(buf, sizeof(buf), "\\u%04x", u);
             out += buf;
         } else {
+            out += '\\';
             out += c;
         }
     }
+    out.append(v.data() + run, v.size() - run);
     out += '"';
 }
 }  // namespace
@@ -80,13 +86,12 @@ Json& Json::num(double v) {
         out_ += "null";
         return *this;
     }
-    char buf[40];
-    if (v == std::floor(v) && std::fabs(v) < 1e15) {
-        std::snprintf(buf, sizeof(buf), "%.0f", v);
-    } else {
-        std::snprintf(buf, sizeof(buf), "%.6f", v);
-    }
-    out_ += buf;
+    // std::to_chars in fixed notation writes what printf's "%.0f" and "%.6f" write (the C++
+    // standard defines it so), without parsing a format for every number.
+    char buf[400];  // the longest %.6f of a finite double: 309 digits, a sign, a point, 6 more
+    const int precision = v == std::floor(v) && std::fabs(v) < 1e15 ? 0 : 6;
+    const auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed, precision);
+    out_.append(buf, r.ptr);
     return *this;
 }
 
