@@ -228,10 +228,12 @@ void Dashboard::publish(DashboardSnapshot s) {
     // snapshots are not points, and the point due after the reads stop was skipped.
     if (point_due(s.mono_ms)) last_point_mono_ = s.mono_ms;
     ++snapshots_;
+    const bool watched = state_wanted_ != 0 && s.mono_ms < state_wanted_ + kStateWatchedMs;
     {
         std::lock_guard<std::mutex> l(mu_);
         if (pending_) ++skipped_;
         pending_ = std::move(s);
+        pending_watched_ = watched;
     }
     cv_.notify_one();
 }
@@ -239,26 +241,42 @@ void Dashboard::publish(DashboardSnapshot s) {
 void Dashboard::run() {
     std::vector<std::pair<control::InstanceKey, control::HistoryPoint>> last_point;
     bool history_current = false;  // history_json_ holds the newest point
+    // The newest snapshot, kept unrendered while nobody reads /api/state.
+    std::optional<DashboardSnapshot> held;
     for (;;) {
         std::optional<DashboardSnapshot> snap;
-        bool asked = false;  // the page asked for a history not rendered: render it now
+        bool asked = false;          // the page asked for a history not rendered: render it now
+        bool state_watched = false;  // the snapshot's tick saw /api/state read recently
+        bool state_asked = false;    // /api/state was read while none was rendered
         {
             std::unique_lock<std::mutex> l(mu_);
-            cv_.wait(l, [this] { return stop_ || pending_.has_value() || history_asked_; });
+            cv_.wait(l, [this] {
+                return stop_ || pending_.has_value() || history_asked_ || state_asked_;
+            });
             if (stop_) return;
             snap = std::move(pending_);
             pending_.reset();
+            state_watched = pending_watched_;
             asked = history_asked_;
             history_asked_ = false;
+            state_asked = state_asked_;
+            state_asked_ = false;
         }
         std::shared_ptr<const std::string> state;
+        bool state_dropped = false;  // state_ is older than the newest snapshot
         bool took = false;
         if (snap) {
             auto points = history_points(*snap);
             took = history_.record(snap->mono_ms, snap->wall_ms, points);
             if (took) last_point = std::move(points);
             series_refused_.store(history_.series_refused());
-            state = text(render_state(*snap, history_, last_point));
+            held = std::move(snap);
+            state_dropped = true;
+        }
+        // Rendered only for a reader: at 10,000 instances a render costs more than a tick.
+        if (held && (state_watched || state_asked)) {
+            state = text(render_state(*held, history_, last_point));
+            held.reset();
         }
         std::shared_ptr<const std::string> hist;
         const std::uint64_t wanted = history_wanted_.load();
@@ -270,7 +288,11 @@ void Dashboard::run() {
             history_current = false;
         }
         std::lock_guard<std::mutex> l(mu_);
-        if (state) state_ = std::move(state);
+        if (state) {
+            state_ = std::move(state);
+        } else if (state_dropped) {
+            state_.reset();  // never serve a state older than the newest snapshot
+        }
         if (hist) {
             history_json_ = std::move(hist);
         } else if (!history_current) {
@@ -303,6 +325,10 @@ std::optional<daemon::HttpResponse> Dashboard::route(const daemon::RequestHead& 
         state_wanted_ = daemon::mono_ms();
         std::lock_guard<std::mutex> l(mu_);
         body = state_;
+        if (!body) {
+            state_asked_ = true;  // the newest snapshot rendered at once, not at the next tick
+            cv_.notify_one();
+        }
     } else if (path == "/api/history") {
         history_wanted_.store(daemon::mono_ms());
         std::lock_guard<std::mutex> l(mu_);
@@ -316,8 +342,8 @@ std::optional<daemon::HttpResponse> Dashboard::route(const daemon::RequestHead& 
     }
     daemon::HttpResponse r;
     if (!body) {
-        // Before the first tick, or the history was not rendered while nobody watched: the
-        // dashboard's thread renders it now.
+        // Before the first tick, or the state or the history was not rendered while nobody
+        // read it: the dashboard's thread renders it now.
         r.status = 503;
         r.body = text("not ready yet: retry in a second\n");
         r.headers = "Retry-After: 1\r\n" + kNoStore;

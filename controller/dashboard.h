@@ -96,11 +96,17 @@ class Dashboard {
   private:
     void run();
 
-    std::mutex mu_;  // guards pending_, stop_, history_asked_, state_, history_json_
+    // guards pending_, pending_watched_, stop_, history_asked_, state_asked_, state_,
+    // history_json_
+    std::mutex mu_;
     std::condition_variable cv_;
     std::optional<DashboardSnapshot> pending_;
+    // Whether /api/state was read within kStateWatchedMs of pending_'s tick: only then is it
+    // rendered at once (else when /api/state is next read).
+    bool pending_watched_ = false;
     bool stop_ = false;
     bool history_asked_ = false;
+    bool state_asked_ = false;
     std::shared_ptr<const std::string> state_;
     std::shared_ptr<const std::string> history_json_;
     // When the page last asked for the history (monotonic ms): it is rendered only while

@@ -186,6 +186,40 @@ TEST(Dashboard, RoutesServeThePageAndTheDocumentsTheThreadRendered) {
     ADD_FAILURE() << "the second point never reached /api/history";
 }
 
+// While nobody reads /api/state, the snapshots the history takes are not rendered (at 10,000
+// instances a render costs the dashboard's thread more than a tick): the first read after a
+// quiet spell answers 503 and wakes the thread, which renders the newest snapshot at once.
+TEST(Dashboard, TheStateIsRenderedOnlyForAReader) {
+    Dashboard d{control::History::Options{}};
+    // Never read: neither snapshot is watched. The history's render shows that the thread
+    // has taken the newest (the first may have been replaced before it was taken).
+    d.publish(snapshot(1000, 450000));
+    d.publish(snapshot(2000, 470000));
+    bool taken = false;
+    for (int i = 0; i < 400 && !taken; ++i) {
+        const json hist = json::parse(*wait_ok(d, "/api/history").body);
+        taken = !hist["times"].empty() && hist["times"].back() == 1'800'000'002'000;
+        if (!taken) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(taken) << "the dashboard's thread never took the second snapshot";
+    auto first = d.route(get("/api/state"));
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->status, 503);
+    EXPECT_NE(first->headers.find("Retry-After: 1"), std::string::npos);
+    daemon::HttpResponse state = wait_ok(d, "/api/state");  // rendered without another tick
+    EXPECT_EQ(json::parse(*state.body)["buckets"][0]["offered_rps"], 470);
+    // Read now: the next snapshot is rendered as it comes, and a newer one replaces it.
+    d.publish(snapshot(3000, 490000));
+    for (int i = 0; i < 400; ++i) {
+        auto r = d.route(get("/api/state"));
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200);  // never 503 while read: the old one until the new one
+        if (json::parse(*r->body)["buckets"][0]["offered_rps"] == 490) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ADD_FAILURE() << "the snapshot published while /api/state was read never reached it";
+}
+
 // The tick copies a snapshot only when it is used: the history's next point (one per step,
 // 90% of a step after the last, as History::record() takes them), or every tick while the
 // page reads /api/state. At 10,000 instances the copy and its rendering each tick cost a tenth
