@@ -169,15 +169,18 @@ bool PartAssembler<Usage>::read(std::string_view bytes, Usage& m, std::string& e
     if (read_usage_head(bytes, m, rest)) {
         auto it = rest.in_parts() ? sets_.find(m.source) : sets_.end();
         if (it != sets_.end()) {
-            // After the parts received (a part of an older or newer set, or one its reader
-            // does not pass on to add(), leaves the set's parts as they are).
+            // After the parts received: a part that add() then refuses (an older one, one of a
+            // set it drops), or that never reaches add(), leaves them as they are.
             Set& s = it->second;
-            if (read_usage_rest(rest, m, s.buckets, s.used, n)) {
+            if (read_usage_rest(rest, m, s.buckets, s.used, n) && m.parts > 1) {
                 placed_ = Placed{&s, &m, m.seq, m.part, s.used, n};
                 if (how) *how = UsageRead::Fast;
                 return true;
             }
-        } else if (read_usage_rest(rest, m, m.buckets, 0, n)) {
+            // "parts": 1 written out is a whole message (no grl sender writes it): read again
+            // into its own buckets, below.
+        }
+        if (read_usage_rest(rest, m, m.buckets, 0, n)) {
             m.buckets.resize(n);
             if (how) *how = UsageRead::Fast;
             return true;

@@ -566,6 +566,29 @@ TEST(UsageParts, PartsTheDecoderReadsAssembleWithTheOnesReadInPlace) {
     }
 }
 
+// "part": 0 and "parts": 1 written out make a whole message (wire::decode takes it), also from
+// a source with a set of parts: its buckets are the message's, not put in the set.
+TEST(UsageParts, AWholeMessageWithPartKeysIsReadWhole) {
+    Intake<ZoneUsage> in;
+    const ZoneUsage u = round_usage(10000, 0, "collector-a");
+    for (const std::string& p : parts_of(u)) in.take(p, &u);
+    ZoneUsage whole = round_usage(100, 1, "collector-a");
+    whole.part = 0;
+    whole.parts = 2;
+    std::string bytes;
+    encode(whole, bytes);
+    ASSERT_EQ(bytes.back(), '\x02');  // "parts" is the last key, its value a fixint
+    bytes.back() = '\x01';
+    whole.parts = 1;
+    UsageRead how = UsageRead::Decoded;
+    EXPECT_EQ(in.take(bytes, &whole, &how), PartResult::Whole);
+    EXPECT_EQ(how, UsageRead::Fast);
+    // The source's next set in parts is whole too.
+    const ZoneUsage next = round_usage(10000, 2, "collector-a");
+    for (const std::string& p : parts_of(next)) in.take(p, &next);
+    EXPECT_TRUE(usage_equal::same(in.held["collector-a"], next));
+}
+
 // Reading and assembling the sets of two sources, interleaved, the wholes swapped with the
 // usage held and the replaced ones handed back: once each source has had a set assembled into a
 // vector it had before, nothing is allocated (every entry read into one of the same name, its
