@@ -382,7 +382,8 @@ TEST(UsageParts, EntriesReusedAcrossSetsGiveExactUsageReadElsewhere) {
 // whole swapped with the usage held for its source, the replaced one handed back (recycle()).
 template <class Usage>
 struct Intake {
-    PartAssembler<Usage> a{4, 250};
+    explicit Intake(std::size_t max_sources = 4) : a(max_sources, 250) {}
+    PartAssembler<Usage> a;
     Usage read;
     std::map<std::string, Usage> held;  // by source
     std::uint64_t now = 1000;
@@ -564,6 +565,37 @@ TEST(UsageParts, PartsTheDecoderReadsAssembleWithTheOnesReadInPlace) {
         EXPECT_EQ(rin.take(parts[1], &r, &how), PartResult::Complete);
         EXPECT_EQ(how, UsageRead::Fast);
     }
+}
+
+// A set is kept for its vector only while there is room: with 2 sources at most and 3 taking
+// turns, each new source's set takes the place of the one kept longest, and every set still
+// gives its usage.
+TEST(UsageParts, SetsKeptForTheirVectorMakeRoomForNewSources) {
+    Intake<ZoneUsage> in(2);
+    for (std::uint64_t round = 0; round < 3; ++round) {
+        for (const char* source : {"collector-a", "collector-b", "collector-c"}) {
+            SCOPED_TRACE(std::string(source) + " round " + std::to_string(round));
+            const ZoneUsage u = round_usage(10000, round, source);
+            const std::vector<std::string> parts = parts_of(u);
+            EXPECT_EQ(in.take(parts[0], &u), PartResult::Pending);
+            EXPECT_EQ(in.take(parts[1], &u), PartResult::Pending);
+            EXPECT_EQ(in.take(parts[2], &u), PartResult::Complete);
+        }
+    }
+    // Two pending sets fill it: a third source is refused until one completes.
+    const ZoneUsage a = round_usage(10000, 5, "collector-a");
+    const ZoneUsage b = round_usage(10000, 5, "collector-b");
+    const ZoneUsage c = round_usage(10000, 5, "collector-c");
+    const std::vector<std::string> pa = parts_of(a), pb = parts_of(b), pc = parts_of(c);
+    EXPECT_EQ(in.take(pa[0], &a), PartResult::Pending);
+    EXPECT_EQ(in.take(pb[0], &b), PartResult::Pending);
+    EXPECT_EQ(in.take(pc[0], &c), PartResult::Full);
+    EXPECT_EQ(in.take(pa[1], &a), PartResult::Pending);
+    EXPECT_EQ(in.take(pa[2], &a), PartResult::Complete);
+    for (const std::string& p : pc) in.take(p, &c);
+    EXPECT_TRUE(usage_equal::same(in.held["collector-c"], c));
+    EXPECT_EQ(in.take(pb[1], &b), PartResult::Pending);
+    EXPECT_EQ(in.take(pb[2], &b), PartResult::Complete);
 }
 
 // "part": 0 and "parts": 1 written out make a whole message (wire::decode takes it), also from
