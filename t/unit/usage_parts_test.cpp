@@ -8,30 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
-#include <new>
 #include <string>
 #include <vector>
 
+#include "allocations.h"
 #include "usage_equal.h"
-
-// Counts this thread's calls of operator new, for the test that the steady state of reading and
-// assembling usage in parts allocates nothing (the replacement is the whole binary's).
-namespace {
-thread_local std::uint64_t news = 0;
-}  // namespace
-void* operator new(std::size_t n) {
-    ++news;
-    if (void* p = std::malloc(n > 0 ? n : 1)) return p;
-    throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept {
-    std::free(p);
-}
-void operator delete(void* p, std::size_t) noexcept {
-    std::free(p);
-}
 
 namespace grl::wire {
 namespace {
@@ -637,12 +619,12 @@ TEST(UsageParts, SteadyStateReadsAndAssemblesWithoutAllocating) {
     }
     std::uint64_t allocated = 0;
     for (std::size_t round = 0; round < 6; ++round) {
-        const std::uint64_t before = news;
+        const std::uint64_t before = test::allocations();
         for (std::size_t p = 0; p < 3; ++p) {
             in.take(pa[round][p]);
             in.take(pb[round][p]);
         }
-        if (round >= 3) allocated += news - before;
+        if (round >= 3) allocated += test::allocations() - before;
         EXPECT_TRUE(usage_equal::same(in.held["collector-a"], ua[round])) << round;
         EXPECT_TRUE(usage_equal::same(in.held["collector-b"], ub[round])) << round;
     }

@@ -400,11 +400,13 @@ TEST(UsageReader, TwoStepsReadTheBucketsIntoPlace) {
     UsageRest rest;
     std::vector<UsageBucket> into;
     std::size_t n = 0;
-    ASSERT_TRUE(read_usage_head(bytes_of(unsorted), m, rest));
+    const std::string unsorted_bytes = bytes_of(unsorted);  // `rest` points into the bytes
+    ASSERT_TRUE(read_usage_head(unsorted_bytes, m, rest));
     EXPECT_FALSE(read_usage_rest(rest, m, into, 0, n));
     const RegionUsage with_overrides = region_usage_with_override(4);
     RegionUsage r;
-    ASSERT_TRUE(read_usage_head(bytes_of(with_overrides), r, rest));
+    const std::string overrides_bytes = bytes_of(with_overrides);
+    ASSERT_TRUE(read_usage_head(overrides_bytes, r, rest));
     EXPECT_FALSE(read_usage_rest(rest, r, into, 0, n));
     EXPECT_FALSE(read_usage_head(std::string(5, '\x01'), m, rest));
 }

@@ -40,7 +40,7 @@ bool read_usage(std::string_view bytes, RegionUsage& out, std::string& error,
 // them. read_usage() is these two steps with the buckets into out.buckets, then wire::decode
 // when either gives up.
 struct UsageRest {
-    std::string_view bytes;
+    std::string_view bytes;  // the message's: they must outlive step 2
     std::size_t at = 0;      // where the buckets start
     std::uint64_t keys = 0;  // of the message's map: 14 with "part" and "parts", 12 without
     bool in_parts() const { return keys == 14; }
