@@ -261,7 +261,7 @@ void Daemon::on_usage() {
         std::size_t n = pull_.recv_frames(frames_, 1);
         if (n == 0) return;
         const control::Clock t = now();
-        if (n != 1 || !wire::read_usage(frames_[0].view(), zone_usage_, error)) {
+        if (n != 1 || !zone_parts_.read(frames_[0].view(), zone_usage_, error)) {
             ++malformed_["zone_usage"];
             malformed_log_.hit(LogLevel::Warn, {},
                                "dropped malformed zone usage: " +
@@ -293,14 +293,14 @@ void Daemon::on_usage() {
         const std::uint64_t v = zone_usage_.v;
         const std::string zone = zone_usage_.zone, source = zone_usage_.source;
         // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
-        // vectors the next read_usage() reuses.
+        // vectors the next read reuses (a part of a set in parts: recycle() below).
         control::Early news;
         control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_, &news);
         const bool new_rates = news.new_rates;
         const Change change = news.change;
         const bool early = new_rates || change != Change::None;
         // The zone's previous buckets (or the refused ones) become the assembler's spares.
-        zone_parts_.recycle(zone_usage_.buckets);
+        zone_parts_.recycle(zone_usage_);
         if (a == control::Accepted::Yes) {
             note_usage_version(zone_usage_v_, zone, "zone " + zone + " (" + source + ")",
                                "zone usage", v);
@@ -367,7 +367,7 @@ void Daemon::on_peers(Peer& p) {
         control::Clock t = now();
         bool ok = n == 2 && frames_[0].view() == wire::kPeerTopic;
         if (!ok) error = "expected two frames, topic \"grl/p/\" and body";
-        if (ok) ok = wire::read_usage(frames_[1].view(), region_usage_, error);
+        if (ok) ok = peer_parts_.read(frames_[1].view(), region_usage_, error);
         if (!ok) {
             ++malformed_["region_usage"];
             malformed_log_.hit(LogLevel::Warn, {}, "dropped malformed region usage: " + error,
@@ -405,7 +405,7 @@ void Daemon::on_peers(Peer& p) {
         const std::uint64_t v = region_usage_.v;
         const std::string source = region_usage_.source, region = region_usage_.region;
         control::Accepted a = ctl_.take_region_usage(region_usage_, t, &why_);
-        peer_parts_.recycle(region_usage_.buckets);
+        peer_parts_.recycle(region_usage_);
         if (a == control::Accepted::Yes) {
             note_usage_version(peer_usage_v_, source, "peer " + source + " (region " + region + ")",
                                "region usage", v);

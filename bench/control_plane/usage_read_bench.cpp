@@ -3,9 +3,10 @@
 // callgrind: the difference between K = 11 and K = 1, over 10 (bench/control_plane/README.md).
 //   grl_usage_read_bench N K V
 // With a fourth argument `parts`, the usage goes in parts (wire::encode_parts: 3 at N = 10,000)
-// and each of the K rounds does what the controller's loop does with them: every part read into
-// one buffer, assembled (wire::PartAssembler), the whole swapped with the usage held for the
-// zone, and the replaced buckets handed back to the assembler (recycle()).
+// and each of the K rounds does what the controller's loop does with them: every part read
+// (wire::PartAssembler::read: in place in its set's vector) and assembled (add()), the whole
+// swapped with the usage held for the zone, and the replaced usage handed back to the assembler
+// (recycle()).
 //   grl_usage_read_bench 10000 K 2 parts
 #include <cstdio>
 #include <cstdlib>
@@ -54,11 +55,11 @@ int main(int argc, char** argv) {
         int complete = 0;
         for (int i = 0; i < k; ++i) {
             for (const std::string& p : parts) {
-                if (!read_usage(p, read, error)) return 1;
+                if (!assembler.read(p, read, error)) return 1;
                 if (assembler.add(read, 0) != PartResult::Complete) continue;
                 ++complete;
                 std::swap(read, held);  // Controller::take_zone_usage
-                assembler.recycle(read.buckets);
+                assembler.recycle(read);
             }
         }
         std::printf("v %llu: %d of %d sets of %zu parts assembled, %d buckets\n",

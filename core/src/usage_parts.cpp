@@ -29,12 +29,47 @@ bool same_head(const RegionUsage& a, const RegionUsage& b) {
            a.hosts == b.hosts && a.limits_digest == b.limits_digest && a.parts == b.parts;
 }
 
-// Part 0's extras (host names, overrides) go to the set's head; the other parts have none.
+// The fields same_head() compares, into a set's head: strings assigned into the head's, which
+// keep their capacity from set to set.
+void assign_head(ZoneUsage& head, const ZoneUsage& m) {
+    head.v = m.v;
+    head.source = m.source;
+    head.region = m.region;
+    head.zone = m.zone;
+    head.seq = m.seq;
+    head.ts_ms = m.ts_ms;
+    head.interval_ms = m.interval_ms;
+    head.hosts = m.hosts;
+    head.stale_hosts = m.stale_hosts;
+    head.parts = m.parts;
+}
+void assign_head(RegionUsage& head, const RegionUsage& m) {
+    head.v = m.v;
+    head.source = m.source;
+    head.region = m.region;
+    head.seq = m.seq;
+    head.ts_ms = m.ts_ms;
+    head.interval_ms = m.interval_ms;
+    head.zones = m.zones;
+    head.hosts = m.hosts;
+    head.limits_digest = m.limits_digest;
+    head.parts = m.parts;
+}
+
+// Part 0's extras (host names, overrides) go to the set's head, swapped (the part's message
+// gets the head's old ones to read the next into); the other parts have none.
 void keep_head_extra(ZoneUsage& head, ZoneUsage& part0) {
-    head.host_names = std::move(part0.host_names);
+    head.host_names.swap(part0.host_names);
 }
 void keep_head_extra(RegionUsage& head, RegionUsage& part0) {
-    head.overrides = std::move(part0.overrides);
+    head.overrides.swap(part0.overrides);
+}
+
+bool ascending(const std::vector<UsageBucket>& v) {
+    for (std::size_t i = 1; i < v.size(); ++i) {
+        if (!(v[i - 1].name < v[i].name)) return false;
+    }
+    return true;
 }
 
 // `m` without its buckets (copying them only to clear them cost as much as encoding).
@@ -126,13 +161,89 @@ std::string_view to_string(PartResult r) {
 }
 
 template <class Usage>
-void PartAssembler<Usage>::take(Set& s, Usage& m) {
+bool PartAssembler<Usage>::read(std::string_view bytes, Usage& m, std::string& error,
+                                UsageRead* how) {
+    placed_ = Placed{};
+    UsageRest rest;
+    std::size_t n = 0;
+    if (read_usage_head(bytes, m, rest)) {
+        auto it = rest.in_parts() ? sets_.find(m.source) : sets_.end();
+        if (it != sets_.end()) {
+            // After the parts received: a part that add() then refuses (an older one, one of a
+            // set it drops), or that never reaches add(), leaves them as they are.
+            Set& s = it->second;
+            if (read_usage_rest(rest, m, s.buckets, s.used, n) && m.parts > 1) {
+                placed_ = Placed{&s, &m, m.seq, m.part, s.used, n};
+                if (how) *how = UsageRead::Fast;
+                return true;
+            }
+            // "parts": 1 written out is a whole message (no grl sender writes it): read again
+            // into its own buckets, below.
+        }
+        if (read_usage_rest(rest, m, m.buckets, 0, n)) {
+            m.buckets.resize(n);
+            if (how) *how = UsageRead::Fast;
+            return true;
+        }
+    }
+    if (how) *how = UsageRead::Decoded;
+    return decode(bytes, m, error);
+}
+
+template <class Usage>
+void PartAssembler<Usage>::start(Set& s, Usage& m, std::uint64_t now_ms) {
+    assign_head(s.head, m);
+    s.active = true;
+    s.first_ms = now_ms;
+    s.received = 0;
+    s.used = 0;
+    s.have.assign(m.parts, false);
+    s.ranges.assign(m.parts, Range{});
+    ++pending_;
+}
+
+template <class Usage>
+void PartAssembler<Usage>::stop(Set& s) {
+    s.active = false;
+    s.received = 0;
+    s.used = 0;
+    --pending_;
+}
+
+template <class Usage>
+void PartAssembler<Usage>::take(Set& s, Usage& m, const Placed& placed) {
     const std::size_t i = m.part;
+    Range& r = s.ranges[i];
+    r.begin = s.used;
+    if (placed.set == &s && placed.m == &m && placed.seq == m.seq && placed.part == m.part) {
+        // read() put the buckets in place; after a set dropped for this newer one they are
+        // beyond its parts, and come to the front (rare: one rotation).
+        r.n = placed.n;
+        r.ascending = true;
+        if (placed.at != s.used) {
+            const auto b = s.buckets.begin();
+            std::rotate(b + static_cast<std::ptrdiff_t>(s.used),
+                        b + static_cast<std::ptrdiff_t>(placed.at),
+                        b + static_cast<std::ptrdiff_t>(placed.at + placed.n));
+        }
+    } else {
+        // Read elsewhere (wire::decode, read_usage()): the entries are swapped in.
+        r.n = m.buckets.size();
+        r.ascending = ascending(m.buckets);
+        if (s.used == 0 && s.buckets.empty()) {
+            s.buckets.swap(m.buckets);
+        } else {
+            if (s.buckets.size() < s.used + r.n) s.buckets.resize(s.used + r.n);
+            for (std::size_t k = 0; k < r.n; ++k) {
+                using std::swap;
+                swap(s.buckets[s.used + k], m.buckets[k]);
+            }
+        }
+    }
+    s.used += r.n;
     s.have[i] = true;
     ++s.received;
-    s.buckets[i].swap(m.buckets);
     if (i == 0) keep_head_extra(s.head, m);
-    m.buckets = spare(s.buckets[i].size());  // the sender's next part is most often as long
 }
 
 template <class Usage>
@@ -162,40 +273,63 @@ void PartAssembler<Usage>::keep(std::vector<UsageBucket>&& v) {
 }
 
 template <class Usage>
-void PartAssembler<Usage>::recycle(std::vector<UsageBucket>& v) {
-    // v gets the smallest spare (reads are parts or small); what it held is kept as a spare.
-    std::vector<UsageBucket> old = std::exchange(v, spare(0));
+void PartAssembler<Usage>::recycle(Usage& m) {
+    // The source's next set is read into its last one's vector: the same names at the same
+    // places (no copy), entries whose definitions keep their capacity.
+    auto it = sets_.find(m.source);
+    if (it != sets_.end() && !it->second.active) {
+        it->second.buckets.swap(m.buckets);
+        return;
+    }
+    // m.buckets gets the smallest spare (reads are parts or small); what it held is kept.
+    std::vector<UsageBucket> old = std::exchange(m.buckets, spare(0));
     keep(std::move(old));
 }
 
 template <class Usage>
 bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
-    std::size_t total = 0;
-    for (const auto& b : s.buckets) total += b.size();
-    // Entries swapped, not moved: both sides keep their strings' and vectors' capacity, the
-    // parts' vectors go back to the spares for the next reads, the whole comes from them.
-    std::vector<UsageBucket> whole = spare(total);
-    whole.resize(total);
-    std::size_t k = 0;
-    for (auto& b : s.buckets) {
-        for (UsageBucket& e : b) {
-            using std::swap;
-            swap(whole[k++], e);
+    const std::size_t total = s.used;
+    bool in_order = true;
+    for (std::size_t i = 0, at = 0; i < s.ranges.size(); at += s.ranges[i++].n)
+        in_order = in_order && s.ranges[i].begin == at;
+    if (!in_order) {
+        // Parts out of order: their entries swapped into part order (both sides keep their
+        // strings' and vectors' capacity).
+        std::vector<UsageBucket> whole = spare(total);
+        whole.resize(total);
+        std::size_t k = 0;
+        for (Range& r : s.ranges) {
+            const std::size_t from = r.begin;
+            r.begin = k;
+            for (std::size_t j = 0; j < r.n; ++j) {
+                using std::swap;
+                swap(whole[k++], s.buckets[from + j]);
+            }
         }
-        keep(std::move(b));
+        s.buckets.swap(whole);
+        keep(std::move(whole));
     }
-    keep(std::move(out.buckets));
-    out = std::move(s.head);
+    s.buckets.resize(total);
+    // Each part's names are unique (the decoder checks); across parts only here. Senders sort
+    // the buckets and cut them into runs: each part ascending (the one-pass reader checks) and
+    // each part's first name above the last part's last prove them unique (a pass over every
+    // name was a tenth of the controller's intake, a sort before that as much again).
+    bool unique = true;
+    const UsageBucket* last = nullptr;
+    for (const Range& r : s.ranges) {
+        if (r.n == 0) continue;
+        unique = unique && r.ascending && (!last || last->name < s.buckets[r.begin].name);
+        last = &s.buckets[r.begin + r.n - 1];
+    }
+    // `out` gets the head and the whole; the set keeps out's vector (and the head out's old
+    // strings) for recycle() and the next set.
+    using std::swap;
+    swap(out, s.head);
+    out.buckets.swap(s.buckets);
+    s.buckets.swap(s.head.buckets);
     out.part = 0;
     out.parts = 1;
-    out.buckets = std::move(whole);
-    // Each part's names are unique (the decoder checks); across parts only here. Senders sort
-    // the buckets and cut them into runs: names strictly ascending prove them unique without
-    // the sort (at 10,000 buckets a sort per set was a tenth of the controller's intake).
-    bool ascending = true;
-    for (std::size_t i = 1; i < out.buckets.size() && ascending; ++i)
-        ascending = out.buckets[i - 1].name < out.buckets[i].name;
-    if (ascending) return true;
+    if (unique) return true;
     std::vector<std::string_view> names;
     names.reserve(total);
     for (const UsageBucket& b : out.buckets) names.emplace_back(b.name);
@@ -213,9 +347,10 @@ bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
 
 template <class Usage>
 PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string* why) {
+    const Placed placed = std::exchange(placed_, Placed{});
     if (m.parts <= 1) return PartResult::Whole;
     auto it = sets_.find(m.source);
-    if (it != sets_.end() && m.seq != it->second.head.seq) {
+    if (it != sets_.end() && it->second.active && m.seq != it->second.head.seq) {
         if (m.seq < it->second.head.seq) {
             if (why) {
                 *why = "part " + std::to_string(m.part) + " of " + m.source + "'s usage seq " +
@@ -225,22 +360,29 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
             return PartResult::Stale;
         }
         ++incomplete_;  // superseded before it was complete
-        sets_.erase(it);
-        it = sets_.end();
+        stop(it->second);
     }
-    if (it == sets_.end()) {
-        if (sets_.size() >= max_sources_) return PartResult::Full;
-        Set s;
-        // The head without the part's buckets (thousands: not copied only to be cleared).
-        std::vector<UsageBucket> buckets;
-        buckets.swap(m.buckets);
-        s.head = m;
-        m.buckets.swap(buckets);
-        clear_head_extra(s.head);
-        s.first_ms = now_ms;
-        s.have.assign(m.parts, false);
-        s.buckets.resize(m.parts);
-        it = sets_.emplace(m.source, std::move(s)).first;
+    if (it == sets_.end() || !it->second.active) {
+        if (pending_ >= max_sources_) return PartResult::Full;
+        if (it == sets_.end()) {
+            if (sets_.size() >= max_sources_) {
+                // Room for this source: the set kept longest for its vector goes (fewer than
+                // max_sources_ are pending, so one is kept only for its vector).
+                auto idle = sets_.end();
+                for (auto i = sets_.begin(); i != sets_.end(); ++i) {
+                    if (!i->second.active &&
+                        (idle == sets_.end() || i->second.first_ms < idle->second.first_ms)) {
+                        idle = i;
+                    }
+                }
+                if (idle != sets_.end()) {
+                    keep(std::move(idle->second.buckets));
+                    sets_.erase(idle);
+                }
+            }
+            it = sets_.try_emplace(m.source).first;
+        }
+        start(it->second, m, now_ms);
     }
     Set& s = it->second;
     if (!same_head(s.head, m)) {
@@ -248,7 +390,7 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
             *why = "part " + std::to_string(m.part) + " of " + m.source + "'s usage seq " +
                    std::to_string(m.seq) + " disagrees with part(s) received before";
         }
-        sets_.erase(it);
+        stop(s);
         return PartResult::Inconsistent;
     }
     if (s.have[m.part]) {
@@ -256,25 +398,23 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
             *why = "part " + std::to_string(m.part) + " of " + m.source + "'s usage seq " +
                    std::to_string(m.seq) + " received twice";
         }
-        sets_.erase(it);
+        stop(s);
         return PartResult::Inconsistent;
     }
-    take(s, m);
+    take(s, m, placed);
     if (s.received < s.have.size()) return PartResult::Pending;
     const bool ok = assemble(s, m, why);
-    sets_.erase(it);
+    stop(s);
     return ok ? PartResult::Complete : PartResult::Inconsistent;
 }
 
 template <class Usage>
 std::size_t PartAssembler<Usage>::expire(std::uint64_t now_ms) {
     std::size_t n = 0;
-    for (auto it = sets_.begin(); it != sets_.end();) {
-        if (now_ms > it->second.first_ms + timeout_ms_) {
-            it = sets_.erase(it);
+    for (auto& [source, s] : sets_) {
+        if (s.active && now_ms > s.first_ms + timeout_ms_) {
+            stop(s);
             ++n;
-        } else {
-            ++it;
         }
     }
     incomplete_ += n;

@@ -17,10 +17,14 @@ namespace {
 // usage messages: positive integers, strings, arrays and maps.
 class Cursor {
   public:
-    explicit Cursor(std::string_view b)
-        : p_(reinterpret_cast<const unsigned char*>(b.data())), end_(p_ + b.size()) {}
+    explicit Cursor(std::string_view b, std::size_t at = 0)
+        : p_(reinterpret_cast<const unsigned char*>(b.data()) + at),
+          end_(reinterpret_cast<const unsigned char*>(b.data()) + b.size()) {}
 
     bool at_end() const { return p_ == end_; }
+    std::size_t offset(std::string_view b) const {
+        return static_cast<std::size_t>(p_ - reinterpret_cast<const unsigned char*>(b.data()));
+    }
 
     // A key: the packer writes every key of these messages as a fixstr.
     bool key(std::string_view k) {
@@ -200,17 +204,19 @@ bool definitions(Cursor& c, E e, std::vector<DefinitionCount>& out) {
     return true;
 }
 
-// The usage entries (positional, docs/protocol.md "Usage entry"; maps in v 1): `zone` for
-// zone_usage (per-entry host_names); an entry with keys goes to wire::decode. Names strictly
-// ascending, as senders sort them (which proves them unique; unsorted but unique ones go to
-// wire::decode).
+// The usage entries (positional, docs/protocol.md "Usage entry"; maps in v 1) into
+// out[at, at + n), `out` grown when shorter and never shrunk (the entries beyond keep their
+// strings and vectors): `zone` for zone_usage (per-entry host_names); an entry with keys goes to
+// wire::decode. Names strictly ascending, as senders sort them (which proves them unique;
+// unsorted but unique ones go to wire::decode).
 template <class E>
-bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts,
-             std::vector<UsageBucket>& out) {
-    std::uint64_t n = 0;
-    if (!c.key("buckets") || !c.array(n) || n > kMaxBucketsPerMessage) return false;
-    out.resize(static_cast<std::size_t>(n));
-    for (std::size_t i = 0; i < out.size(); ++i) {
+bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts, std::vector<UsageBucket>& out,
+             std::size_t at, std::size_t& n) {
+    std::uint64_t count = 0;
+    if (!c.key("buckets") || !c.array(count) || count > kMaxBucketsPerMessage) return false;
+    n = static_cast<std::size_t>(count);
+    if (out.size() < at + n) out.resize(at + n);
+    for (std::size_t i = at; i < at + n; ++i) {
         UsageBucket& b = out[i];
         std::string_view name;
         if (!e.open(c, zone ? 9u : 8u) || !e.item(c, "name") || !c.name(name) ||
@@ -222,8 +228,9 @@ bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts,
             !definitions(c, e, b.definitions)) {
             return false;
         }
-        // Usage is read into the strings of the sender's last usage (ZoneUsage reused): a
-        // name at the same place is most often the same, and then needs no copy.
+        // Usage is read into the strings of the sender's last usage (ZoneUsage reused, and a
+        // part into the vector its source's last set was assembled in): a name at the same
+        // place is most often the same, and then needs no copy.
         if (b.name != name) b.name.assign(name.data(), name.size());
         if (zone) {
             if (!e.item(c, "host_names") || !name_list(c, kMaxBucketHostNames, b.host_names)) {
@@ -240,7 +247,7 @@ bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts,
             b.host_names.size() > b.hosts) {
             return false;
         }
-        if (i > 0 && !(out[i - 1].name < b.name)) return false;
+        if (i > at && !(out[i - 1].name < b.name)) return false;
     }
     return true;
 }
@@ -259,48 +266,73 @@ bool part(Cursor& c, std::uint64_t keys, std::size_t head_extra, std::uint32_t& 
     return true;
 }
 
-bool fast(std::string_view bytes, ZoneUsage& m) {
+// The head is read: the buckets are next.
+bool buckets_next(const Cursor& c, std::string_view bytes, UsageRest& rest) {
+    rest.bytes = bytes;
+    rest.at = c.offset(bytes);
+    return true;
+}
+
+bool head(std::string_view bytes, ZoneUsage& m, UsageRest& rest) {
     if (bytes.size() > kMaxMessageBytes) return false;
     Cursor c(bytes);
-    std::uint64_t keys = 0;
-    if (!header(c, "zone_usage", keys, m.v) || !uint_into(c, "ts_ms", m.ts_ms) ||
+    if (!header(c, "zone_usage", rest.keys, m.v) || !uint_into(c, "ts_ms", m.ts_ms) ||
         !uint_into(c, "seq", m.seq) || !name_into(c, "source", m.source) ||
         !name_into(c, "region", m.region) || !name_into(c, "zone", m.zone) ||
         !uint_into(c, "interval_ms", m.interval_ms) || !uint_into(c, "hosts", m.hosts) ||
         !uint_into(c, "stale_hosts", m.stale_hosts) ||
-        !names(c, "host_names", kMaxHostNames, m.host_names) || m.host_names.size() > m.hosts ||
-        !(m.v == 1 ? buckets(c, Entry<true>{}, true, m.hosts, m.buckets)
-                   : buckets(c, Entry<false>{}, true, m.hosts, m.buckets)) ||
-        !part(c, keys, m.host_names.size(), m.part, m.parts)) {
+        !names(c, "host_names", kMaxHostNames, m.host_names) || m.host_names.size() > m.hosts) {
+        return false;
+    }
+    return buckets_next(c, bytes, rest);
+}
+
+bool rest_of(const UsageRest& rest, ZoneUsage& m, std::vector<UsageBucket>& into, std::size_t at,
+             std::size_t& n) {
+    Cursor c(rest.bytes, rest.at);
+    if (!(m.v == 1 ? buckets(c, Entry<true>{}, true, m.hosts, into, at, n)
+                   : buckets(c, Entry<false>{}, true, m.hosts, into, at, n)) ||
+        !part(c, rest.keys, m.host_names.size(), m.part, m.parts)) {
         return false;
     }
     return c.at_end();
 }
 
-bool fast(std::string_view bytes, RegionUsage& m) {
+bool head(std::string_view bytes, RegionUsage& m, UsageRest& rest) {
     if (bytes.size() > kMaxMessageBytes) return false;
     Cursor c(bytes);
-    std::uint64_t keys = 0, overrides = 0;
     std::string_view digest;
-    if (!header(c, "region_usage", keys, m.v) || !uint_into(c, "ts_ms", m.ts_ms) ||
+    if (!header(c, "region_usage", rest.keys, m.v) || !uint_into(c, "ts_ms", m.ts_ms) ||
         !uint_into(c, "seq", m.seq) || !name_into(c, "source", m.source) ||
         !name_into(c, "region", m.region) || !uint_into(c, "interval_ms", m.interval_ms) ||
         !uint_into(c, "zones", m.zones) || !uint_into(c, "hosts", m.hosts) ||
-        !c.key("limits_digest") || !c.str(digest) || digest.size() > kMaxDigestLen ||
-        !(m.v == 1 ? buckets(c, Entry<true>{}, false, m.hosts, m.buckets)
-                   : buckets(c, Entry<false>{}, false, m.hosts, m.buckets)) ||
-        !c.key("overrides") || !c.array(overrides) || overrides != 0 ||
-        !part(c, keys, 0, m.part, m.parts)) {
+        !c.key("limits_digest") || !c.str(digest) || digest.size() > kMaxDigestLen) {
         return false;
     }
     m.limits_digest.assign(digest.data(), digest.size());
+    return buckets_next(c, bytes, rest);
+}
+
+bool rest_of(const UsageRest& rest, RegionUsage& m, std::vector<UsageBucket>& into, std::size_t at,
+             std::size_t& n) {
+    Cursor c(rest.bytes, rest.at);
+    std::uint64_t overrides = 0;
+    if (!(m.v == 1 ? buckets(c, Entry<true>{}, false, m.hosts, into, at, n)
+                   : buckets(c, Entry<false>{}, false, m.hosts, into, at, n)) ||
+        !c.key("overrides") || !c.array(overrides) || overrides != 0 ||
+        !part(c, rest.keys, 0, m.part, m.parts)) {
+        return false;
+    }
     m.overrides.clear();
     return c.at_end();
 }
 
 template <class Usage>
 bool read(std::string_view bytes, Usage& out, std::string& error, UsageRead* how) {
-    if (fast(bytes, out)) {
+    UsageRest rest;
+    std::size_t n = 0;
+    if (head(bytes, out, rest) && rest_of(rest, out, out.buckets, 0, n)) {
+        out.buckets.resize(n);
         if (how) *how = UsageRead::Fast;
         return true;
     }
@@ -316,6 +348,21 @@ bool read_usage(std::string_view bytes, ZoneUsage& out, std::string& error, Usag
 
 bool read_usage(std::string_view bytes, RegionUsage& out, std::string& error, UsageRead* how) {
     return read(bytes, out, error, how);
+}
+
+bool read_usage_head(std::string_view bytes, ZoneUsage& out, UsageRest& rest) {
+    return head(bytes, out, rest);
+}
+bool read_usage_head(std::string_view bytes, RegionUsage& out, UsageRest& rest) {
+    return head(bytes, out, rest);
+}
+bool read_usage_rest(const UsageRest& rest, ZoneUsage& out, std::vector<UsageBucket>& into,
+                     std::size_t at, std::size_t& n) {
+    return rest_of(rest, out, into, at, n);
+}
+bool read_usage_rest(const UsageRest& rest, RegionUsage& out, std::vector<UsageBucket>& into,
+                     std::size_t at, std::size_t& n) {
+    return rest_of(rest, out, into, at, n);
 }
 
 }  // namespace grl::wire

@@ -8,8 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "allocations.h"
+#include "usage_equal.h"
 
 namespace grl::wire {
 namespace {
@@ -283,11 +287,12 @@ TEST(UsageParts, DecoderRefusesBadPartKeys) {
     EXPECT_NE(error.find("\"parts\" 17"), std::string::npos) << error;
 }
 
-// The controller's intake: every part read into one buffer, assembled, the whole swapped with
-// the usage held, the replaced buckets handed back (recycle). Entries are reused from set to
-// set, so each read must overwrite all of an entry: usages whose entries differ in names,
-// counts, definitions and host names follow one another, and each assembles exactly.
-TEST(UsageParts, SparesReusedAcrossSetsGiveExactUsage) {
+// The controller's intake: every part read (in place by PartAssembler::read, or into one buffer
+// by read_usage), assembled, the whole swapped with the usage held, the replaced one handed back
+// (recycle). Entries are reused from set to set, so each read must overwrite all of an entry:
+// usages whose entries differ in names, counts, definitions and host names follow one another,
+// and each assembles exactly.
+void entries_reused_across_sets_give_exact_usage(bool in_place) {
     auto variant = [](int round) {
         ZoneUsage u = zone_usage(round % 2 == 0 ? 10000 : 9000, 10 + round);
         for (std::size_t i = 0; i < u.buckets.size(); ++i) {
@@ -320,7 +325,9 @@ TEST(UsageParts, SparesReusedAcrossSetsGiveExactUsage) {
         ASSERT_EQ(bytes.size(), 3u);
         for (std::size_t p = 0; p < bytes.size(); ++p) {
             std::string error;
-            ASSERT_TRUE(read_usage(bytes[p], read, error)) << error;
+            ASSERT_TRUE(in_place ? a.read(bytes[p], read, error)
+                                 : read_usage(bytes[p], read, error))
+                << error;
             ASSERT_EQ(a.add(read, 1000 + round),
                       p + 1 < bytes.size() ? PartResult::Pending : PartResult::Complete);
         }
@@ -340,17 +347,288 @@ TEST(UsageParts, SparesReusedAcrossSetsGiveExactUsage) {
             ASSERT_TRUE(got.keys.empty()) << i;
         }
         std::swap(read, held);
-        a.recycle(read.buckets);
-        if (round >= 3) {
-            // Once warm (the first whole is new, its empty entries go round through the parts
-            // once), the read buffer is handed a used vector whose entries keep their
-            // definitions' capacity, and spares wait for the next set.
-            ASSERT_FALSE(read.buckets.empty());
-            EXPECT_GT(read.buckets[0].definitions.capacity(), 0u);
-            EXPECT_GT(a.spares(), 0u);
-        }
+        a.recycle(read);
     }
     EXPECT_LE(a.spares(), 8u);
+}
+
+TEST(UsageParts, EntriesReusedAcrossSetsGiveExactUsageReadInPlace) {
+    entries_reused_across_sets_give_exact_usage(true);
+}
+
+TEST(UsageParts, EntriesReusedAcrossSetsGiveExactUsageReadElsewhere) {
+    entries_reused_across_sets_give_exact_usage(false);
+}
+
+// The controller's intake since the parts are read in place: PartAssembler::read(), add(), the
+// whole swapped with the usage held for its source, the replaced one handed back (recycle()).
+template <class Usage>
+struct Intake {
+    explicit Intake(std::size_t max_sources = 4) : a(max_sources, 250) {}
+    PartAssembler<Usage> a;
+    Usage read;
+    std::map<std::string, Usage> held;  // by source
+    std::uint64_t now = 1000;
+
+    // Reads and adds one message; on Complete or Whole checks it is `want` and holds it.
+    PartResult take(const std::string& bytes, const Usage* want = nullptr, UsageRead* how = nullptr,
+                    std::string* why = nullptr) {
+        std::string error;
+        UsageRead h = UsageRead::Decoded;
+        EXPECT_TRUE(a.read(bytes, read, error, &h)) << error;
+        if (how) *how = h;
+        const PartResult r = a.add(read, ++now, why);
+        if (r != PartResult::Complete && r != PartResult::Whole) return r;
+        if (want) {
+            EXPECT_TRUE(usage_equal::same(read, *want)) << read.source << " seq " << read.seq;
+        }
+        std::swap(read, held[read.source]);
+        a.recycle(read);
+        return r;
+    }
+};
+
+std::vector<std::string> parts_of(const ZoneUsage& u) {
+    std::vector<std::string> out;
+    EXPECT_TRUE(encode_parts(u, out));
+    return out;
+}
+
+// The usage of `round`: the same names, other counts (what a collector sends tick after tick).
+ZoneUsage round_usage(std::size_t buckets, std::uint64_t round, const std::string& source) {
+    ZoneUsage u = zone_usage(buckets, 10 + round);
+    u.source = source;
+    for (UsageBucket& b : u.buckets) b.offered_mrps += round;
+    if (round % 2 == 1) u.buckets[7].definitions.push_back({{Scope::Zone, Mode::Shadow, 7000}, 0});
+    return u;
+}
+
+TEST(UsageParts, PartsReadInPlaceInOrderGiveTheWholeUsage) {
+    Intake<ZoneUsage> in;
+    for (std::uint64_t round = 0; round < 4; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        const ZoneUsage u = round_usage(10000, round, "collector-a");
+        const std::vector<std::string> parts = parts_of(u);
+        ASSERT_EQ(parts.size(), 3u);
+        for (std::size_t p = 0; p < parts.size(); ++p) {
+            UsageRead how = UsageRead::Decoded;
+            EXPECT_EQ(in.take(parts[p], &u, &how),
+                      p + 1 < parts.size() ? PartResult::Pending : PartResult::Complete);
+            EXPECT_EQ(how, UsageRead::Fast);
+        }
+    }
+    EXPECT_EQ(in.a.pending(), 0u);
+    EXPECT_EQ(in.a.incomplete(), 0u);
+}
+
+TEST(UsageParts, PartsReadInPlaceOutOfOrderGiveTheWholeUsage) {
+    Intake<ZoneUsage> in;
+    for (std::uint64_t round = 0; round < 3; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        const ZoneUsage u = round_usage(10000, round, "collector-a");
+        const std::vector<std::string> parts = parts_of(u);
+        // Round 1 in order, after a set out of order: the set's vector was put in order.
+        const std::vector<std::size_t> order =
+            round == 1 ? std::vector<std::size_t>{0, 1, 2} : std::vector<std::size_t>{2, 0, 1};
+        EXPECT_EQ(in.take(parts[order[0]], &u), PartResult::Pending);
+        EXPECT_EQ(in.take(parts[order[1]], &u), PartResult::Pending);
+        EXPECT_EQ(in.take(parts[order[2]], &u), PartResult::Complete);
+    }
+}
+
+TEST(UsageParts, APartMissingThenANewerSetGivesTheNewerUsage) {
+    Intake<ZoneUsage> in;
+    const ZoneUsage u0 = round_usage(10000, 0, "collector-a");
+    const std::vector<std::string> p0 = parts_of(u0);
+    for (const std::string& p : p0) in.take(p, &u0);
+    // Seq 11 loses its last part; seq 12's parts are read after seq 11's two, and taken to the
+    // front of the set's vector when seq 12 supersedes seq 11.
+    const ZoneUsage u1 = round_usage(10000, 1, "collector-a");
+    const ZoneUsage u2 = round_usage(10000, 2, "collector-a");
+    const std::vector<std::string> p1 = parts_of(u1), p2 = parts_of(u2);
+    EXPECT_EQ(in.take(p1[0]), PartResult::Pending);
+    EXPECT_EQ(in.take(p1[1]), PartResult::Pending);
+    EXPECT_EQ(in.take(p2[0], &u2), PartResult::Pending);
+    EXPECT_EQ(in.a.incomplete(), 1u);
+    std::string why;
+    EXPECT_EQ(in.take(p1[2], nullptr, nullptr, &why), PartResult::Stale);  // seq 11's, late
+    EXPECT_NE(why.find("older"), std::string::npos) << why;
+    EXPECT_EQ(in.take(p2[1], &u2), PartResult::Pending);
+    EXPECT_EQ(in.take(p2[2], &u2), PartResult::Complete);
+    // And the next set, in order, into the vector the controller hands back.
+    const ZoneUsage u3 = round_usage(10000, 3, "collector-a");
+    const std::vector<std::string> p3 = parts_of(u3);
+    for (std::size_t p = 0; p < p3.size(); ++p) {
+        EXPECT_EQ(in.take(p3[p], &u3),
+                  p + 1 < p3.size() ? PartResult::Pending : PartResult::Complete);
+    }
+    EXPECT_EQ(in.a.incomplete(), 1u);
+}
+
+TEST(UsageParts, ABucketOnBothSidesOfAPartBoundaryIsRefused) {
+    Intake<ZoneUsage> in;
+    for (int round = 0; round < 2; ++round) {  // into a new set's vector, then a used one
+        ZoneUsage u = round_usage(10000, static_cast<std::uint64_t>(round), "collector-a");
+        // encode_parts cuts 10,000 buckets at 3,333 and 6,666: part 0 ends with the name part 1
+        // starts with. Each part's names ascend, so each is read in place.
+        u.buckets[3333].name = u.buckets[3332].name;
+        const std::vector<std::string> parts = parts_of(u);
+        ASSERT_EQ(parts.size(), 3u);
+        std::string why;
+        UsageRead how = UsageRead::Decoded;
+        EXPECT_EQ(in.take(parts[0], nullptr, &how), PartResult::Pending);
+        EXPECT_EQ(how, UsageRead::Fast);
+        EXPECT_EQ(in.take(parts[1], nullptr, &how), PartResult::Pending);
+        EXPECT_EQ(how, UsageRead::Fast);
+        EXPECT_EQ(in.take(parts[2], nullptr, nullptr, &why), PartResult::Inconsistent);
+        EXPECT_EQ(why, "bucket \"bucket-03332\" in two parts of collector-a's usage seq " +
+                           std::to_string(u.seq));
+        EXPECT_EQ(in.a.pending(), 0u);
+        // The source's next set is whole again.
+        const ZoneUsage next = round_usage(10000, 5 + round, "collector-a");
+        for (const std::string& p : parts_of(next)) in.take(p, &next);
+    }
+}
+
+TEST(UsageParts, SetsOfSourcesInterleavedEachGiveTheirUsage) {
+    Intake<ZoneUsage> in;
+    for (std::uint64_t round = 0; round < 4; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        const ZoneUsage a = round_usage(10000, round, "collector-a");
+        const ZoneUsage b = round_usage(9000, round, "collector-b");
+        const ZoneUsage c = round_usage(5000, round, "collector-c");
+        const ZoneUsage d = round_usage(10, round, "collector-d");  // one message
+        const std::vector<std::string> pa = parts_of(a), pb = parts_of(b), pc = parts_of(c);
+        const std::vector<std::string> pd = parts_of(d);
+        ASSERT_EQ(pb.size(), 3u);
+        ASSERT_EQ(pc.size(), 2u);
+        ASSERT_EQ(pd.size(), 1u);
+        EXPECT_EQ(in.take(pa[0], &a), PartResult::Pending);
+        EXPECT_EQ(in.take(pb[0], &b), PartResult::Pending);
+        EXPECT_EQ(in.take(pd[0], &d), PartResult::Whole);
+        EXPECT_EQ(in.take(pa[1], &a), PartResult::Pending);
+        EXPECT_EQ(in.take(pc[0], &c), PartResult::Pending);
+        EXPECT_EQ(in.take(pb[1], &b), PartResult::Pending);
+        EXPECT_EQ(in.a.pending(), 3u);
+        EXPECT_EQ(in.take(pa[2], &a), PartResult::Complete);
+        EXPECT_EQ(in.take(pc[1], &c), PartResult::Complete);
+        EXPECT_EQ(in.take(pb[2], &b), PartResult::Complete);
+        EXPECT_EQ(in.a.pending(), 0u);
+    }
+    EXPECT_EQ(in.a.incomplete(), 0u);
+}
+
+TEST(UsageParts, PartsTheDecoderReadsAssembleWithTheOnesReadInPlace) {
+    Intake<ZoneUsage> in;
+    for (std::uint64_t round = 0; round < 3; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        ZoneUsage u = round_usage(10000, round, "collector-a");
+        // Two names of part 1 swapped: unique but not ascending, which the one-pass reader
+        // leaves to wire::decode (and assembly to the check by sorting).
+        if (round != 1) std::swap(u.buckets[4000], u.buckets[4001]);
+        const std::vector<std::string> parts = parts_of(u);
+        for (std::size_t p = 0; p < parts.size(); ++p) {
+            UsageRead how = UsageRead::Fast;
+            EXPECT_EQ(in.take(parts[p], &u, &how),
+                      p + 1 < parts.size() ? PartResult::Pending : PartResult::Complete);
+            EXPECT_EQ(how, p == 1 && round != 1 ? UsageRead::Decoded : UsageRead::Fast) << p;
+        }
+    }
+    // Region usage with overrides: part 0 goes to wire::decode, part 1 is read in place.
+    Intake<RegionUsage> rin;
+    const RegionUsage r = region_usage(5000);
+    std::vector<std::string> parts;
+    ASSERT_TRUE(encode_parts(r, parts));
+    ASSERT_EQ(parts.size(), 2u);
+    for (int round = 0; round < 2; ++round) {
+        UsageRead how = UsageRead::Fast;
+        EXPECT_EQ(rin.take(parts[0], &r, &how), PartResult::Pending);
+        EXPECT_EQ(how, UsageRead::Decoded);
+        EXPECT_EQ(rin.take(parts[1], &r, &how), PartResult::Complete);
+        EXPECT_EQ(how, UsageRead::Fast);
+    }
+}
+
+// A set is kept for its vector only while there is room: with 2 sources at most and 3 taking
+// turns, each new source's set takes the place of the one kept longest, and every set still
+// gives its usage.
+TEST(UsageParts, SetsKeptForTheirVectorMakeRoomForNewSources) {
+    Intake<ZoneUsage> in(2);
+    for (std::uint64_t round = 0; round < 3; ++round) {
+        for (const char* source : {"collector-a", "collector-b", "collector-c"}) {
+            SCOPED_TRACE(std::string(source) + " round " + std::to_string(round));
+            const ZoneUsage u = round_usage(10000, round, source);
+            const std::vector<std::string> parts = parts_of(u);
+            EXPECT_EQ(in.take(parts[0], &u), PartResult::Pending);
+            EXPECT_EQ(in.take(parts[1], &u), PartResult::Pending);
+            EXPECT_EQ(in.take(parts[2], &u), PartResult::Complete);
+        }
+    }
+    // Two pending sets fill it: a third source is refused until one completes.
+    const ZoneUsage a = round_usage(10000, 5, "collector-a");
+    const ZoneUsage b = round_usage(10000, 5, "collector-b");
+    const ZoneUsage c = round_usage(10000, 5, "collector-c");
+    const std::vector<std::string> pa = parts_of(a), pb = parts_of(b), pc = parts_of(c);
+    EXPECT_EQ(in.take(pa[0], &a), PartResult::Pending);
+    EXPECT_EQ(in.take(pb[0], &b), PartResult::Pending);
+    EXPECT_EQ(in.take(pc[0], &c), PartResult::Full);
+    EXPECT_EQ(in.take(pa[1], &a), PartResult::Pending);
+    EXPECT_EQ(in.take(pa[2], &a), PartResult::Complete);
+    for (const std::string& p : pc) in.take(p, &c);
+    EXPECT_TRUE(usage_equal::same(in.held["collector-c"], c));
+    EXPECT_EQ(in.take(pb[1], &b), PartResult::Pending);
+    EXPECT_EQ(in.take(pb[2], &b), PartResult::Complete);
+}
+
+// "part": 0 and "parts": 1 written out make a whole message (wire::decode takes it), also from
+// a source with a set of parts: its buckets are the message's, not put in the set.
+TEST(UsageParts, AWholeMessageWithPartKeysIsReadWhole) {
+    Intake<ZoneUsage> in;
+    const ZoneUsage u = round_usage(10000, 0, "collector-a");
+    for (const std::string& p : parts_of(u)) in.take(p, &u);
+    ZoneUsage whole = round_usage(100, 1, "collector-a");
+    whole.part = 0;
+    whole.parts = 2;
+    std::string bytes;
+    encode(whole, bytes);
+    ASSERT_EQ(bytes.back(), '\x02');  // "parts" is the last key, its value a fixint
+    bytes.back() = '\x01';
+    whole.parts = 1;
+    UsageRead how = UsageRead::Decoded;
+    EXPECT_EQ(in.take(bytes, &whole, &how), PartResult::Whole);
+    EXPECT_EQ(how, UsageRead::Fast);
+    // The source's next set in parts is whole too.
+    const ZoneUsage next = round_usage(10000, 2, "collector-a");
+    for (const std::string& p : parts_of(next)) in.take(p, &next);
+    EXPECT_TRUE(usage_equal::same(in.held["collector-a"], next));
+}
+
+// Reading and assembling the sets of two sources, interleaved, the wholes swapped with the
+// usage held and the replaced ones handed back: once each source has had a set assembled into a
+// vector it had before, nothing is allocated (every entry read into one of the same name, its
+// definitions into their own capacity).
+TEST(UsageParts, SteadyStateReadsAndAssemblesWithoutAllocating) {
+    Intake<ZoneUsage> in;
+    std::vector<std::vector<std::string>> pa, pb;
+    std::vector<ZoneUsage> ua, ub;
+    for (std::uint64_t round = 0; round < 6; ++round) {
+        ua.push_back(round_usage(10000, round, "collector-a"));
+        ub.push_back(round_usage(10000, round, "collector-b"));
+        pa.push_back(parts_of(ua.back()));
+        pb.push_back(parts_of(ub.back()));
+    }
+    std::uint64_t allocated = 0;
+    for (std::size_t round = 0; round < 6; ++round) {
+        const std::uint64_t before = test::allocations();
+        for (std::size_t p = 0; p < 3; ++p) {
+            in.take(pa[round][p]);
+            in.take(pb[round][p]);
+        }
+        if (round >= 3) allocated += test::allocations() - before;
+        EXPECT_TRUE(usage_equal::same(in.held["collector-a"], ua[round])) << round;
+        EXPECT_TRUE(usage_equal::same(in.held["collector-b"], ub[round])) << round;
+    }
+    EXPECT_EQ(allocated, 0u);
 }
 
 }  // namespace

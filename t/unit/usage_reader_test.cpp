@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -65,6 +66,18 @@ RegionUsage region_usage(std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) u.buckets.push_back(bucket("b" + std::to_string(i), 5));
     std::sort(u.buckets.begin(), u.buckets.end(),
               [](const UsageBucket& a, const UsageBucket& b) { return a.name < b.name; });
+    return u;
+}
+
+// A region usage with an override (which the one-pass reader leaves to wire::decode).
+RegionUsage region_usage_with_override(std::size_t n) {
+    RegionUsage u = region_usage(n);
+    Override o;
+    o.name = "b1";
+    o.mode = Mode::Shadow;
+    o.set_ms = 1;
+    o.origin = "ctl-r2";
+    u.overrides.push_back(o);
     return u;
 }
 
@@ -329,13 +342,7 @@ TEST(UsageReader, AReusedMessageForgetsThePreviousOne) {
     EXPECT_EQ(how, UsageRead::Fast);
     EXPECT_TRUE(same(out, plain));
     RegionUsage rout;
-    RegionUsage with_overrides = region_usage(4);
-    Override o;
-    o.name = "b1";
-    o.mode = Mode::Shadow;
-    o.set_ms = 1;
-    o.origin = "ctl-r2";
-    with_overrides.overrides.push_back(o);
+    const RegionUsage with_overrides = region_usage_with_override(4);
     ASSERT_TRUE(read_usage(bytes_of(with_overrides), rout, error));
     ASSERT_TRUE(read_usage(bytes_of(region_usage(2)), rout, error, &how));
     EXPECT_EQ(how, UsageRead::Fast);
@@ -346,6 +353,62 @@ TEST(UsageReader, AReusedMessageForgetsThePreviousOne) {
     EXPECT_TRUE(same(rout, v1(region_usage(2))));
     ASSERT_TRUE(read_usage(bytes_of(region_usage(2)), rout, error));
     EXPECT_TRUE(same(rout, region_usage(2)));
+}
+
+// The two steps (PartAssembler::read's): the buckets go to into[at, at + n), the entries outside
+// keep theirs, and the message is the one wire::decode reads.
+template <class Usage>
+void two_steps_agree(Usage u) {
+    const std::string b = bytes_of(u);
+    Usage want, got;
+    std::string error;
+    ASSERT_TRUE(decode(b, want, error)) << error;
+    for (std::size_t size : {std::size_t{0}, std::size_t{4}, u.buckets.size() + 9}) {
+        SCOPED_TRACE("vector of " + std::to_string(size) + " entries");
+        std::vector<UsageBucket> into(size, bucket("kept"));
+        UsageRest rest;
+        std::size_t n = 0;
+        ASSERT_TRUE(read_usage_head(b, got, rest));
+        EXPECT_EQ(rest.in_parts(), u.parts > 1);
+        ASSERT_TRUE(read_usage_rest(rest, got, into, 2, n));
+        ASSERT_EQ(n, u.buckets.size());
+        EXPECT_EQ(into.size(), std::max(size, 2 + n));
+        for (std::size_t i = 0; i < size; ++i) {
+            if (i < 2 || i >= 2 + n) {
+                EXPECT_EQ(into[i].name, "kept") << i;
+            }
+        }
+        got.buckets.assign(into.begin() + 2, into.begin() + 2 + static_cast<std::ptrdiff_t>(n));
+        EXPECT_TRUE(same(want, got));
+    }
+}
+
+TEST(UsageReader, TwoStepsReadTheBucketsIntoPlace) {
+    two_steps_agree(zone_usage(30));
+    two_steps_agree(v1(zone_usage(30)));
+    ZoneUsage part = zone_usage(30);
+    part.host_names.clear();
+    part.part = 2;
+    part.parts = 3;
+    two_steps_agree(part);
+    two_steps_agree(region_usage(12));
+    two_steps_agree(v1(region_usage(12)));
+    // What the one-pass reader leaves to wire::decode, either step refuses.
+    ZoneUsage unsorted = zone_usage(5);
+    std::swap(unsorted.buckets[1], unsorted.buckets[3]);
+    ZoneUsage m;
+    UsageRest rest;
+    std::vector<UsageBucket> into;
+    std::size_t n = 0;
+    const std::string unsorted_bytes = bytes_of(unsorted);  // `rest` points into the bytes
+    ASSERT_TRUE(read_usage_head(unsorted_bytes, m, rest));
+    EXPECT_FALSE(read_usage_rest(rest, m, into, 0, n));
+    const RegionUsage with_overrides = region_usage_with_override(4);
+    RegionUsage r;
+    const std::string overrides_bytes = bytes_of(with_overrides);
+    ASSERT_TRUE(read_usage_head(overrides_bytes, r, rest));
+    EXPECT_FALSE(read_usage_rest(rest, r, into, 0, n));
+    EXPECT_FALSE(read_usage_head(std::string(5, '\x01'), m, rest));
 }
 
 }  // namespace

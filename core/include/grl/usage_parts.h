@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "grl/usage_reader.h"
 #include "grl/wire_control.h"
 
 namespace grl::wire {
@@ -46,55 +47,92 @@ std::string_view to_string(PartResult r);
 // Assembles the parts of ZoneUsage or RegionUsage messages, one pending set per source.
 // A set is complete when all of its parts arrived; a set is dropped incomplete when a part
 // of a newer set of its source arrives, or when it is older than `timeout_ms` at expire().
+//
+// A source's set keeps one bucket vector after it completes: the parts of its next set are read
+// (read()) straight into their place in it, one after the other (a sender sends its parts in
+// order), and the controller hands back the usage that set replaces (recycle()), whose vector
+// has the same names at the same places. Reading and assembling a set then moves no entry and,
+// in the steady state, allocates nothing (bench/control_plane/README.md "Usage parts read in
+// place"). Parts out of order, or read elsewhere (wire::decode, read_usage()), are assembled
+// too, on a slower path.
 template <class Usage>
 class PartAssembler {
   public:
     PartAssembler(std::size_t max_sources, std::uint64_t timeout_ms)
         : max_sources_(max_sources), timeout_ms_(timeout_ms) {}
 
-    // `m` is a decoded message; on Complete it is replaced by the assembled usage, on Pending
-    // its buckets are taken and replaced by a spare vector of unspecified entries (for the next
-    // read to overwrite). `why` gets the reason of Inconsistent and Stale.
+    // Reads a message as read_usage() does (the same answer, the same error). A part of a source
+    // the assembler holds a set for is read with its buckets in their place in the set's vector,
+    // for the add() that follows to take from there: m.buckets is then left as it was. `how`
+    // says which reader read it.
+    bool read(std::string_view bytes, Usage& m, std::string& error, UsageRead* how = nullptr);
+    // `m` is a decoded message (by read(), read_usage() or wire::decode); on Complete it is
+    // replaced by the assembled usage, on Pending its buckets are taken (when they are in it)
+    // and replaced by a vector of unspecified entries (for the next read to overwrite). `why`
+    // gets the reason of Inconsistent and Stale.
     PartResult add(Usage& m, std::uint64_t now_ms, std::string* why = nullptr);
-    // Hands the assembler a bucket vector its owner no longer needs (the usage a newer one
-    // replaced) and gives back in `v` a spare one, or an empty one when it holds none. The
-    // spares' entries keep their strings and vectors: reading parts into them, and assembling
-    // sets from them, then allocates nothing in the steady state (allocating and freeing
-    // 10,000 entries per set was a sixth of the controller's CPU at 50 zones x 10,000
-    // buckets, bench/control_plane/README.md).
-    void recycle(std::vector<UsageBucket>& v);
+    // Hands the assembler the usage its owner no longer needs (the one a newer one replaced, or
+    // one refused) and gives back in m.buckets a vector of unspecified entries: the one of
+    // m.source's set when it has one (the next set of that source is read into m's vector), else
+    // a spare, or an empty one when it holds none. The entries keep their strings and vectors:
+    // reading parts into them, and assembling sets from them, then allocates nothing in the
+    // steady state (allocating and freeing 10,000 entries per set was a sixth of the
+    // controller's CPU at 50 zones x 10,000 buckets, bench/control_plane/README.md).
+    void recycle(Usage& m);
     std::size_t spares() const { return spares_.size(); }
     // Drops the sets whose first part arrived more than timeout_ms before now_ms; returns how
     // many (they also count in incomplete()).
     std::size_t expire(std::uint64_t now_ms);
 
-    std::size_t pending() const { return sets_.size(); }
+    std::size_t pending() const { return pending_; }
     // Sets dropped before all of their parts arrived (superseded or expired).
     std::uint64_t incomplete() const { return incomplete_; }
 
   private:
+    // Where a part's buckets are in its set's vector.
+    struct Range {
+        std::size_t begin = 0, n = 0;
+        bool ascending = true;  // names strictly ascending (the one-pass reader checks)
+    };
     struct Set {
-        Usage head;  // part 0's fields (all parts must agree), buckets of no part
+        Usage head;           // part 0's fields (all parts must agree), buckets of no part
+        bool active = false;  // parts of head.seq pending (else the set only keeps `buckets`)
         std::uint64_t first_ms = 0;
         std::size_t received = 0;
         std::vector<bool> have;
-        std::vector<std::vector<UsageBucket>> buckets;  // per part
+        std::vector<Range> ranges;  // per part
+        // The parts received, in the order they arrived, at [0, used); then entries kept for
+        // the next parts.
+        std::vector<UsageBucket> buckets;
+        std::size_t used = 0;
     };
-    void take(Set& s, Usage& m);
+    // The part read() read last into a set's vector, for add() to take.
+    struct Placed {
+        const Set* set = nullptr;
+        const Usage* m = nullptr;
+        std::uint64_t seq = 0;
+        std::uint32_t part = 0;
+        std::size_t at = 0, n = 0;
+    };
+    void start(Set& s, Usage& m, std::uint64_t now_ms);
+    void stop(Set& s);
+    void take(Set& s, Usage& m, const Placed& placed);
     bool assemble(Set& s, Usage& out, std::string* why);
     // The spare that fits `n` entries best (the smallest of at least n, else the largest), or
     // an empty vector; and a spare handed back (dropped beyond kMaxSpares).
     std::vector<UsageBucket> spare(std::size_t n);
     void keep(std::vector<UsageBucket>&& v);
 
-    // A set's parts, its whole, the read buffer and the usage it replaced: enough for one
-    // set of kMaxParts at a time without holding much more.
+    // Read buffers and the vectors of sets dropped to make room for another source's.
     static constexpr std::size_t kMaxSpares = 8;
 
     std::size_t max_sources_;
     std::uint64_t timeout_ms_;
-    std::map<std::string, Set, std::less<>> sets_;  // by source
+    // By source, at most max_sources_: the pending sets and the sets kept for their vector.
+    std::map<std::string, Set, std::less<>> sets_;
+    std::size_t pending_ = 0;
     std::uint64_t incomplete_ = 0;
+    Placed placed_;
     std::vector<std::vector<UsageBucket>> spares_;
 };
 

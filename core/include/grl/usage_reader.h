@@ -11,8 +11,10 @@
 // fuzz/fuzz_usage.cpp check the equivalence on valid, malformed and randomly mutated messages.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "grl/wire_control.h"
 
@@ -31,5 +33,29 @@ bool read_usage(std::string_view bytes, ZoneUsage& out, std::string& error,
                 UsageRead* how = nullptr);
 bool read_usage(std::string_view bytes, RegionUsage& out, std::string& error,
                 UsageRead* how = nullptr);
+
+// The one-pass reader in two steps, for the receiver of usage in parts (PartAssembler::read): the
+// fields before the buckets first, so that the caller can choose where the buckets go (a part's
+// straight into their place in its set's one vector), then the buckets and the fields after
+// them. read_usage() is these two steps with the buckets into out.buckets, then wire::decode
+// when either gives up.
+struct UsageRest {
+    std::string_view bytes;  // the message's: they must outlive step 2
+    std::size_t at = 0;      // where the buckets start
+    std::uint64_t keys = 0;  // of the message's map: 14 with "part" and "parts", 12 without
+    bool in_parts() const { return keys == 14; }
+};
+// Step 1: the fields before the buckets into `out` (its buckets untouched). False when the
+// one-pass reader does not take the message: read it with wire::decode.
+bool read_usage_head(std::string_view bytes, ZoneUsage& out, UsageRest& rest);
+bool read_usage_head(std::string_view bytes, RegionUsage& out, UsageRest& rest);
+// Step 2: the buckets into into[at, at + n), `n` their number (`into` grows to at least at + n;
+// it never shrinks, and the entries outside the range keep theirs), and the fields after them
+// into `out`. False when the one-pass reader does not take the message (the entries from `at`
+// on are then unspecified): read it with wire::decode.
+bool read_usage_rest(const UsageRest& rest, ZoneUsage& out, std::vector<UsageBucket>& into,
+                     std::size_t at, std::size_t& n);
+bool read_usage_rest(const UsageRest& rest, RegionUsage& out, std::vector<UsageBucket>& into,
+                     std::size_t at, std::size_t& n);
 
 }  // namespace grl::wire
