@@ -340,6 +340,16 @@ class Controller {
         std::uint64_t mono = 0;  // when it was received
         bool kept = false;       // false: a place beside a usage entry without one
     };
+    // The one definition a SumEntry or a Run holds inline (def_scope, def_mode, ...).
+    template <class T>
+    static wire::Definition inline_def(const T& x) {
+        wire::Definition d;
+        d.scope = x.def_scope;
+        d.mode = x.def_mode;
+        d.limit_mrps = x.def_limit_mrps;
+        d.keyed = x.def_keyed;
+        return d;
+    }
     // A usage entry as the running sums (count_in(), count_out()) and aggregate()'s walk read
     // it, written by the stand-in pass while the entry is in cache: 72 bytes in one array
     // instead of a 152-byte wire::UsageBucket plus its definitions on the heap. The entry's
@@ -359,16 +369,9 @@ class Controller {
         std::uint8_t definitions = 0;  // in the entry: 0, 1, or 2 for more than one
         bool keys = false;             // the entry carries keys
         // How the entry was counted into the running sums (count_in()), so that count_out()
-        // takes out exactly that whatever changed since: kIncomplete | kSimple or kOther.
+        // takes out exactly that whatever changed since: kIncomplete, kOdd, kSimple or kOther.
         std::uint8_t counted = 0;
-        wire::Definition def() const {
-            wire::Definition d;
-            d.scope = def_scope;
-            d.mode = def_mode;
-            d.limit_mrps = def_limit_mrps;
-            d.keyed = def_keyed;
-            return d;
-        }
+        wire::Definition def() const { return inline_def(*this); }
     };
     static constexpr std::uint8_t kIncomplete = 1;  // SumEntry::counted
     static constexpr std::uint8_t kSimple = 2;      // its one definition is the Run's `def`
@@ -397,14 +400,7 @@ class Controller {
             return c.def_limit_mrps == def_limit_mrps && c.def_scope == def_scope &&
                    c.def_mode == def_mode && c.def_keyed == def_keyed;
         }
-        wire::Definition def() const {
-            wire::Definition d;
-            d.scope = def_scope;
-            d.mode = def_mode;
-            d.limit_mrps = def_limit_mrps;
-            d.keyed = def_keyed;
-            return d;
-        }
+        wire::Definition def() const { return inline_def(*this); }
     };
     static_assert(sizeof(Run) == 128);
     struct ZoneEntry {
