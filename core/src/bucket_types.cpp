@@ -51,12 +51,14 @@ constexpr std::array<bool, 256> kNameChars = [] {
 
 }  // namespace
 
+// Without a branch per character: names are short (at most kMaxNameLen) and nearly always
+// valid, so stopping at the first bad character saves nothing (a third fewer instructions per
+// usage entry, bench/control_plane/README.md "Reading usage: fewer instructions per entry").
 bool valid_name(std::string_view s) {
     if (s.empty() || s.size() > kMaxNameLen) return false;
-    for (char c : s) {
-        if (!kNameChars[static_cast<unsigned char>(c)]) return false;
-    }
-    return true;
+    bool ok = true;
+    for (char c : s) ok &= kNameChars[static_cast<unsigned char>(c)];
+    return ok;
 }
 
 }  // namespace grl
