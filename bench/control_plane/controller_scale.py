@@ -17,7 +17,9 @@ Targets: tick <= 25 ms, the controller at most 20% of one core, propagation p99 
 
 Usage: /usr/bin/python3 bench/control_plane/controller_scale.py [--build-dir build]
        [--zones 50] [--peers 4] [--buckets 10000] [--interval 0.25] [--duration 30]
-       [--warmup 10] [--over 0.01] [--pin] [--out results.json]
+       [--warmup 10] [--over 0.01] [--pin] [--thp 1] [--out results.json]
+The controller runs with its heap in transparent huge pages, as grl-controller.service runs it
+(GLIBC_TUNABLES=glibc.malloc.hugetlb=1, docs/operations.md); --thp 0 for 4 KB pages.
 Helpers from bench/benchlib.py and scale.py (Debian's python3).
 """
 
@@ -77,6 +79,13 @@ def tick_stats(m0, m1):
             "max_since_start_ms": round(1000 * m1["grl_controller_tick_max_seconds"], 2)}
 
 
+def controller_env(thp):
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    if thp:
+        env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
+    return env
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", default=os.environ.get("GRL_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -90,6 +99,9 @@ def main():
     ap.add_argument("--over", type=float, default=0.01, help="share of buckets offered 1.5x their limit")
     ap.add_argument("--pin", action="store_true",
                     help="controller and collector on CPU 0, the simulator on CPU 1 (taskset)")
+    ap.add_argument("--thp", type=int, choices=(0, 1), default=1,
+                    help="1 (default): the controller's heap in transparent huge pages, as its systemd unit "
+                         "runs it (GLIBC_TUNABLES=glibc.malloc.hugetlb=1); 0: 4 KB pages")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     b = a.build_dir
@@ -108,9 +120,9 @@ def main():
     def pinned(cmd, cpu):
         return (["taskset", "-c", str(cpu)] + cmd) if a.pin else cmd
 
-    def spawn(name, cmd):
+    def spawn(name, cmd, env=None):
         log = open(os.path.join(d, name + ".log"), "ab")
-        p = subprocess.Popen(pinned(cmd, 0), stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(pinned(cmd, 0), stdout=log, stderr=subprocess.STDOUT, env=env)
         procs.append(p)
         return p
 
@@ -119,7 +131,8 @@ def main():
                                    "--publish-bind", publish, "--admin-bind", admin, "--interval", iv,
                                    "--ttl", "2s", "--metrics-bind", "127.0.0.1:0",
                                    "--endpoints-file", os.path.join(d, "ctl.json")]
-                    + (["--peer", peer] if a.peers else []))
+                    + (["--peer", peer] if a.peers else []),
+                    env=controller_env(a.thp))
         # The relay nginx would subscribe to; its own zone usage is empty (no hosts).
         col = spawn("collector", [bins["collector"], "--zone", "relay", "--region", "r1", "--report-bind", report,
                                   "--publish-bind", relay, "--controller-usage", usage, "--controller-publish", publish,
@@ -153,7 +166,7 @@ def main():
             return m1.get(k, 0) - m0.get(k, 0)
         res = {
             "zones": a.zones, "peers": a.peers, "buckets": a.buckets, "interval_s": a.interval,
-            "window_s": round(dt, 1),
+            "controller_thp": a.thp, "window_s": round(dt, 1),
             "controller_cpu_core": round((c1["controller"] - c0["controller"]) / dt, 3),
             "collector_relay_cpu_core": round((c1["collector"] - c0["collector"]) / dt, 3),
             "simulator_cpu_core": round((c1["sim"] - c0["sim"]) / dt, 3),

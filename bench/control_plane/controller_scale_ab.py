@@ -5,7 +5,7 @@ of each figure per build. For before/after comparisons on a shared machine, wher
 other jobs drifts: interleaving spreads the drift over both builds.
 
 Usage: /usr/bin/python3 bench/control_plane/controller_scale_ab.py --a BUILD_DIR_A --b BUILD_DIR_B
-       [--rounds 3] [--out results.json] -- [controller_scale.py arguments]
+       [--rounds 3] [--a-args "..."] [--b-args "..."] [--out results.json] -- [controller_scale.py arguments]
 """
 
 import argparse
@@ -40,17 +40,19 @@ def main():
     ap.add_argument("--a", required=True, help="build directory A (e.g. main's)")
     ap.add_argument("--b", required=True, help="build directory B (e.g. this branch's)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--a-args", default="", help="more controller_scale.py arguments for A only (e.g. \"--thp 0\")")
+    ap.add_argument("--b-args", default="", help="more controller_scale.py arguments for B only")
     ap.add_argument("--out", default=None)
     ap.add_argument("rest", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     rest = [x for x in a.rest if x != "--"]
     runs = {"A": [], "B": []}
     for rnd in range(a.rounds):
-        for name, build in (("A", a.a), ("B", a.b)):
+        for name, build, extra in (("A", a.a, a.a_args), ("B", a.b, a.b_args)):
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
                 path = f.name
             cmd = ["/usr/bin/python3", os.path.join(HERE, "controller_scale.py"), "--build-dir", build,
-                   "--out", path] + rest
+                   "--out", path] + rest + extra.split()
             p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if p.returncode != 0:
                 print("round %d %s failed: %s" % (rnd + 1, name, p.stderr.strip().splitlines()[-1:]), file=sys.stderr)
@@ -59,7 +61,8 @@ def main():
                 runs[name].append(json.load(f))
             os.unlink(path)
             print("round %d %s done" % (rnd + 1, name), file=sys.stderr)
-    print("| figure | A: %s (median of %d) | B: %s (median of %d) |" % (a.a, len(runs["A"]), a.b, len(runs["B"])))
+    print("| figure | A: %s (median of %d) | B: %s (median of %d) |" % (" ".join([a.a, a.a_args]).strip(), len(runs["A"]),
+                                                                   " ".join([a.b, a.b_args]).strip(), len(runs["B"])))
     print("|---|---|---|")
     for label, get in FIGURES:
         cells = []
