@@ -169,6 +169,19 @@ int main(int argc, char** argv) {
         put(root / "usage", "zone_usage_part_v1", 0, at_version_1(plain));
         put(root / "usage", "zone_usage_keyed_v1", 0, at_version_1(zu));
         put(root / "wire", "zone_usage_v1", 2, at_version_1(zu));
+        // Eight entries of the shape senders write most (one definition, no host names): the
+        // reader takes those with kCompactEntryMax bytes after them in one bounds check each.
+        plain = zu;
+        plain.buckets.clear();
+        for (int i = 0; i < 8; ++i) {
+            wire::UsageBucket c = usage_bucket();
+            c.name = "api-" + std::to_string(i);
+            c.host_names.clear();
+            plain.buckets.push_back(c);
+        }
+        b.clear();
+        wire::encode(plain, b);
+        put(root / "usage", "zone_usage_common", 0, b);
     }
 
     wire::RegionUsage ru;
@@ -210,6 +223,16 @@ int main(int argc, char** argv) {
         put(root / "usage", "region_usage_v1", 1, at_version_1(plain));
         put(root / "usage", "region_usage_overrides_v1", 1, at_version_1(ru));
         put(root / "wire", "region_usage_v1", 3, at_version_1(ru));
+        plain.buckets.clear();
+        for (int i = 0; i < 8; ++i) {
+            wire::UsageBucket c = usage_bucket();
+            c.name = "api-" + std::to_string(i);
+            c.host_names.clear();
+            plain.buckets.push_back(c);
+        }
+        b.clear();
+        wire::encode(plain, b);
+        put(root / "usage", "region_usage_common", 1, b);
     }
 
     wire::AdminRequest q;

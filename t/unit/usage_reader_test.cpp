@@ -317,6 +317,78 @@ TEST(UsageReader, RandomMutationsAgree) {
                                   2027, 30000);
 }
 
+// The shape senders write for nearly every entry (one definition of the unkeyed form, no host
+// names), which the reader takes in one bounds check per entry when enough bytes follow it:
+// values of every width, names of both string forms, and every byte of such a message broken
+// in the ways that change an item's form or a length.
+UsageBucket common_entry(std::size_t i) {
+    static const std::uint64_t widths[] = {0, 127, 128, 65535, 65536, 5000000000, ~0ULL >> 1};
+    UsageBucket b;
+    char name[80];
+    std::snprintf(name, sizeof(name),
+                  i % 3 == 0 ? "c-%03zu-a-name-long-enough-for-a-str-8-header" : "c-%03zu", i);
+    b.name = name;
+    b.offered_mrps = widths[i % 7];
+    b.admitted_mrps = widths[(i + 1) % 7];
+    b.dropped_mrps = widths[(i + 2) % 7];
+    b.shadow_dropped_mrps = widths[(i + 3) % 7];
+    b.hosts = 1 + i % 300;
+    b.rated_hosts = b.hosts - i % 2;
+    const Scope scopes[] = {Scope::Global, Scope::Region, Scope::Zone};
+    b.definitions.push_back(
+        {{scopes[i % 3], i % 2 ? Mode::Shadow : Mode::Deny, widths[(i + 4) % 7], false}, b.hosts});
+    return b;
+}
+
+TEST(UsageReader, TheCommonEntryShapeAgreesWithTheDecoderByteByByte) {
+    ZoneUsage z = zone_usage(0);
+    RegionUsage r = region_usage(0);
+    z.hosts = r.hosts = 300;
+    for (std::size_t i = 0; i < 24; ++i) {
+        z.buckets.push_back(common_entry(i));
+        r.buckets.push_back(common_entry(i));
+    }
+    for (auto* v : {&z.buckets, &r.buckets}) {
+        std::sort(v->begin(), v->end(),
+                  [](const UsageBucket& a, const UsageBucket& b) { return a.name < b.name; });
+    }
+    std::vector<std::string> bases = {bytes_of(z), bytes_of(r)};
+    ZoneUsage zr;
+    RegionUsage rr;
+    std::string error;
+    ASSERT_TRUE(read_usage(bases[0], zr, error)) << error;
+    ASSERT_TRUE(read_usage(bases[1], rr, error)) << error;
+    EXPECT_TRUE(same(zr, z));
+    EXPECT_TRUE(same(rr, r));
+    ASSERT_EQ(agree<ZoneUsage>(bases[0], "common zone"), UsageRead::Fast);
+    ASSERT_EQ(agree<RegionUsage>(bases[1], "common region"), UsageRead::Fast);
+    const unsigned char forms[] = {0x00, 0x7f, 0x80, 0x90, 0x91, 0x92, 0x94, 0x95,
+                                   0x98, 0x99, 0x9a, 0xa0, 0xa6, 0xbf, 0xc0, 0xcc,
+                                   0xcd, 0xce, 0xcf, 0xd0, 0xd9, 0xda, 0xdc, 0xff};
+    for (std::size_t m = 0; m < bases.size(); ++m) {
+        const std::string& base = bases[m];
+        for (std::size_t pos = 0; pos < base.size(); ++pos) {
+            std::string b = base;
+            for (unsigned char f : forms) {
+                b[pos] = static_cast<char>(f);
+                const std::string what = "byte " + std::to_string(pos) + " = " + std::to_string(f);
+                if (m == 0) agree<ZoneUsage>(b, what);
+                if (m == 1) agree<RegionUsage>(b, what);
+            }
+            b[pos] = static_cast<char>(base[pos] ^ 1);
+            if (m == 0) agree<ZoneUsage>(b, "byte " + std::to_string(pos) + " ^ 1");
+            if (m == 1) agree<RegionUsage>(b, "byte " + std::to_string(pos) + " ^ 1");
+            if (testing::Test::HasFailure()) return;
+        }
+        for (std::size_t n = 0; n < base.size(); n += 7) {
+            if (m == 0) agree<ZoneUsage>(base.substr(0, n), "truncated");
+            if (m == 1) agree<RegionUsage>(base.substr(0, n), "truncated");
+        }
+    }
+    mutate_and_agree<ZoneUsage>({bases[0]}, 2028, 20000);
+    mutate_and_agree<RegionUsage>({bases[1]}, 2029, 20000);
+}
+
 // The reader writes into the message it is given: nothing of a previous, larger one may stay.
 TEST(UsageReader, AReusedMessageForgetsThePreviousOne) {
     ZoneUsage out;
