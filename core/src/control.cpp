@@ -492,7 +492,7 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     if (!same_places) e.repeats = repeats(e.ids);
     e.gen = ++usage_gen_;
     const bool judge_change = early && was_fresh && !early->new_rates;
-    stand_in(e, now, same_places, judge_change ? &early->change : nullptr);
+    stand_in(e, u.buckets, now, same_places, judge_change ? &early->change : nullptr);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
     if (replace) {
         run_replace(e.ids, sums_scratch_, e);
@@ -515,7 +515,8 @@ Controller::ZoneEntry& Controller::zone_entry(const std::string& zone) {
 // of the new entries (in name order) with the last rated ones (sorted by name). At 10,000
 // buckets x 50 zones, a map lookup and a copy per entry, then the comparisons of names in that
 // merge and in the early judgement, were much of the controller's intake.
-void Controller::stand_in(ZoneEntry& e, const Clock& now, bool same_places, Change* change) {
+void Controller::stand_in(ZoneEntry& e, const std::vector<wire::UsageBucket>& prev,
+                          const Clock& now, bool same_places, Change* change) {
     e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.recv_mono = now.mono_ms;
     const std::uint64_t keep =
@@ -565,41 +566,58 @@ void Controller::stand_in(ZoneEntry& e, const Clock& now, bool same_places, Chan
     };
     // old[k] is buckets[k]'s; e.order still holds. (The previous stand_in left at least n
     // entries: checked all the same, since old[k] past the end would be no entry at all.)
-    if (same_places && old.size() >= n) {
+    std::vector<std::string>& gone = e.gone_names;
+    if (same_places && old.size() >= n + gone.size()) {
         for (std::size_t k = 0; k < n; ++k) update_at(k, old[k]);
-        old.erase(std::remove_if(old.begin() + static_cast<std::ptrdiff_t>(n), old.end(),
-                                 [&](const LastRated& l) { return !live(l); }),
-                  old.end());
+        std::size_t kept = n;
+        for (std::size_t j = n; j < old.size(); ++j) {
+            if (!live(old[j])) continue;
+            old[kept] = old[j];
+            std::swap(gone[kept - n], gone[j - n]);
+            ++kept;
+        }
+        old.resize(kept);
+        gone.resize(kept - n);
         return;
     }
+    // The previous usage's entries stand first in `old`, by place (their names are `prev`'s),
+    // then those of buckets it no longer named (names in `gone`).
+    const std::size_t places =
+        std::min(old.size() - std::min(old.size(), gone.size()), prev.size());
+    auto name_of = [&](std::uint32_t j) -> const std::string& {
+        return j < places ? prev[j].name : gone[j - (old.size() - gone.size())];
+    };
     name_order(buckets, e.order);
-    std::vector<LastRated*>& sorted = last_sorted_;
+    std::vector<std::uint32_t>& sorted = last_sorted_;
     sorted.clear();
-    for (LastRated& l : old) {
-        if (l.kept) sorted.push_back(&l);
+    for (std::uint32_t j = 0; j < old.size(); ++j) {
+        if (old[j].kept && (j < places || j >= old.size() - gone.size())) sorted.push_back(j);
     }
-    auto by_name = [](const LastRated* x, const LastRated* y) { return x->name < y->name; };
+    auto by_name = [&](std::uint32_t x, std::uint32_t y) { return name_of(x) < name_of(y); };
     if (!std::is_sorted(sorted.begin(), sorted.end(), by_name))
         std::sort(sorted.begin(), sorted.end(), by_name);
     std::vector<LastRated>& next = last_rated_scratch_;
+    std::vector<std::string>& next_gone = gone_names_scratch_;
     next.clear();
     next.resize(n);
+    next_gone.clear();
+    auto keep_gone = [&](std::uint32_t j) {
+        if (!live(old[j])) return;
+        next.push_back(old[j]);
+        next_gone.push_back(name_of(j));
+    };
     std::size_t i = 0;
     for (std::size_t k = 0; k < n; ++k) {
         const std::size_t at = e.order.empty() ? k : e.order[k];
         const wire::UsageBucket& b = buckets[at];
-        for (; i < sorted.size() && sorted[i]->name < b.name; ++i) {
-            if (live(*sorted[i])) next.push_back(std::move(*sorted[i]));
-        }
+        for (; i < sorted.size() && name_of(sorted[i]) < b.name; ++i) keep_gone(sorted[i]);
         LastRated& l = next[at];
-        if (i < sorted.size() && sorted[i]->name == b.name) l = std::move(*sorted[i++]);
-        if (l.name.empty()) l.name = b.name;
+        if (i < sorted.size() && name_of(sorted[i]) == b.name) l = old[sorted[i++]];
         update_at(at, l);
     }
-    for (; i < sorted.size(); ++i) {
-        if (live(*sorted[i])) next.push_back(std::move(*sorted[i]));
-    }
+    for (; i < sorted.size(); ++i) keep_gone(sorted[i]);
     std::swap(old, next);
+    std::swap(gone, next_gone);
 }
 
 Accepted Controller::check_region_usage(const wire::RegionUsage& u, const Clock& now,

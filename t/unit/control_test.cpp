@@ -1162,6 +1162,30 @@ TEST(Controller, LastRatesOfAbsentBucketsOutliveUsagesMatchedByPlace) {
               Change::None);
 }
 
+// The last rates of buckets a usage no longer names keep their names (held apart from the
+// entries) when some of them expire while usages name the same buckets at the same places.
+TEST(Controller, AbsentBucketsKeepTheirNamesWhenOthersExpire) {
+    Fleet f;
+    Controller c(opts());
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 100, 4), ub("b", 200, 4), ub("c", 300, 4)}, f.now),
+                              f.now),
+              Accepted::Yes);
+    f.advance(6000);  // "b" absent, rated at 0 s
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 100, 4), ub("c", 300, 4)}, f.now), f.now),
+              Accepted::Yes);
+    f.advance(300);  // "c" absent too, rated at 6 s
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 100, 4)}, f.now), f.now), Accepted::Yes);
+    f.advance(5000);  // by place; "b"'s last rates are past hold_intervals, "c"'s are not
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 100, 4)}, f.now), f.now), Accepted::Yes);
+    f.advance(300);  // "c" back unrated: its last rates stand in
+    wire::UsageBucket back = ub("c", 0, 4);
+    back.rated_hosts = 0;
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("a", 100, 4), back}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    ASSERT_NE(inst(c, "c"), nullptr);
+    EXPECT_DOUBLE_EQ(inst(c, "c")->samples.back().offered, 300000);
+}
+
 // A restarted collector sends its first usage when some hosts have reconnected, not all (under
 // load a host may take a few hundred ms): that sum is part of the zone, not the whole. The zone
 // awaits the hosts it had, for --stale-intervals: a partial sample is replaced by the complete
