@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "grl/wire.h"
 #include "grl/wire_control.h"
@@ -93,6 +94,18 @@ wire::UsageBucket keyed_usage_bucket() {
     return b;
 }
 
+// Eight entries of the shape senders write most (one definition, no host names).
+std::vector<wire::UsageBucket> common_buckets() {
+    std::vector<wire::UsageBucket> v;
+    for (int i = 0; i < 8; ++i) {
+        wire::UsageBucket c = usage_bucket();
+        c.name = "api-" + std::to_string(i);
+        c.host_names.clear();
+        v.push_back(c);
+    }
+    return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -172,13 +185,7 @@ int main(int argc, char** argv) {
         // Eight entries of the shape senders write most (one definition, no host names): the
         // reader takes those with kCompactEntryMax bytes after them in one bounds check each.
         plain = zu;
-        plain.buckets.clear();
-        for (int i = 0; i < 8; ++i) {
-            wire::UsageBucket c = usage_bucket();
-            c.name = "api-" + std::to_string(i);
-            c.host_names.clear();
-            plain.buckets.push_back(c);
-        }
+        plain.buckets = common_buckets();
         b.clear();
         wire::encode(plain, b);
         put(root / "usage", "zone_usage_common", 0, b);
@@ -223,13 +230,7 @@ int main(int argc, char** argv) {
         put(root / "usage", "region_usage_v1", 1, at_version_1(plain));
         put(root / "usage", "region_usage_overrides_v1", 1, at_version_1(ru));
         put(root / "wire", "region_usage_v1", 3, at_version_1(ru));
-        plain.buckets.clear();
-        for (int i = 0; i < 8; ++i) {
-            wire::UsageBucket c = usage_bucket();
-            c.name = "api-" + std::to_string(i);
-            c.host_names.clear();
-            plain.buckets.push_back(c);
-        }
+        plain.buckets = common_buckets();
         b.clear();
         wire::encode(plain, b);
         put(root / "usage", "region_usage_common", 1, b);

@@ -217,7 +217,11 @@ bool definitions(Cursor& c, E e, std::vector<DefinitionCount>& out) {
 // or hands over to wire::decode as it always did). The checks after the items (counts, names
 // ascending) are the caller's, as for the checked path. A third of the reader's instructions
 // were the checked path's bounds tests and dispatch (bench/control_plane/README.md).
-constexpr std::size_t kCompactEntryMax = 1 + (2 + kMaxNameLen) + 6 * 9 + 2 + 2 * 32 + 2 * 9 + 1;
+// The entry's tag, its name (str 8), six integers of at most 9 bytes, the definition list's
+// and the definition's tags, two fixstr of at most 32 bytes, two integers, the host names' tag.
+constexpr std::size_t kUintMax = 9, kFixstrMax = 32;
+constexpr std::size_t kCompactEntryMax =
+    1 + (2 + kMaxNameLen) + 6 * kUintMax + 2 + 2 * kFixstrMax + 2 * kUintMax + 1;
 
 struct Compact {
     const unsigned char* p;
