@@ -52,8 +52,8 @@ constexpr std::array<bool, 256> kNameChars = [] {
 }  // namespace
 
 // Without a branch per character: names are short (at most kMaxNameLen) and nearly always
-// valid, so stopping at the first bad character saves nothing (a third fewer instructions per
-// usage entry, bench/control_plane/README.md "Reading and taking usage in one process").
+// valid, so stopping at the first bad character saves nothing (72 -> 55 instructions for a
+// 9-character name, bench/control_plane/README.md "Reading and taking usage in one process").
 bool valid_name(std::string_view s) {
     if (s.empty() || s.size() > kMaxNameLen) return false;
     bool ok = true;
