@@ -100,8 +100,8 @@ void Controller::fill(SumEntry& s, const wire::UsageBucket& b) {
     }
 }
 
-// One entry into, out of a bucket's running sums. Inlined into their loops: run_replace()'s
-// out-and-in then loads and stores each sum of the Run once.
+// One entry into, out of a bucket's running sums. Inlined into their loops: stand_in()'s
+// out-and-in (`replace`) then loads and stores each sum of the Run once.
 [[gnu::always_inline]] inline void Controller::count_in(Run& r, SumEntry& c, bool short_of) {
     ++r.n;
     c.counted = 0;
@@ -185,18 +185,6 @@ void Controller::run_sub(const std::vector<std::uint32_t>& ids, const std::vecto
                          bool zone) {
     for (std::size_t k = 0; k < sums.size(); ++k)
         count_out(zone ? own_runs_[ids[k]] : remote_runs_[ids[k]], sums[k]);
-}
-
-// A zone's usage replaced by one naming the same buckets at the same places: each bucket's
-// sums are touched once, the old entry out and the new one in.
-void Controller::run_replace(const std::vector<std::uint32_t>& ids,
-                             const std::vector<SumEntry>& old, ZoneEntry& zone) {
-    const bool short_of = zone.short_of_hosts;
-    for (std::size_t k = 0; k < zone.sums.size(); ++k) {
-        Run& r = own_runs_[ids[k]];
-        count_out(r, old[k]);
-        count_in(r, zone.sums[k], short_of);
-    }
 }
 
 bool Controller::repeats(const std::vector<std::uint32_t>& ids) {
@@ -468,9 +456,10 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
         refuse(why, too_many_buckets("zone", u.source, u.zone));
         return Accepted::TooManyBuckets;
     }
-    // Judged against the state before the usage is taken: freshness, awaited hosts, instances.
+    // Judged against the state before the usage is taken: freshness, awaited hosts, instances
+    // (entry by entry in stand_in(), before it stands anything in).
     const bool was_fresh = before && zone_fresh(*before, now);
-    if (early) early->new_rates = brings_new_rates(u, before, now);
+    NewRates news = new_rates_before(u, before, now);
     // Back from silence, or a restarted collector (its seq starts again from 1).
     const bool returning = before && (!was_fresh || u.seq < before->usage.seq);
     ZoneEntry& e = zone_entry(u.zone);
@@ -479,25 +468,23 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
         e.returned_mono = now.mono_ms;
     }
     // Out of the running sums before its ids may be released; with the same buckets at the
-    // same places, out and in in one pass below.
+    // same places, out and in entry by entry in stand_in().
     const bool replace = e.in_run && same_places && e.sums.size() == u.buckets.size();
-    if (replace) {
-        std::swap(e.sums, sums_scratch_);
-    } else if (e.in_run) {
-        run_sub(e.ids, e.sums, true);
-    }
+    if (!replace && e.in_run) run_sub(e.ids, e.sums, true);
     std::swap(e.usage, u);
+    news.zone = e.usage.zone;
     std::swap(e.ids, ids_scratch_);
     keep_or_release(ids_scratch_, same_places);  // the replaced usage's
     if (!same_places) e.repeats = repeats(e.ids);
     e.gen = ++usage_gen_;
-    const bool judge_change = early && was_fresh && !early->new_rates;
-    stand_in(e, u.buckets, now, same_places, judge_change ? &early->change : nullptr);
+    e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
-    if (replace) {
-        run_replace(e.ids, sums_scratch_, e);
-    } else if (e.in_run) {
-        run_add(e.ids, e.sums, &e);
+    stand_in(e, u.buckets, now, same_places, replace, early ? &news : nullptr,
+             early && was_fresh ? &early->change : nullptr);
+    if (!replace && e.in_run) run_add(e.ids, e.sums, &e);
+    if (early) {
+        early->new_rates = news.found;
+        if (news.found) early->change = Change::None;  // the tick answers both
     }
     return Accepted::Yes;
 }
@@ -516,8 +503,8 @@ Controller::ZoneEntry& Controller::zone_entry(const std::string& zone) {
 // buckets x 50 zones, a map lookup and a copy per entry, then the comparisons of names in that
 // merge and in the early judgement, were much of the controller's intake.
 void Controller::stand_in(ZoneEntry& e, const std::vector<wire::UsageBucket>& prev,
-                          const Clock& now, bool same_places, Change* change) {
-    e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
+                          const Clock& now, bool same_places, bool replace, NewRates* news,
+                          Change* change) {
     e.recv_mono = now.mono_ms;
     const std::uint64_t keep =
         opt_.hold_intervals * std::max(e.usage.interval_ms, opt_.interval_ms);
@@ -558,11 +545,25 @@ void Controller::stand_in(ZoneEntry& e, const std::vector<wire::UsageBucket>& pr
     std::vector<wire::UsageBucket>& buckets = e.usage.buckets;
     std::vector<LastRated>& old = e.last_rated;
     const std::size_t n = buckets.size();
-    // The entry as aggregate() reads it, once it is final.
+    // The entry as aggregate() reads it, once it is final; when `replace`, the entry at its
+    // place before it is taken out of its bucket's running sums and it is put in, in place:
+    // each bucket's Run and each SumEntry touched once, in the pass that has the usage entry
+    // at hand (a pass of its own reread both sums columns and the ids).
     e.sums.resize(n);
+    const bool short_of = e.short_of_hosts;
     auto update_at = [&](std::size_t at, LastRated& l) {
-        update(buckets[at], l);
-        fill(e.sums[at], buckets[at]);
+        wire::UsageBucket& b = buckets[at];
+        if (news && !news->found) news->found = brings_new_rate(*news, b, e.ids[at]);
+        update(b, l);
+        SumEntry& s = e.sums[at];
+        if (!replace) {
+            fill(s, b);
+            return;
+        }
+        Run& r = own_runs_[e.ids[at]];
+        count_out(r, s);
+        fill(s, b);
+        count_in(r, s, short_of);
     };
     // old[k] is buckets[k]'s; e.order still holds. (The previous stand_in left at least n
     // entries: checked all the same, since old[k] past the end would be no entry at all.)
@@ -976,9 +977,7 @@ TickOutput Controller::tick(const Clock& now) {
                             "run-time buckets): grl_controller_buckets_walked"
                       : "every bucket read from its running sums again"});
     }
-    forget_instances();
-    note_instances();
-    out.instructions = instructions(in, now);
+    out.instructions = instructions(in, now);  // forgets and notes the instances too
     out.region_usage = region_usage(in, usage, now);
     return out;
 }
@@ -1728,21 +1727,14 @@ void Controller::announce(const Instance& inst, const Before& before,
     }
 }
 
-// An instance that no step updated this tick has lost its usage and its rule: it is no longer
-// published, and nginx fails open on it when its ratio expires.
-void Controller::forget_instances() {
-    for (auto it = instances_.begin(); it != instances_.end();) {
-        if (it->second.tick != tick_) {
-            it = instances_.erase(it);
-        } else {
-            ++it;
-        }
-    }
-}
-
 // One message per scope instance of this region, heartbeats included (an empty bucket list
 // tells nginx "no drops", which differs from "no control plane"). At most
 // kMaxBucketsPerMessage entries per message; the rest go in further messages.
+// The same walk of instances_ (the tick's last change of it) forgets the instances no step
+// updated this tick: they have lost their usage and their rule, are no longer published, and
+// nginx fails open on them when their ratios expire. It notes the others by id for
+// brings_new_rate() (note_instance()). At 10,000 buckets the map's nodes are cold: one walk
+// for the three, not three walks.
 std::vector<wire::Instructions> Controller::instructions(const Inputs& in, const Clock& now) {
     auto new_message = [&](Scope scope, const std::string& zone) {
         wire::Instructions m;
@@ -1760,7 +1752,15 @@ std::vector<wire::Instructions> Controller::instructions(const Inputs& in, const
     msgs.push_back(new_message(Scope::Global, ""));
     msgs.push_back(new_message(Scope::Region, ""));
     for (const ZoneEntry* z : in.zones) msgs.push_back(new_message(Scope::Zone, z->usage.zone));
-    for (auto& [key, inst] : instances_) {
+    Noting noting = start_noting();
+    for (auto it = instances_.begin(); it != instances_.end();) {
+        Instance& inst = it->second;
+        if (inst.tick != tick_) {
+            it = instances_.erase(it);
+            continue;
+        }
+        note_instance(noting, inst);
+        ++it;
         std::size_t idx = 0;
         switch (inst.scope) {
             case Scope::Global: idx = 0; break;
@@ -1881,30 +1881,30 @@ const Instance* Controller::find_instance(std::string_view bucket, Scope scope,
 // ---------------------------------------------------------------------------------------------
 // Queries
 
-bool Controller::brings_new_rates(const wire::ZoneUsage& u, const ZoneEntry* z,
-                                  const Clock& now) const {
-    const bool zone_was_silent = z == nullptr || !zone_fresh(*z, now);
+Controller::NewRates Controller::new_rates_before(const wire::ZoneUsage& u, const ZoneEntry* z,
+                                                  const Clock& now) const {
+    NewRates j;
+    j.zone_was_silent = z == nullptr || !zone_fresh(*z, now);
     // Still without some hosts the zone had before it came back: not complete yet.
-    const bool short_of = !zone_was_silent && short_of_hosts(*z, u.hosts, now);
-    for (std::size_t k = 0; k < u.buckets.size(); ++k) {
-        const wire::UsageBucket& b = u.buckets[k];
-        if (b.rated_hosts == 0) continue;
-        if (zone_was_silent) return true;
-        // Rates now complete where the newest sample was provisional.
-        const bool complete = b.rated_hosts == b.hosts && !short_of;
-        const std::uint32_t id = ids_scratch_[k];
-        if (id >= id_instances_.size() || id_instances_[id].binds != ids_.binds(id)) {
-            if (new_rates_by_name(b.name, u.zone, complete)) return true;
-            continue;
-        }
-        const IdInstances& f = id_instances_[id];
-        if (!f.any) return true;
-        if (!complete) continue;
-        if (f.wide_provisional) return true;
-        if (f.zone_provisional) {
-            const Instance* i = find_instance(b.name, Scope::Zone, u.zone);
-            if (i && i->last_provisional) return true;
-        }
+    j.short_of = !j.zone_was_silent && short_of_hosts(*z, u.hosts, now);
+    return j;
+}
+
+bool Controller::brings_new_rate(const NewRates& j, const wire::UsageBucket& b,
+                                 std::uint32_t id) const {
+    if (b.rated_hosts == 0) return false;
+    if (j.zone_was_silent) return true;
+    // Rates now complete where the newest sample was provisional.
+    const bool complete = b.rated_hosts == b.hosts && !j.short_of;
+    if (id >= id_instances_.size() || id_instances_[id].binds != ids_.binds(id))
+        return new_rates_by_name(b.name, j.zone, complete);
+    const IdInstances& f = id_instances_[id];
+    if (!f.any) return true;
+    if (!complete) return false;
+    if (f.wide_provisional) return true;
+    if (f.zone_provisional) {
+        const Instance* i = find_instance(b.name, Scope::Zone, j.zone);
+        if (i && i->last_provisional) return true;
     }
     return false;
 }
@@ -1920,26 +1920,27 @@ bool Controller::new_rates_by_name(std::string_view bucket, std::string_view zon
     return false;
 }
 
-// After each tick (the only change of instances_): what brings_new_rates() asks of them, by id.
-// An id free now has no instance here, and a name that takes it later changes its binds.
-void Controller::note_instances() {
+// After each tick (instructions(), the only change of instances_): what brings_new_rate() asks
+// of them, by id. An id free now has no instance here, and a name that takes it later changes
+// its binds.
+Controller::Noting Controller::start_noting() {
     id_instances_.resize(ids_.span());
     for (std::uint32_t id = 0; id < id_instances_.size(); ++id)
         id_instances_[id] = IdInstances{ids_.binds(id)};
-    std::string_view bucket;
-    IdInstances* f = nullptr;
-    bool first = true;
-    for (const auto& [key, i] : instances_) {
-        if (first || i.bucket != bucket) {  // instances come by bucket
-            first = false;
-            bucket = i.bucket;
-            const std::uint32_t id = ids_.find(bucket);
-            f = id == BucketIds::kNone ? nullptr : &id_instances_[id];
-            if (f) f->any = true;
-        }
-        if (f == nullptr || !i.last_provisional) continue;
-        (i.scope == Scope::Zone ? f->zone_provisional : f->wide_provisional) = true;
+    return {};
+}
+
+// Each instance kept, in the map's order (instances come by bucket).
+void Controller::note_instance(Noting& n, const Instance& i) {
+    if (n.first || i.bucket != n.bucket) {
+        n.first = false;
+        n.bucket = i.bucket;
+        const std::uint32_t id = ids_.find(n.bucket);
+        n.f = id == BucketIds::kNone ? nullptr : &id_instances_[id];
+        if (n.f) n.f->any = true;
     }
+    if (n.f == nullptr || !i.last_provisional) return;
+    (i.scope == Scope::Zone ? n.f->zone_provisional : n.f->wide_provisional) = true;
 }
 
 std::vector<wire::BucketStatus> Controller::status(const std::string& filter,

@@ -1129,6 +1129,20 @@ TEST(Controller, AChangeInAZonesUsageIsAReasonToTickEarly) {
     EXPECT_EQ(change_of({ub("h", 10, 4), ub("g", 300, 4)}), Change::Fall) << "unsorted";
     EXPECT_EQ(change_of({ub("h", 10, 4), ub("k", 10, 4)}, "z1", 0, true), Change::None);
     EXPECT_EQ(change_of({ub("g", 300, 4), ub("k", 40, 4)}, "z1", 0, true), Change::Rise);
+    // A rise beside new rates (a bucket without an instance, found after the rise): the tick
+    // new_rates asks for answers both, so no change is reported.
+    {
+        Fleet f;
+        Controller c(opts());
+        ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("g", 500, 4), ub("h", 10, 4)}, f.now), f.now),
+                  Accepted::Yes);
+        c.tick(f.now);
+        f.advance(300);
+        const Early e =
+            news(c, zu("z1", {ub("g", 710, 4), ub("h", 10, 4), ub("n", 10, 4)}, f.now), f.now);
+        EXPECT_TRUE(e.new_rates);
+        EXPECT_EQ(e.change, Change::None);
+    }
 }
 
 // The last rated entries of buckets absent from a usage are kept (by name) while the usage
