@@ -100,8 +100,8 @@ void Controller::fill(SumEntry& s, const wire::UsageBucket& b) {
     }
 }
 
-// One entry into, out of a bucket's running sums. Inlined into their loops: stand_in()'s
-// out-and-in (`replace`) then loads and stores each sum of the Run once.
+// One entry into, out of a bucket's running sums. Inlined into their loops: run_replace()'s
+// out-and-in then loads and stores each sum of the Run once.
 [[gnu::always_inline]] inline void Controller::count_in(Run& r, SumEntry& c, bool short_of) {
     ++r.n;
     c.counted = 0;
@@ -185,6 +185,18 @@ void Controller::run_sub(const std::vector<std::uint32_t>& ids, const std::vecto
                          bool zone) {
     for (std::size_t k = 0; k < sums.size(); ++k)
         count_out(zone ? own_runs_[ids[k]] : remote_runs_[ids[k]], sums[k]);
+}
+
+// A zone's usage replaced by one naming the same buckets at the same places: each bucket's
+// sums are touched once, the old entry out and the new one in.
+void Controller::run_replace(const std::vector<std::uint32_t>& ids,
+                             const std::vector<SumEntry>& old, ZoneEntry& zone) {
+    const bool short_of = zone.short_of_hosts;
+    for (std::size_t k = 0; k < zone.sums.size(); ++k) {
+        Run& r = own_runs_[ids[k]];
+        count_out(r, old[k]);
+        count_in(r, zone.sums[k], short_of);
+    }
 }
 
 bool Controller::repeats(const std::vector<std::uint32_t>& ids) {
@@ -456,10 +468,9 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
         refuse(why, too_many_buckets("zone", u.source, u.zone));
         return Accepted::TooManyBuckets;
     }
-    // Judged against the state before the usage is taken: freshness, awaited hosts, instances
-    // (entry by entry in stand_in(), before it stands anything in).
+    // Judged against the state before the usage is taken: freshness, awaited hosts, instances.
     const bool was_fresh = before && zone_fresh(*before, now);
-    NewRates news = new_rates_before(u, before, now);
+    if (early) early->new_rates = brings_new_rates(u, before, now);
     // Back from silence, or a restarted collector (its seq starts again from 1).
     const bool returning = before && (!was_fresh || u.seq < before->usage.seq);
     ZoneEntry& e = zone_entry(u.zone);
@@ -468,23 +479,25 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
         e.returned_mono = now.mono_ms;
     }
     // Out of the running sums before its ids may be released; with the same buckets at the
-    // same places, out and in entry by entry in stand_in().
+    // same places, out and in in one pass below.
     const bool replace = e.in_run && same_places && e.sums.size() == u.buckets.size();
-    if (!replace && e.in_run) run_sub(e.ids, e.sums, true);
+    if (replace) {
+        std::swap(e.sums, sums_scratch_);
+    } else if (e.in_run) {
+        run_sub(e.ids, e.sums, true);
+    }
     std::swap(e.usage, u);
-    news.zone = e.usage.zone;
     std::swap(e.ids, ids_scratch_);
     keep_or_release(ids_scratch_, same_places);  // the replaced usage's
     if (!same_places) e.repeats = repeats(e.ids);
     e.gen = ++usage_gen_;
-    e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
+    const bool judge_change = early && was_fresh && !early->new_rates;
+    stand_in(e, u.buckets, now, same_places, judge_change ? &early->change : nullptr);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
-    stand_in(e, u.buckets, now, same_places, replace, early ? &news : nullptr,
-             early && was_fresh ? &early->change : nullptr);
-    if (!replace && e.in_run) run_add(e.ids, e.sums, &e);
-    if (early) {
-        early->new_rates = news.found;
-        if (news.found) early->change = Change::None;  // the tick answers both
+    if (replace) {
+        run_replace(e.ids, sums_scratch_, e);
+    } else if (e.in_run) {
+        run_add(e.ids, e.sums, &e);
     }
     return Accepted::Yes;
 }
@@ -503,8 +516,8 @@ Controller::ZoneEntry& Controller::zone_entry(const std::string& zone) {
 // buckets x 50 zones, a map lookup and a copy per entry, then the comparisons of names in that
 // merge and in the early judgement, were much of the controller's intake.
 void Controller::stand_in(ZoneEntry& e, const std::vector<wire::UsageBucket>& prev,
-                          const Clock& now, bool same_places, bool replace, NewRates* news,
-                          Change* change) {
+                          const Clock& now, bool same_places, Change* change) {
+    e.usage.interval_ms = clamp_interval(e.usage.interval_ms);
     e.recv_mono = now.mono_ms;
     const std::uint64_t keep =
         opt_.hold_intervals * std::max(e.usage.interval_ms, opt_.interval_ms);
@@ -545,25 +558,11 @@ void Controller::stand_in(ZoneEntry& e, const std::vector<wire::UsageBucket>& pr
     std::vector<wire::UsageBucket>& buckets = e.usage.buckets;
     std::vector<LastRated>& old = e.last_rated;
     const std::size_t n = buckets.size();
-    // The entry as aggregate() reads it, once it is final; when `replace`, the entry at its
-    // place before it is taken out of its bucket's running sums and it is put in, in place:
-    // each bucket's Run and each SumEntry touched once, in the pass that has the usage entry
-    // at hand (a pass of its own reread both sums columns and the ids).
+    // The entry as aggregate() reads it, once it is final.
     e.sums.resize(n);
-    const bool short_of = e.short_of_hosts;
     auto update_at = [&](std::size_t at, LastRated& l) {
-        wire::UsageBucket& b = buckets[at];
-        if (news && !news->found) news->found = brings_new_rate(*news, b, e.ids[at]);
-        update(b, l);
-        SumEntry& s = e.sums[at];
-        if (!replace) {
-            fill(s, b);
-            return;
-        }
-        Run& r = own_runs_[e.ids[at]];
-        count_out(r, s);
-        fill(s, b);
-        count_in(r, s, short_of);
+        update(buckets[at], l);
+        fill(e.sums[at], buckets[at]);
     };
     // old[k] is buckets[k]'s; e.order still holds. (The previous stand_in left at least n
     // entries: checked all the same, since old[k] past the end would be no entry at all.)
@@ -1733,7 +1732,7 @@ void Controller::announce(const Instance& inst, const Before& before,
 // The same walk of instances_ (the tick's last change of it) forgets the instances no step
 // updated this tick: they have lost their usage and their rule, are no longer published, and
 // nginx fails open on them when their ratios expire. It notes the others by id for
-// brings_new_rate() (note_instance()). At 10,000 buckets the map's nodes are cold: one walk
+// brings_new_rates() (note_instance()). At 10,000 buckets the map's nodes are cold: one walk
 // for the three, not three walks.
 std::vector<wire::Instructions> Controller::instructions(const Inputs& in, const Clock& now) {
     auto new_message = [&](Scope scope, const std::string& zone) {
@@ -1881,30 +1880,30 @@ const Instance* Controller::find_instance(std::string_view bucket, Scope scope,
 // ---------------------------------------------------------------------------------------------
 // Queries
 
-Controller::NewRates Controller::new_rates_before(const wire::ZoneUsage& u, const ZoneEntry* z,
-                                                  const Clock& now) const {
-    NewRates j;
-    j.zone_was_silent = z == nullptr || !zone_fresh(*z, now);
+bool Controller::brings_new_rates(const wire::ZoneUsage& u, const ZoneEntry* z,
+                                  const Clock& now) const {
+    const bool zone_was_silent = z == nullptr || !zone_fresh(*z, now);
     // Still without some hosts the zone had before it came back: not complete yet.
-    j.short_of = !j.zone_was_silent && short_of_hosts(*z, u.hosts, now);
-    return j;
-}
-
-bool Controller::brings_new_rate(const NewRates& j, const wire::UsageBucket& b,
-                                 std::uint32_t id) const {
-    if (b.rated_hosts == 0) return false;
-    if (j.zone_was_silent) return true;
-    // Rates now complete where the newest sample was provisional.
-    const bool complete = b.rated_hosts == b.hosts && !j.short_of;
-    if (id >= id_instances_.size() || id_instances_[id].binds != ids_.binds(id))
-        return new_rates_by_name(b.name, j.zone, complete);
-    const IdInstances& f = id_instances_[id];
-    if (!f.any) return true;
-    if (!complete) return false;
-    if (f.wide_provisional) return true;
-    if (f.zone_provisional) {
-        const Instance* i = find_instance(b.name, Scope::Zone, j.zone);
-        if (i && i->last_provisional) return true;
+    const bool short_of = !zone_was_silent && short_of_hosts(*z, u.hosts, now);
+    for (std::size_t k = 0; k < u.buckets.size(); ++k) {
+        const wire::UsageBucket& b = u.buckets[k];
+        if (b.rated_hosts == 0) continue;
+        if (zone_was_silent) return true;
+        // Rates now complete where the newest sample was provisional.
+        const bool complete = b.rated_hosts == b.hosts && !short_of;
+        const std::uint32_t id = ids_scratch_[k];
+        if (id >= id_instances_.size() || id_instances_[id].binds != ids_.binds(id)) {
+            if (new_rates_by_name(b.name, u.zone, complete)) return true;
+            continue;
+        }
+        const IdInstances& f = id_instances_[id];
+        if (!f.any) return true;
+        if (!complete) continue;
+        if (f.wide_provisional) return true;
+        if (f.zone_provisional) {
+            const Instance* i = find_instance(b.name, Scope::Zone, u.zone);
+            if (i && i->last_provisional) return true;
+        }
     }
     return false;
 }
@@ -1920,7 +1919,7 @@ bool Controller::new_rates_by_name(std::string_view bucket, std::string_view zon
     return false;
 }
 
-// After each tick (instructions(), the only change of instances_): what brings_new_rate() asks
+// After each tick (instructions(), the only change of instances_): what brings_new_rates() asks
 // of them, by id. An id free now has no instance here, and a name that takes it later changes
 // its binds.
 Controller::Noting Controller::start_noting() {

@@ -518,11 +518,13 @@ class Controller {
 
     static void fill(SumEntry& s, const wire::UsageBucket& b);
     // The entries of a zone's (zone != nullptr, or true) or peer's usage into or out of the
-    // running sums (a zone's usage at the same places: stand_in()'s `replace`).
+    // running sums; run_replace(): a zone's usage at the same places, `old` its predecessor's.
     void run_add(const std::vector<std::uint32_t>& ids, std::vector<SumEntry>& sums,
                  const ZoneEntry* zone);
     void run_sub(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& sums,
                  bool zone);
+    void run_replace(const std::vector<std::uint32_t>& ids, const std::vector<SumEntry>& old,
+                     ZoneEntry& zone);
     static void count_in(Run& r, SumEntry& c, bool short_of);
     static void count_out(Run& r, const SumEntry& c);
     bool repeats(const std::vector<std::uint32_t>& ids);  // an id twice in `ids`
@@ -565,30 +567,15 @@ class Controller {
                                   std::string_view zone) const;
     ZoneEntry& zone_entry(const std::string& zone);  // found or added, its name set
     // Early::new_rates of `u`, whose ids are in ids_scratch_; `z`: the zone's entry, if any.
-    // Early::new_rates, judged entry by entry against the state before the usage is taken:
-    // the zone's (new_rates_before()), the instances' (id_instances_).
-    struct NewRates {
-        std::string_view zone;  // the usage's (set once it is held)
-        bool zone_was_silent = false;
-        bool short_of = false;  // the zone is still without some hosts it had
-        bool found = false;     // some entry brings new rates
-    };
-    NewRates new_rates_before(const wire::ZoneUsage& u, const ZoneEntry* z, const Clock& now) const;
-    bool brings_new_rate(const NewRates& j, const wire::UsageBucket& b, std::uint32_t id) const;
+    bool brings_new_rates(const wire::ZoneUsage& u, const ZoneEntry* z, const Clock& now) const;
     // The same for one entry whose id changed hands since the last tick: by name.
     bool new_rates_by_name(std::string_view bucket, std::string_view zone, bool complete) const;
     // Keeps the zone's last rated entries and stands them in; `same_places`: the usage names
     // the buckets of the one it replaced at the same places (intern()). When `change` is
-    // given, Early::change is judged into it (each entry; the caller drops it when `news`
-    // found new rates).
+    // given, Early::change is judged into it.
     // `prev`: the buckets of the usage e.usage replaced (the names of e.last_rated's first).
-    // `replace`: e.sums holds the replaced usage's entries, at the same places and in the
-    // running sums; each is taken out as the new one is put in (e.short_of_hosts set first).
-    // Else e.sums is only filled.
-    // `news`: each entry judged by brings_new_rate() before it is stood in, until one brings
-    // new rates (a pass of its own reread the usage).
     void stand_in(ZoneEntry& e, const std::vector<wire::UsageBucket>& prev, const Clock& now,
-                  bool same_places, bool replace, NewRates* news, Change* change);
+                  bool same_places, Change* change);
     Accepted check_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) const;
     Accepted check_region_usage(const wire::RegionUsage& u, const Clock& now, std::string* why);
     Accepted keep_region_usage(wire::RegionUsage& u, const Clock& now,
@@ -639,8 +626,9 @@ class Controller {
     // Running sums by bucket id: of this region's zones, of the other regions' peers. Apart,
     // so that a zone usage's pass reads one array in order (2.5 MB of both at 10,000 ids).
     std::vector<Run> own_runs_, remote_runs_;
-    std::vector<std::uint8_t> walk_;   // aggregate()'s: ids summed entry by entry this tick
-    std::vector<std::uint64_t> seen_;  // repeats()': the check that last saw each id
+    std::vector<SumEntry> sums_scratch_;  // take_zone_usage()'s: the replaced usage's column
+    std::vector<std::uint8_t> walk_;      // aggregate()'s: ids summed entry by entry this tick
+    std::vector<std::uint64_t> seen_;     // repeats()': the check that last saw each id
     std::uint64_t seen_check_ = 0;
     std::uint64_t run_basis_ms_ = 0;   // aggregate()'s: basis_ms of a bucket in every zone
     std::uint64_t run_zones_gen_ = 0;  // ...and the newest gen of the zones, of the peers
