@@ -1129,8 +1129,9 @@ TEST(Controller, AChangeInAZonesUsageIsAReasonToTickEarly) {
     EXPECT_EQ(change_of({ub("h", 10, 4), ub("g", 300, 4)}), Change::Fall) << "unsorted";
     EXPECT_EQ(change_of({ub("h", 10, 4), ub("k", 10, 4)}, "z1", 0, true), Change::None);
     EXPECT_EQ(change_of({ub("g", 300, 4), ub("k", 40, 4)}, "z1", 0, true), Change::Rise);
-    // A rise beside new rates (a bucket without an instance, found after the rise): the tick
-    // new_rates asks for answers both, so no change is reported.
+    // A rise beside new rates (a bucket without an instance, named after "g", so that a pass
+    // judging entry by entry meets the rise first): the tick new_rates asks for answers both,
+    // so no change is reported.
     {
         Fleet f;
         Controller c(opts());
