@@ -1751,7 +1751,8 @@ std::vector<wire::Instructions> Controller::instructions(const Inputs& in, const
     msgs.push_back(new_message(Scope::Global, ""));
     msgs.push_back(new_message(Scope::Region, ""));
     for (const ZoneEntry* z : in.zones) msgs.push_back(new_message(Scope::Zone, z->usage.zone));
-    Noting noting = start_noting();
+    reset_id_instances();
+    Noting noting;
     for (auto it = instances_.begin(); it != instances_.end();) {
         Instance& inst = it->second;
         if (inst.tick != tick_) {
@@ -1922,11 +1923,10 @@ bool Controller::new_rates_by_name(std::string_view bucket, std::string_view zon
 // After each tick (instructions(), the only change of instances_): what brings_new_rates() asks
 // of them, by id. An id free now has no instance here, and a name that takes it later changes
 // its binds.
-Controller::Noting Controller::start_noting() {
+void Controller::reset_id_instances() {
     id_instances_.resize(ids_.span());
     for (std::uint32_t id = 0; id < id_instances_.size(); ++id)
         id_instances_[id] = IdInstances{ids_.binds(id)};
-    return {};
 }
 
 // Each instance kept, in the map's order (instances come by bucket).

@@ -558,8 +558,8 @@ class Controller {
         IdInstances* f = nullptr;
         bool first = true;
     };
-    Noting start_noting();  // into id_instances_
-    void note_instance(Noting& n, const Instance& i);
+    void reset_id_instances();                         // then note_instance() for each kept
+    void note_instance(Noting& n, const Instance& i);  // into id_instances_
     std::vector<wire::Instructions> instructions(const Inputs& in, const Clock& now);
     wire::RegionUsage region_usage(const Inputs& in, const Usage& usage, const Clock& now);
 
