@@ -1050,6 +1050,35 @@ TEST(Control, NewRatesAreJudgedByIdsThatChangeHands) {
         << "bots takes b's id and has its instance";
 }
 
+// The tick notes each instance by the id of the usage it was summed from; a run-time bucket
+// that no fresh input names has an instance without usage, yet its name may still hold an id
+// (a stale zone's usage names it): that id is noted too, by name, so that a fresh zone that
+// starts reporting the bucket does not bring new rates (its instance exists).
+TEST(Control, NewRatesOfARunTimeBucketNamedOnlyByAStaleZone) {
+    Fleet f;
+    Controller c(opts());
+    wire::RuntimeMatch m;
+    m.caller = "bot-";
+    m.caller_kind = MatchKind::Prefix;
+    ASSERT_EQ(c.add_runtime("bots", m, 20000, std::nullopt, 0, f.now), "");
+    ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("bots", 10)}, f.now), f.now), Accepted::Yes);
+    ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("x", 150)}, f.now), f.now), Accepted::Yes);
+    c.tick(f.now);
+    ASSERT_TRUE(inst(c, "bots")->has_usage);
+    // z1 goes silent: stale after 3 intervals, still held (forgotten after 60).
+    for (int i = 0; i < 5; ++i) {
+        f.advance(1000);
+        ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("x", 150)}, f.now), f.now), Accepted::Yes);
+        c.tick(f.now);
+    }
+    ASSERT_TRUE(c.knows_zone("z1"));
+    ASSERT_NE(inst(c, "bots"), nullptr);
+    ASSERT_FALSE(inst(c, "bots")->has_usage) << "z1 is stale: no input names bots";
+    f.advance(1000);
+    EXPECT_FALSE(news(c, zu("z2", {ub("bots", 10), ub("x", 150)}, f.now), f.now).new_rates)
+        << "bots has its instance";
+}
+
 TEST(Control, NewRatesCompleteTheProvisionalInstanceOfTheirOwnZone) {
     Fleet f;
     Controller c(opts());

@@ -227,6 +227,10 @@ struct Instance {
     // case, which filled 500,000 views a tick at 50 zones x 10,000 buckets).
     bool own_zones_all = false;
     std::uint64_t tick = 0;  // last tick that produced the instance
+    // The id of the bucket's name among the usage held (docs/control-plane.md "Bucket ids") as
+    // of that tick: BucketIds::kNone for a run-time bucket no input names. The tick notes each
+    // instance by it for the early judgement, without a lookup of the name.
+    std::uint32_t bucket_id = BucketIds::kNone;
 
     std::deque<Rates> samples;      // the smoothing window, newest last
     bool last_provisional = false;  // the newest sample summed only part of the hosts
@@ -454,8 +458,9 @@ class Controller {
         std::vector<const ZoneEntry*> zones;             // this region's fresh zones, by name
         std::map<std::string, const PeerEntry*> remote;  // other regions: the freshest peer
     };
-    struct BucketUsage {         // aggregate(): one bucket's entries among the inputs
-        std::string_view name;   // into ids_ or the override and limits tables
+    struct BucketUsage {                      // aggregate(): one bucket's entries among the inputs
+        std::string_view name;                // into ids_ or the override and limits tables
+        std::uint32_t id = BucketIds::kNone;  // its place in by_id_; kNone: runtime_usage_'s
         std::uint64_t tick = 0;  // the tick that last summed into it (by_id_: cleared at first)
         // The entries, listed only when the running sums do not say enough (walk_).
         std::vector<std::pair<const ZoneEntry*, const wire::UsageBucket*>> own;
@@ -499,6 +504,7 @@ class Controller {
         bool provisional = false;      // some hosts have no rate yet
         std::uint64_t basis_ms = 0;    // wall clock of the oldest of this region's zone usages
         std::uint64_t inputs_gen = 0;  // the newest gen of the usages summed (Instance's)
+        std::uint32_t bucket_id = BucketIds::kNone;  // BucketUsage::id (Instance's)
         std::uint64_t hosts = 0;
         std::uint64_t own_hosts = 0;
         // The hosts that vote on the definition: into the inputs or aggregate()'s sums.
