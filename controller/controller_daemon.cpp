@@ -703,7 +703,8 @@ void Daemon::tick() {
     const std::uint64_t cpu0 = thread_cpu_us();
     admin_tick_pending_ = false;
     expire_parts(now());
-    control::TickOutput out = ctl_.tick(now());
+    control::TickOutput& out = tick_out_;  // written over: its storage kept from tick to tick
+    ctl_.tick(now(), out);
     ++ticks_;
     forget_usage_versions();
     for (const control::Event& e : out.events) {

@@ -86,6 +86,7 @@ class Daemon {
     Config cfg_;
     daemon::Loop& loop_;
     control::Controller ctl_;
+    control::TickOutput tick_out_;  // the last tick's, written over by the next (tick())
     // Always: ZAP admits CURVE keys (curve_) and enforces --max-connections.
     std::unique_ptr<daemon::ZapHandler> zap_;
     bool curve_ = false;  // --curve-keypair

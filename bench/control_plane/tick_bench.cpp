@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
     grl::wire::PartAssembler<grl::wire::ZoneUsage> assembler(o.zones, 1'000'000);
     std::vector<std::vector<std::string>> zone_parts(o.zones);
     std::string error;
+    grl::control::TickOutput out;  // written over at every tick, as the daemon's
     for (std::size_t t = 0; t < o.warmup + o.ticks; ++t) {
         const bool measure = t >= o.warmup;
         const grl::control::Clock now{1000 + t * kIntervalMs, 1'800'000'000'000 + t * kIntervalMs};
@@ -260,8 +261,7 @@ int main(int argc, char** argv) {
             if (ctl.take_region_usage(ru, now, nullptr) != grl::control::Accepted::Yes)
                 refused(ru.source);
         }
-        grl::control::TickOutput out;
-        tick.run(measure, [&] { out = ctl.tick(now); });
+        tick.run(measure, [&] { ctl.tick(now, out); });  // the same output, as the daemon
         encode.run(measure, [&] {
             for (const grl::wire::Instructions& m : out.instructions) {
                 body.clear();

@@ -1719,9 +1719,12 @@ struct Twins {
         wire::encode(r, s);
         return s;
     }
-    // Ticks both; what the running sums' controller published, and its buckets walked.
+    // Ticks both; what the running sums' controller published, and its buckets walked. The
+    // running sums' controller ticks into the same TickOutput every time, as the daemon does;
+    // the reference into a new one.
     std::uint64_t tick() {
-        const TickOutput a = run.tick(f.now);
+        run.tick(f.now, reused);
+        const TickOutput& a = reused;
         const TickOutput b = walk.tick(f.now);
         EXPECT_EQ(a.instructions.size(), b.instructions.size());
         for (std::size_t i = 0; i < a.instructions.size() && i < b.instructions.size(); ++i)
@@ -1770,7 +1773,8 @@ struct Twins {
         return run.buckets_walked();
     }
     void advance(std::uint64_t ms = 1000) { f.advance(ms); }
-    TickOutput last;  // the running sums' controller's last tick
+    TickOutput reused;  // the running sums' controller's, written over at every tick
+    TickOutput last;    // a copy of its last tick
 };
 
 // The instance the running sums' controller holds for `bucket`; a failure (not a crash) when
@@ -2048,6 +2052,80 @@ TEST(RunningSums, RunTimeBucketsAreWalked) {
     t.zone(zu("z1", z1, t.f.now));
     t.zone(zu("z2", abc(4), t.f.now));
     EXPECT_EQ(t.tick(), 1u);
+}
+
+// The running sums' controller ticks into the same TickOutput every time (Twins::tick), its
+// messages and entries written over: what it publishes must not keep anything of an earlier
+// tick when messages are cut into more parts or fewer, zones come and go, and an entry's slot
+// passes from a keyed bucket or a run-time bucket to a plain one.
+TEST(RunningSums, ATickOutputWrittenOverHoldsNothingOfTheLastTick) {
+    Twins t;
+    auto many = [](std::size_t n, double rps) {
+        std::vector<wire::UsageBucket> v;
+        char name[32];
+        for (std::size_t i = 0; i < n; ++i) {
+            std::snprintf(name, sizeof name, "b%05zu", i);
+            v.push_back(ub(name, rps));
+        }
+        return v;
+    };
+    auto parts_of = [](const TickOutput& o, Scope scope) {
+        std::size_t n = 0;
+        for (const wire::Instructions& m : o.instructions) n += m.scope == scope;
+        return n;
+    };
+    // 5,000 global buckets: the global message in two parts; a zone bucket in z2 only.
+    std::vector<wire::UsageBucket> z2 = many(5000, 150);
+    z2.push_back(ub("zz", 150, 1, Scope::Zone));
+    t.zone(zu("z1", many(5000, 150), t.f.now));
+    t.zone(zu("z2", z2, t.f.now));
+    t.tick();
+    EXPECT_EQ(parts_of(t.reused, Scope::Global), 2u);
+    EXPECT_EQ(parts_of(t.reused, Scope::Zone), 2u);
+    // A keyed bucket first, then a run-time one: both take the first entries' slots.
+    t.advance();
+    wire::UsageBucket keyed = ub("a-keyed", 9, 1);
+    keyed.definitions[0].def.keyed = true;
+    keyed.keys = {{2, "", 200000, 0, 1}};
+    std::vector<wire::UsageBucket> z1 = many(10, 150);
+    z1.insert(z1.begin(), keyed);
+    t.zone(zu("z1", z1, t.f.now));
+    t.zone(zu("z2", many(10, 150), t.f.now));
+    t.tick();
+    EXPECT_EQ(parts_of(t.reused, Scope::Global), 1u);
+    ASSERT_NE(entry(t.reused, Scope::Global, "a-keyed"), nullptr);
+    EXPECT_FALSE(entry(t.reused, Scope::Global, "a-keyed")->keys.empty());
+    t.advance();
+    wire::RuntimeMatch m;
+    m.caller = "bot-";
+    m.caller_kind = MatchKind::Prefix;
+    ASSERT_EQ(t.run.add_runtime("a-bots", m, 20000, std::nullopt, 0, t.f.now), "");
+    ASSERT_EQ(t.walk.add_runtime("a-bots", m, 20000, std::nullopt, 0, t.f.now), "");
+    t.zone(zu("z1", many(10, 150), t.f.now));
+    t.zone(zu("z2", many(10, 150), t.f.now));
+    t.tick();
+    ASSERT_NE(entry(t.reused, Scope::Global, "a-bots"), nullptr);
+    EXPECT_TRUE(entry(t.reused, Scope::Global, "a-bots")->has_match);
+    // Plain buckets in those slots again, and back to two parts; z2 goes silent.
+    t.advance();
+    ASSERT_EQ(t.run.remove_runtime("a-bots", t.f.now), "");
+    ASSERT_EQ(t.walk.remove_runtime("a-bots", t.f.now), "");
+    t.zone(zu("z1", many(4500, 150), t.f.now));
+    t.tick();
+    EXPECT_EQ(parts_of(t.reused, Scope::Global), 2u);
+    for (const wire::Instructions& msg : t.reused.instructions) {
+        for (const wire::Instruction& e : msg.buckets) {
+            EXPECT_FALSE(e.keyed || e.has_match || !e.keys.empty()) << e.name;
+        }
+    }
+    for (int i = 0; i < 4; ++i) {  // z2 stale: only z1's zone message is left
+        t.advance();
+        t.zone(zu("z1", many(20, 150), t.f.now));
+        t.tick();
+    }
+    EXPECT_EQ(parts_of(t.reused, Scope::Global), 1u);
+    EXPECT_EQ(parts_of(t.reused, Scope::Zone), 1u);
+    EXPECT_EQ(t.reused.region_usage.buckets.size(), 20u);
 }
 
 }  // namespace

@@ -301,6 +301,9 @@ class Controller {
     // Recomputes every instance and returns what to publish. Call once per interval (and after
     // an admin change, so that a new run-time bucket reaches nginx at once).
     TickOutput tick(const Clock& now);
+    // The same into `out`, whatever it held replaced: passed the same TickOutput every tick (as
+    // the daemon does), the messages' vectors and strings keep their storage from tick to tick.
+    void tick(const Clock& now, TickOutput& out);
 
     // State after the last tick.
     using Instances = std::map<InstanceKey, Instance, InstanceKeyLess>;
@@ -566,8 +569,9 @@ class Controller {
     };
     void reset_id_instances();                         // then note_instance() for each kept
     void note_instance(Noting& n, const Instance& i);  // into id_instances_
-    std::vector<wire::Instructions> instructions(const Inputs& in, const Clock& now);
-    wire::RegionUsage region_usage(const Inputs& in, const Usage& usage, const Clock& now);
+    void instructions(const Inputs& in, const Clock& now, std::vector<wire::Instructions>& out);
+    void region_usage(const Inputs& in, const Usage& usage, const Clock& now,
+                      wire::RegionUsage& ru);
 
     const Instance* find_instance(std::string_view bucket, Scope scope,
                                   std::string_view zone) const;
@@ -643,6 +647,10 @@ class Controller {
     std::uint64_t buckets_walked_ = 0;
     bool walking_ = false;  // some bucket was walked at the last tick (logged on change)
     std::vector<BucketUsage> runtime_usage_;
+    // instructions()': one message per scope instance of this region, and the entries written
+    // into each this tick; kept for their storage (entries are written over, not built).
+    std::vector<wire::Instructions> by_scope_;
+    std::vector<std::size_t> by_scope_n_;
     Usage usage_;
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
