@@ -1503,13 +1503,14 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
     }
     if (it == instances_.end()) {
         it = instances_.emplace(InstanceKey{std::string(name), rule.scope, zone}, Instance{}).first;
+        // Its key's, for good: found by that key at every later tick.
+        it->second.bucket = name;
+        it->second.scope = rule.scope;
+        it->second.zone = zone;
     }
     next_instance_ = std::next(it);
     Instance& inst = it->second;
     const Before before{inst.tick == 0, inst.ratio_ppm, inst.disagreeing_hosts};
-    inst.bucket = name;
-    inst.scope = rule.scope;
-    inst.zone = zone;
     inst.tick = tick_;
     inst.bucket_id = s.bucket_id;
     inst.hosts = s.hosts;
@@ -1805,7 +1806,11 @@ void Controller::instructions(const Inputs& in, const Clock& now,
         e.limit_mrps = inst.limit_mrps;
         e.mode = inst.mode;
         e.has_match = inst.runtime;
-        e.match = inst.match;
+        if (inst.runtime) {
+            e.match = inst.match;
+        } else if (!(e.match == wire::RuntimeMatch{})) {
+            e.match = wire::RuntimeMatch{};  // the slot's last entry was a run-time bucket's
+        }
         e.has_basis = inst.basis_ms != 0 && !inst.keyed;
         e.basis_offered_mrps = round_mrps(inst.basis_offered_mrps);
         e.basis_ms = inst.basis_ms;
@@ -1885,8 +1890,8 @@ void Controller::region_usage(const Inputs& in, const Usage& usage, const Clock&
         if (a.own_n == 0) continue;
         if (n == ru.buckets.size()) ru.buckets.emplace_back();
         wire::UsageBucket& u = ru.buckets[n++];
-        u.name = a.name;
-        u.offered_mrps = a.own_sums.offered;  // summed by aggregate()
+        if (u.name != a.name) u.name = a.name;  // most often the same bucket as last tick
+        u.offered_mrps = a.own_sums.offered;    // summed by aggregate()
         u.admitted_mrps = a.own_sums.admitted;
         u.dropped_mrps = a.own_sums.dropped;
         u.shadow_dropped_mrps = a.own_sums.shadow_dropped;
