@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 
@@ -15,17 +17,52 @@ namespace grl::wire::codec {
 // ---------------------------------------------------------------------------------------------
 // Packer
 
-Packer::Packer() {
-    msgpack_sbuffer_init(&buf_);
-    msgpack_packer_init(&pk_, &buf_, msgpack_sbuffer_write);
+namespace {
+PackBuffer g_pack_buffer;
+std::atomic<bool> g_pack_buffer_busy{false};
+}  // namespace
+
+Packer::Packer(std::string& out) : out_(out), buf_(&own_) {
+    if (!g_pack_buffer_busy.exchange(true, std::memory_order_acquire)) buf_ = &g_pack_buffer;
+    msgpack_packer_init(&pk_, this, &Packer::append);
 }
 
 Packer::~Packer() {
-    msgpack_sbuffer_destroy(&buf_);
+    if (buf_ == &g_pack_buffer) g_pack_buffer_busy.store(false, std::memory_order_release);
+}
+
+void Packer::grow(std::size_t n) {
+    const std::size_t room = std::max({buf_->room * 2, used_ + n, std::size_t{4096}});
+    std::unique_ptr<char[]> bytes(new char[room]);
+    if (used_ > 0) std::memcpy(bytes.get(), buf_->bytes.get(), used_);
+    buf_->bytes = std::move(bytes);
+    buf_->room = room;
+}
+
+// msgpack-c packs an item as one or two appends of 1 to 9 bytes (a string's bytes apart):
+// copied with a constant size each, inlined, rather than by a call to memcpy.
+int Packer::append(void* packer, const char* bytes, std::size_t n) {
+    Packer& p = *static_cast<Packer*>(packer);
+    if (n > p.buf_->room - p.used_) p.grow(n);
+    char* to = p.buf_->bytes.get() + p.used_;
+    switch (n) {
+        case 1: *to = *bytes; break;
+        case 2: std::memcpy(to, bytes, 2); break;
+        case 3: std::memcpy(to, bytes, 3); break;
+        case 5: std::memcpy(to, bytes, 5); break;
+        case 9: std::memcpy(to, bytes, 9); break;
+        default: std::memcpy(to, bytes, n);
+    }
+    p.used_ += n;
+    return 0;
+}
+
+void Packer::finish() {
+    out_.assign(buf_->bytes.get(), used_);
 }
 
 namespace {
-// msgpack_sbuffer_write only fails when realloc() does.
+// The packer's appends never fail (new throws std::bad_alloc itself).
 void check(int rc) {
     if (rc != 0) throw std::bad_alloc();
 }
@@ -46,9 +83,6 @@ void Packer::boolean(bool v) {
 void Packer::str(std::string_view s) {
     check(msgpack_pack_str(&pk_, s.size()));
     check(msgpack_pack_str_body(&pk_, s.data(), s.size()));
-}
-void Packer::write_to(std::string& out) const {
-    out.assign(buf_.data, buf_.size);
 }
 
 // ---------------------------------------------------------------------------------------------

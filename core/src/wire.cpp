@@ -385,7 +385,7 @@ bool guarded(bool (*fn)(std::string_view, Msg&, std::string&), std::string_view 
 // Public API
 
 void encode(const Report& m, std::string& out) {
-    Packer p;
+    Packer p(out);
     p.map(m.recent_ms ? kReportKeys.size() : kReportRequiredKeys);
     p.kv("v", kVersion);
     p.kv("type", "report");
@@ -425,11 +425,11 @@ void encode(const Report& m, std::string& out) {
             }
         }
     }
-    p.write_to(out);
+    p.finish();
 }
 
 void encode(const Instructions& m, std::string& out) {
-    Packer p;
+    Packer p(out);
     p.map(kInstructionsKeys.size());
     p.kv("v", kVersion);
     p.kv("type", "instructions");
@@ -468,7 +468,7 @@ void encode(const Instructions& m, std::string& out) {
             }
         }
     }
-    p.write_to(out);
+    p.finish();
 }
 
 bool decode(std::string_view bytes, Report& m, std::string& error) {

@@ -203,13 +203,14 @@ void pack_usage_definitions(Packer& p, RowReader::Form form,
 }
 
 // Usage bucket entries: `with_hosts` for zone_usage (host_names item present).
-void pack_usage_buckets(Packer& p, RowReader::Form form, const std::vector<UsageBucket>& buckets,
+void pack_usage_buckets(Packer& p, RowReader::Form form, const UsageBucket* first, std::size_t n,
                         bool with_hosts) {
     const std::string_view* fields = with_hosts ? kZoneEntryFields : kRegionEntryFields;
     const std::size_t keys_at = kEntryRequired + (with_hosts ? 1 : 0);
     p.str("buckets");
-    p.array(buckets.size());
-    for (const UsageBucket& b : buckets) {
+    p.array(n);
+    for (const UsageBucket* it = first; it != first + n; ++it) {
+        const UsageBucket& b = *it;
         EntryPacker e(p, form, fields, keys_at + (b.keys.empty() ? 0 : 1));
         e.item(0).str(b.name);
         e.item(1).u64(b.offered_mrps);
@@ -723,7 +724,17 @@ void pack_part(Packer& p, std::uint32_t part, std::uint32_t parts) {
 }  // namespace
 
 void encode(const ZoneUsage& m, std::string& out) {
-    Packer p;
+    codec::encode_usage(m, m.buckets.data(), m.buckets.size(), out);
+}
+
+void encode(const RegionUsage& m, std::string& out) {
+    codec::encode_usage(m, m.buckets.data(), m.buckets.size(), out);
+}
+
+namespace codec {
+
+void encode_usage(const ZoneUsage& m, const UsageBucket* first, std::size_t n, std::string& out) {
+    Packer p(out);
     p.map(m.parts > 1 ? 14 : 12);
     p.kv("v", m.v == 1 ? 1 : kUsageVersion);
     p.kv("type", "zone_usage");
@@ -736,13 +747,13 @@ void encode(const ZoneUsage& m, std::string& out) {
     p.kv("hosts", m.hosts);
     p.kv("stale_hosts", m.stale_hosts);
     pack_names(p, "host_names", m.host_names);
-    pack_usage_buckets(p, usage_form(m.v), m.buckets, true);
+    pack_usage_buckets(p, usage_form(m.v), first, n, true);
     pack_part(p, m.part, m.parts);
-    p.write_to(out);
+    p.finish();
 }
 
-void encode(const RegionUsage& m, std::string& out) {
-    Packer p;
+void encode_usage(const RegionUsage& m, const UsageBucket* first, std::size_t n, std::string& out) {
+    Packer p(out);
     p.map(m.parts > 1 ? 14 : 12);
     p.kv("v", m.v == 1 ? 1 : kUsageVersion);
     p.kv("type", "region_usage");
@@ -754,19 +765,21 @@ void encode(const RegionUsage& m, std::string& out) {
     p.kv("zones", m.zones);
     p.kv("hosts", m.hosts);
     p.kv("limits_digest", m.limits_digest);
-    pack_usage_buckets(p, usage_form(m.v), m.buckets, false);
+    pack_usage_buckets(p, usage_form(m.v), first, n, false);
     p.str("overrides");
     p.array(m.overrides.size());
     for (const Override& o : m.overrides) pack_override(p, o);
     pack_part(p, m.part, m.parts);
-    p.write_to(out);
+    p.finish();
 }
+
+}  // namespace codec
 
 void encode(const AdminRequest& m, std::string& out) {
     std::size_t n = 7 + (m.limit_mrps ? 1 : 0) + (m.mode ? 1 : 0) + (m.for_ms ? 1 : 0) +
                     (m.clear_limit ? 1 : 0) + (m.clear_mode ? 1 : 0) + (m.has_match ? 1 : 0) +
                     (m.top ? 1 : 0);
-    Packer p;
+    Packer p(out);
     p.map(n);
     p.kv("v", kVersion);
     p.kv("type", "admin_request");
@@ -785,11 +798,11 @@ void encode(const AdminRequest& m, std::string& out) {
         codec::pack_match(p, m.match);
     }
     if (m.top) p.kv("top", m.top);
-    p.write_to(out);
+    p.finish();
 }
 
 void encode(const AdminReply& m, std::string& out) {
-    Packer p;
+    Packer p(out);
     p.map(14 + (m.keys.empty() ? 0 : 1));
     p.kv("v", kVersion);
     p.kv("type", "admin_reply");
@@ -842,7 +855,7 @@ void encode(const AdminReply& m, std::string& out) {
         p.array(m.keys.size());
         for (const KeyStatus& k : m.keys) pack_key_status(p, k);
     }
-    p.write_to(out);
+    p.finish();
 }
 
 bool decode(std::string_view bytes, ZoneUsage& m, std::string& error) {

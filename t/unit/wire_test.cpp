@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <msgpack.h>
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -375,6 +377,44 @@ TEST(Wire, EncodeReplacesWhatTheBufferHeld) {
     std::string err;
     ASSERT_TRUE(decode(buf, d, err)) << err;
     EXPECT_EQ(d.source, "ctl");
+}
+
+// Encoders pack into one buffer of the process, kept from message to message; a second
+// encoder running meanwhile (another thread) packs into a buffer of its own. Each gets its own
+// message's bytes, whatever the other does, and a big message then a small one in the same
+// string leaves the small one alone.
+TEST(Wire, EncodersOnSeveralThreadsEachGetTheirOwnBytes) {
+    Instructions big;
+    big.source = "ctl";
+    for (int i = 0; i < 3000; ++i) {
+        big.buckets.emplace_back();
+        big.buckets.back().name = "bucket-" + std::to_string(i);
+        big.buckets.back().ratio_ppm = static_cast<std::uint32_t>(i);
+    }
+    const Report small = sample_report();
+    const std::string big_bytes = encoded(big), small_bytes = encoded(small);
+    std::string out;
+    encode(big, out);
+    encode(small, out);
+    EXPECT_EQ(out, small_bytes);
+    std::atomic<int> wrong{0};
+    auto run = [&](bool is_big) {
+        std::string mine;
+        for (int i = 0; i < 1500; ++i) {
+            if (is_big) {
+                encode(big, mine);
+                wrong += mine != big_bytes;
+            } else {
+                encode(small, mine);
+                wrong += mine != small_bytes;
+            }
+        }
+    };
+    std::thread a(run, true), b(run, false), c(run, true);
+    a.join();
+    b.join();
+    c.join();
+    EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(Wire, InstructionsRoundTrip) {
