@@ -63,6 +63,14 @@ Options opts(const std::string& name = "ctl-a", const std::string& region = "r1"
     return o;
 }
 
+// The match of a run-time bucket for callers named "bot-...".
+wire::RuntimeMatch bots() {
+    wire::RuntimeMatch m;
+    m.caller = "bot-";
+    m.caller_kind = MatchKind::Prefix;
+    return m;
+}
+
 const Instance* inst(const Controller& c, const std::string& bucket, const std::string& zone = "") {
     for (const auto& [k, i] : c.instances()) {
         if (i.bucket == bucket && i.zone == zone) return &i;
@@ -846,10 +854,7 @@ TEST(Controller, RunTimeBucketIsPublishedWithItsMatchAndRemoved) {
 TEST(Controller, RemovedRunTimeBucketIsListedAsRemovedUntilHostsDropIt) {
     Fleet f;
     Controller c(opts());
-    wire::RuntimeMatch m;
-    m.caller = "bot-";
-    m.caller_kind = MatchKind::Prefix;
-    ASSERT_EQ(c.add_runtime("bots", m, 20000, std::nullopt, 0, f.now), "");
+    ASSERT_EQ(c.add_runtime("bots", bots(), 20000, std::nullopt, 0, f.now), "");
     auto report = [&] {
         c.on_zone_usage(zu("z1", {ub("bots", 40, 2, Scope::Global, 20)}, f.now), f.now);
     };
@@ -1039,10 +1044,7 @@ TEST(Control, NewRatesAreJudgedByIdsThatChangeHands) {
     // (a run-time bucket, which has one without usage).
     f.advance(100);
     ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("x", 150)}, f.now), f.now), Accepted::Yes);  // b's free
-    wire::RuntimeMatch m;
-    m.caller = "bot-";
-    m.caller_kind = MatchKind::Prefix;
-    ASSERT_EQ(c.add_runtime("bots", m, 20000, std::nullopt, 0, f.now), "");
+    ASSERT_EQ(c.add_runtime("bots", bots(), 20000, std::nullopt, 0, f.now), "");
     c.tick(f.now);
     ASSERT_NE(inst(c, "bots"), nullptr);
     f.advance(100);
@@ -1057,10 +1059,7 @@ TEST(Control, NewRatesAreJudgedByIdsThatChangeHands) {
 TEST(Control, NewRatesOfARunTimeBucketNamedOnlyByAStaleZone) {
     Fleet f;
     Controller c(opts());
-    wire::RuntimeMatch m;
-    m.caller = "bot-";
-    m.caller_kind = MatchKind::Prefix;
-    ASSERT_EQ(c.add_runtime("bots", m, 20000, std::nullopt, 0, f.now), "");
+    ASSERT_EQ(c.add_runtime("bots", bots(), 20000, std::nullopt, 0, f.now), "");
     ASSERT_EQ(c.on_zone_usage(zu("z1", {ub("bots", 10)}, f.now), f.now), Accepted::Yes);
     ASSERT_EQ(c.on_zone_usage(zu("z2", {ub("x", 150)}, f.now), f.now), Accepted::Yes);
     c.tick(f.now);
@@ -2096,11 +2095,8 @@ TEST(RunningSums, ATickOutputWrittenOverHoldsNothingOfTheLastTick) {
     ASSERT_NE(entry(t.reused, Scope::Global, "a-keyed"), nullptr);
     EXPECT_FALSE(entry(t.reused, Scope::Global, "a-keyed")->keys.empty());
     t.advance();
-    wire::RuntimeMatch m;
-    m.caller = "bot-";
-    m.caller_kind = MatchKind::Prefix;
-    ASSERT_EQ(t.run.add_runtime("a-bots", m, 20000, std::nullopt, 0, t.f.now), "");
-    ASSERT_EQ(t.walk.add_runtime("a-bots", m, 20000, std::nullopt, 0, t.f.now), "");
+    ASSERT_EQ(t.run.add_runtime("a-bots", bots(), 20000, std::nullopt, 0, t.f.now), "");
+    ASSERT_EQ(t.walk.add_runtime("a-bots", bots(), 20000, std::nullopt, 0, t.f.now), "");
     t.zone(zu("z1", many(10, 150), t.f.now));
     t.zone(zu("z2", many(10, 150), t.f.now));
     t.tick();
