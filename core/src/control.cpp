@@ -1758,7 +1758,6 @@ void Controller::instructions(const Inputs& in, const Clock& now,
     by_scope_n_.assign(msgs.size(), 0);
     auto head = [&](wire::Instructions& m, Scope scope, std::string_view zone) {
         m.source = opt_.name;
-        m.seq = 0;
         m.ts_ms = now.wall_ms;
         m.ttl_ms = opt_.ttl_ms;
         m.scope = scope;
