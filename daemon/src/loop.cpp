@@ -16,29 +16,6 @@
 namespace grl::daemon {
 
 namespace {
-
-// on_fd takes poll(2)'s flags; zmq_poll has its own values (ZMQ_POLLOUT is 2, POLLOUT 4, which
-// zmq_poll reads as ZMQ_POLLERR): a writer waiting for POLLOUT would never be woken, and a
-// response larger than the socket buffer (a /metrics page of 10,000 buckets) stalled until the
-// client's deadline.
-short to_zmq_events(short events) {
-    short z = 0;
-    if (events & POLLIN) z |= ZMQ_POLLIN;
-    if (events & POLLOUT) z |= ZMQ_POLLOUT;
-    return z;
-}
-
-short from_zmq_events(short revents) {
-    short e = 0;
-    if (revents & ZMQ_POLLIN) e |= POLLIN;
-    if (revents & ZMQ_POLLOUT) e |= POLLOUT;
-    if (revents & ZMQ_POLLERR) e |= POLLERR;
-    return e;
-}
-
-}  // namespace
-
-namespace {
 std::uint64_t clock_ms(clockid_t id) {
     struct timespec ts;
     clock_gettime(id, &ts);
@@ -80,7 +57,25 @@ Loop::~Loop() {
 }
 
 void Loop::on_socket(void* zmq_socket, std::function<void()> fn) {
-    sockets_.push_back({zmq_socket, std::move(fn)});
+    SocketItem s{zmq_socket, std::move(fn)};
+    std::size_t len = sizeof(s.fd);
+    if (zmq_getsockopt(zmq_socket, ZMQ_FD, &s.fd, &len) != 0) {
+        throw std::runtime_error(std::string("zmq_getsockopt(ZMQ_FD): ") +
+                                 zmq_strerror(zmq_errno()));
+    }
+    sockets_.push_back(std::move(s));
+}
+
+bool Loop::readable(const SocketItem& s) {
+    int events = 0;
+    std::size_t len = sizeof(events);
+    if (zmq_getsockopt(s.socket, ZMQ_EVENTS, &events, &len) != 0) {
+        // Interrupted: the handler's own receive tells (it does not wait).
+        if (zmq_errno() == EINTR) return true;
+        throw std::runtime_error(std::string("zmq_getsockopt(ZMQ_EVENTS): ") +
+                                 zmq_strerror(zmq_errno()));
+    }
+    return (events & ZMQ_POLLIN) != 0;
 }
 
 void Loop::on_fd(int fd, short events, std::function<void(short)> fn) {
@@ -126,19 +121,32 @@ void Loop::handle_signals() {
 }
 
 void Loop::run() {
-    std::vector<zmq_pollitem_t> items;
+    std::vector<pollfd> items;
+    std::vector<char> ready;
+    bool others_ran = true;  // the first turn reads every socket's ZMQ_EVENTS
     while (!stop_) {
         fds_.erase(
             std::remove_if(fds_.begin(), fds_.end(), [](const FdItem& f) { return f.removed; }),
             fds_.end());
-        items.clear();
-        items.push_back({nullptr, signal_fd_, ZMQ_POLLIN, 0});
-        for (const SocketItem& s : sockets_) items.push_back({s.socket, 0, ZMQ_POLLIN, 0});
-        std::size_t fd_base = items.size();
-        std::size_t nfds = fds_.size();  // handlers may add fds: dispatch only these
-        for (std::size_t i = 0; i < nfds; ++i) {
-            items.push_back({nullptr, fds_[i].fd, to_zmq_events(fds_[i].events), 0});
+        // Handlers may add sockets and fds: this turn dispatches only these.
+        const std::size_t nsockets = sockets_.size(), nfds = fds_.size();
+        // Sockets that may hold messages their descriptor will not signal (see loop.h): read
+        // now, and when one does, the wait below does not block.
+        ready.assign(nsockets, 0);
+        bool any_ready = false;
+        for (std::size_t i = 0; i < nsockets; ++i) {
+            SocketItem& s = sockets_[i];
+            if (!s.check && !others_ran) continue;
+            s.check = false;
+            ready[i] = readable(s);
+            any_ready = any_ready || ready[i];
         }
+        others_ran = false;
+        items.clear();
+        items.push_back({signal_fd_, POLLIN, 0});
+        for (std::size_t i = 0; i < nsockets; ++i) items.push_back({sockets_[i].fd, POLLIN, 0});
+        const std::size_t fd_base = items.size();
+        for (std::size_t i = 0; i < nfds; ++i) items.push_back({fds_[i].fd, fds_[i].events, 0});
         std::uint64_t now = mono_ms();
         long timeout = -1;
         for (const Timer& t : timers_) {
@@ -149,18 +157,29 @@ void Loop::run() {
             long left = l.due_ms > now ? static_cast<long>(l.due_ms - now) : 0;
             if (timeout < 0 || left < timeout) timeout = left;
         }
-        int rc = zmq_poll(items.data(), static_cast<int>(items.size()), timeout);
-        if (rc < 0 && zmq_errno() != EINTR) {
-            throw std::runtime_error(std::string("zmq_poll: ") + zmq_strerror(zmq_errno()));
+        if (any_ready) timeout = 0;
+        int rc = poll(items.data(), static_cast<nfds_t>(items.size()),
+                      static_cast<int>(std::min<long>(timeout, 1L << 30)));
+        if (rc < 0) {
+            if (errno != EINTR) throw std::runtime_error(std::string("poll: ") + strerror(errno));
+            for (pollfd& p : items) p.revents = 0;
         }
-        if (rc > 0) {
-            if (items[0].revents & ZMQ_POLLIN) handle_signals();
-            for (std::size_t i = 0; i < sockets_.size() && !stop_; ++i) {
-                if (items[1 + i].revents & ZMQ_POLLIN) sockets_[i].fn();
-            }
-            for (std::size_t i = 0; i < nfds && !stop_; ++i) {
-                short ev = from_zmq_events(items[fd_base + i].revents);
-                if (ev && !fds_[i].removed) fds_[i].fn(ev);
+        if (items[0].revents & POLLIN) {
+            handle_signals();
+            others_ran = true;
+        }
+        for (std::size_t i = 0; i < nsockets && !stop_; ++i) {
+            // Its descriptor signalled commands: ZMQ_EVENTS takes them and tells.
+            if (!ready[i] && items[1 + i].revents != 0) ready[i] = readable(sockets_[i]);
+            if (!ready[i]) continue;
+            sockets_[i].check = true;  // its handler may leave messages, or take the signal
+            sockets_[i].fn();
+        }
+        for (std::size_t i = 0; i < nfds && !stop_; ++i) {
+            const short ev = items[fd_base + i].revents;
+            if (ev && !fds_[i].removed) {
+                fds_[i].fn(ev);
+                others_ran = true;
             }
         }
         now = mono_ms();
@@ -170,6 +189,7 @@ void Loop::run() {
             t.next_ms += t.period_ms;
             if (t.next_ms <= now) t.next_ms = now + t.period_ms;
             t.fn();
+            others_ran = true;
         }
         // One-shot: taken out before they run (a handler may add more).
         std::vector<Later> due;
@@ -183,6 +203,7 @@ void Loop::run() {
         }
         for (Later& l : due) {
             if (!stop_) l.fn();
+            others_ran = true;
         }
     }
 }
