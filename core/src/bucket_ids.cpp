@@ -22,11 +22,13 @@ std::uint32_t BucketIds::acquire(std::string_view name) {
     } else {
         id = static_cast<std::uint32_t>(names_.size());
         names_.emplace_back(name);
+        views_.emplace_back();
         holders_.push_back(0);
         binds_.push_back(0);
     }
     holders_[id] = 1;
     ++binds_[id];
+    views_[id] = names_[id];
     index_.emplace(names_[id], id);
     sorted_ = false;
     return id;
@@ -37,6 +39,7 @@ void BucketIds::release(std::uint32_t id) {
     index_.erase(names_[id]);
     names_[id].clear();
     names_[id].shrink_to_fit();  // a long name's storage is not kept by a free id
+    views_[id] = {};
     free_.push_back(id);
     sorted_ = false;
 }

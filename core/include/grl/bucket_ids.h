@@ -37,7 +37,7 @@ class BucketIds {
     void release(std::uint32_t id);
 
     // The name of a held id: valid until the id is freed.
-    std::string_view name(std::uint32_t id) const { return names_[id]; }
+    std::string_view name(std::uint32_t id) const { return views_[id]; }
     // How many times `id` was given a name: a reader that noted it beside something it knows
     // of the id's name (the controller's flags per id) sees whether the id changed hands since.
     std::uint32_t binds(std::uint32_t id) const { return binds_[id]; }
@@ -56,6 +56,9 @@ class BucketIds {
   private:
     std::size_t max_names_;
     std::deque<std::string> names_;  // by id: a deque, so that index_'s views stay put
+    // names_ by id, as views: name() is one load, not a deque's block arithmetic (it is asked
+    // for each entry of each usage taken in, 2 million a second at fleet scale).
+    std::vector<std::string_view> views_;
     std::vector<std::uint32_t> holders_;
     std::vector<std::uint32_t> binds_;  // by id: binds()
     std::vector<std::uint32_t> free_;
