@@ -7,7 +7,7 @@
 // after any other handler ran (an fd, a timer, a later, a signal: they may use any socket). Not
 // at every turn for every socket, as zmq_poll does: each such read of an idle socket is two
 // system calls (getpid, poll), 20 a turn for the controller's 10 sockets at up to ~170 turns a
-// second at fleet scale (docs/control-plane.md "The event loop").
+// second at fleet scale (docs/control-plane.md "The controller at fleet scale").
 #pragma once
 
 #include <cstdint>
