@@ -295,12 +295,13 @@ void Daemon::on_usage() {
         // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
         // vectors the next read reuses (a part of a set in parts: recycle() below).
         control::Early news;
-        control::Accepted a = ctl_.take_zone_usage(zone_usage_, t, &why_, &news);
+        control::Accepted a =
+            ctl_.take_zone_usage(zone_usage_, t, &why_, &news, zone_parts_.names_mark());
         const bool new_rates = news.new_rates;
         const Change change = news.change;
         const bool early = new_rates || change != Change::None;
         // The zone's previous buckets (or the refused ones) become the assembler's spares.
-        zone_parts_.recycle(zone_usage_);
+        zone_parts_.recycle(zone_usage_, ctl_.handed_back_mark());
         if (a == control::Accepted::Yes) {
             note_usage_version(zone_usage_v_, zone, "zone " + zone + " (" + source + ")",
                                "zone usage", v);

@@ -142,9 +142,9 @@ struct Step {
 int g_early = 0;  // the judgements, so that none is optimised away
 
 grl::control::Accepted take_judged(grl::control::Controller& c, grl::wire::ZoneUsage& u,
-                                   const grl::control::Clock& now) {
+                                   const grl::control::Clock& now, std::uint64_t names_mark = 0) {
     grl::control::Early e;
-    const grl::control::Accepted a = c.take_zone_usage(u, now, nullptr, &e);
+    const grl::control::Accepted a = c.take_zone_usage(u, now, nullptr, &e, names_mark);
     g_early += e.new_rates + static_cast<int>(e.change);
     return a;
 }
@@ -236,8 +236,8 @@ int main(int argc, char** argv) {
                     if (zu.parts > 1 &&
                         assembler.add(zu, now.mono_ms) != grl::wire::PartResult::Complete)
                         continue;
-                    a = take_judged(ctl, zu, now);
-                    assembler.recycle(zu);
+                    a = take_judged(ctl, zu, now, assembler.names_mark());
+                    assembler.recycle(zu, ctl.handed_back_mark());
                 }
             });
             if (measure) intake.add(part.ms.back());

@@ -183,6 +183,7 @@ template <class Usage>
 bool PartAssembler<Usage>::read(std::string_view bytes, Usage& m, std::string& error,
                                 UsageRead* how) {
     placed_ = Placed{};
+    names_mark_ = 0;
     UsageRest rest;
     std::size_t n = 0;
     if (read_usage_head(bytes, m, rest)) {
@@ -191,7 +192,10 @@ bool PartAssembler<Usage>::read(std::string_view bytes, Usage& m, std::string& e
             // After the parts received: a part that add() then refuses (an older one, one of a
             // set it drops), or that never reaches add(), leaves them as they are.
             Set& s = it->second;
-            if (read_usage_rest(rest, m, s.buckets, s.used, n) && m.parts > 1) {
+            std::size_t copied = 0;
+            const bool ok = read_usage_rest(rest, m, s.buckets, s.used, n, &copied);
+            if (!ok || copied > 0) s.names_mark = 0;  // a name at its place may have changed
+            if (ok && m.parts > 1) {
                 placed_ = Placed{&s, &m, m.seq, m.part, s.used, n};
                 if (how) *how = UsageRead::Fast;
                 return true;
@@ -240,6 +244,7 @@ void PartAssembler<Usage>::take(Set& s, Usage& m, const Placed& placed) {
         r.n = placed.n;
         r.ascending = true;
         if (placed.at != s.used) {
+            s.names_mark = 0;
             const auto b = s.buckets.begin();
             std::rotate(b + static_cast<std::ptrdiff_t>(s.used),
                         b + static_cast<std::ptrdiff_t>(placed.at),
@@ -247,6 +252,7 @@ void PartAssembler<Usage>::take(Set& s, Usage& m, const Placed& placed) {
         }
     } else {
         // Read elsewhere (wire::decode, read_usage()): the entries are swapped in.
+        s.names_mark = 0;
         r.n = m.buckets.size();
         r.ascending = ascending(m.buckets);
         if (s.used == 0 && s.buckets.empty()) {
@@ -292,12 +298,13 @@ void PartAssembler<Usage>::keep(std::vector<UsageBucket>&& v) {
 }
 
 template <class Usage>
-void PartAssembler<Usage>::recycle(Usage& m) {
+void PartAssembler<Usage>::recycle(Usage& m, std::uint64_t names_mark) {
     // The source's next set is read into its last one's vector: the same names at the same
     // places (no copy), entries whose definitions keep their capacity.
     auto it = sets_.find(m.source);
     if (it != sets_.end() && !it->second.active) {
         it->second.buckets.swap(m.buckets);
+        it->second.names_mark = names_mark;
         return;
     }
     // m.buckets gets the smallest spare (reads are parts or small); what it held is kept.
@@ -314,6 +321,7 @@ bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
     if (!in_order) {
         // Parts out of order: their entries swapped into part order (both sides keep their
         // strings' and vectors' capacity).
+        s.names_mark = 0;
         std::vector<UsageBucket> whole = spare(total);
         whole.resize(total);
         std::size_t k = 0;
@@ -346,6 +354,8 @@ bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
     swap(out, s.head);
     out.buckets.swap(s.buckets);
     s.buckets.swap(s.head.buckets);
+    // The mark goes with the vector, to `out`; the set's new vector has none.
+    names_mark_ = std::exchange(s.names_mark, 0);
     out.part = 0;
     out.parts = 1;
     if (unique) return true;
@@ -367,6 +377,7 @@ bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
 template <class Usage>
 PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string* why) {
     const Placed placed = std::exchange(placed_, Placed{});
+    names_mark_ = 0;
     if (m.parts <= 1) return PartResult::Whole;
     auto it = sets_.find(m.source);
     if (it != sets_.end() && it->second.active && m.seq != it->second.head.seq) {
@@ -423,6 +434,7 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
     take(s, m, placed);
     if (s.received < s.have.size()) return PartResult::Pending;
     const bool ok = assemble(s, m, why);
+    if (!ok) names_mark_ = 0;
     stop(s);
     return ok ? PartResult::Complete : PartResult::Inconsistent;
 }

@@ -302,7 +302,7 @@ const unsigned char* compact_entry(const unsigned char* p, bool zone, UsageBucke
 // unsorted but unique ones go to wire::decode).
 template <class E>
 bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts, std::vector<UsageBucket>& out,
-             std::size_t at, std::size_t& n) {
+             std::size_t at, std::size_t& n, std::size_t& copied) {
     std::uint64_t count = 0;
     if (!c.key("buckets") || !c.array(count) || count > kMaxBucketsPerMessage) return false;
     n = static_cast<std::size_t>(count);
@@ -321,7 +321,10 @@ bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts, std::vector
                 } else {
                     b.definitions.assign(1, d);
                 }
-                if (b.name != name) b.name.assign(name.data(), name.size());
+                if (b.name != name) {
+                    b.name.assign(name.data(), name.size());
+                    ++copied;
+                }
                 b.host_names.clear();
                 b.keys.clear();
                 if (b.rated_hosts > b.hosts || b.hosts > message_hosts || d.hosts > b.hosts) {
@@ -343,7 +346,10 @@ bool buckets(Cursor& c, E e, bool zone, std::uint64_t message_hosts, std::vector
         // Usage is read into the strings of the sender's last usage (ZoneUsage reused, and a
         // part into the vector its source's last set was assembled in): a name at the same
         // place is most often the same, and then needs no copy.
-        if (b.name != name) b.name.assign(name.data(), name.size());
+        if (b.name != name) {
+            b.name.assign(name.data(), name.size());
+            ++copied;
+        }
         if (zone) {
             if (!e.item(c, "host_names") || !name_list(c, kMaxBucketHostNames, b.host_names)) {
                 return false;
@@ -400,10 +406,10 @@ bool head(std::string_view bytes, ZoneUsage& m, UsageRest& rest) {
 }
 
 bool rest_of(const UsageRest& rest, ZoneUsage& m, std::vector<UsageBucket>& into, std::size_t at,
-             std::size_t& n) {
+             std::size_t& n, std::size_t& copied) {
     Cursor c(rest.bytes, rest.at);
-    if (!(m.v == 1 ? buckets(c, Entry<true>{}, true, m.hosts, into, at, n)
-                   : buckets(c, Entry<false>{}, true, m.hosts, into, at, n)) ||
+    if (!(m.v == 1 ? buckets(c, Entry<true>{}, true, m.hosts, into, at, n, copied)
+                   : buckets(c, Entry<false>{}, true, m.hosts, into, at, n, copied)) ||
         !part(c, rest.keys, m.host_names.size(), m.part, m.parts)) {
         return false;
     }
@@ -426,11 +432,11 @@ bool head(std::string_view bytes, RegionUsage& m, UsageRest& rest) {
 }
 
 bool rest_of(const UsageRest& rest, RegionUsage& m, std::vector<UsageBucket>& into, std::size_t at,
-             std::size_t& n) {
+             std::size_t& n, std::size_t& copied) {
     Cursor c(rest.bytes, rest.at);
     std::uint64_t overrides = 0;
-    if (!(m.v == 1 ? buckets(c, Entry<true>{}, false, m.hosts, into, at, n)
-                   : buckets(c, Entry<false>{}, false, m.hosts, into, at, n)) ||
+    if (!(m.v == 1 ? buckets(c, Entry<true>{}, false, m.hosts, into, at, n, copied)
+                   : buckets(c, Entry<false>{}, false, m.hosts, into, at, n, copied)) ||
         !c.key("overrides") || !c.array(overrides) || overrides != 0 ||
         !part(c, rest.keys, 0, m.part, m.parts)) {
         return false;
@@ -442,8 +448,8 @@ bool rest_of(const UsageRest& rest, RegionUsage& m, std::vector<UsageBucket>& in
 template <class Usage>
 bool read(std::string_view bytes, Usage& out, std::string& error, UsageRead* how) {
     UsageRest rest;
-    std::size_t n = 0;
-    if (head(bytes, out, rest) && rest_of(rest, out, out.buckets, 0, n)) {
+    std::size_t n = 0, copied = 0;
+    if (head(bytes, out, rest) && rest_of(rest, out, out.buckets, 0, n, copied)) {
         out.buckets.resize(n);
         if (how) *how = UsageRead::Fast;
         return true;
@@ -469,12 +475,18 @@ bool read_usage_head(std::string_view bytes, RegionUsage& out, UsageRest& rest) 
     return head(bytes, out, rest);
 }
 bool read_usage_rest(const UsageRest& rest, ZoneUsage& out, std::vector<UsageBucket>& into,
-                     std::size_t at, std::size_t& n) {
-    return rest_of(rest, out, into, at, n);
+                     std::size_t at, std::size_t& n, std::size_t* copied_names) {
+    std::size_t copied = 0;
+    const bool ok = rest_of(rest, out, into, at, n, copied);
+    if (copied_names) *copied_names = copied;
+    return ok;
 }
 bool read_usage_rest(const UsageRest& rest, RegionUsage& out, std::vector<UsageBucket>& into,
-                     std::size_t at, std::size_t& n) {
-    return rest_of(rest, out, into, at, n);
+                     std::size_t at, std::size_t& n, std::size_t* copied_names) {
+    std::size_t copied = 0;
+    const bool ok = rest_of(rest, out, into, at, n, copied);
+    if (copied_names) *copied_names = copied;
+    return ok;
 }
 
 }  // namespace grl::wire

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grl/ratio.h"
+#include "grl/usage_parts.h"
 
 namespace grl::control {
 namespace {
@@ -2130,6 +2131,179 @@ TEST(RunningSums, ATickOutputWrittenOverHoldsNothingOfTheLastTick) {
     EXPECT_EQ(parts_of(t.reused, Scope::Global), 1u);
     EXPECT_EQ(parts_of(t.reused, Scope::Zone), 1u);
     EXPECT_EQ(t.reused.region_usage.buckets.size(), 20u);
+}
+
+// The daemon's intake with names marks (docs/control-plane.md "Names compared once per entry"):
+// parts read in place by a PartAssembler, taken with its names_mark(), the usage handed back
+// recycled with the controller's handed_back_mark(). Checked against a controller given each
+// usage whole: a bucket renamed in any way a part can arrive must be taken by its new name.
+struct MarkedIntake {
+    Fleet f;
+    Controller subject{opts()};
+    Controller reference{opts()};
+    wire::PartAssembler<wire::ZoneUsage> parts{8, 1'000'000};
+    wire::ZoneUsage m;             // the daemon's message, reused
+    std::uint64_t taken_mark = 0;  // names_mark() of the last usage taken
+
+    static std::vector<std::string> encoded(const wire::ZoneUsage& u) {
+        std::vector<std::string> bytes;
+        EXPECT_TRUE(wire::encode_parts(u, bytes, 300));
+        EXPECT_GE(bytes.size(), 3u);
+        return bytes;
+    }
+    // Part `i` of `bytes`, read in place, or decoded elsewhere (wire::decode) when `decoded`.
+    void part(const std::vector<std::string>& bytes, std::size_t i, bool decoded = false) {
+        std::string error;
+        if (decoded) {
+            ASSERT_TRUE(wire::decode(bytes[i], m, error)) << error;
+        } else {
+            ASSERT_TRUE(parts.read(bytes[i], m, error)) << error;
+        }
+        if (parts.add(m, f.now.mono_ms) != wire::PartResult::Complete) return;
+        taken_mark = parts.names_mark();
+        ASSERT_EQ(subject.take_zone_usage(m, f.now, nullptr, nullptr, taken_mark), Accepted::Yes);
+        parts.recycle(m, subject.handed_back_mark());
+    }
+    // The whole of `u`, its parts as sent or in reverse order; part `decoded` (if any) decoded
+    // elsewhere.
+    void send(const wire::ZoneUsage& u, bool reverse = false, std::size_t decoded = SIZE_MAX) {
+        const std::vector<std::string> bytes = encoded(u);
+        for (std::size_t j = 0; j < bytes.size(); ++j) {
+            const std::size_t i = reverse ? bytes.size() - 1 - j : j;
+            part(bytes, i, i == decoded);
+        }
+        ASSERT_EQ(reference.on_zone_usage(u, f.now), Accepted::Yes);
+    }
+    void same() {
+        EXPECT_EQ(Twins::status(subject), Twins::status(reference));
+        const TickOutput a = subject.tick(f.now), b = reference.tick(f.now);
+        ASSERT_EQ(a.instructions.size(), b.instructions.size());
+        for (std::size_t i = 0; i < a.instructions.size(); ++i)
+            EXPECT_EQ(Twins::bytes(a.instructions[i]), Twins::bytes(b.instructions[i]));
+        f.advance(1000);
+    }
+};
+
+// Twelve buckets b00..b11 at rates that change with k; `renamed` gets an "x" (still in order).
+wire::ZoneUsage twelve(const Clock& now, std::uint64_t k, const std::string& renamed = "") {
+    std::vector<wire::UsageBucket> v;
+    for (int i = 0; i < 12; ++i) {
+        std::string name = "b0" + std::to_string(i);
+        if (i >= 10) name = "b" + std::to_string(i);
+        if (name == renamed) name += "x";
+        v.push_back(ub(name, 10.0 * (i + 1) + static_cast<double>(k), 2));
+    }
+    return zu("z1", std::move(v), now);
+}
+
+// The part of `u`'s encoding that holds bucket `name`.
+std::size_t part_of(const wire::ZoneUsage& u, const std::string& name) {
+    const std::vector<std::string> bytes = MarkedIntake::encoded(u);
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+        wire::ZoneUsage p;
+        std::string error;
+        EXPECT_TRUE(wire::decode(bytes[i], p, error)) << error;
+        for (const wire::UsageBucket& b : p.buckets)
+            if (b.name == name) return i;
+    }
+    ADD_FAILURE() << name << " in no part";
+    return 0;
+}
+
+TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
+    MarkedIntake t;
+    std::uint64_t k = 0;
+    for (int i = 0; i < 3; ++i) {
+        t.send(twelve(t.f.now, ++k));
+        t.same();
+    }
+    EXPECT_NE(t.taken_mark, 0u);  // the steady state: names not compared again
+    // Renamed, read in place: the reader copies the new name.
+    t.send(twelve(t.f.now, ++k, "b05"));
+    EXPECT_EQ(t.taken_mark, 0u);
+    t.same();
+    for (int i = 0; i < 2; ++i) {
+        t.send(twelve(t.f.now, ++k, "b05"));
+        t.same();
+    }
+    EXPECT_NE(t.taken_mark, 0u);
+    // Renamed back, the part that holds it decoded elsewhere and swapped into the set; the
+    // other parts' names all stand at their places.
+    {
+        const wire::ZoneUsage u = twelve(t.f.now, ++k);
+        t.send(u, false, part_of(u, "b05"));
+        EXPECT_EQ(t.taken_mark, 0u);
+        t.same();
+        for (int i = 0; i < 2; ++i) {
+            t.send(twelve(t.f.now, ++k));
+            t.same();
+        }
+        EXPECT_NE(t.taken_mark, 0u);
+    }
+    // Half a set with a renamed bucket in its first part, dropped for a newer set with the
+    // names held.
+    {
+        const wire::ZoneUsage half = twelve(t.f.now, ++k, "b00");
+        const std::vector<std::string> bytes = MarkedIntake::encoded(half);
+        t.part(bytes, 0);
+        t.send(twelve(t.f.now, ++k));
+        EXPECT_EQ(t.taken_mark, 0u);
+        t.same();
+    }
+    // Parts out of order, one renamed.
+    {
+        for (int i = 0; i < 2; ++i) {
+            t.send(twelve(t.f.now, ++k));
+            t.same();
+        }
+        const wire::ZoneUsage u = twelve(t.f.now, ++k, "b11");
+        t.send(u, true);
+        EXPECT_EQ(t.taken_mark, 0u);
+        t.same();
+    }
+    // A second collector of the zone (a failover) sends it renamed in between: the first one's
+    // set still holds its mark, no longer the zone's generation.
+    for (int i = 0; i < 3; ++i) {
+        t.send(twelve(t.f.now, ++k));
+        t.same();
+    }
+    EXPECT_NE(t.taken_mark, 0u);
+    {
+        wire::ZoneUsage other = twelve(t.f.now, ++k, "b03");
+        other.source = "col-z1b";
+        t.send(other);
+        t.same();
+        t.send(twelve(t.f.now, ++k));
+        EXPECT_EQ(t.taken_mark, 0u);
+        t.same();
+    }
+    // The zone's collector moved to a zone that holds other names, at as many places: its mark
+    // is of the zone it left.
+    for (int i = 0; i < 3; ++i) {
+        t.send(twelve(t.f.now, ++k));
+        t.same();
+    }
+    EXPECT_NE(t.taken_mark, 0u);
+    {
+        wire::ZoneUsage z3 = twelve(t.f.now, ++k, "b07");
+        z3.zone = "z3";
+        z3.source = "col-z3";
+        t.send(z3);
+        wire::ZoneUsage moved = twelve(t.f.now, ++k);
+        moved.zone = "z3";
+        t.send(moved);
+        EXPECT_NE(t.taken_mark, 0u);  // z1's, offered to z3
+        t.same();
+    }
+    // Another zone's usage cannot take this zone's mark: the marks are generations.
+    for (int i = 0; i < 3; ++i) {
+        wire::ZoneUsage other = twelve(t.f.now, ++k, "b03");
+        other.zone = "z2";
+        other.source = "col-z2";
+        t.send(other);
+        t.send(twelve(t.f.now, ++k));
+        t.same();
+    }
 }
 
 }  // namespace

@@ -52,10 +52,12 @@ bool read_usage_head(std::string_view bytes, RegionUsage& out, UsageRest& rest);
 // Step 2: the buckets into into[at, at + n), `n` their number (`into` grows to at least at + n;
 // it never shrinks, and the entries outside the range keep theirs), and the fields after them
 // into `out`. False when the one-pass reader does not take the message (the entries from `at`
-// on are then unspecified): read it with wire::decode.
+// on are then unspecified): read it with wire::decode. `copied_names` (when given) gets how many
+// entries' names were copied, those that differed from the name the entry held (0: every
+// entry read held its name already; counted whether or not the read succeeds).
 bool read_usage_rest(const UsageRest& rest, ZoneUsage& out, std::vector<UsageBucket>& into,
-                     std::size_t at, std::size_t& n);
+                     std::size_t at, std::size_t& n, std::size_t* copied_names = nullptr);
 bool read_usage_rest(const UsageRest& rest, RegionUsage& out, std::vector<UsageBucket>& into,
-                     std::size_t at, std::size_t& n);
+                     std::size_t at, std::size_t& n, std::size_t* copied_names = nullptr);
 
 }  // namespace grl::wire
