@@ -2213,20 +2213,20 @@ std::size_t part_of(const wire::ZoneUsage& u, const std::string& name) {
 TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
     MarkedIntake t;
     std::uint64_t k = 0;
-    for (int i = 0; i < 3; ++i) {
-        t.send(twelve(t.f.now, ++k));
-        t.same();
-    }
-    EXPECT_NE(t.taken_mark, 0u);  // the steady state: names not compared again
+    // Usages with the names held until the steady state: names not compared again.
+    auto steady = [&](const std::string& renamed = "") {
+        for (int i = 0; i < 3; ++i) {
+            t.send(twelve(t.f.now, ++k, renamed));
+            t.same();
+        }
+        EXPECT_NE(t.taken_mark, 0u);
+    };
+    steady();
     // Renamed, read in place: the reader copies the new name.
     t.send(twelve(t.f.now, ++k, "b05"));
     EXPECT_EQ(t.taken_mark, 0u);
     t.same();
-    for (int i = 0; i < 2; ++i) {
-        t.send(twelve(t.f.now, ++k, "b05"));
-        t.same();
-    }
-    EXPECT_NE(t.taken_mark, 0u);
+    steady("b05");
     // Renamed back, the part that holds it decoded elsewhere and swapped into the set; the
     // other parts' names all stand at their places.
     {
@@ -2234,11 +2234,7 @@ TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
         t.send(u, false, part_of(u, "b05"));
         EXPECT_EQ(t.taken_mark, 0u);
         t.same();
-        for (int i = 0; i < 2; ++i) {
-            t.send(twelve(t.f.now, ++k));
-            t.same();
-        }
-        EXPECT_NE(t.taken_mark, 0u);
+        steady();
     }
     // Half a set with a renamed bucket in its first part, dropped for a newer set with the
     // names held.
@@ -2252,10 +2248,7 @@ TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
     }
     // Parts out of order, one renamed.
     {
-        for (int i = 0; i < 2; ++i) {
-            t.send(twelve(t.f.now, ++k));
-            t.same();
-        }
+        steady();
         const wire::ZoneUsage u = twelve(t.f.now, ++k, "b11");
         t.send(u, true);
         EXPECT_EQ(t.taken_mark, 0u);
@@ -2263,11 +2256,7 @@ TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
     }
     // A second collector of the zone (a failover) sends it renamed in between: the first one's
     // set still holds its mark, no longer the zone's generation.
-    for (int i = 0; i < 3; ++i) {
-        t.send(twelve(t.f.now, ++k));
-        t.same();
-    }
-    EXPECT_NE(t.taken_mark, 0u);
+    steady();
     {
         wire::ZoneUsage other = twelve(t.f.now, ++k, "b03");
         other.source = "col-z1b";
@@ -2279,11 +2268,7 @@ TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
     }
     // The zone's collector moved to a zone that holds other names, at as many places: its mark
     // is of the zone it left.
-    for (int i = 0; i < 3; ++i) {
-        t.send(twelve(t.f.now, ++k));
-        t.same();
-    }
-    EXPECT_NE(t.taken_mark, 0u);
+    steady();
     {
         wire::ZoneUsage z3 = twelve(t.f.now, ++k, "b07");
         z3.zone = "z3";
