@@ -445,6 +445,16 @@ bool rest_of(const UsageRest& rest, RegionUsage& m, std::vector<UsageBucket>& in
     return c.at_end();
 }
 
+// rest_of() for read_usage_rest(), its count of copied names optional.
+template <class Usage>
+bool rest_counted(const UsageRest& rest, Usage& out, std::vector<UsageBucket>& into, std::size_t at,
+                  std::size_t& n, std::size_t* copied_names) {
+    std::size_t copied = 0;
+    const bool ok = rest_of(rest, out, into, at, n, copied);
+    if (copied_names) *copied_names = copied;
+    return ok;
+}
+
 template <class Usage>
 bool read(std::string_view bytes, Usage& out, std::string& error, UsageRead* how) {
     UsageRest rest;
@@ -476,17 +486,11 @@ bool read_usage_head(std::string_view bytes, RegionUsage& out, UsageRest& rest) 
 }
 bool read_usage_rest(const UsageRest& rest, ZoneUsage& out, std::vector<UsageBucket>& into,
                      std::size_t at, std::size_t& n, std::size_t* copied_names) {
-    std::size_t copied = 0;
-    const bool ok = rest_of(rest, out, into, at, n, copied);
-    if (copied_names) *copied_names = copied;
-    return ok;
+    return rest_counted(rest, out, into, at, n, copied_names);
 }
 bool read_usage_rest(const UsageRest& rest, RegionUsage& out, std::vector<UsageBucket>& into,
                      std::size_t at, std::size_t& n, std::size_t* copied_names) {
-    std::size_t copied = 0;
-    const bool ok = rest_of(rest, out, into, at, n, copied);
-    if (copied_names) *copied_names = copied;
-    return ok;
+    return rest_counted(rest, out, into, at, n, copied_names);
 }
 
 }  // namespace grl::wire
