@@ -943,6 +943,21 @@ TEST(Controller, RunTimeBucketFromTheLimitsFile) {
     EXPECT_NE(c.remove_runtime("scrapers", f.now), "");  // the file owns it
 }
 
+TEST(Controller, LimitsDigestIsFixedAcrossVersions) {
+    // Peers compare digests during an upgrade: values from an independent implementation (the
+    // FNV-1a 64 of each field then 0xff, in Python), not from digest() itself.
+    Limits a;
+    a.buckets["api"].limit_mrps = 100000;
+    a.buckets["api"].mode = Mode::Deny;
+    a.buckets["search"].mode = Mode::Shadow;
+    EXPECT_EQ(digest(a), "ba11cbc697798153");
+    Limits b;
+    b.buckets["api"].limit_mrps = 100000;
+    b.buckets["api"].mode = Mode::Deny;
+    b.buckets["api"].candidate_mrps = 50000;
+    EXPECT_EQ(digest(b), "bc9e3d3c256830c5");
+}
+
 TEST(Controller, LimitsDigestIsCanonicalAndMismatchIsReported) {
     Limits a, b;
     a.buckets["x"].limit_mrps = 1000;

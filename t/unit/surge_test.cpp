@@ -292,7 +292,10 @@ TEST(Surge, ARiseSeenOverSeveralSamplesIsNoShift) {
     h.answer(0, 800, 650, 100);  // the basis: this host 100 r/s of 650, share 123 r/s
     h.run(200, 300);
     EXPECT_EQ(h.d.state(), State::Tightened);
+    // Admitted at most the share, and at least half of it (tightening pays back what the checks
+    // before it let through, never the whole share): a damper that drops everything fails.
     EXPECT_GE(h.ratio / 1e6, 1 - 123.0 / 300 - 0.03);
+    EXPECT_LE(h.ratio / 1e6, 1 - 0.5 * 123.0 / 300);
     // O stops rising (the same again): a shift is possible again, and 1 - L / O (0) applies.
     h.answer(0, 800, 650, 100);
     h.run(100, 300);
@@ -315,7 +318,8 @@ TEST(Surge, TheSameBasisAgainDoesNotEndARise) {
     h.d.on_instruction({0, 800'000, 560'000, basis});  // the tick: the same sample
     h.run(100, 300);
     EXPECT_EQ(h.d.state(), State::Tightened);
-    EXPECT_GE(h.ratio / 1e6, 1 - 143.0 / 300 - 0.03);
+    EXPECT_GE(h.ratio / 1e6, 1 - 143.0 / 300 - 0.03);  // at most the share, at least half
+    EXPECT_LE(h.ratio / 1e6, 1 - 0.5 * 143.0 / 300);
 }
 
 // A host at `before` r/s answered with ratio `ppm` for O = `o` (L = 1000), then at `after` r/s
