@@ -46,7 +46,7 @@ void block_signals() {
     signal(SIGPIPE, SIG_IGN);  // the metrics server writes to sockets that may be gone
 }
 
-Loop::Loop() {
+Loop::Loop(std::function<std::uint64_t()> clock) : clock_(std::move(clock)) {
     sigset_t set = handled_signals();
     signal_fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + strerror(errno));
@@ -96,11 +96,11 @@ void Loop::remove_fd(int fd) {
 
 void Loop::every(std::uint64_t period_ms, std::function<void()> fn) {
     if (period_ms == 0) period_ms = 1;
-    timers_.push_back({period_ms, mono_ms() + period_ms, std::move(fn)});
+    timers_.push_back({period_ms, clock_() + period_ms, std::move(fn)});
 }
 
 void Loop::after(std::uint64_t delay_ms, std::function<void()> fn) {
-    later_.push_back({mono_ms() + delay_ms, std::move(fn)});
+    later_.push_back({clock_() + delay_ms, std::move(fn)});
 }
 
 void Loop::on_signal(int sig, std::function<void()> fn) {
@@ -147,7 +147,7 @@ void Loop::run() {
         for (std::size_t i = 0; i < nsockets; ++i) items.push_back({sockets_[i].fd, POLLIN, 0});
         const std::size_t fd_base = items.size();
         for (std::size_t i = 0; i < nfds; ++i) items.push_back({fds_[i].fd, fds_[i].events, 0});
-        std::uint64_t now = mono_ms();
+        std::uint64_t now = clock_();
         long timeout = -1;
         for (const Timer& t : timers_) {
             long left = t.next_ms > now ? static_cast<long>(t.next_ms - now) : 0;
@@ -182,7 +182,7 @@ void Loop::run() {
                 others_ran = true;
             }
         }
-        now = mono_ms();
+        now = clock_();
         for (Timer& t : timers_) {
             if (stop_ || now < t.next_ms) continue;
             // Keep the phase; skip missed periods rather than firing a burst.

@@ -1,13 +1,18 @@
 // The daemons' event loop and ZeroMQ's edge-triggered ZMQ_FD (daemon/include/grl/daemon/loop.h):
-// a socket's handler runs while it has messages, whatever took the signal of their arrival.
+// a socket's handler runs while it has messages, whatever took the signal of their arrival; a
+// flooded socket's batches leave the timers their turn.
+//
+// The sockets are connected over inproc://, where a send puts the message into the peer's queue
+// before it returns: each race below is set up by the order of the calls, not by sleeping.
 #include <gtest/gtest.h>
 #include <zmq.h>
 
-#include <chrono>
+#include <algorithm>
+#include <cstdint>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "grl/batch_budget.h"
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
 #include "grl/zmq/socket.h"
@@ -20,12 +25,10 @@ namespace {
 TEST(Loop, AHandlerThatLeavesMessagesRunsAgainWithoutAnotherSignal) {
     Context ctx;
     Socket pull(ctx, ZMQ_PULL), push(ctx, ZMQ_PUSH);
-    const std::string ep = pull.bind("tcp://127.0.0.1:*");
-    push.connect(ep);
+    pull.bind("inproc://loop-leaves");
+    push.connect("inproc://loop-leaves");
+    // All five in the pull socket's queue, their arrival signalled, before the loop's first turn.
     for (int i = 0; i < 5; ++i) ASSERT_TRUE(push.send("m" + std::to_string(i)));
-    // All five in the pull socket's queue before the loop starts (their arrival was signalled
-    // before the loop's first turn).
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     Loop loop;
     std::vector<std::string> got;
     std::vector<zmq::Frame> frames;
@@ -44,15 +47,12 @@ TEST(Loop, AHandlerThatLeavesMessagesRunsAgainWithoutAnotherSignal) {
 TEST(Loop, AMessageWhoseSignalASendFromAnotherHandlerTookIsHandled) {
     Context ctx;
     Socket dealer(ctx, ZMQ_DEALER), router(ctx, ZMQ_ROUTER);
-    const std::string ep = router.bind("tcp://127.0.0.1:*");
-    dealer.connect(ep);
+    router.bind("inproc://loop-took");
+    dealer.connect("inproc://loop-took");
     // The router learns the dealer's identity from a first message.
     ASSERT_TRUE(dealer.send("hello"));
     std::vector<zmq::Frame> frames;
-    std::size_t n = 0;
-    for (int i = 0; i < 500 && (n = router.recv_frames(frames, 2)) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_EQ(n, 2u);
+    ASSERT_EQ(router.recv_frames(frames, 2), 2u);
     const std::string identity(frames[0].view());
 
     Loop loop;
@@ -63,15 +63,57 @@ TEST(Loop, AMessageWhoseSignalASendFromAnotherHandlerTookIsHandled) {
         if (!got.empty()) loop.stop();
     });
     loop.after(50, [&] {
-        // The reply reaches the dealer's queue while this handler runs; then the dealer's send
-        // takes the command that announced it (its descriptor is no longer readable).
+        // The reply is in the dealer's queue when the router's send returns; then the dealer's
+        // send takes the command that announced it (its descriptor is no longer readable).
         ASSERT_TRUE(router.send_frames({identity, "reply"}));
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
         ASSERT_TRUE(dealer.send("more"));
     });
     loop.after(5000, [&] { loop.stop(); });  // a bound, never a speed: the test fails below
     loop.run();
     EXPECT_EQ(got, (std::vector<std::string>{"reply"}));
+}
+
+// The controller's receive loop under Loop::run, on a fake clock: a tick every 250 ms, between
+// ticks one batch per wakeup from a socket that never empties (a flood) whose messages take
+// 5 ms each. With the message budget alone (256 messages: 1.28 s) ticks were due long before
+// they ran; with the time budget a tick runs at most one budget and one message late.
+std::uint64_t worst_tick_delay(bool with_time_budget) {
+    const std::uint64_t interval = 250, per_message = 5;
+    std::uint64_t now = 1000;
+    Context ctx;
+    Socket pull(ctx, ZMQ_PULL), push(ctx, ZMQ_PUSH);
+    // No high-water mark: the sender learns of the receiver's reads only in batches, and the
+    // flood must never find the queue full.
+    pull.set(ZMQ_RCVHWM, 0);
+    push.set(ZMQ_SNDHWM, 0);
+    pull.bind("inproc://loop-flood");
+    push.connect("inproc://loop-flood");
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(push.send("flood"));
+    Loop loop([&] { return now; });
+    BatchBudget batch(256, with_time_budget ? batch_budget_ms(interval) : UINT64_MAX / 2);
+    std::vector<zmq::Frame> frames;
+    loop.on_socket(pull.get(), [&] {
+        batch.start(now);
+        while (batch.more(now) && pull.recv_frames(frames, 1) == 1) {
+            now += per_message;
+            EXPECT_TRUE(push.send("flood"));  // the queue never empties
+        }
+    });
+    std::uint64_t due = now + interval, worst = 0;
+    int ticks = 0;
+    loop.every(interval, [&] {
+        worst = std::max(worst, now - due);
+        due += interval;
+        if (due <= now) due = now + interval;  // Loop::run skips missed periods
+        if (++ticks == 10) loop.stop();
+    });
+    loop.run();
+    return worst;
+}
+
+TEST(Loop, AFloodDelaysTheTickByOneBudgetAtMost) {
+    EXPECT_GT(worst_tick_delay(false), 250u);  // a whole interval missed
+    EXPECT_LE(worst_tick_delay(true), batch_budget_ms(250) + 5);
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ void block_signals();
 
 class Loop {
   public:
-    Loop();
+    // `clock` gives the milliseconds its timers and laters are due by (a test's fake clock).
+    explicit Loop(std::function<std::uint64_t()> clock = mono_ms);
     ~Loop();
     Loop(const Loop&) = delete;
     Loop& operator=(const Loop&) = delete;
@@ -80,6 +81,7 @@ class Loop {
     };
     void handle_signals();
 
+    std::function<std::uint64_t()> clock_;
     std::deque<SocketItem> sockets_;  // a handler may add sockets: references must stay valid
     std::deque<FdItem> fds_;          // a handler may add fds: references must stay valid
     std::vector<Timer> timers_;
