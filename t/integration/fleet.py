@@ -41,7 +41,7 @@ def endpoint():
 # Daemons
 
 
-class Daemon:
+class Daemon(h.Health):
     """One daemon process (our child) with its own directory, log file and
     endpoints file. start() waits until the endpoints file is written (every
     socket is bound by then); kill() and stop() end it; start() again reuses
@@ -61,13 +61,17 @@ class Daemon:
     def start(self, timeout=10):
         if os.path.exists(self.endpoints_path):
             os.unlink(self.endpoints_path)
+        mark = len(self.log())
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([self.binary] + self.args, stdout=log, stderr=log)
         log.close()
+        self.watch(mark)
 
         def ready():
             if self.proc.poll() is not None:
-                raise AssertionError("%s exited with %s:\n%s" % (self.name, self.proc.returncode, self.log()[-3000:]))
+                code, self.proc = self.proc.returncode, None  # the test is told here, not again
+                h._running.remove(self)
+                raise AssertionError("%s exited with %s:\n%s" % (self.name, code, self.log()[-3000:]))
             if not os.path.exists(self.endpoints_path):
                 return False
             with open(self.endpoints_path) as f:
@@ -84,7 +88,8 @@ class Daemon:
         self.proc.send_signal(sig)
 
     def stop(self, timeout=10):
-        """SIGTERM and wait (a clean shutdown); returns the exit code."""
+        """SIGTERM and wait (a clean shutdown); returns the exit code. An exit other than 0
+        fails the test at its end (grl_harness.Health) unless the test expected it."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
@@ -94,17 +99,35 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+                self.proc = None
+                self.check_health("did not stop on SIGTERM within %ss" % timeout)
                 raise AssertionError("%s did not stop on SIGTERM within %ss" % (self.name, timeout))
         rc = self.proc.returncode
         self.proc = None
+        if rc not in getattr(self, "expected_exit", ()):
+            self.check_health(rc)
+        else:
+            self.check_health()
         return rc
 
     def kill(self):
-        """SIGKILL: a crash, nothing is cleaned up."""
-        if self.proc is not None and self.proc.poll() is None:
+        """SIGKILL: a crash on purpose, nothing is cleaned up. A daemon that had already
+        exited by itself is checked as by stop()."""
+        if self.proc is None:
+            return
+        rc = self.proc.poll()
+        if rc is None:
             self.proc.kill()
             self.proc.wait(5)
         self.proc = None
+        self.check_health(rc if rc not in getattr(self, "expected_exit", ()) else None)
+
+    def expect_exit(self, *codes):
+        """The test makes this daemon exit with one of `codes` on purpose."""
+        self.expected_exit = codes
+
+    def log_text(self):
+        return self.log()
 
     def log(self):
         try:
@@ -466,13 +489,15 @@ class Fleet:
             print(n.error_log()[-2000:])
 
     def close(self):
+        """Stops everything; what died or logged a fault fails the test at its end
+        (grl_harness.check_processes, conftest.py)."""
         for n in self.nginxes:
             n.cleanup()
         for d in self.daemons:
             try:
                 d.stop()
-            except AssertionError as e:
-                print(e)
+            except AssertionError:  # recorded by check_health; the others still stop
+                pass
             shutil.rmtree(d.dir, ignore_errors=True)
 
 

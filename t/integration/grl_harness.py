@@ -107,6 +107,73 @@ def assert_binomial(k, n, p, what, sigmas=5.0, must_exclude=()):
 
 
 # ---------------------------------------------------------------------------
+# Process health: a test fails when a process it started died or logged a fault
+#
+# Every nginx (Nginx.start) and daemon (fleet.Daemon.start) registers here. When it stops, and
+# once more at each test's end for those still running (conftest.py, check_processes), its
+# exit status and its logs since start-up are checked: an exit other than 0 on SIGTERM, an
+# nginx worker that exited on a signal, an `[alert]` or `[emerg]` line, a sanitizer report.
+# A test that causes one of these on purpose says so: expect_log(pattern, why) on the process
+# (or kill_worker for nginx).
+
+FAULT_LINE = re.compile(r"\[(alert|emerg)\]|exited on signal|AddressSanitizer|LeakSanitizer|"
+                        r"UndefinedBehaviorSanitizer|runtime error:")
+
+_running = []   # registered processes not yet checked at their stop
+_faults = []    # faults found since the last take_faults()
+
+
+class Health:
+    """Mixin for a process the harness watches: log_text() and name are the subclass's."""
+
+    def watch(self, log_mark=0):
+        self._log_mark = log_mark
+        if self not in _running:
+            _running.append(self)
+
+    def expect_log(self, pattern, why):
+        """A fault line matching `pattern` (a regex) is what the test does on purpose."""
+        assert why, "say why the fault is expected"
+        self._expected = getattr(self, "_expected", []) + [re.compile(pattern)]
+
+    def check_health(self, exit_code=None, extra_text="", running=False):
+        """Records every fault since start-up (or the last check of a running process);
+        `exit_code` is the code of a stop by SIGTERM. A process never started is not checked."""
+        if self not in _running:
+            return
+        found = []
+        if isinstance(exit_code, str):
+            found.append(exit_code)
+        elif exit_code:
+            found.append("exited with %d%s" % (exit_code, " (signal %d)" % -exit_code if exit_code < 0 else ""))
+        log = self.log_text()
+        text = log[self._log_mark:] + extra_text
+        if running:
+            self._log_mark = len(log)
+        else:
+            _running.remove(self)
+        for line in text.splitlines():
+            if FAULT_LINE.search(line) and not any(e.search(line) for e in getattr(self, "_expected", [])):
+                found.append(line.strip()[:300])
+        for f in found[:20]:
+            _faults.append("%s: %s" % (self.name, f))
+
+
+def check_processes():
+    """Checks the processes still registered (a running one is left running; one that ended by
+    itself is checked with its exit code) and returns every fault found since the last call."""
+    for p in list(_running):
+        code = p.proc.poll() if p.proc is not None else None
+        if code is None:
+            p.check_health(running=True)
+        else:
+            p.check_health("ended by itself, with %d%s" % (code, " (signal %d)" % -code if code < 0 else ""))
+    out = list(_faults)
+    del _faults[:]
+    return out
+
+
+# ---------------------------------------------------------------------------
 # HTTP: one new connection per request, so reuseport spreads requests over workers
 
 
@@ -209,7 +276,7 @@ class NginxError(Exception):
     pass
 
 
-class Nginx:
+class Nginx(Health):
     """One nginx master (daemon off, our child) with its own prefix directory.
 
     `http_extra` goes into http{} (the grl_* directives), `location_extra`
@@ -232,6 +299,7 @@ class Nginx:
         self.main_extra = main_extra
         self.location_grl = "grl on;"  # the switch in `location /`
         self.proc = None
+        self.name = "nginx " + self.prefix
         self.write_conf()
 
     # -- configuration ----------------------------------------------------
@@ -297,6 +365,7 @@ class Nginx:
             return len(self.worker_pids()) == self.workers and http_get(self.port, "/grl").status > 0
 
         wait_until(up, timeout, what="nginx to serve on port %d" % self.port)
+        self.watch(len(self.error_log()))
         return self
 
     def reload(self, use_signaller=True, timeout=15):
@@ -336,21 +405,34 @@ class Nginx:
         if self.proc is None:
             return
         workers = self.worker_pids()
-        if self.proc.poll() is None:
+        code = self.proc.poll()  # a master that had already exited died
+        if code is None:
             self.proc.send_signal(signal.SIGTERM)  # what `nginx -s stop` sends
             try:
-                self.proc.wait(timeout)
+                code = self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+                code = "no exit within %ss of SIGTERM" % timeout
         for pid in workers:  # never leave a worker behind
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        stderr = ""
         if self.proc.stderr:
+            stderr = _read_available(self.proc.stderr)
             self.proc.stderr.close()
         self.proc = None
+        self.check_health(code, stderr)
+
+    def kill_worker(self, pid, sig=signal.SIGKILL):
+        """Kills a worker (a crash on purpose): its death is expected in the error log."""
+        self.expect_log(r"worker process %d exited on signal %d\b" % (pid, sig), "killed by the test")
+        os.kill(pid, sig)
+
+    def log_text(self):
+        return self.error_log()
 
     def cleanup(self):
         self.stop()
@@ -399,6 +481,22 @@ class Nginx:
             e = dict(kv.split("=", 1) for kv in line.split(" ") if "=" in kv)
             out.append(e)
         return out
+
+
+def _read_available(pipe):
+    """What a pipe holds now, without waiting for a writer that may still hold it open."""
+    fd = pipe.fileno()
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+    chunks = []
+    try:
+        while True:
+            b = os.read(fd, 65536)
+            if not b:
+                break
+            chunks.append(b)
+    except BlockingIOError:
+        pass
+    return b"".join(chunks).decode(errors="replace")
 
 
 def _indent(text, n):

@@ -261,6 +261,7 @@ def test_bad_reload_keeps_old_configuration_serving(nginx_factory):
     assert n.bucket("api")["offered"] == 1
 
     good = open(n.conf_path).read()
+    n.expect_log(r'invalid rate "lots"', "the test reloads a bad configuration")
     bad = n.render(http_extra=h.grl_conf(["api procedure_prefix=/api rate=lots"]), gen=99)
     n.write_raw_conf(bad)
 
@@ -327,6 +328,7 @@ def test_failed_reloads_do_not_reset_running_counters(nginx_factory):
     failing = h.grl_conf(["y procedure=/y rate=1r/s"] + ["n%d rate=1r/s" % i for i in range(300)],
                          host=None, interval=None, zone=zone)
     n = nginx_factory(running)
+    n.expect_log("zone is too small: no free slot", "the test's reloads need more slots than the zone has")
     for _ in range(10):
         n.get("/x")
     assert n.bucket("x")["offered"] == 10

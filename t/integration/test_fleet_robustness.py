@@ -548,7 +548,7 @@ def test_workers_killed_mid_request_leave_the_zone_consistent(fleet):
         seen = []
         for _ in range(5):
             before = set(n.worker_pids())
-            os.kill(sorted(before)[0], 9)
+            n.kill_worker(sorted(before)[0])
             f.h.wait_until(lambda: len(n.worker_pids()) == n.workers and set(n.worker_pids()) != before,
                            5, what="the master to replace the killed worker")
             seen.append(n.bucket("g")["offered"])

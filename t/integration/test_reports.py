@@ -186,7 +186,7 @@ def test_reporter_survives_a_worker_crash(nginx_factory, collector, publisher):
     assert reporters(n) == [reporter]
     worker0 = [w for w in n.worker_pids() if reporter in h.children_of(w)][0]
 
-    os.kill(worker0, signal.SIGKILL)
+    n.kill_worker(worker0)
     h.wait_until(lambda: worker0 not in n.worker_pids() and len(n.worker_pids()) == 2, 10,
                  what="the master to respawn the killed worker")
     h.wait_until(lambda: n.error_log().count("grl: reporter started") == 2, 10,
@@ -210,6 +210,8 @@ def test_a_killed_reporter_is_started_again_by_worker_0(nginx_factory, collector
     time.sleep(1.1)  # a reporter that ends within 1 s of its start is started again after 1 s
     [reporter] = reporters(n)
     workers = n.worker_pids()
+    n.expect_log(r"reporter process %d ended|unknown process %d exited on signal 9" % (reporter, reporter),
+                 "the test kills the reporter")
     os.kill(reporter, signal.SIGKILL)
     h.wait_until(lambda: len(reporters(n)) == 1 and reporters(n) != [reporter], 5,
                  what="worker 0 to start another reporter")
@@ -279,6 +281,8 @@ def test_the_reporter_logs_to_syslog_also_when_worker_0_opened_it(nginx_factory,
     assert read(lambda: any("grl: reporter started" in l for l in lines), 5), lines
     time.sleep(1.1)  # started again at once, not after 1 s
     [first] = reporters(n)
+    n.expect_log(r"reporter process %d ended|unknown process %d exited on signal 9" % (first, first),
+                 "the test kills the reporter")
     os.kill(first, signal.SIGKILL)
     assert read(lambda: any("grl: reporter process %d ended" % first in l for l in lines), 5), lines
     assert read(lambda: sum("grl: reporter started" in l for l in lines) == 2, 5), lines
