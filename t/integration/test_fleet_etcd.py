@@ -227,7 +227,6 @@ def test_controller_start_with_a_bad_value_or_without_etcd(fleet, etcd, tmp_path
         down.close()
 
 
-@pytest.mark.skipif(not os.path.exists(RLC_BIN), reason="grl-rlc not built")
 @pytest.mark.parametrize("target", ["etcd", "file+etcd"])
 def test_grl_rlc_pushes_versions_to_etcd(fleet, etcd, tmp_path, target):  # noqa: F811
     original = "buckets:\n  api:\n    limit: 500r/s\n"

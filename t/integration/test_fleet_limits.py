@@ -7,6 +7,8 @@ import os
 import signal
 import time
 
+import pytest
+
 import fleet as f
 from fleet import fleet  # noqa: F401  (pytest fixture)
 
@@ -93,6 +95,7 @@ def test_limits_file_reloads_on_sighup(fleet, tmp_path):
         load.stop()
 
 
+@pytest.mark.timing  # asserts how fast a change is published: runs alone
 def test_grlctl_overrides_limit_and_mode_with_expiry(fleet, tmp_path):
     limits, ctl, ns = two_hosts(fleet, tmp_path, "buckets:\n  g:\n    limit: 100r/s\n")
     load = f.Load([(ns[0], 2), (ns[1], 1)], "150:30", "/g/x")
@@ -154,6 +157,7 @@ def test_grlctl_overrides_limit_and_mode_with_expiry(fleet, tmp_path):
         load.stop()
 
 
+@pytest.mark.timing  # asserts how fast a change is published: runs alone
 def test_emergency_bucket_reaches_every_nginx_without_reload(fleet, tmp_path):
     buckets = ["g procedure_prefix=/g rate=1000r/s"]
     limits, ctl, ns = two_hosts(fleet, tmp_path, "buckets: {}\n", buckets=buckets, extra=CALLER)

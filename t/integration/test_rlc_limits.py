@@ -37,18 +37,6 @@ def rlc(*args, check=True):
     return p.returncode, out, err
 
 
-def has_history_commands():
-    if not os.path.exists(RLC_BIN):
-        return False
-    # `grl-rlc synth --help` exits 0 even without synth (CLI11 prints the app's help).
-    p = subprocess.run([RLC_BIN, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    return re.search(r"^\s+synth\s", p.stdout.decode(), re.M) is not None
-
-
-needs_history = pytest.mark.skipif(not has_history_commands(),
-                                   reason="grl-rlc built without the history commands (synth)")
-
-
 def setup_dir(tmp_path, rlc_yaml, quotas=None):
     (tmp_path / "limits.yaml").write_text(ORIGINAL)
     (tmp_path / "rlc.yaml").write_text(rlc_yaml)
@@ -91,7 +79,6 @@ def wait_digest(ctl, digest):
     h.wait_until(ok, 10, what="controller to load limits digest %s" % digest)
 
 
-@needs_history
 def test_cycle_apply_promote_rollback_through_a_real_controller(tmp_path, fleet):  # noqa: F811
     cfg = setup_dir(tmp_path, "store: rlc.db\nlimits_file: limits.yaml\nwindow: 4w\n"
                               "rollout:\n  soak: 1h\n  threshold: 0.1%\n")
@@ -156,7 +143,6 @@ def test_cycle_apply_promote_rollback_through_a_real_controller(tmp_path, fleet)
     assert "api: mode deny -> (none), candidate %dr/s -> (none)" % candidate in out, out
 
 
-@needs_history
 def test_whatif_replays_history_against_proposed_limits(tmp_path):
     cfg = setup_dir(tmp_path, "store: rlc.db\nlimits_file: limits.yaml\n")
     store = str(tmp_path / "rlc.db")
@@ -190,7 +176,6 @@ def near(a, b, tol):
     return abs(a - b) <= tol * b
 
 
-@needs_history
 def test_a_lowered_limit_soaks_beside_the_enforced_one_on_a_live_fleet(tmp_path, fleet):  # noqa: F811
     """api enforces 100 r/s (limits file) and is offered 120 r/s. grl-rlc lowers it: the
     candidate soaks beside 100 r/s, nginx keeps dropping at 100 r/s, the controller exports
@@ -282,7 +267,6 @@ def test_a_lowered_limit_soaks_beside_the_enforced_one_on_a_live_fleet(tmp_path,
         rec.wait(10)
 
 
-@needs_history
 def test_serve_cycles_at_start_and_on_change_and_keeps_the_last_good_config(tmp_path):
     cfg = setup_dir(tmp_path, "store: rlc.db\nlimits_file: limits.yaml\nwindow: 4w\n")
     store = str(tmp_path / "rlc.db")
