@@ -333,3 +333,11 @@ def test_resty_grl_without_the_grl_module_says_so(nginx_factory):
     assert n.get("/lua").status == 500
     assert "resty.grl: ngx_http_grl_module is not loaded" in n.error_log(), n.error_log()[-2000:]
     assert n.get("/").status == 200
+
+
+def test_resty_grl_without_a_zone_says_so(nginx_factory):
+    n = nginx_factory(LUA_HTTP, modules=LUA_MODULES, location_extra="""
+location /lua { content_by_lua_block { require("resty.grl").decide("x") } }""")
+    assert n.get("/lua").status == 500
+    assert "grl.decide: no grl_zone in this nginx configuration" in n.error_log()
+    assert n.get("/").status == 200
