@@ -415,6 +415,12 @@ void settle_request_path(ngx_cycle_t* cycle) noexcept {
             }
         }
     }
+    // Lua reads variables by name at run time (ngx.var.grl_ratio in log_by_lua), which no
+    // scan of the configuration sees: with the lua module loaded, keep the full record.
+    for (ngx_uint_t i = 0; cycle->modules[i] != nullptr; ++i) {
+        const char* name = cycle->modules[i]->name;
+        if (name != nullptr && std::strcmp(name, "ngx_http_lua_module") == 0) m->record_needed = 1;
+    }
     m->procedure_is_uri = m->procedure.index >= 0 &&
                           static_cast<ngx_uint_t>(m->procedure.index) < cmcf->variables.nelts &&
                           named(vars[m->procedure.index].name, "uri");

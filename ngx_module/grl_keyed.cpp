@@ -7,51 +7,49 @@
 
 namespace grl::ngx {
 
-namespace {
-
-// The key of requests whose key value is empty or missing: they share one key.
-constexpr std::string_view kEmptyKey = "-";
-
-}  // namespace
+bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::uint16_t slot,
+               std::uint16_t at, std::string_view key, bool dry_run, KeyedVerdict& v) noexcept {
+    const keyed::Table t = z.key_table(slot);
+    if (!t.valid()) return false;  // never for a configured keyed bucket (init_zone made it)
+    const std::uint64_t now = ngx_current_msec;
+    const BucketDef& def = m->cpp->table.defs[idx];
+    // The control plane's mode and limit while its instruction holds, else the configured.
+    const shm::BucketSlot& s = z.slot(slot);
+    const bool active = now < s.expires_ms.load(std::memory_order_relaxed);
+    const Mode mode = active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : def.mode;
+    const std::uint64_t rate =
+        active ? s.limit_mrps.load(std::memory_order_relaxed) : def.limit_mrps;
+    keyed::Entry& e = t.touch(keyed::hash_key(key), key, now);
+    v.at = at;
+    // The key's ratio in force, if any. Most keys have none: then nothing is sampled, and
+    // the largest draw keeps a ratio below 1.0 that the reporter sets meanwhile from
+    // dropping this request (decided as if it had come a moment earlier).
+    const std::uint64_t key_ratio = e.expires_ms.load(std::memory_order_relaxed) > now
+                                        ? e.threshold.load(std::memory_order_relaxed)
+                                        : 0;
+    const std::uint32_t draw = key_ratio > 0 ? g_prng.next32() : ~std::uint32_t{0};
+    v.verdict = t.admit(e, now, rate, kKeyedBurstMs, draw);
+    v.deny = !dry_run && mode == Mode::Deny;
+    v.threshold = v.verdict == keyed::Verdict::Ratio ? key_ratio : 0;
+    v.over = v.verdict != keyed::Verdict::Pass || key_ratio > 0;
+    v.key = key.data();
+    v.key_len = static_cast<std::uint32_t>(key.size());
+    return true;
+}
 
 void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
                 const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
                 KeyedRequest& out) noexcept {
     out.n = 0;
     const Config& c = *m->cpp;
-    const std::uint64_t now = ngx_current_msec;
     for (std::size_t i = 0; i < n; ++i) {
-        const KeyedSpec* spec = c.table.keyed_spec(idx[i]);
-        if (spec == nullptr) continue;
-        const keyed::Table t = z.key_table(slots[i]);
-        if (!t.valid()) continue;  // never for a configured keyed bucket (init_zone made it)
+        if (c.table.keyed_spec(idx[i]) == nullptr) continue;
         std::string_view key;
         if (!read_source(r, c.key_sources[idx[i]], key)) key = kEmptyKey;
-        const BucketDef& def = c.table.defs[idx[i]];
-        // The control plane's mode and limit while its instruction holds, else the configured.
-        const shm::BucketSlot& s = z.slot(slots[i]);
-        const bool active = now < s.expires_ms.load(std::memory_order_relaxed);
-        const Mode mode =
-            active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : def.mode;
-        const std::uint64_t rate =
-            active ? s.limit_mrps.load(std::memory_order_relaxed) : def.limit_mrps;
-        keyed::Entry& e = t.touch(keyed::hash_key(key), key, now);
-        KeyedVerdict& v = out.verdicts[out.n];
-        v.at = static_cast<std::uint16_t>(i);
-        // The key's ratio in force, if any. Most keys have none: then nothing is sampled, and
-        // the largest draw keeps a ratio below 1.0 that the reporter sets meanwhile from
-        // dropping this request (decided as if it had come a moment earlier).
-        const std::uint64_t key_ratio = e.expires_ms.load(std::memory_order_relaxed) > now
-                                            ? e.threshold.load(std::memory_order_relaxed)
-                                            : 0;
-        const std::uint32_t draw = key_ratio > 0 ? g_prng.next32() : ~std::uint32_t{0};
-        v.verdict = t.admit(e, now, rate, kKeyedBurstMs, draw);
-        v.deny = !dry_run && mode == Mode::Deny;
-        v.threshold = v.verdict == keyed::Verdict::Ratio ? key_ratio : 0;
-        v.over = v.verdict != keyed::Verdict::Pass || key_ratio > 0;
-        v.key = key.data();
-        v.key_len = static_cast<std::uint32_t>(key.size());
-        ++out.n;
+        if (admit_key(m, z, idx[i], slots[i], static_cast<std::uint16_t>(i), key, dry_run,
+                      out.verdicts[out.n])) {
+            ++out.n;
+        }
     }
 }
 

@@ -149,11 +149,16 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept;
 bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out);
 
 // grl_keyed.cpp: the keyed branch of the request path. For each matched configured keyed
-// bucket (idx: indices into table.defs; slots: their zone slots), reads its key (empty: "-"),
-// finds or claims the key's entry and decides it (keyed::Table::admit).
+// bucket (idx: indices into table.defs; slots: their zone slots), reads its key (empty:
+// kEmptyKey), finds or claims the key's entry and decides it (keyed::Table::admit).
+inline constexpr std::string_view kEmptyKey = "-";  // the one key of empty or missing values
 void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
                 const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
                 KeyedRequest& out) noexcept;
+// One keyed bucket's verdict for `key` (configured bucket table.defs[idx] in zone slot `slot`,
+// `at` its index in the request's matched buckets); false when the bucket has no key table.
+bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::uint16_t slot,
+               std::uint16_t at, std::string_view key, bool dry_run, KeyedVerdict& v) noexcept;
 // The request's record, also after internal redirects; nullptr when no bucket matched.
 RequestCtx* find_ctx(ngx_http_request_t* r) noexcept;
 ngx_int_t add_variables(ngx_conf_t* cf) noexcept;

@@ -69,6 +69,8 @@ mkdir -p "$m/usr/share/doc/libnginx-mod-http-grl/examples"
 install -m 0644 "$root/conf/fleet/grl-buckets.conf" "$root/conf/fleet/grl-locations.conf" \
   "$m/usr/share/doc/libnginx-mod-http-grl/examples/"
 install -m 0644 "$root/docs/directives.md" "$m/usr/share/doc/libnginx-mod-http-grl/"
+# The Lua API (docs/directives.md, "OpenResty and Lua"), where Debian's lua-resty-core lives.
+install -D -m 0644 "$root/lua/resty/grl.lua" "$m/usr/share/lua/5.1/resty/grl.lua"
 names="mod-http-grl.conf:50-mod-http-grl.conf"
 # Maintainer scripts: dh_nginx's (nginx-dev, /usr/share/debhelper/autoscripts/*-nginx)
 sed "s/#NAMES#/$names/" /usr/share/debhelper/autoscripts/postinst-nginx | { echo '#!/bin/sh'; echo 'set -e'; cat; } >"$m/DEBIAN/postinst"
@@ -76,7 +78,7 @@ sed "s/#NAMES#/$names/" /usr/share/debhelper/autoscripts/prerm-nginx | { echo '#
 sed "s/#NAMES#/$names/" /usr/share/debhelper/autoscripts/postrm-nginx | { echo '#!/bin/sh'; echo 'set -e'; cat; } >"$m/DEBIAN/postrm"
 chmod 0755 "$m/DEBIAN/postinst" "$m/DEBIAN/prerm" "$m/DEBIAN/postrm"
 dep=$(shlibs "$m/usr/lib/nginx/modules/ngx_http_grl_module.so")
-printf 'Recommends: nginx\nHomepage: https://github.com/\n' | sed '/Homepage/d' |
+printf 'Recommends: nginx\nSuggests: libnginx-mod-http-lua\nHomepage: https://github.com/\n' | sed '/Homepage/d' |
   control "$m" libnginx-mod-http-grl "$abi, $dep" \
   "grl global rate limiter module for nginx
  Counts requests per configured bucket in a shared-memory zone and drops the

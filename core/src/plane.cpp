@@ -357,6 +357,25 @@ shm::PlaneState bucket_state(const shm::BucketSlot& s, std::uint64_t now_ms) {
     return now_ms < exp ? shm::PlaneState::Active : shm::PlaneState::Expired;
 }
 
+BucketView view_bucket(const shm::View& z, const BucketDef& def, std::uint16_t slot,
+                       std::uint64_t now_ms) {
+    const shm::BucketSlot& s = z.slot(slot);
+    BucketView v;
+    v.def = &def;
+    v.runtime = false;
+    v.tot = z.totals(slot);
+    v.state = bucket_state(s, now_ms);
+    bool active = v.state == shm::PlaneState::Active;
+    v.threshold = active ? s.threshold.load(std::memory_order_relaxed) : 0;
+    std::uint64_t rec = s.received_ms.load(std::memory_order_relaxed);
+    v.age_ms = rec && now_ms > rec ? now_ms - rec : 0;
+    v.mode = active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : def.mode;
+    v.limit_mrps = active ? s.limit_mrps.load(std::memory_order_relaxed) : def.limit_mrps;
+    v.slot = slot;
+    v.keyed = nullptr;
+    return v;
+}
+
 shm::PlaneState plane_state(const shm::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms) {
     std::uint64_t last = z.header().plane_last_ms.load(std::memory_order_relaxed);
     if (last == 0) return shm::PlaneState::Waiting;
@@ -384,34 +403,9 @@ std::string ratio_str(std::uint64_t threshold) {
     return buf;
 }
 
-struct BucketView {
-    const BucketDef* def;
-    bool runtime;
-    shm::View::Totals tot;
-    shm::PlaneState state;
-    std::uint64_t threshold;   // 0 unless active
-    std::uint64_t age_ms;      // since the last instruction; 0 when none
-    Mode mode;                 // effective
-    std::uint64_t limit_mrps;  // effective
-    std::uint16_t slot;
-    const KeyedSpec* keyed;  // null: not a keyed bucket
-};
-
 BucketView view_of(const StatusInput& in, const BucketDef& def, std::uint16_t slot, bool runtime) {
-    const shm::BucketSlot& s = in.zone->slot(slot);
-    BucketView v;
-    v.def = &def;
+    BucketView v = view_bucket(*in.zone, def, slot, in.now_ms);
     v.runtime = runtime;
-    v.tot = in.zone->totals(slot);
-    v.state = bucket_state(s, in.now_ms);
-    bool active = v.state == shm::PlaneState::Active;
-    v.threshold = active ? s.threshold.load(std::memory_order_relaxed) : 0;
-    std::uint64_t rec = s.received_ms.load(std::memory_order_relaxed);
-    v.age_ms = rec && in.now_ms > rec ? in.now_ms - rec : 0;
-    v.mode = active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : v.def->mode;
-    v.limit_mrps = active ? s.limit_mrps.load(std::memory_order_relaxed) : v.def->limit_mrps;
-    v.slot = slot;
-    v.keyed = nullptr;
     return v;
 }
 

@@ -229,8 +229,13 @@ def blast(port, requests, threads=4):
 # ---------------------------------------------------------------------------
 # nginx
 
+GRL_LOG_FORMAT = """\
+    log_format grl 'rid=$arg_rid status=$status decision=$grl_decision bucket=$grl_bucket '
+                   'buckets=$grl_buckets ratio=$grl_ratio pid=$pid uri=$uri caller=$http_x_caller';
+"""
+
 CONF_TEMPLATE = """\
-load_module {module};
+{modules}load_module {module};
 worker_processes {workers};
 daemon off;
 master_process on;
@@ -246,15 +251,13 @@ http {{
     fastcgi_temp_path {prefix}/fastcgi;
     uwsgi_temp_path {prefix}/uwsgi;
     scgi_temp_path {prefix}/scgi;
-    log_format grl 'rid=$arg_rid status=$status decision=$grl_decision bucket=$grl_bucket '
-                   'buckets=$grl_buckets ratio=$grl_ratio pid=$pid uri=$uri caller=$http_x_caller';
-    keepalive_timeout 0;
+{log_format}    keepalive_timeout 0;
 
 {http_extra}
 
     server {{
         listen 127.0.0.1:{port} reuseport;
-        access_log {prefix}/access.log grl;
+        {access_log}
         add_header X-Pid $pid always;
         add_header X-Gen {gen} always;
 
@@ -280,11 +283,15 @@ class Nginx(Health):
     """One nginx master (daemon off, our child) with its own prefix directory.
 
     `http_extra` goes into http{} (the grl_* directives), `location_extra`
-    into `location /`, `main_extra` at the top level. write_conf() may change
+    into `location /`, `main_extra` at the top level, `modules` (paths of other
+    dynamic modules) as load_module lines before grl's, as Debian's
+    modules-enabled/ includes come first. `grl_log=False` leaves out the access log
+    and its format, so that no $grl_* variable is named in the file. write_conf() may change
     any of them; reload() applies the file and waits until only the new
     generation's workers serve (detected by the X-Gen header)."""
 
-    def __init__(self, http_extra="", location_extra="", main_extra="", workers=2):
+    def __init__(self, http_extra="", location_extra="", main_extra="", workers=2, modules=(),
+                 grl_log=True):
         self.prefix = tempfile.mkdtemp(prefix="grl-it-")
         # Workers run as nobody when we are root: let them in.
         os.chmod(self.prefix, 0o777)
@@ -297,6 +304,8 @@ class Nginx(Health):
         self.http_extra = http_extra
         self.location_extra = location_extra
         self.main_extra = main_extra
+        self.modules = list(modules)
+        self.grl_log = grl_log
         self.location_grl = "grl on;"  # the switch in `location /`
         self.proc = None
         self.name = "nginx " + self.prefix
@@ -306,7 +315,10 @@ class Nginx(Health):
 
     def render(self, http_extra=None, location_extra=None, main_extra=None, gen=None):
         return CONF_TEMPLATE.format(
+            modules="".join("load_module %s;\n" % m for m in self.modules),
             module=MODULE,
+            log_format=GRL_LOG_FORMAT if self.grl_log else "",
+            access_log=("access_log %s/access.log grl;" % self.prefix) if self.grl_log else "access_log off;",
             workers=self.workers,
             prefix=self.prefix,
             port=self.port,

@@ -94,6 +94,22 @@ shm::PlaneState bucket_state(const shm::BucketSlot& s, std::uint64_t now_ms);
 // valid message within the TTL), expired.
 shm::PlaneState plane_state(const shm::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms);
 
+// One bucket as the status page shows it at `now_ms` (monotonic).
+struct BucketView {
+    const BucketDef* def;
+    bool runtime;
+    shm::View::Totals tot;  // summed over the worker slots
+    shm::PlaneState state;
+    std::uint64_t threshold;   // 0 unless active
+    std::uint64_t age_ms;      // since the last instruction; 0 when none
+    Mode mode;                 // effective
+    std::uint64_t limit_mrps;  // effective
+    std::uint16_t slot;
+    const KeyedSpec* keyed;  // null: not a keyed bucket (view_bucket leaves it null)
+};
+BucketView view_bucket(const shm::View& z, const BucketDef& def, std::uint16_t slot,
+                       std::uint64_t now_ms);
+
 struct StatusInput {
     const shm::View* zone = nullptr;
     const BucketTable* table = nullptr;
