@@ -126,10 +126,11 @@ TEST(Rates, CountedSumsTheDifferencesOfAcceptedReports) {
     EXPECT_EQ(c[0].c[2], 30u);        // dropped
     EXPECT_EQ(c[0].c[3], 5u);         // shadow_dropped
     EXPECT_EQ(c[1].bucket, "old");
-    // h1 restarts (new epoch, counters from zero): a new baseline, the sum does not go back.
-    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2000, {{"api", 10}}), M0 + 2000), Verdict::Restarted);
+    // h1 restarts (new epoch, counters from zero; the old epoch silent for 1.5 intervals): a new
+    // baseline, the sum does not go back.
+    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2500, {{"api", 10}}), M0 + 2500), Verdict::Restarted);
     EXPECT_EQ(t.counted()[0].c[0], 320u);
-    t.add(report("h1", 8, 2, T0 + 3000, {{"api", 110}}), M0 + 3000);
+    t.add(report("h1", 8, 2, T0 + 3500, {{"api", 110}}), M0 + 3500);
     EXPECT_EQ(t.counted()[0].c[0], 420u);
     // h2 (the only host with "old") goes silent and is forgotten: "old" goes with it.
     for (std::uint64_t k = 4; k <= 8; ++k) {
@@ -230,12 +231,13 @@ TEST(Rates, NewEpochIsACounterResetAndHoldsTheLastRate) {
     EXPECT_EQ(offered(t, "api"), 100000u);
     // nginx restarted: new epoch, counters from zero, seq from 1. No negative rate, no spike:
     // the last rate is held until the new epoch has two samples.
-    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2000, {{"api", 30}}), M0 + 2000), Verdict::Restarted);
+    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2500, {{"api", 30}}), M0 + 2500), Verdict::Restarted);
     EXPECT_EQ(offered(t, "api"), 100000u);
-    EXPECT_EQ(t.add(report("h1", 8, 2, T0 + 3000, {{"api", 90}}), M0 + 3000), Verdict::Accepted);
+    EXPECT_EQ(t.add(report("h1", 8, 2, T0 + 3500, {{"api", 90}}), M0 + 3500), Verdict::Accepted);
     EXPECT_EQ(offered(t, "api"), 60000u);
-    // A late report of the previous run is recognised and ignored.
-    EXPECT_EQ(t.add(report("h1", 7, 12, T0 + 1900, {{"api", 5190}}), M0 + 3100), Verdict::OldEpoch);
+    // A late report of the previous run is held aside, not taken.
+    EXPECT_EQ(t.add(report("h1", 7, 11, T0 + 1000, {{"api", 5100}}), M0 + 3550), Verdict::OldEpoch);
+    EXPECT_EQ(t.add(report("h1", 7, 12, T0 + 1900, {{"api", 5190}}), M0 + 3600), Verdict::Pending);
     EXPECT_EQ(offered(t, "api"), 60000u);
 }
 
