@@ -304,6 +304,15 @@ void Collector::on_reports() {
                               std::to_string(cfg_.rates.max_hosts) +
                               " hosts are known (--max-hosts); known hosts keep working",
                           now);
+        } else if (v == rates::Verdict::MemoryFull) {
+            full_log_.hit(LogLevel::Warn, {},
+                          "refused a report of host " + std::string(report_.host) + " (" +
+                              std::to_string(report_.buckets.size()) +
+                              " buckets): the rate table holds " +
+                              std::to_string(table_.bytes_held()) + " bytes of at most " +
+                              std::to_string(cfg_.rates.max_bytes) +
+                              " (--max-memory); the hosts it holds keep working",
+                          now);
         } else if (v == rates::Verdict::Conflict) {
             epoch_conflict_log_.hit(daemon::LogLevel::Warn, {},
                                     "host " + std::string(report_.host) +
@@ -525,13 +534,17 @@ std::string Collector::metrics() {
              static_cast<double>(table_.fresh_hosts()));
     m.sample("grl_collector_hosts", {{"state", "stale"}},
              static_cast<double>(table_.hosts() - table_.fresh_hosts()));
+    m.family("grl_collector_memory_bytes", "gauge",
+             "Bytes the rate table holds (hosts, buckets, heavy hitters, names), as --max-memory "
+             "bounds them.");
+    m.sample("grl_collector_memory_bytes", static_cast<double>(table_.bytes_held()));
     m.family("grl_collector_reports_total", "counter",
              "Reports received, by what was done with them.");
     for (rates::Verdict v :
          {rates::Verdict::First, rates::Verdict::Accepted, rates::Verdict::Restarted,
           rates::Verdict::Duplicate, rates::Verdict::OldEpoch, rates::Verdict::NoTime,
-          rates::Verdict::TooSoon, rates::Verdict::Reclaimed, rates::Verdict::Conflict,
-          rates::Verdict::Full}) {
+          rates::Verdict::TooSoon, rates::Verdict::Reclaimed, rates::Verdict::Pending,
+          rates::Verdict::Conflict, rates::Verdict::Full, rates::Verdict::MemoryFull}) {
         auto it = reports_.find(v);
         m.sample("grl_collector_reports_total", {{"result", rates::to_string(v)}},
                  static_cast<double>(it == reports_.end() ? 0 : it->second));

@@ -1,5 +1,6 @@
 #include "controller_daemon.h"
 
+#include <malloc.h>
 #include <time.h>
 
 #include <chrono>
@@ -32,6 +33,14 @@ std::uint64_t thread_cpu_us() {
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return static_cast<std::uint64_t>(ts.tv_sec) * 1000000 +
            static_cast<std::uint64_t>(ts.tv_nsec) / 1000;
+}
+
+// Hands the memory of dropped usage sets back to the system (glibc keeps freed memory in its
+// arenas otherwise): rare, after a set expired or was dropped as too large.
+void release_memory() {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }
 
 std::uint64_t parts_timeout_ms(const control::Options& o) {
@@ -769,13 +778,14 @@ bool Daemon::assembled(wire::PartAssembler<Usage>& a, Usage& m, const char* kind
     std::string why;
     const wire::PartResult r = a.add(m, t.mono_ms, &why);
     ++parts_[std::string(kind) + "/" + std::string(to_string(r))];
-    if (r == wire::PartResult::Full) {
+    if (r == wire::PartResult::Full && why.empty()) {
         why = std::string(kind) + " part from " + m.source +
               " ignored: " + std::to_string(a.pending()) +
               " sets pending (--max-zones / --max-peers)";
     }
+    if (r == wire::PartResult::TooLarge) release_memory();
     if (r == wire::PartResult::Inconsistent || r == wire::PartResult::Stale ||
-        r == wire::PartResult::Full) {
+        r == wire::PartResult::Full || r == wire::PartResult::TooLarge) {
         parts_log_.hit(LogLevel::Warn, {}, std::string(kind) + " parts: " + why, t.mono_ms);
     }
     return r == wire::PartResult::Complete;
@@ -787,6 +797,7 @@ bool Daemon::assembled(wire::PartAssembler<Usage>& a, Usage& m, const char* kind
 void Daemon::expire_parts(const control::Clock& t) {
     const std::size_t z = zone_parts_.expire(t.mono_ms), p = peer_parts_.expire(t.mono_ms);
     if (z + p > 0) {
+        release_memory();
         incomplete_log_.hit(LogLevel::Warn, {},
                             "usage in parts dropped incomplete after " +
                                 std::to_string(parts_timeout_ms(cfg_.opts)) +
@@ -1294,6 +1305,11 @@ std::string Daemon::metrics() {
              "Overrides in force, by kind (runtime: run-time buckets).");
     m.sample("grl_controller_overrides", {{"kind", "override"}}, static_cast<double>(overrides));
     m.sample("grl_controller_overrides", {{"kind", "runtime"}}, static_cast<double>(runtime));
+    m.family("grl_controller_override_tombstones_dropped_total", "counter",
+             "Removed overrides (tombstones, expired entries) dropped before their 24 h "
+             "to make room for a live override.");
+    m.sample("grl_controller_override_tombstones_dropped_total",
+             static_cast<double>(ctl_.tombstones_dropped()));
     m.family("grl_controller_overrides_rejected_total", "counter",
              "Override entries from peers refused: set_ms too far ahead of our clock.");
     m.sample("grl_controller_overrides_rejected_total",

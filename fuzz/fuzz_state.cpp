@@ -4,7 +4,10 @@
 // messages the two produce always decode again. Input: a list of records
 //   [op byte][clock step byte][length: 2 bytes LE][body]
 // op % 4: 0 report -> rates::Table (then the zone usage goes to the controller),
-//         1 zone_usage -> Controller, 2 region_usage -> Controller, 3 tick (+ sweep).
+//         1 zone_usage -> PartAssembler -> Controller, 2 region_usage -> Controller,
+//         3 tick (+ sweep and the assembler's expiry).
+// Also checks the bounds hostile input must not pass: the rate table's bytes (forged epochs
+// and invented hosts included) and the assembler's sets per zone and bytes per set.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +16,7 @@
 
 #include "grl/control.h"
 #include "grl/rates.h"
+#include "grl/usage_parts.h"
 #include "grl/wire.h"
 #include "grl/wire_control.h"
 
@@ -40,6 +44,7 @@ void check_instructions(const grl::control::TickOutput& out) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     grl::rates::Options ro;
     ro.max_hosts = 64;
+    ro.max_bytes = 1 << 20;
     grl::rates::Table table(ro);
     grl::control::Options co;
     co.name = "ctl-r1";
@@ -48,6 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     co.ttl_ms = 750;
     grl::control::Controller ctl(co);
     grl::control::Clock now{1000000, 1700000000000};
+    constexpr std::size_t kSetBytes = 256 << 10;
+    grl::wire::PartAssembler<grl::wire::ZoneUsage> parts(8, 750, kSetBytes);
     grl::wire::Report report;
     grl::wire::ZoneUsage zu;
     grl::wire::RegionUsage ru;
@@ -68,6 +75,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 report.zone = "z1";
                 report.region = "r1";
                 table.add(report, now.mono_ms);
+                // One report may take the table beyond its bound (by its own size at most).
+                if (table.bytes_held() > ro.max_bytes + 8 * grl::wire::kMaxMessageBytes)
+                    std::abort();
                 zu = grl::wire::ZoneUsage();
                 zu.source = "col-z1";
                 zu.region = "r1";
@@ -79,13 +89,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 ctl.on_zone_usage(zu, now);
                 break;
             case 1:
-                if (grl::wire::decode(body, zu, error)) ctl.on_zone_usage(zu, now);
+                if (!grl::wire::decode(body, zu, error)) break;
+                if (zu.parts > 1 && parts.add(zu, now.mono_ms) != grl::wire::PartResult::Complete) {
+                    if (parts.pending() > 8) std::abort();
+                    break;
+                }
+                ctl.on_zone_usage(zu, now);
+                parts.recycle(zu);
                 break;
             case 2:
                 if (grl::wire::decode(body, ru, error)) ctl.on_region_usage(ru, now);
                 break;
             case 3:
                 table.sweep(now.mono_ms);
+                parts.expire(now.mono_ms);
                 check_instructions(ctl.tick(now));
                 break;
         }

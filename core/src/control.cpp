@@ -797,12 +797,37 @@ bool Controller::merge_override(const wire::Override& o, const Clock& now) {
     if (from_the_future(o.set_ms, now)) return false;
     auto it = overrides_.find(o.name);
     if (it == overrides_.end()) {
-        if (overrides_.size() >= opt_.max_overrides) return true;
+        if (!room_for_override(override_active(o, now), now)) return true;
         overrides_.emplace(o.name, o);
         return true;
     }
     const wire::Override& held = it->second;
     if (std::tie(o.set_ms, o.origin) > std::tie(held.set_ms, held.origin)) it->second = o;
+    return true;
+}
+
+// Whether a new entry fits: live overrides count against max_overrides; removed ones
+// (tombstones, expired entries) are kept for tombstone_ms only while there is room, so the oldest
+// makes way for a live one (counted). A tombstone dropped early can let a peer's stale copy of
+// the entry back in; a table full of them would refuse every new override for a day.
+bool Controller::room_for_override(bool live, const Clock& now) {
+    if (overrides_.size() < opt_.max_overrides) return true;
+    if (!live) return false;
+    auto oldest = overrides_.end();
+    std::uint64_t oldest_ms = UINT64_MAX;
+    for (auto it = overrides_.begin(); it != overrides_.end(); ++it) {
+        const wire::Override& held = it->second;
+        if (override_active(held, now)) continue;
+        const std::uint64_t dead_since = held.tombstone() ? held.set_ms : held.expires_ms;
+        if (dead_since < oldest_ms) {
+            oldest_ms = dead_since;
+            oldest = it;
+        }
+    }
+    if (oldest == overrides_.end()) return false;
+    announced_expired_.erase(oldest->first);
+    overrides_.erase(oldest);
+    ++tombstones_dropped_;
     return true;
 }
 
@@ -850,7 +875,7 @@ std::string Controller::set_override(const std::string& bucket,
     if (!valid_name(bucket)) return "invalid bucket name \"" + bucket + "\"";
     if (!limit_mrps && !mode) return "nothing to set: give a limit and/or a mode";
     auto it = overrides_.find(bucket);
-    if (it == overrides_.end() && overrides_.size() >= opt_.max_overrides) {
+    if (it == overrides_.end() && !room_for_override(true, now)) {
         return "too many overrides (" + std::to_string(opt_.max_overrides) + ")";
     }
     wire::Override o;
@@ -911,7 +936,7 @@ std::string Controller::add_runtime(const std::string& bucket, const wire::Runti
                " host(s): it is defined in nginx.conf, or a removed run-time bucket has not "
                "expired yet";
     }
-    if (it == overrides_.end() && overrides_.size() >= opt_.max_overrides) {
+    if (it == overrides_.end() && !room_for_override(true, now)) {
         return "too many overrides (" + std::to_string(opt_.max_overrides) + ")";
     }
     std::size_t runtime = 0;

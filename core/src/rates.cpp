@@ -20,6 +20,14 @@ void counters_of(const wire::ReportBucketView& b, std::uint64_t (&c)[4]) {
     c[3] = b.shadow_dropped;
 }
 
+// A bucket name held once for all hosts: its string, its map node and key, its counts.
+std::uint64_t name_bytes(std::size_t len) {
+    return 2 * (len + 1) + 64 + sizeof(std::array<std::uint64_t, 4>) + sizeof(std::string);
+}
+
+// A host's map node beside the Host itself (key, hash, pointers).
+constexpr std::uint64_t kHostNodeBytes = 64 + sizeof(std::string);
+
 std::uint64_t round_mrps(double v) {
     if (!(v > 0)) return 0;
     if (v >= 1.8e19) return UINT64_MAX;
@@ -39,7 +47,9 @@ std::string_view to_string(Verdict v) {
         case Verdict::TooSoon: return "too_soon";
         case Verdict::Reclaimed: return "epoch_reclaimed";
         case Verdict::Conflict: return "epoch_conflict";
+        case Verdict::Pending: return "epoch_pending";
         case Verdict::Full: return "hosts_full";
+        case Verdict::MemoryFull: return "memory_full";
     }
     return "?";
 }
@@ -70,14 +80,44 @@ std::uint32_t Table::intern_name(std::string_view name) {
         counted_.push_back({});
     }
     name_ids_.emplace(key_, id);
+    bytes_ += name_bytes(key_.size());
     return id;
 }
 
 void Table::release_name(std::uint32_t id) {
     if (--name_refs_[id] > 0) return;
     name_ids_.erase(names_[id]);
+    bytes_ -= name_bytes(names_[id].size());
     names_[id].clear();
     free_names_.push_back(id);
+}
+
+std::uint64_t Table::host_bytes(const Host& h) {
+    std::uint64_t n = sizeof(Host) + kHostNodeBytes + 2 * (h.name.capacity() + 1) +
+                      h.buckets.capacity() * sizeof(BucketState);
+    for (const BucketState& b : h.buckets) {
+        n += b.keys.capacity() * sizeof(wire::KeyRate);
+        for (const wire::KeyRate& k : b.keys) n += k.text.capacity() + 1;
+    }
+    return n;
+}
+
+void Table::account(Host& h) {
+    bytes_ -= h.bytes;
+    h.bytes = host_bytes(h);
+    bytes_ += h.bytes;
+}
+
+// Whether the table can take this report's buckets (a new host's, or more than the host
+// held): the bytes they add, names included, are estimated before the report is taken;
+// account() then counts what was taken (heavy hitters included), so the table exceeds
+// max_bytes by at most one report.
+bool Table::room_for(const Host* h, const wire::ReportView& r) const {
+    const std::uint64_t held = h ? h->buckets.size() : 0;
+    if (r.buckets.size() <= held) return true;
+    std::uint64_t more = (r.buckets.size() - held) * (sizeof(BucketState) + name_bytes(16));
+    if (!h) more += sizeof(Host) + kHostNodeBytes + 2 * (r.host.size() + 1);
+    return bytes_ + more <= opt_.max_bytes;
 }
 
 std::uint64_t Table::interval_of(const Host& h) const {
@@ -138,49 +178,58 @@ void Table::baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, b
     h.recv_ms = now_ms;
     h.last_ms = now_ms;
     h.interval_ms = r.interval_ms ? r.interval_ms : kDefaultIntervalMs;
-    h.epoch_since_ms = now_ms;
-    h.displaced = {};
+    h.proven = false;
     h.stale = false;
 }
 
 // A report of another epoch than the host's current one: a restart (new epoch), a late
-// report of a previous run, or a second sender using the host's name. A new epoch is taken
-// at once (a restarted nginx must count again within an interval), but the epoch it
-// displaced is remembered: if that one keeps reporting while the new epoch is younger than
-// the stale window, the switch was a stray or forged report and the old epoch takes the
-// host back; once the new epoch is established, the old one's reports are ignored as a
-// conflict. So one forged report with a real host's name silences it for two intervals at
-// most, not until the forged epoch is forgotten.
+// report of a previous run, or a second sender using the host's name (a forger). The epoch
+// that reports steadily keeps the host: another epoch takes it only once the current one has
+// been silent for its interval and a half (an epoch that has reported twice is judged by its
+// own interval, so a forged short interval cannot make a genuine host "silent"; an epoch seen
+// once, as a forged one, by the shorter of the two). So a restart is taken within two
+// intervals (the old epoch's rates held meanwhile), and no number of forged epochs takes a
+// host whose genuine epoch keeps reporting; one that took it while the host was briefly
+// silent is taken back at the genuine epoch's next report after an interval.
 Verdict Table::other_epoch(Host& h, const wire::ReportView& r, std::uint64_t now_ms) {
-    Host::Displaced& d = h.displaced;
-    if (d.set && r.epoch == d.epoch) {
-        if (r.seq <= d.seq) return Verdict::OldEpoch;
-        // The shorter of the two epochs' claimed intervals: either claim may be the lie.
-        const std::uint64_t iv =
-            std::clamp(std::min(d.interval_ms, h.interval_ms), kMinIntervalMs, kMaxIntervalMs);
-        const bool alive = d.seen_ms != 0 && now_ms >= d.seen_ms + iv / 2;
-        d.seq = r.seq;
-        if (d.seen_ms == 0) d.seen_ms = now_ms;
-        if (!alive) return Verdict::OldEpoch;
-        d.seen_ms = now_ms;
-        const std::uint64_t young = opt_.stale_intervals * iv;
-        if (!d.reclaimable || now_ms >= h.epoch_since_ms + young) return Verdict::Conflict;
-        // The old epoch takes the host back, once: the epoch it displaces now is remembered
-        // as not reclaimable, so two senders that keep reporting settle instead of flapping.
-        h.old_epochs[h.old_next++ % h.old_epochs.size()] = h.epoch;
-        Host::Displaced lost{true, false, h.epoch, h.seq, h.interval_ms, 0};
+    Host::Other* o = nullptr;
+    for (Host::Other& e : h.others) {
+        if (e.set && e.epoch == r.epoch) o = &e;
+    }
+    if (o && r.seq <= o->seq) return Verdict::OldEpoch;  // late or repeated
+    const std::uint64_t iv_cur = interval_of(h);
+    const std::uint64_t iv_new = std::clamp(r.interval_ms ? r.interval_ms : kDefaultIntervalMs,
+                                            kMinIntervalMs, kMaxIntervalMs);
+    const std::uint64_t quiet = h.proven ? iv_cur + iv_cur / 2 : std::min(iv_cur, iv_new);
+    if (now_ms >= h.last_ms + quiet) {
+        const bool back = o && o->was_current;
+        if (!o) o = &oldest_other(h);
+        *o = Host::Other{true, true, h.epoch, h.seq, h.interval_ms, h.last_ms, 0};
         baseline(h, r, now_ms, true);
-        h.displaced = lost;
-        return Verdict::Reclaimed;
+        return back ? Verdict::Reclaimed : Verdict::Restarted;
     }
-    if (std::find(h.old_epochs.begin(), h.old_epochs.end(), r.epoch) != h.old_epochs.end()) {
-        return Verdict::OldEpoch;
+    if (!o) {
+        o = &oldest_other(h);
+        *o = Host::Other{true, false, r.epoch, r.seq, iv_new, now_ms, 0};
+        return Verdict::Pending;
     }
-    h.old_epochs[h.old_next++ % h.old_epochs.size()] = h.epoch;
-    Host::Displaced prev{true, true, h.epoch, h.seq, h.interval_ms, 0};
-    baseline(h, r, now_ms, true);
-    h.displaced = prev;
-    return Verdict::Restarted;
+    // An epoch that keeps reporting beside the current one, report after report, beyond what
+    // a restart takes to be taken: two senders.
+    const bool paced =
+        now_ms >= o->seen_ms + std::clamp(o->interval_ms, kMinIntervalMs, kMaxIntervalMs) / 2;
+    o->seq = r.seq;
+    if (!paced) return Verdict::Pending;
+    o->seen_ms = now_ms;
+    return ++o->paced >= 2 ? Verdict::Conflict : Verdict::Pending;
+}
+
+Table::Host::Other& Table::oldest_other(Host& h) {
+    Host::Other* best = &h.others[0];
+    for (Host::Other& e : h.others) {
+        if (!e.set) return e;
+        if (e.seen_ms < best->seen_ms) best = &e;
+    }
+    return *best;
 }
 
 Verdict Table::add(const wire::Report& r, std::uint64_t now_ms) {
@@ -193,14 +242,22 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
     auto it = hosts_.find(key_);
     if (it == hosts_.end()) {
         if (hosts_.size() >= opt_.max_hosts) return Verdict::Full;
+        if (!room_for(nullptr, r)) return Verdict::MemoryFull;
         Host& h = hosts_[key_];
         h.name = key_;
         baseline(h, r, now_ms, false);
+        account(h);
         return Verdict::First;
     }
     Host& h = it->second;
-    if (r.epoch != h.epoch) return other_epoch(h, r, now_ms);
+    if (!room_for(&h, r)) return Verdict::MemoryFull;
+    if (r.epoch != h.epoch) {
+        const Verdict v = other_epoch(h, r, now_ms);
+        if (v == Verdict::Restarted || v == Verdict::Reclaimed) account(h);
+        return v;
+    }
     if (r.seq <= h.seq) return Verdict::Duplicate;
+    h.proven = true;
 
     // The sender's clock measures the interval without our queueing delay; it is trusted
     // unless it disagrees wildly with ours (a clock step), in which case ours is used.
@@ -286,6 +343,7 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
     h.last_ms = now_ms;
     if (r.interval_ms) h.interval_ms = r.interval_ms;
     h.stale = false;
+    account(h);
     return Verdict::Accepted;
 }
 
@@ -339,6 +397,7 @@ SweepResult Table::sweep(std::uint64_t now_ms) {
         if (age > opt_.forget_intervals * iv) {
             out.forgotten.push_back(h.name);
             for (const BucketState& b : h.buckets) release_name(b.name_id);
+            bytes_ -= h.bytes;
             it = hosts_.erase(it);
             continue;
         }

@@ -67,6 +67,33 @@ void keep_head_extra(RegionUsage& head, RegionUsage& part0) {
     head.overrides.swap(part0.overrides);
 }
 
+// Heap bytes of a string beyond its own object (none within the small-string buffer).
+std::size_t heap_bytes(const std::string& s) {
+    return s.capacity() > 15 ? s.capacity() + 1 : 0;
+}
+
+std::size_t range_bytes(const std::vector<UsageBucket>& v, std::size_t from, std::size_t n) {
+    std::size_t bytes = 0;
+    for (std::size_t i = from; i < from + n; ++i) bytes += held_bytes(v[i]);
+    return bytes;
+}
+
+// The set key of a zone usage: its zone, then its source ('/' ends a name: docs/protocol.md).
+void set_key(const ZoneUsage& m, std::string& key) {
+    key.assign(m.zone);
+    key += '/';
+    key += m.source;
+}
+void set_key(const RegionUsage& m, std::string& key) {
+    key.assign(m.source);
+}
+std::string_view zone_prefix(const ZoneUsage& m) {
+    return m.zone;
+}
+std::string_view zone_prefix(const RegionUsage&) {
+    return {};
+}
+
 bool ascending(const std::vector<UsageBucket>& v) {
     for (std::size_t i = 1; i < v.size(); ++i) {
         if (!(v[i - 1].name < v[i].name)) return false;
@@ -167,6 +194,16 @@ bool encode_parts(const RegionUsage& m, std::vector<std::string>& out, std::size
     return encode_parts_of(m, out, max_bytes);
 }
 
+std::size_t held_bytes(const UsageBucket& b) {
+    std::size_t n = sizeof(UsageBucket) + heap_bytes(b.name) +
+                    b.definitions.capacity() * sizeof(DefinitionCount) +
+                    b.host_names.capacity() * sizeof(std::string) +
+                    b.keys.capacity() * sizeof(KeyRate);
+    for (const std::string& h : b.host_names) n += heap_bytes(h);
+    for (const KeyRate& k : b.keys) n += heap_bytes(k.text);
+    return n;
+}
+
 std::string_view to_string(PartResult r) {
     switch (r) {
         case PartResult::Whole: return "whole";
@@ -175,6 +212,7 @@ std::string_view to_string(PartResult r) {
         case PartResult::Stale: return "stale";
         case PartResult::Inconsistent: return "inconsistent";
         case PartResult::Full: return "full";
+        case PartResult::TooLarge: return "too_large";
     }
     return "?";
 }
@@ -187,7 +225,7 @@ bool PartAssembler<Usage>::read(std::string_view bytes, Usage& m, std::string& e
     UsageRest rest;
     std::size_t n = 0;
     if (read_usage_head(bytes, m, rest)) {
-        auto it = rest.in_parts() ? sets_.find(m.source) : sets_.end();
+        auto it = rest.in_parts() ? sets_.find(key_of(m)) : sets_.end();
         if (it != sets_.end()) {
             // After the parts received: a part that add() then refuses (an older one, one of a
             // set it drops), or that never reaches add(), leaves them as they are.
@@ -220,6 +258,8 @@ void PartAssembler<Usage>::start(Set& s, Usage& m, std::uint64_t now_ms) {
     s.first_ms = now_ms;
     s.received = 0;
     s.used = 0;
+    s.bytes = 0;
+    s.refused = false;
     s.have.assign(m.parts, false);
     s.ranges.assign(m.parts, Range{});
     ++pending_;
@@ -231,6 +271,43 @@ void PartAssembler<Usage>::stop(Set& s) {
     s.received = 0;
     s.used = 0;
     --pending_;
+}
+
+template <class Usage>
+void PartAssembler<Usage>::release(Set& s) {
+    std::vector<UsageBucket>().swap(s.buckets);
+    Usage empty;
+    keep_head_extra(s.head, empty);
+    s.bytes = 0;
+    s.names_mark = 0;
+}
+
+template <class Usage>
+const std::string& PartAssembler<Usage>::key_of(const Usage& m) {
+    set_key(m, key_);
+    return key_;
+}
+
+template <class Usage>
+bool PartAssembler<Usage>::room_in_zone(const Usage& m) {
+    const std::string_view zone = zone_prefix(m);
+    if (zone.empty()) return true;
+    std::size_t n = 0;
+    auto idle = sets_.end();
+    std::string prefix(zone);
+    prefix += '/';
+    for (auto i = sets_.lower_bound(prefix);
+         i != sets_.end() && i->first.compare(0, prefix.size(), prefix) == 0; ++i) {
+        ++n;
+        if (!i->second.active &&
+            (idle == sets_.end() || i->second.first_ms < idle->second.first_ms))
+            idle = i;
+    }
+    if (n < kMaxSourcesPerZone) return true;
+    if (idle == sets_.end()) return false;
+    keep(std::move(idle->second.buckets));
+    sets_.erase(idle);
+    return true;
 }
 
 template <class Usage>
@@ -265,6 +342,7 @@ void PartAssembler<Usage>::take(Set& s, Usage& m, const Placed& placed) {
             }
         }
     }
+    s.bytes += range_bytes(s.buckets, r.begin, r.n);
     s.used += r.n;
     s.have[i] = true;
     ++s.received;
@@ -288,12 +366,21 @@ std::vector<UsageBucket> PartAssembler<Usage>::spare(std::size_t n) {
     v.swap(spares_[best]);
     spares_[best].swap(spares_.back());
     spares_.pop_back();
+    spare_bytes_ -= spare_sizes_[best];
+    spare_sizes_[best] = spare_sizes_.back();
+    spare_sizes_.pop_back();
     return v;
 }
 
 template <class Usage>
 void PartAssembler<Usage>::keep(std::vector<UsageBucket>&& v) {
     if (v.empty() || spares_.size() >= kMaxSpares) return;
+    // Kept only within max_set_bytes in all (a hostile set's vector is not kept for reuse).
+    const std::size_t bytes = v.capacity() * sizeof(UsageBucket) + range_bytes(v, 0, v.size()) -
+                              v.size() * sizeof(UsageBucket);
+    if (spare_bytes_ + bytes > max_set_bytes_) return;
+    spare_bytes_ += bytes;
+    spare_sizes_.push_back(bytes);
     spares_.push_back(std::move(v));
 }
 
@@ -301,7 +388,7 @@ template <class Usage>
 void PartAssembler<Usage>::recycle(Usage& m, std::uint64_t names_mark) {
     // The source's next set is read into its last one's vector: the same names at the same
     // places (no copy), entries whose definitions keep their capacity.
-    auto it = sets_.find(m.source);
+    auto it = sets_.find(key_of(m));
     if (it != sets_.end() && !it->second.active) {
         it->second.buckets.swap(m.buckets);
         it->second.names_mark = names_mark;
@@ -379,7 +466,13 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
     const Placed placed = std::exchange(placed_, Placed{});
     names_mark_ = 0;
     if (m.parts <= 1) return PartResult::Whole;
-    auto it = sets_.find(m.source);
+    auto it = sets_.find(key_of(m));
+    if (it != sets_.end() && !it->second.active && it->second.refused &&
+        it->second.refused_seq == m.seq) {
+        if (why) *why = "part " + std::to_string(m.part) + " of a set dropped as too large";
+        release(it->second);  // what read() put in place for it
+        return PartResult::TooLarge;
+    }
     if (it != sets_.end() && it->second.active && m.seq != it->second.head.seq) {
         if (m.seq < it->second.head.seq) {
             if (why) {
@@ -394,6 +487,14 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
     }
     if (it == sets_.end() || !it->second.active) {
         if (pending_ >= max_sources_) return PartResult::Full;
+        if (it == sets_.end() && !room_in_zone(m)) {
+            if (why) {
+                *why = "part of " + m.source +
+                       "'s usage ignored: " + std::to_string(kMaxSourcesPerZone) +
+                       " sources of zone " + std::string(zone_prefix(m)) + " hold sets already";
+            }
+            return PartResult::Full;
+        }
         if (it == sets_.end()) {
             if (sets_.size() >= max_sources_) {
                 // Room for this source: the set kept longest for its vector goes (fewer than
@@ -410,7 +511,7 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
                     sets_.erase(idle);
                 }
             }
-            it = sets_.try_emplace(m.source).first;
+            it = sets_.try_emplace(key_).first;
         }
         start(it->second, m, now_ms);
     }
@@ -432,6 +533,18 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
         return PartResult::Inconsistent;
     }
     take(s, m, placed);
+    if (s.bytes > max_set_bytes_) {
+        if (why) {
+            *why = m.source + "'s usage seq " + std::to_string(m.seq) + " dropped at part " +
+                   std::to_string(m.part) + ": its parts hold " + std::to_string(s.bytes) +
+                   " bytes in memory, more than " + std::to_string(max_set_bytes_);
+        }
+        stop(s);
+        release(s);
+        s.refused = true;
+        s.refused_seq = m.seq;
+        return PartResult::TooLarge;
+    }
     if (s.received < s.have.size()) return PartResult::Pending;
     const bool ok = assemble(s, m, why);
     if (!ok) names_mark_ = 0;
@@ -445,6 +558,7 @@ std::size_t PartAssembler<Usage>::expire(std::uint64_t now_ms) {
     for (auto& [source, s] : sets_) {
         if (s.active && now_ms > s.first_ms + timeout_ms_) {
             stop(s);
+            release(s);
             ++n;
         }
     }

@@ -152,6 +152,27 @@ CLI::Validator count_validator(std::uint64_t min, std::uint64_t max) {
         "");
 }
 
+CLI::Validator size_validator(std::uint64_t min, std::uint64_t max) {
+    return CLI::Validator(
+        [min, max](std::string& s) -> std::string {
+            Parsed<std::uint64_t> n = parse_size(s);
+            if (!n) return n.error;
+            if (n.value < min || n.value > max) {
+                return "\"" + s + "\" is out of range " + format_size(min) + ".." +
+                       format_size(max);
+            }
+            s = std::to_string(n.value);
+            return {};
+        },
+        "");
+}
+
+std::string format_size(std::uint64_t bytes) {
+    if (bytes != 0 && bytes % (1024 * 1024) == 0) return std::to_string(bytes >> 20) + "m";
+    if (bytes != 0 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + "k";
+    return std::to_string(bytes);
+}
+
 bool local_endpoint(const std::string& endpoint) {
     if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
     if (endpoint.rfind("tcp://", 0) != 0) return false;
@@ -233,6 +254,13 @@ CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint32_t& fi
     return app.add_option(name, field, with_default(help, std::to_string(field)))
         ->option_text(metavar)
         ->check(count_validator(min, max));
+}
+
+CLI::Option* add_size(CLI::App& app, const std::string& name, std::uint64_t& field,
+                      std::uint64_t min, std::uint64_t max, const std::string& help) {
+    return app.add_option(name, field, with_default(help, format_size(field)))
+        ->option_text("SIZE")
+        ->transform(size_validator(min, max));
 }
 
 CLI::Option* add_usage_version(CLI::App& app, std::uint32_t& field, const std::string& what) {

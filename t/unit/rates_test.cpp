@@ -126,10 +126,11 @@ TEST(Rates, CountedSumsTheDifferencesOfAcceptedReports) {
     EXPECT_EQ(c[0].c[2], 30u);        // dropped
     EXPECT_EQ(c[0].c[3], 5u);         // shadow_dropped
     EXPECT_EQ(c[1].bucket, "old");
-    // h1 restarts (new epoch, counters from zero): a new baseline, the sum does not go back.
-    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2000, {{"api", 10}}), M0 + 2000), Verdict::Restarted);
+    // h1 restarts (new epoch, counters from zero; the old epoch silent for 1.5 intervals): a new
+    // baseline, the sum does not go back.
+    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2500, {{"api", 10}}), M0 + 2500), Verdict::Restarted);
     EXPECT_EQ(t.counted()[0].c[0], 320u);
-    t.add(report("h1", 8, 2, T0 + 3000, {{"api", 110}}), M0 + 3000);
+    t.add(report("h1", 8, 2, T0 + 3500, {{"api", 110}}), M0 + 3500);
     EXPECT_EQ(t.counted()[0].c[0], 420u);
     // h2 (the only host with "old") goes silent and is forgotten: "old" goes with it.
     for (std::uint64_t k = 4; k <= 8; ++k) {
@@ -230,19 +231,20 @@ TEST(Rates, NewEpochIsACounterResetAndHoldsTheLastRate) {
     EXPECT_EQ(offered(t, "api"), 100000u);
     // nginx restarted: new epoch, counters from zero, seq from 1. No negative rate, no spike:
     // the last rate is held until the new epoch has two samples.
-    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2000, {{"api", 30}}), M0 + 2000), Verdict::Restarted);
+    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2500, {{"api", 30}}), M0 + 2500), Verdict::Restarted);
     EXPECT_EQ(offered(t, "api"), 100000u);
-    EXPECT_EQ(t.add(report("h1", 8, 2, T0 + 3000, {{"api", 90}}), M0 + 3000), Verdict::Accepted);
+    EXPECT_EQ(t.add(report("h1", 8, 2, T0 + 3500, {{"api", 90}}), M0 + 3500), Verdict::Accepted);
     EXPECT_EQ(offered(t, "api"), 60000u);
-    // A late report of the previous run is recognised and ignored.
-    EXPECT_EQ(t.add(report("h1", 7, 12, T0 + 1900, {{"api", 5190}}), M0 + 3100), Verdict::OldEpoch);
+    // A late report of the previous run is held aside, not taken.
+    EXPECT_EQ(t.add(report("h1", 7, 11, T0 + 1000, {{"api", 5100}}), M0 + 3550), Verdict::OldEpoch);
+    EXPECT_EQ(t.add(report("h1", 7, 12, T0 + 1900, {{"api", 5190}}), M0 + 3600), Verdict::Pending);
     EXPECT_EQ(offered(t, "api"), 60000u);
 }
 
-// One forged report with a real host's name, a new epoch and a long interval must not
-// silence the host: its genuine reports (still of its own epoch) take it back within two
-// intervals and its rate follows its real load again.
-TEST(Rates, OneForgedEpochDoesNotSilenceAHostThatKeepsReporting) {
+// Forged reports with a real host's name, new epochs and a long interval must not silence
+// the host: while its genuine epoch keeps reporting they are held aside (Pending), never taken,
+// however many there are; an epoch that keeps reporting beside it is a conflict.
+TEST(Rates, ForgedEpochsDoNotSilenceAHostThatKeepsReporting) {
     Table t;
     std::uint64_t c = 5000;
     std::uint64_t seq = 10;
@@ -250,49 +252,105 @@ TEST(Rates, OneForgedEpochDoesNotSilenceAHostThatKeepsReporting) {
         t.add(report("h1", 7, seq++, T0 + i * 1000, {{"api", c}}), M0 + i * 1000);
     }
     EXPECT_EQ(offered(t, "api"), 100000u);
-    EXPECT_EQ(t.add(report("h1", 99, 1, T0 + 2500, {{"api", 0}}, 60000), M0 + 2500),
-              Verdict::Restarted);
-    // The genuine host goes on (and its load rises to 300 r/s).
+    for (std::uint64_t e = 99; e < 109; ++e) {
+        EXPECT_EQ(t.add(report("h1", e, 1, T0 + 2500, {{"api", 0}}, 60000), M0 + 2500),
+                  Verdict::Pending);
+    }
+    // The genuine host goes on (and its load rises to 300 r/s): rated at once.
     c += 200;
-    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 3000, {{"api", c}}), M0 + 3000),
-              Verdict::OldEpoch);  // could be a late report: not yet evidence
+    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 3000, {{"api", c}}), M0 + 3000), Verdict::Accepted);
     c += 300;
-    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 4000, {{"api", c}}), M0 + 4000),
-              Verdict::Reclaimed);
-    c += 300;
-    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 5000, {{"api", c}}), M0 + 5000), Verdict::Accepted);
+    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 4000, {{"api", c}}), M0 + 4000), Verdict::Accepted);
     EXPECT_EQ(offered(t, "api"), 300000u);
-    // The forged interval is gone with the forged epoch: silent, the host goes stale after
-    // three of its real intervals, not three minutes.
-    auto sums = t.summaries(M0 + 5000);
+    auto sums = t.summaries(M0 + 4000);
     ASSERT_EQ(sums.size(), 1u);
     EXPECT_EQ(sums[0].epoch, 7u);
     EXPECT_EQ(sums[0].interval_ms, 1000u);
-    // The forger keeps sending: counted as a conflict, no more switching.
-    EXPECT_EQ(t.add(report("h1", 99, 2, T0 + 5200, {{"api", 0}}, 60000), M0 + 5200),
-              Verdict::OldEpoch);
-    EXPECT_EQ(t.add(report("h1", 99, 3, T0 + 6200, {{"api", 0}}, 60000), M0 + 6200),
+    // A forger that keeps sending: counted as a conflict, never switching.
+    EXPECT_EQ(t.add(report("h1", 108, 2, T0 + 4200, {{"api", 0}}, 60000), M0 + 4200),
+              Verdict::Pending);
+    // ...also with a short claimed interval: an epoch that reported twice is judged by its own.
+    for (std::uint64_t k = 1; k <= 2; ++k) {
+        EXPECT_EQ(t.add(report("h1", 200, k, T0 + 4100 + 200 * k, {{"api", 0}}, 100),
+                        M0 + 4100 + 200 * k),
+                  Verdict::Pending);
+    }
+    EXPECT_EQ(t.add(report("h1", 200, 3, T0 + 4700, {{"api", 0}}, 100), M0 + 4700),
               Verdict::Conflict);
     c += 300;
-    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 6000, {{"api", c}}), M0 + 6300), Verdict::Accepted);
+    EXPECT_EQ(t.add(report("h1", 7, seq++, T0 + 5000, {{"api", c}}), M0 + 5000), Verdict::Accepted);
     EXPECT_EQ(offered(t, "api"), 300000u);
 }
 
-// A genuine restart whose old epoch is really gone keeps the new epoch, and an old epoch
-// that keeps reporting once the new one is established is a conflict, not a switch back.
+// A forged epoch that came while the host was silent takes it; the genuine epoch takes it back
+// at its first report an interval after the forged one's, and is rated again at the next.
+TEST(Rates, AForgedEpochTakenDuringASilenceIsTakenBack) {
+    Table t;
+    t.add(report("h1", 7, 1, T0, {{"api", 1000}}), M0);
+    t.add(report("h1", 7, 2, T0 + 1000, {{"api", 1100}}), M0 + 1000);
+    EXPECT_EQ(t.add(report("h1", 99, 1, T0 + 2600, {{"api", 0}}, 60000), M0 + 2600),
+              Verdict::Restarted);
+    EXPECT_EQ(t.add(report("h1", 98, 1, T0 + 2700, {{"api", 0}}, 60000), M0 + 2700),
+              Verdict::Pending);
+    EXPECT_EQ(t.add(report("h1", 7, 3, T0 + 3000, {{"api", 1300}}), M0 + 3000),
+              Verdict::Pending);  // the forged epoch reported 0.4 s ago
+    EXPECT_EQ(t.add(report("h1", 7, 4, T0 + 4000, {{"api", 1400}}), M0 + 4000), Verdict::Reclaimed);
+    EXPECT_EQ(t.add(report("h1", 7, 5, T0 + 5000, {{"api", 1500}}), M0 + 5000), Verdict::Accepted);
+    EXPECT_EQ(offered(t, "api"), 100000u);
+    EXPECT_EQ(t.summaries(M0 + 5000)[0].epoch, 7u);
+}
+
+// A genuine restart whose old epoch is really gone is taken (the old rate held meanwhile), and
+// an old epoch that reports again once the new one reports steadily is a conflict.
 TEST(Rates, EstablishedEpochIsNotReclaimed) {
     Table t;
     t.add(report("h1", 7, 1, T0, {{"api", 1000}}), M0);
     t.add(report("h1", 7, 2, T0 + 1000, {{"api", 1100}}), M0 + 1000);
-    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 2000, {{"api", 10}}), M0 + 2000), Verdict::Restarted);
-    for (int i = 1; i <= 4; ++i) {
-        t.add(report("h1", 8, 1 + i, T0 + 2000 + i * 1000, {{"api", 10 + 50u * i}}),
-              M0 + 2000 + i * 1000);
+    // nginx restarts at once: its first report comes before the old epoch's silence.
+    EXPECT_EQ(t.add(report("h1", 8, 1, T0 + 1200, {{"api", 5}}), M0 + 1200), Verdict::Pending);
+    EXPECT_EQ(t.add(report("h1", 8, 2, T0 + 2200, {{"api", 10}}), M0 + 2200), Verdict::Pending);
+    EXPECT_EQ(offered(t, "api"), 100000u);  // held
+    EXPECT_EQ(t.add(report("h1", 8, 3, T0 + 3200, {{"api", 60}}), M0 + 3200), Verdict::Restarted);
+    for (int i = 1; i <= 3; ++i) {
+        t.add(report("h1", 8, 3 + i, T0 + 3200 + i * 1000, {{"api", 60 + 50u * i}}),
+              M0 + 3200 + i * 1000);
     }
     EXPECT_EQ(offered(t, "api"), 50000u);
-    EXPECT_EQ(t.add(report("h1", 7, 3, T0 + 6100, {{"api", 1200}}), M0 + 6100), Verdict::OldEpoch);
-    EXPECT_EQ(t.add(report("h1", 7, 4, T0 + 7100, {{"api", 1300}}), M0 + 7100), Verdict::Conflict);
-    EXPECT_EQ(t.summaries(M0 + 7100)[0].epoch, 8u);
+    EXPECT_EQ(t.add(report("h1", 7, 3, T0 + 6300, {{"api", 1200}}), M0 + 6300), Verdict::Pending);
+    t.add(report("h1", 8, 7, T0 + 6800, {{"api", 300}}), M0 + 6800);
+    EXPECT_EQ(t.add(report("h1", 7, 4, T0 + 7300, {{"api", 1300}}), M0 + 7300), Verdict::Conflict);
+    EXPECT_EQ(t.summaries(M0 + 7300)[0].epoch, 8u);
+}
+
+// The table's bytes are bounded: hosts of many buckets are refused once max_bytes is held,
+// the hosts held keep being rated, and a forgotten host returns its bytes.
+TEST(Rates, MemoryIsBoundedInBytes) {
+    Options o;
+    o.max_bytes = 4 << 20;
+    o.forget_intervals = 3;
+    Table t(o);
+    t.add(report("genuine", 7, 1, T0, {{"api", 1000}}), M0);
+    std::vector<B> many;
+    std::vector<std::string> names;
+    for (int i = 0; i < 4096; ++i) names.push_back("n" + std::to_string(i));
+    for (const std::string& n : names) many.push_back({n.c_str(), 1});
+    int refused = 0;
+    for (int h = 0; h < 40; ++h) {
+        Verdict v = t.add(report("inv" + std::to_string(h), 1, 1, T0, many), M0);
+        refused += v == Verdict::MemoryFull;
+    }
+    EXPECT_GT(refused, 0);
+    EXPECT_LE(t.bytes_held(), o.max_bytes);
+    EXPECT_GT(t.bytes_held(), o.max_bytes / 2);
+    EXPECT_EQ(t.add(report("genuine", 7, 2, T0 + 1000, {{"api", 1100}}), M0 + 1000),
+              Verdict::Accepted);
+    // The invented hosts fall silent and are forgotten: their bytes are returned.
+    for (std::uint64_t k = 2; k <= 5; ++k) {
+        t.add(report("genuine", 7, k + 1, T0 + 1000 * k, {{"api", 1000 + 100 * k}}), M0 + 1000 * k);
+        t.sweep(M0 + 1000 * k);
+    }
+    EXPECT_EQ(t.hosts(), 1u);
+    EXPECT_LT(t.bytes_held(), 64u * 1024);
 }
 
 // A flood of invented host names cannot grow the table past max_hosts: new hosts are

@@ -259,6 +259,61 @@ TEST(UsageParts, BoundedPendingSources) {
     EXPECT_EQ(a.add(other[0], 0), PartResult::Pending);  // room again
 }
 
+// Sets are held per zone and source: a sender for zone "b" using zone "a"'s collector's name
+// and a huge seq cannot make a's parts stale, and invented sources fill only their own zone.
+TEST(UsageParts, AZoneCannotTouchAnotherZonesSets) {
+    std::vector<std::string> out;
+    ASSERT_TRUE(encode_parts(zone_usage(10000), out));
+    PartAssembler<ZoneUsage> a(16, 250);
+    std::vector<ZoneUsage> parts = decode_all<ZoneUsage>(out);
+    EXPECT_EQ(a.add(parts[0], 0), PartResult::Pending);
+    std::vector<ZoneUsage> evil = decode_all<ZoneUsage>(out);
+    evil[0].zone = "b";
+    evil[0].seq = 1ULL << 62;
+    EXPECT_EQ(a.add(evil[0], 0), PartResult::Pending);  // a set of its own
+    std::string why;
+    for (std::size_t i = 1; i < kMaxSourcesPerZone; ++i) {
+        std::vector<ZoneUsage> more = decode_all<ZoneUsage>(out);
+        more[0].zone = "b";
+        more[0].source = "invented-" + std::to_string(i);
+        EXPECT_EQ(a.add(more[0], 0), PartResult::Pending);
+    }
+    std::vector<ZoneUsage> full = decode_all<ZoneUsage>(out);
+    full[0].zone = "b";
+    full[0].source = "invented-x";
+    EXPECT_EQ(a.add(full[0], 0, &why), PartResult::Full);
+    EXPECT_NE(why.find("sources of zone b"), std::string::npos) << why;
+    EXPECT_EQ(a.add(parts[1], 0), PartResult::Pending);
+    EXPECT_EQ(a.add(parts[2], 0), PartResult::Complete);
+    // Zone "a" still takes a source of its own.
+    std::vector<ZoneUsage> other = decode_all<ZoneUsage>(out);
+    other[0].source = "collector-b";
+    EXPECT_EQ(a.add(other[0], 0), PartResult::Pending);
+}
+
+// A set whose parts hold more bytes than the bound is dropped whole, its other parts ignored,
+// its memory returned; the source's next set assembles.
+TEST(UsageParts, ASetHoldingTooManyBytesIsDropped) {
+    std::vector<std::string> out;
+    ASSERT_TRUE(encode_parts(zone_usage(10000), out));
+    std::vector<ZoneUsage> parts = decode_all<ZoneUsage>(out);
+    std::size_t part_bytes = 0;
+    for (const UsageBucket& b : parts[0].buckets) part_bytes += held_bytes(b);
+    PartAssembler<ZoneUsage> a(4, 250, part_bytes * 3 / 2);
+    std::string why;
+    EXPECT_EQ(a.add(parts[0], 0), PartResult::Pending);
+    EXPECT_EQ(a.add(parts[1], 0, &why), PartResult::TooLarge);
+    EXPECT_NE(why.find("bytes in memory"), std::string::npos) << why;
+    EXPECT_EQ(a.pending(), 0u);
+    EXPECT_EQ(a.add(parts[2], 0), PartResult::TooLarge);
+    ASSERT_TRUE(encode_parts(zone_usage(4500, 8), out));
+    std::vector<ZoneUsage> next = decode_all<ZoneUsage>(out);
+    ASSERT_EQ(next.size(), 2u);
+    EXPECT_EQ(a.add(next[0], 0), PartResult::Pending);
+    EXPECT_EQ(a.add(next[1], 0), PartResult::Complete);
+    EXPECT_EQ(next[1].buckets.size(), 4500u);
+}
+
 TEST(UsageParts, DecoderRefusesBadPartKeys) {
     std::vector<std::string> out;
     ASSERT_TRUE(encode_parts(zone_usage(10000), out));

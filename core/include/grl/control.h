@@ -335,6 +335,9 @@ class Controller {
     std::uint64_t held_regions() const { return held_regions_.size(); }
     std::uint64_t regions_lost() const { return regions_lost_; }
     std::uint64_t overrides_rejected() const { return overrides_rejected_; }
+    // Removed overrides (tombstones, expired entries) dropped before tombstone_ms to make room
+    // for a live one.
+    std::uint64_t tombstones_dropped() const { return tombstones_dropped_; }
     // Keys of keyed buckets refused because an instance's key table was full.
     std::uint64_t keys_refused() const { return keys_refused_; }
     // Distinct bucket names in the usage held (at most max_bucket_names).
@@ -617,6 +620,7 @@ class Controller {
     bool peer_fresh(const PeerEntry& p, const Clock& now) const;
     bool override_active(const wire::Override& o, const Clock& now) const;
     bool merge_override(const wire::Override& o, const Clock& now);
+    bool room_for_override(bool live, const Clock& now);
     bool from_the_future(std::uint64_t ts_ms, const Clock& now) const;
     std::string ahead(std::uint64_t ts_ms, const Clock& now) const;
     std::uint64_t stamp(const std::string& bucket, const Clock& now) const;
@@ -673,6 +677,7 @@ class Controller {
     std::set<std::string> held_regions_;  // regions whose last usage stands in (announced)
     std::uint64_t regions_lost_ = 0;
     std::uint64_t overrides_rejected_ = 0;
+    std::uint64_t tombstones_dropped_ = 0;
     std::uint64_t keys_refused_ = 0;
 };
 

@@ -28,23 +28,30 @@ struct Options {
     // Hosts held at most: a report from a new host beyond this is refused (Full); the
     // hosts already known keep working. Bounds memory against a flood of invented names.
     std::uint32_t max_hosts = 100000;
+    // Bytes the table may hold (hosts, their buckets and heavy hitters, bucket names, as
+    // bytes_held() counts them): a report that would take it beyond is refused (MemoryFull),
+    // so that invented hosts of thousands of buckets cannot grow the collector without bound.
+    std::uint64_t max_bytes = 1ULL << 30;
 };
 
 // What add() did with a report.
 enum class Verdict : std::uint8_t {
-    First,      // first report of a host: baseline only
-    Accepted,   // rates updated
-    Restarted,  // new epoch: counters restarted, new baseline
-    Duplicate,  // seq not newer than the last accepted one of this epoch
-    OldEpoch,   // from an epoch this host already left (a late report of a previous run)
-    NoTime,     // no usable time difference (clock stepped back); baseline kept
-    TooSoon,    // under half an interval after the baseline (nginx's extra report on
-                // reconnecting): baseline and rates kept, so the next rate spans longer
-    Reclaimed,  // the epoch a new one displaced kept reporting while the new one was young:
-                // the switch was a single stray or forged report, so the old epoch is back
-    Conflict,   // a displaced epoch keeps reporting beside the current one (two senders
-                // use one host name): ignored, the established current epoch stays
-    Full,       // a new host while max_hosts are held: refused
+    First,       // first report of a host: baseline only
+    Accepted,    // rates updated
+    Restarted,   // new epoch: counters restarted, new baseline
+    Duplicate,   // seq not newer than the last accepted one of this epoch
+    OldEpoch,    // from an epoch this host already left (a late report of a previous run)
+    NoTime,      // no usable time difference (clock stepped back); baseline kept
+    TooSoon,     // under half an interval after the baseline (nginx's extra report on
+                 // reconnecting): baseline and rates kept, so the next rate spans longer
+    Reclaimed,   // an epoch another one displaced reports again while that one is silent:
+                 // the switch was a stray or forged report, so the old epoch is back
+    Pending,     // another epoch while the current one keeps reporting: held aside, taken
+                 // only once the current one falls silent (a restart, or a forged report)
+    Conflict,    // another epoch keeps reporting beside the current one (two senders use
+                 // one host name): ignored, the current epoch stays
+    Full,        // a new host while max_hosts are held: refused
+    MemoryFull,  // the report would take the table beyond max_bytes: refused
 };
 std::string_view to_string(Verdict v);
 
@@ -88,6 +95,8 @@ class Table {
     std::vector<HostSummary> summaries(std::uint64_t now_ms) const;
     // Host-bucket entries held (for memory accounting).
     std::size_t entries() const;
+    // Bytes the table holds, as max_bytes bounds them.
+    std::uint64_t bytes_held() const { return bytes_; }
 
     // Requests counted per bucket name since the name was first held: the sums of the
     // differences between consecutive accepted reports of one epoch (offered, admitted,
@@ -122,21 +131,20 @@ class Table {
         std::uint64_t recv_ms = 0;  // our clock of the baseline
         std::uint64_t last_ms = 0;  // our clock of the last report accepted (liveness)
         std::uint64_t interval_ms = 1000;
-        std::array<std::uint64_t, 4> old_epochs{};
-        std::size_t old_next = 0;
-        std::uint64_t epoch_since_ms = 0;  // our clock when the current epoch began
-        // The epoch the current one displaced, while it may still prove alive: a report of
-        // it with a newer seq arriving at least half its interval after the previous such
-        // report (a late report of a restarted host is a one-off; a sender that keeps
-        // reporting is not).
-        struct Displaced {
+        bool proven = false;  // the current epoch reported again after its first report
+        // Other epochs that reported for this name (a restart's previous run, a second sender,
+        // a forger), the least recently seen replaced by a new one.
+        struct Other {
             bool set = false;
-            bool reclaimable = true;  // false once it lost a reclaim
+            bool was_current = false;  // it held the host before
             std::uint64_t epoch = 0;
             std::uint64_t seq = 0;
             std::uint64_t interval_ms = 0;
-            std::uint64_t seen_ms = 0;  // our clock of its last newer report, 0: none yet
-        } displaced;
+            std::uint64_t seen_ms = 0;  // our clock of its last report (paced, when pending)
+            std::uint32_t paced = 0;    // reports half an interval apart, while pending
+        };
+        std::array<Other, 4> others{};
+        std::uint64_t bytes = 0;  // what bytes_ counts for this host
         bool stale = false;
         std::vector<BucketState> buckets;
     };
@@ -150,8 +158,13 @@ class Table {
                              BucketState& b);
     std::uint64_t interval_of(const Host& h) const;
     Verdict other_epoch(Host& h, const wire::ReportView& r, std::uint64_t now_ms);
+    static Host::Other& oldest_other(Host& h);
+    static std::uint64_t host_bytes(const Host& h);
+    bool room_for(const Host* h, const wire::ReportView& r) const;
+    void account(Host& h);
 
     Options opt_;
+    std::uint64_t bytes_ = 0;
     std::unordered_map<std::string, Host> hosts_;
     std::unordered_map<std::string, std::uint32_t> name_ids_;
     std::vector<std::string> names_;

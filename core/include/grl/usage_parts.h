@@ -39,12 +39,28 @@ enum class PartResult : std::uint8_t {
     // The set cannot be assembled (its parts disagree on the header or on `parts`, or a
     // bucket name is in two parts): the set is dropped whole.
     Inconsistent,
-    // A part of a new source while max_sources sets are pending: ignored.
+    // A part of a new source while max_sources sets are pending, or while its zone holds
+    // kMaxSourcesPerZone sets: ignored.
     Full,
+    // The set would hold more than max_set_bytes in memory: dropped whole, its memory
+    // returned; its other parts are ignored.
+    TooLarge,
 };
 std::string_view to_string(PartResult r);
 
-// Assembles the parts of ZoneUsage or RegionUsage messages, one pending set per source.
+// The memory one source's set may hold (its entries' strings and vectors, as held_bytes()
+// counts them): a zone of 65,536 buckets with a definition each holds about 20 MiB; a set of
+// 16 parts full of one-character host names would hold over 250 MiB.
+inline constexpr std::size_t kMaxSetBytes = 64u << 20;
+// Sources of one zone whose sets are held (a zone's collector, an active-active pair, a
+// restarted one under a new name): another zone's sender cannot touch them nor fill the table.
+inline constexpr std::size_t kMaxSourcesPerZone = 4;
+
+// The bytes an entry holds in memory: itself, its name, definitions, host names and keys.
+std::size_t held_bytes(const UsageBucket& b);
+
+// Assembles the parts of ZoneUsage or RegionUsage messages, one pending set per source (per
+// zone and source for ZoneUsage: a zone's sender names its zone, which CURVE binds to its key).
 // A set is complete when all of its parts arrived; a set is dropped incomplete when a part
 // of a newer set of its source arrives, or when it is older than `timeout_ms` at expire().
 //
@@ -58,8 +74,9 @@ std::string_view to_string(PartResult r);
 template <class Usage>
 class PartAssembler {
   public:
-    PartAssembler(std::size_t max_sources, std::uint64_t timeout_ms)
-        : max_sources_(max_sources), timeout_ms_(timeout_ms) {}
+    PartAssembler(std::size_t max_sources, std::uint64_t timeout_ms,
+                  std::size_t max_set_bytes = kMaxSetBytes)
+        : max_sources_(max_sources), timeout_ms_(timeout_ms), max_set_bytes_(max_set_bytes) {}
 
     // Reads a message as read_usage() does (the same answer, the same error). A part of a source
     // the assembler holds a set for is read with its buckets in their place in the set's vector,
@@ -91,8 +108,8 @@ class PartAssembler {
     // the sizes.
     std::uint64_t names_mark() const { return names_mark_; }
     std::size_t spares() const { return spares_.size(); }
-    // Drops the sets whose first part arrived more than timeout_ms before now_ms; returns how
-    // many (they also count in incomplete()).
+    // Drops the sets whose first part arrived more than timeout_ms before now_ms, returning
+    // their memory; returns how many (they also count in incomplete()).
     std::size_t expire(std::uint64_t now_ms);
 
     std::size_t pending() const { return pending_; }
@@ -118,6 +135,9 @@ class PartAssembler {
         std::size_t used = 0;
         // recycle()'s names_mark for `buckets`, cleared when a name in it may have changed.
         std::uint64_t names_mark = 0;
+        std::size_t bytes = 0;          // held_bytes() of the parts received
+        std::uint64_t refused_seq = 0;  // a set dropped as TooLarge: its other parts ignored
+        bool refused = false;
     };
     // The part read() read last into a set's vector, for add() to take.
     struct Placed {
@@ -135,12 +155,20 @@ class PartAssembler {
     // an empty vector; and a spare handed back (dropped beyond kMaxSpares).
     std::vector<UsageBucket> spare(std::size_t n);
     void keep(std::vector<UsageBucket>&& v);
+    // Returns a dropped set's memory (its vector and part 0's lists).
+    static void release(Set& s);
+    // The key of m's set in sets_ (into key_): zone and source, or source.
+    const std::string& key_of(const Usage& m);
+    // Room for one more set of m's zone: an idle one of the zone goes, else false.
+    bool room_in_zone(const Usage& m);
 
     // Read buffers and the vectors of sets dropped to make room for another source's.
     static constexpr std::size_t kMaxSpares = 8;
 
     std::size_t max_sources_;
     std::uint64_t timeout_ms_;
+    std::size_t max_set_bytes_;
+    std::string key_;
     // By source, at most max_sources_: the pending sets and the sets kept for their vector.
     std::map<std::string, Set, std::less<>> sets_;
     std::size_t pending_ = 0;
@@ -148,6 +176,8 @@ class PartAssembler {
     Placed placed_;
     std::uint64_t names_mark_ = 0;  // names_mark()
     std::vector<std::vector<UsageBucket>> spares_;
+    std::vector<std::size_t> spare_sizes_;  // bytes of each spare
+    std::size_t spare_bytes_ = 0;           // their sum, at most max_set_bytes_
 };
 
 extern template class PartAssembler<ZoneUsage>;

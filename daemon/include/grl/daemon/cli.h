@@ -41,6 +41,7 @@ std::string usage_error(const CLI::App& app, const std::string& message);
 
 // Durations as operators write them ("250ms", "1s", "30m"; a bare number is seconds).
 std::string format_duration(std::uint64_t ms);
+std::string format_size(std::uint64_t bytes);
 
 // Options bound to a field. Each help ends with the default, taken from the field's value
 // when the option is added (so set the default in the config struct, not here).
@@ -59,6 +60,9 @@ CLI::Option* add_duration(CLI::App& app, const std::string& name, std::uint64_t&
 CLI::Option* add_count(CLI::App& app, const std::string& name, std::uint32_t& field,
                        std::uint32_t min, std::uint32_t max, const std::string& help,
                        const std::string& metavar = "N");
+// A size in bytes ("512k", "64m", as nginx writes them) within [min, max].
+CLI::Option* add_size(CLI::App& app, const std::string& name, std::uint64_t& field,
+                      std::uint64_t min, std::uint64_t max, const std::string& help);
 CLI::Option* add_log_level(CLI::App& app, LogLevel& field);
 // --usage-version 1|2: the protocol version of the usage a daemon sends (docs/protocol.md
 // "Versions"); `what` names the messages ("zone usage", "region usage").
@@ -97,6 +101,7 @@ std::string check_exposure(const std::vector<std::pair<std::string, std::string>
 // The validators behind the options above, for options bound otherwise. Each leaves the value in
 // a form CLI11 converts to the field (a duration becomes its milliseconds).
 CLI::Validator duration_validator(std::uint64_t min_ms, std::uint64_t max_ms);
+CLI::Validator size_validator(std::uint64_t min, std::uint64_t max);
 CLI::Validator count_validator(std::uint64_t min, std::uint64_t max);
 CLI::Validator name_validator();
 CLI::Validator limit_validator();  // a rate or 0 (grl/parse.h parse_limit), to milli-r/s
