@@ -23,6 +23,7 @@ constexpr std::size_t kMaxPerWakeup = 20000;  // reports handled per batch
 constexpr std::size_t kMaxWrongZoneHosts = 1000;
 constexpr std::size_t kMaxHostKeys = 100000;  // CURVE keys bound to hosts
 constexpr int kReportQueue = 64;              // reports queued per nginx connection
+constexpr int kPublishQueue = 1024;           // instructions queued per nginx connection
 constexpr int kUsageQueue = 2 * static_cast<int>(wire::kMaxParts);  // usage per controller
 
 std::string list_names(const std::vector<std::string>& names) {
@@ -59,8 +60,11 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     // "Memory under a flood"): 100000 per connection let one 8 s flood grow it to 900 MB.
     pull_.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
     pull_.set(ZMQ_RCVHWM, kReportQueue);
-    // collector -> nginx: relayed instructions.
-    pub.set(ZMQ_SNDHWM, 10000);
+    // collector -> nginx: relayed instructions. A tick relays at most 3 topics x 8 sources x 16
+    // messages (Relay), one message each in most fleets; a newer message supersedes an older
+    // one, so a subscriber that does not read gets no more than kPublishQueue messages queued
+    // (10,000 let one that never read hold 500 MiB of the collector's memory).
+    pub.set(ZMQ_SNDHWM, kPublishQueue);
     pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
     loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
     // ZAP domains: "nginx" for reports, "subscriber" for instructions (one per endpoint, so
@@ -632,6 +636,11 @@ std::string Collector::metrics() {
              "Last instruction messages sent again to nginx hosts that (re)subscribed.");
     m.sample("grl_collector_instructions_replayed_total",
              static_cast<double>(relay_->replayed.load()));
+    m.family("grl_collector_replays_coalesced_total", "counter",
+             "Subscriptions whose replay was folded into one replay of their topic at the end of "
+             "its gap (a topic is replayed at most once per 100 ms): a flood of subscriptions.");
+    m.sample("grl_collector_replays_coalesced_total",
+             static_cast<double>(relay_->coalesced.load()));
     m.family("grl_collector_instructions_malformed_total", "counter",
              "Instruction messages dropped as malformed or not for this zone.");
     m.sample("grl_collector_instructions_malformed_total",

@@ -143,3 +143,85 @@ def test_fleet_an_unreachable_controller_is_told_from_a_full_queue(fleet):
     finally:
         feed.stop()
         ctx.destroy(linger=0)
+
+
+def busy_report(host, seq, buckets, interval_ms=250):
+    """A report of `host` whose `buckets` buckets are each offered 100 r/s over a limit of 1 r/s,
+    so that every instruction message names them all (a ratio each)."""
+    offered = seq * 100 * interval_ms // 1000
+    return msgpack.packb({
+        "v": 1, "type": "report", "ts_ms": int(time.time() * 1000), "seq": seq,
+        "host": host, "zone": "z1", "region": "r1", "epoch": 7, "interval_ms": interval_ms,
+        "reports_dropped": 0,
+        "buckets": [{"name": "busy%04d" % i, "scope": "global", "mode": "deny", "limit_mrps": 1000,
+                     "offered": offered, "admitted": offered, "dropped": 0, "shadow_dropped": 0}
+                    for i in range(buckets)]}, use_bin_type=True)
+
+
+def test_fleet_a_subscription_flood_replays_at_a_bounded_rate(fleet):
+    """An attacker that subscribes to the collector's topics as fast as it can, and never reads,
+    makes a genuine subscriber receive no more than the controller's ticks and at most one replay
+    per topic every 100 ms, and the collector's memory stays bounded; the subscriptions whose
+    replay was folded into another are counted."""
+    ctl = fleet.controller(interval="250ms", ttl="5s")
+    col = fleet.collector("z1", [ctl], interval="250ms")
+    ctx = zmq.Context()
+    host = ctx.socket(zmq.PUSH)
+    host.connect(col.report)
+    stop = threading.Event()
+
+    def reporter():
+        seq = 0
+        while not stop.is_set():
+            seq += 1
+            host.send(busy_report("h1", seq, 1000))
+            stop.wait(0.25)
+    rep = threading.Thread(target=reporter, daemon=True)
+    rep.start()
+    genuine = ctx.socket(zmq.SUB)
+    genuine.setsockopt(zmq.RCVHWM, 0)
+    for t in (b"grl/g/", b"grl/r/r1/", b"grl/z/r1/z1/"):
+        genuine.setsockopt(zmq.SUBSCRIBE, t)
+    genuine.connect(col.publish)
+    try:
+        def big_instructions():  # every bucket in the relayed instructions
+            if not genuine.poll(100):
+                return False
+            topic, body = genuine.recv_multipart()
+            return len(msgpack.unpackb(body, raw=False)["buckets"]) == 1000
+        f.h.wait_until(big_instructions, 15, what="instructions naming the 1,000 buckets")
+        rss0 = rss_kib(col.proc.pid)
+        replayed0 = scrape(col, "grl_collector_instructions_replayed_total")
+
+        attacker = ctx.socket(zmq.XSUB)  # sends every subscription upstream, reads nothing
+        attacker.setsockopt(zmq.RCVHWM, 1)
+        attacker.setsockopt(zmq.RCVBUF, 4096)
+        attacker.connect(col.publish)
+        received = 0
+        sent = 0
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            for t in (b"\x01grl/g/", b"\x01grl/r/r1/", b"\x01grl/z/r1/z1/"):
+                attacker.send(t)
+                sent += 1
+            while genuine.poll(0):
+                genuine.recv_multipart()
+                received += 1
+        while genuine.poll(200):
+            genuine.recv_multipart()
+            received += 1
+        rss1 = rss_kib(col.proc.pid)
+        replayed = scrape(col, "grl_collector_instructions_replayed_total") - replayed0
+        print("subscriptions sent %d, genuine received %d, replayed %d, collector RSS %d -> %d KiB"
+              % (sent, received, replayed, rss0, rss1))
+        # 5.2 s of ticks (4 a second, a message per topic the controller publishes) and at most
+        # one replay per topic every 100 ms (52 per topic): 300 leaves room for both.
+        assert received <= 300, (received, sent)
+        assert rss1 - rss0 < 100 * 1024, (rss0, rss1)
+        assert scrape(col, "grl_collector_replays_coalesced_total") > 0
+        assert col.alive()
+        attacker.close(linger=0)
+    finally:
+        stop.set()
+        rep.join(5)
+        ctx.destroy(linger=0)
