@@ -90,6 +90,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     zap_->limit("subscriber", publish_limit_.get());
     for (daemon::EndpointLimit* l : {report_limit_.get(), publish_limit_.get()})
         loop_.on_socket(l->monitor(), [l] { l->handle(); });
+    daemon::bound_messages(loop_, {report_limit_.get()}, {publish_limit_.get()});
     report_ep_ = pull_.bind(cfg_.report_bind);
     publish_ep_ = pub.bind(cfg_.publish_bind);
     report_limit_->set_address(report_ep_);
@@ -249,7 +250,7 @@ void Collector::on_reports() {
     BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.interval_ms));
     batch.start(now);
     while (batch.more(mono_ms())) {
-        std::size_t n = pull_.recv_frames(frames_, 1);
+        std::size_t n = report_limit_->recv_frames(frames_, 1);
         if (n == 0) break;
         now = mono_ms();
         std::string_view body = frames_[0].view();
