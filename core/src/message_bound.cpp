@@ -3,7 +3,7 @@
 namespace grl {
 
 void MessageBound::opened(int fd) {
-    conns_[fd] = Conn{0, true, false};  // all it sends counts, from its greeting on
+    conns_[fd] = Conn{};  // all it sends counts, from its greeting on
 }
 
 void MessageBound::closed(int fd) {
@@ -22,8 +22,8 @@ bool MessageBound::over(int fd, std::uint64_t read, bool behind) {
     // A message taken since the last look ends what came before it: the next one starts here
     // (an underestimate by what arrived between the take and now, at most one look's worth).
     // Read going back is another connection on a reused descriptor: it starts afresh.
-    if (!c.seen || c.taken || read < c.base) {
-        c = Conn{read, true, false};
+    if (c.taken || read < c.base) {
+        c = Conn{read, false};
         return false;
     }
     last_excess_ = read - c.base;

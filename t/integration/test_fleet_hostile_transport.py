@@ -73,8 +73,14 @@ class Zmtp:
         except (BrokenPipeError, ConnectionResetError):
             return sent, True
         except socket.timeout:
-            pass  # the daemon stopped reading: not cut
-        return sent, False
+            pass  # the daemon stopped reading: cut (it closed its side) or not
+        try:
+            self.s.settimeout(2)
+            return sent, self.s.recv(1) == b""
+        except ConnectionResetError:
+            return sent, True
+        except socket.timeout:
+            return sent, False
 
     def close(self):
         self.s.close()

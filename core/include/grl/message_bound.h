@@ -44,7 +44,6 @@ class MessageBound {
   private:
     struct Conn {
         std::uint64_t base = 0;  // bytes read when the daemon last took one of its messages
-        bool seen = false;       // base is set (a connection reused a descriptor: not yet)
         bool taken = false;      // a message was taken since the last over()
     };
     std::uint64_t bytes_, behind_bytes_;
