@@ -23,6 +23,8 @@ constexpr std::size_t kMaxPerWakeup = 20000;  // reports handled per batch
 constexpr std::size_t kMaxWrongZoneHosts = 1000;
 constexpr std::size_t kMaxHostKeys = 100000;  // CURVE keys bound to hosts
 constexpr int kReportQueue = 64;              // reports queued per nginx connection
+constexpr int kPublishQueue = 1024;           // instructions queued per nginx connection
+constexpr int kUsageQueue = 2 * static_cast<int>(wire::kMaxParts);  // usage per controller
 
 std::string list_names(const std::vector<std::string>& names) {
     std::string s;
@@ -58,8 +60,11 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     // "Memory under a flood"): 100000 per connection let one 8 s flood grow it to 900 MB.
     pull_.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
     pull_.set(ZMQ_RCVHWM, kReportQueue);
-    // collector -> nginx: relayed instructions.
-    pub.set(ZMQ_SNDHWM, 10000);
+    // collector -> nginx: relayed instructions. A tick relays at most 3 topics x 8 sources x 16
+    // messages (Relay), one message each in most fleets; a newer message supersedes an older
+    // one, so a subscriber that does not read gets no more than kPublishQueue messages queued
+    // (10,000 let one that never read hold 500 MiB of the collector's memory).
+    pub.set(ZMQ_SNDHWM, kPublishQueue);
     pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
     loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
     // ZAP domains: "nginx" for reports, "subscriber" for instructions (one per endpoint, so
@@ -85,6 +90,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     zap_->limit("subscriber", publish_limit_.get());
     for (daemon::EndpointLimit* l : {report_limit_.get(), publish_limit_.get()})
         loop_.on_socket(l->monitor(), [l] { l->handle(); });
+    daemon::bound_messages(loop_, {report_limit_.get()}, {publish_limit_.get()});
     report_ep_ = pull_.bind(cfg_.report_bind);
     publish_ep_ = pub.bind(cfg_.publish_bind);
     report_limit_->set_address(report_ep_);
@@ -119,18 +125,21 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         auto c =
             std::make_unique<Controller>(Controller{ep, daemon::Socket(ctx, ZMQ_PUSH), nullptr});
         // Only queue for a connected controller, and only a little: a usage message is
-        // superseded by the next one, so an old one is worth nothing.
+        // superseded by the next one, so an old one is worth nothing. A little is two whole
+        // sets of the most parts a usage may have (docs/protocol.md "Usage in parts"): a set
+        // is sent back to back, faster than the I/O thread takes it.
         c->push.set(ZMQ_IMMEDIATE, 1);
-        c->push.set(ZMQ_SNDHWM, 4);
-        if (curve_up) {
-            daemon::make_curve_client(c->push, *cfg_.keypair, controller_key(cfg_, ep));
-            std::map<std::string, std::string> own_key;  // for the wording of log lines
-            if (cfg_.controller_keys.count(ep) > 0) own_key[ep] = controller_key(cfg_, ep);
-            c->watch = std::make_unique<daemon::HandshakeWatch>(
-                ctx, c->push.get(), "controller", std::vector<std::string>{ep}, std::move(own_key));
-            daemon::HandshakeWatch* w = c->watch.get();
-            loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
-        }
+        c->push.set(ZMQ_SNDHWM, kUsageQueue);
+        if (curve_up) daemon::make_curve_client(c->push, *cfg_.keypair, controller_key(cfg_, ep));
+        std::map<std::string, std::string> own_key;  // for the wording of log lines
+        if (curve_up && cfg_.controller_keys.count(ep) > 0) own_key[ep] = controller_key(cfg_, ep);
+        // With CURVE, its handshakes; always, whether a connection is up (a dropped usage is
+        // then "not reachable" or "queue full").
+        c->watch = std::make_unique<daemon::HandshakeWatch>(ctx, c->push.get(), "controller",
+                                                            std::vector<std::string>{ep},
+                                                            std::move(own_key), curve_up);
+        daemon::HandshakeWatch* w = c->watch.get();
+        loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
         c->push.connect(ep);
         controllers_.push_back(std::move(c));
     }
@@ -241,7 +250,7 @@ void Collector::on_reports() {
     BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.interval_ms));
     batch.start(now);
     while (batch.more(mono_ms())) {
-        std::size_t n = pull_.recv_frames(frames_, 1);
+        std::size_t n = report_limit_->recv_frames(frames_, 1);
         if (n == 0) break;
         now = mono_ms();
         std::string_view body = frames_[0].view();
@@ -442,14 +451,32 @@ void Collector::send_usage() {
     early_.sent(mono_ms(), unrated);
     if (parts_.empty()) return;  // too large even in parts: logged above
     for (auto& c : controllers_) {
-        bool sent = true;
-        for (const std::string& part : parts_) sent = c->push.send(part) && sent;
-        if (sent) {
+        std::size_t queued = 0;
+        for (const std::string& part : parts_) queued += c->push.send(part) ? 1 : 0;
+        if (queued == parts_.size()) {
             ++c->sent;
-        } else {
-            ++c->dropped;
+            continue;
+        }
+        ++c->dropped;
+        c->watch->handle(mono_ms());  // the connection's latest events
+        const std::string of = parts_.size() > 1
+                                   ? " (" + std::to_string(queued) + " of " +
+                                         std::to_string(parts_.size()) + " parts queued)"
+                                   : "";
+        if (c->watch->up()) {
+            ++c->queue_full;
             send_log_.hit(LogLevel::Warn, {},
-                          "controller " + c->endpoint + " not reachable: zone usage dropped",
+                          "controller " + c->endpoint +
+                              " takes zone usage slower than it is "
+                              "sent: its queue of " +
+                              std::to_string(kUsageQueue) +
+                              " messages is full, zone usage dropped" + of,
+                          mono_ms());
+        } else {
+            ++c->unreachable;
+            send_log_.hit(LogLevel::Warn, {},
+                          "controller " + c->endpoint +
+                              " not reachable (no connection): zone usage dropped" + of,
                           mono_ms());
         }
     }
@@ -587,6 +614,18 @@ std::string Collector::metrics() {
                  static_cast<double>(c->dropped));
     m.sample("grl_collector_messages_dropped_total", {{"controller", "relay"}},
              static_cast<double>(relay_->dropped.load()));
+    m.family("grl_collector_usage_dropped_total", "counter",
+             "Zone usage messages not (or not wholly) queued for a controller, by reason: "
+             "unreachable (no connection up) or queue_full (connected, but the controller takes "
+             "usage slower than it is sent).");
+    for (const auto& c : controllers_) {
+        m.sample("grl_collector_usage_dropped_total",
+                 {{"controller", c->endpoint}, {"reason", "unreachable"}},
+                 static_cast<double>(c->unreachable));
+        m.sample("grl_collector_usage_dropped_total",
+                 {{"controller", c->endpoint}, {"reason", "queue_full"}},
+                 static_cast<double>(c->queue_full));
+    }
     m.family("grl_collector_usage_bytes", "gauge",
              "Size of the last zone usage, all its parts together.");
     m.sample("grl_collector_usage_bytes", static_cast<double>(usage_bytes_));
@@ -611,6 +650,11 @@ std::string Collector::metrics() {
              "Last instruction messages sent again to nginx hosts that (re)subscribed.");
     m.sample("grl_collector_instructions_replayed_total",
              static_cast<double>(relay_->replayed.load()));
+    m.family("grl_collector_replays_coalesced_total", "counter",
+             "Subscriptions whose replay was folded into one replay of their topic at the end of "
+             "its gap (a topic is replayed at most once per 100 ms): a flood of subscriptions.");
+    m.sample("grl_collector_replays_coalesced_total",
+             static_cast<double>(relay_->coalesced.load()));
     m.family("grl_collector_instructions_malformed_total", "counter",
              "Instruction messages dropped as malformed or not for this zone.");
     m.sample("grl_collector_instructions_malformed_total",

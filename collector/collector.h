@@ -40,9 +40,11 @@ class Collector {
     struct Controller {
         std::string endpoint;
         daemon::Socket push;
-        std::unique_ptr<daemon::HandshakeWatch> watch;  // with CURVE
+        std::unique_ptr<daemon::HandshakeWatch> watch;  // CURVE handshakes; whether connected
         std::uint64_t sent = 0;
-        std::uint64_t dropped = 0;
+        std::uint64_t dropped = 0;      // usage messages (whole sets or parts of them) not queued
+        std::uint64_t unreachable = 0;  // of those, while no connection was up
+        std::uint64_t queue_full = 0;   // of those, while connected (the controller lags)
     };
     void on_reports();
     void tick();

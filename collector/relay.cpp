@@ -194,6 +194,13 @@ void Relay::run() {
             std::uint64_t now = daemon::mono_ms(), next = watch_->next_ms();
             timeout = next > now ? static_cast<long>(next - now) : 0;
         }
+        std::uint64_t replay_ms = 0;
+        replay_due(daemon::mono_ms(), replay_ms);
+        if (replay_ms) {  // subscriptions wait for the end of their topic's replay gap
+            const std::uint64_t now = daemon::mono_ms();
+            const long left = replay_ms > now ? static_cast<long>(replay_ms - now) : 0;
+            if (timeout < 0 || left < timeout) timeout = left;
+        }
         if (rebind_) {  // the publish port still held: bind again when due
             std::uint64_t now = daemon::mono_ms(), next = rebind_->next_ms();
             const long left = next > now ? static_cast<long>(next - now) : 0;
@@ -240,36 +247,70 @@ void Relay::run() {
 }
 
 // Subscription messages from nginx: byte 1 = subscribe, then the topic. A subscriber to a
-// topic gets the newest set of it still within its TTL again now, every message of it.
+// topic gets the newest set of it still within its TTL again, every message of it: now, or at
+// the end of the topic's replay gap (kReplayGapMs).
 void Relay::on_subscriptions() {
     std::vector<zmq::Frame> frames;
-    std::string body;
     for (int guard = 0; guard < 1024; ++guard) {
         std::size_t n = pub_.recv_frames(frames, 1);
         if (n == 0) return;
         std::string_view m = frames[0].view();
         if (n != 1 || m.empty() || m[0] != 1) continue;
-        const std::string topic(m.substr(1));
+        const std::string_view topic = m.substr(1);
+        // Only the three topics relayed are held: nothing to replay for another.
+        if (topic != topics_[0] && topic != topics_[1] && topic != topics_[2]) continue;
         const std::uint64_t now = daemon::mono_ms();
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = last_.find(topic);
-        if (it == last_.end()) continue;
-        Set* newest = nullptr;
-        for (auto& [source, set] : it->second) {
-            if (now >= set.expires_mono()) continue;
-            if (!newest || set.ts_ms > newest->ts_ms) newest = &set;
+        auto it = replays_.find(topic);
+        if (it == replays_.end()) it = replays_.emplace(std::string(topic), Replays{}).first;
+        Replays& r = it->second;
+        if (r.last_mono != 0 && now - r.last_mono < kReplayGapMs) {
+            ++r.waiting;
+            coalesced.fetch_add(1, std::memory_order_relaxed);
+            continue;
         }
-        if (!newest) continue;
-        for (Held& h : newest->held) {
-            if (now >= h.expires_mono) continue;
-            const std::uint64_t ttl = h.msg.ttl_ms;
-            h.msg.ttl_ms = h.expires_mono - now;
-            wire::encode(h.msg, body);
-            h.msg.ttl_ms = ttl;
-            if (pub_.send_frames({topic, body})) {
-                replayed.fetch_add(1, std::memory_order_relaxed);
-            }
+        r.last_mono = now;
+        replay(it->first, now);
+    }
+}
+
+void Relay::replay_due(std::uint64_t now, std::uint64_t& next_ms) {
+    next_ms = 0;
+    for (auto& [topic, r] : replays_) {
+        if (r.waiting == 0) continue;
+        if (now - r.last_mono < kReplayGapMs) {
+            const std::uint64_t due = r.last_mono + kReplayGapMs;
+            if (next_ms == 0 || due < next_ms) next_ms = due;
+            continue;
         }
+        replay_log_.hit(daemon::LogLevel::Warn, {},
+                        "subscriptions to " + topic + " come faster than one replay per " +
+                            std::to_string(kReplayGapMs) + " ms: " + std::to_string(r.waiting) +
+                            " served by one replay (a flood of subscriptions?)",
+                        now);
+        r.waiting = 0;
+        r.last_mono = now;
+        replay(topic, now);
+    }
+}
+
+void Relay::replay(const std::string& topic, std::uint64_t now) {
+    std::string body;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = last_.find(topic);
+    if (it == last_.end()) return;
+    Set* newest = nullptr;
+    for (auto& [source, set] : it->second) {
+        if (now >= set.expires_mono()) continue;
+        if (!newest || set.ts_ms > newest->ts_ms) newest = &set;
+    }
+    if (!newest) return;
+    for (Held& h : newest->held) {
+        if (now >= h.expires_mono) continue;
+        const std::uint64_t ttl = h.msg.ttl_ms;
+        h.msg.ttl_ms = h.expires_mono - now;
+        wire::encode(h.msg, body);
+        h.msg.ttl_ms = ttl;
+        if (pub_.send_frames({topic, body})) replayed.fetch_add(1, std::memory_order_relaxed);
     }
 }
 

@@ -68,9 +68,15 @@ class Relay {
     // buckets in one scope is 16 messages of 4,096) and sources (controllers) per topic.
     static constexpr std::size_t kMaxSetMessages = 16;
     static constexpr std::size_t kMaxSources = 8;
+    // A replay goes to every subscriber of its topic (an XPUB cannot send to one connection),
+    // so a topic is replayed at most once per kReplayGapMs: the subscriptions that come within
+    // the gap are served by one replay at its end (counted in `coalesced`). Without it, each
+    // subscription of a flood sent the set to every nginx of the zone.
+    static constexpr std::uint64_t kReplayGapMs = 100;
 
     std::atomic<std::uint64_t> relayed{0};
-    std::atomic<std::uint64_t> replayed{0};  // last messages sent again to new subscribers
+    std::atomic<std::uint64_t> replayed{0};   // last messages sent again to new subscribers
+    std::atomic<std::uint64_t> coalesced{0};  // subscriptions served by a later replay
     std::atomic<std::uint64_t> malformed{0};
     std::atomic<std::uint64_t> dropped{0};  // the PUB refused (should not happen)
     std::atomic<std::uint64_t> last_mono{0};
@@ -100,6 +106,11 @@ class Relay {
 
     void run();
     void on_subscriptions();
+    // Sends the topic's newest set again (every subscriber of the topic gets it).
+    void replay(const std::string& topic, std::uint64_t now);
+    // Replays the topics whose gap has ended with subscriptions waiting; the next such time in
+    // `next_ms` (0: none).
+    void replay_due(std::uint64_t now, std::uint64_t& next_ms);
     bool on_command();  // false: stop
 
     daemon::Socket sub_;
@@ -113,6 +124,12 @@ class Relay {
     std::map<std::string, std::map<std::string, Set>, std::less<>> last_;  // topic, source
     std::vector<wire::Instructions> spare_;  // buffers of replaced sets
     std::string last_source_;
+    struct Replays {
+        std::uint64_t last_mono = 0;  // the topic's last replay
+        std::uint64_t waiting = 0;    // subscriptions since, served at the gap's end
+    };
+    std::map<std::string, Replays, std::less<>> replays_;  // relay thread; the three topics
+    daemon::LogLimiter replay_log_;
     // Main thread: rebind requests waiting for their reply, by sequence number.
     std::uint64_t rebind_seq_ = 0;
     std::map<std::uint64_t, daemon::RebindDone> pending_;

@@ -137,6 +137,7 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     zap_->limit("admin", admin_limit_.get());
     for (daemon::EndpointLimit* l : {usage_limit_.get(), publish_limit_.get(), admin_limit_.get()})
         loop_.on_socket(l->monitor(), [l] { l->handle(); });
+    daemon::bound_messages(loop_, {usage_limit_.get(), admin_limit_.get()}, {publish_limit_.get()});
     if (!curve_) {
         // Without CURVE, ZAP runs (NULL mechanism) when the socket has a domain: for the limit.
         for (auto [sock, domain] : {std::pair{&pull_, "collector"}, std::pair{&pub_, "subscriber"},
@@ -267,7 +268,7 @@ void Daemon::on_usage() {
     BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
     batch.start(mono_ms());
     while (batch.more(mono_ms())) {
-        std::size_t n = pull_.recv_frames(frames_, 1);
+        std::size_t n = usage_limit_->recv_frames(frames_, 1);
         if (n == 0) return;
         const control::Clock t = now();
         if (n != 1 || !zone_parts_.read(frames_[0].view(), zone_usage_, error)) {
@@ -507,7 +508,7 @@ void Daemon::on_admin() {
     BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
     batch.start(mono_ms());
     while (batch.more(mono_ms())) {
-        std::size_t n = admin_.recv_frames(frames_, 3);
+        std::size_t n = admin_limit_->recv_frames(frames_, 3);
         if (n == 0) return;
         // REQ clients send [identity, "", body]; DEALER clients [identity, body].
         std::size_t body = n == 3 && frames_[1].view().empty() ? 2 : 1;

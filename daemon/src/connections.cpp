@@ -1,6 +1,15 @@
 #include "grl/daemon/connections.h"
 
+#include <arpa/inet.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cstddef>
+#include <string>
+#include <vector>
 #include <cerrno>
 #include <chrono>
 #include <memory>
@@ -13,7 +22,7 @@
 namespace grl::daemon {
 
 EndpointLimit::EndpointLimit(Context& ctx, void* socket, std::string name, std::size_t max)
-    : monitor_(ctx, ZMQ_PAIR), name_(std::move(name)), count_(max, kHandshakeMs) {
+    : socket_(socket), monitor_(ctx, ZMQ_PAIR), name_(std::move(name)), count_(max, kHandshakeMs) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-endpoint-limit-" + std::to_string(next++);
     zmq::monitor_events(
@@ -37,10 +46,12 @@ void EndpointLimit::handle() {
         const std::uint64_t now = mono_ms();
         if (e.event == ZMQ_EVENT_ACCEPTED) {
             count_.accepted(static_cast<int>(e.value), now);
+            if (bound_) bound_->opened(static_cast<int>(e.value));
         } else if (e.event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             count_.handshake_succeeded(now);
         } else if (e.event == ZMQ_EVENT_DISCONNECTED) {
             count_.disconnected(static_cast<int>(e.value), now);
+            if (bound_) bound_->closed(static_cast<int>(e.value));
         }
     }
     const std::uint64_t now = mono_ms();
@@ -85,6 +96,7 @@ std::size_t EndpointLimit::cut(const RebindFn& rebind, RebindDone done) {
     // Unbound (at once, or the rebind failed): its connections are closed all the same.
     const std::size_t n = count_.cut();
     cut_ += n;
+    if (bound_) bound_ = std::make_unique<MessageBound>(bound_->bytes(), bound_->behind_bytes());
     RebindDone counted = [this, done = std::move(done)](const std::string& error, bool delayed) {
         if (!error.empty()) ++cut_failures_;
         if (delayed) ++cut_delayed_;
@@ -96,6 +108,100 @@ std::size_t EndpointLimit::cut(const RebindFn& rebind, RebindDone done) {
         counted(e.what(), false);
     }
     return n;
+}
+
+void EndpointLimit::bound_messages(std::uint64_t bytes, std::uint64_t behind_bytes, bool receives) {
+    bound_ = std::make_unique<MessageBound>(bytes, behind_bytes);
+    receives_ = receives;
+}
+
+std::size_t EndpointLimit::recv_frames(std::vector<zmq::Frame>& frames, std::size_t max_frames) {
+    const std::size_t n = zmq::recv_frames(socket_, frames, max_frames);
+    if (n > 0 && bound_) {
+        // The connection's descriptor, as libzmq's metadata gives it (ZMQ_SRCFD).
+        const int fd = zmq_msg_get(frames[0].get(), ZMQ_SRCFD);
+        if (fd >= 0) bound_->taken(fd);
+        ++taken_;
+    }
+    return n;
+}
+
+namespace {
+
+// Bytes libzmq has read from a TCP connection: received by TCP less what the kernel still
+// holds. False when `fd` is no TCP socket (any more).
+bool bytes_read(int fd, std::uint64_t& read) {
+    tcp_info info{};
+    socklen_t len = sizeof(info);
+    int queued = 0;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+        len < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received) ||
+        ioctl(fd, FIONREAD, &queued) != 0) {
+        return false;
+    }
+    read = info.tcpi_bytes_received - static_cast<std::uint64_t>(queued > 0 ? queued : 0);
+    return true;
+}
+
+std::string peer_of(int fd) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
+    if (a.ss_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+    }
+    if (a.ss_family == AF_INET6) {
+        const auto* in = reinterpret_cast<const sockaddr_in6*>(&a);
+        inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
+        return "[" + std::string(host) + "]:" + std::to_string(ntohs(in->sin6_port));
+    }
+    return "?";
+}
+
+}  // namespace
+
+void EndpointLimit::sweep() {
+    if (!bound_) return;
+    handle();  // connections opened and closed since the last sweep
+    // Messages wait that the daemon has not taken: a connection's whole queued messages count
+    // too, so the larger bound holds. Round robin serves every connection that has a message
+    // ready, so once as many were taken as there are connections, none of them is waiting.
+    bool behind = false;
+    if (receives_ && taken_ < count_.open()) {
+        int events = 0;
+        std::size_t len = sizeof(events);
+        behind =
+            zmq_getsockopt(socket_, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN) != 0;
+    }
+    taken_ = 0;
+    std::vector<std::pair<int, std::uint64_t>> over;  // fd, bytes since its last message
+    std::vector<int> gone;
+    bound_->each([&](int fd) {
+        std::uint64_t read = 0;
+        if (!bytes_read(fd, read)) {
+            gone.push_back(fd);
+        } else if (bound_->over(fd, read, behind)) {
+            over.emplace_back(fd, bound_->last_excess());
+        }
+    });
+    for (int fd : gone) bound_->closed(fd);
+    for (const auto& [fd, excess] : over) bound_->closed(fd);  // DISCONNECTED follows
+    const std::uint64_t now = mono_ms();
+    for (const auto& [fd, excess] : over) {
+        const std::string peer = peer_of(fd);
+        shutdown(fd, SHUT_RDWR);  // libzmq sees the end, closes the connection, frees its queue
+        ++oversize_cut_;
+        oversize_log_.hit(
+            LogLevel::Warn, {},
+            "connection from " + peer + " to the " + name_ + " endpoint " + address_ +
+                " cut: it sent " + std::to_string(excess >> 10) +
+                " KiB without ending its message (bound: " +
+                std::to_string((behind ? bound_->behind_bytes() : bound_->bytes()) >> 10) + " KiB)",
+            now);
+    }
 }
 
 Rebind::Rebind(void* socket, std::string endpoint, std::uint64_t now_ms, bool unbind_first)
@@ -144,6 +250,22 @@ void rebind(Loop& loop, void* socket, const std::string& endpoint, RebindDone do
     finish_on(loop, std::make_shared<Rebind>(socket, endpoint, mono_ms()), std::move(done));
 }
 
+void bound_messages(Loop& loop, const std::vector<EndpointLimit*>& receiving,
+                    const std::vector<EndpointLimit*>& publishing) {
+    std::vector<EndpointLimit*> all;
+    for (EndpointLimit* l : receiving) {
+        l->bound_messages(kMessageBytes, kMessageBehindBytes, true);
+        all.push_back(l);
+    }
+    for (EndpointLimit* l : publishing) {
+        l->bound_messages(kSubscriberBytes, kSubscriberBytes, false);
+        all.push_back(l);
+    }
+    loop.every(EndpointLimit::kSweepMs, [all] {
+        for (EndpointLimit* l : all) l->sweep();
+    });
+}
+
 void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLimit*>& limits) {
     struct Family {
         const char* name;
@@ -186,6 +308,12 @@ void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLi
         for (const EndpointLimit* l : limits)
             m.sample(f.name, {{"endpoint", l->name()}}, f.value(*l));
     }
+    m.family("grl_oversize_messages_total", "counter",
+             "Messages over the endpoint's bound, by reason: bytes (a connection sent more than "
+             "the bound without ending its message; its connection is cut).");
+    for (const EndpointLimit* l : limits)
+        m.sample("grl_oversize_messages_total", {{"endpoint", l->name()}, {"reason", "bytes"}},
+                 static_cast<double>(l->oversize_cut()));
 }
 
 }  // namespace grl::daemon

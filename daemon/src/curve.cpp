@@ -184,22 +184,33 @@ void ZapHandler::handle() {
 
 HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
                                std::vector<std::string> endpoints,
-                               std::map<std::string, std::string> server_keys)
+                               std::map<std::string, std::string> server_keys, bool curve)
     : socket_(socket),
       monitor_(ctx, ZMQ_PAIR),
       peer_(std::move(peer)),
       server_keys_(std::move(server_keys)),
-      handshakes_(std::move(endpoints)) {
+      handshakes_(std::move(endpoints)),
+      curve_(curve) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-handshake-watch-" + std::to_string(next++);
-    zmq::monitor_handshakes(socket_, ep, true);
+    zmq::monitor_events(socket_, ep,
+                        ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED);
     monitor_.connect(ep);
 }
 
 void HandshakeWatch::handle(std::uint64_t now_ms) {
-    zmq::HandshakeEvent e;
-    for (int guard = 0; guard < 1000 && zmq::next_handshake_event(monitor_.get(), frames_, e);
+    zmq::MonitorEvent m;
+    for (int guard = 0; guard < 1000 && zmq::next_monitor_event(monitor_.get(), frames_, m);
          ++guard) {
+        if (m.event == ZMQ_EVENT_DISCONNECTED) {
+            up_ = false;
+            continue;
+        }
+        const zmq::HandshakeEvent e = zmq::handshake_event(m);
+        up_ = e.ok;
+        if (!curve_) continue;
         (e.ok ? ok : failed).fetch_add(1, std::memory_order_relaxed);
         if (!handshakes_.record(e.ok, e.address, now_ms)) continue;
         if (e.ok) {

@@ -37,8 +37,6 @@ void monitor_handshakes(void* socket, const std::string& endpoint, bool failures
     monitor_events(socket, endpoint, events);
 }
 
-namespace {
-
 HandshakeEvent handshake_event(const MonitorEvent& m) {
     HandshakeEvent e;
     e.address.assign(m.address);
@@ -53,8 +51,6 @@ HandshakeEvent handshake_event(const MonitorEvent& m) {
     }
     return e;
 }
-
-}  // namespace
 
 HandshakeEvent decode_monitor_event(std::string_view head, std::string_view address) {
     return handshake_event(decode_monitor_frames(head, address));

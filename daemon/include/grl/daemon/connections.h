@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "grl/connection_limit.h"
+#include "grl/message_bound.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"
@@ -54,6 +55,20 @@ class EndpointLimit {
     // port in cut_delayed().
     std::size_t cut(const RebindFn& rebind, RebindDone done);
 
+    // The bound on one message's bytes per connection (grl/message_bound.h): `bytes` while the
+    // daemon keeps up, `behind_bytes` while messages wait. `receives`: the daemon takes the
+    // endpoint's messages through recv_frames() (each restarts its connection's count); else
+    // `bytes` bounds all a connection sends (subscriptions to a publisher).
+    void bound_messages(std::uint64_t bytes, std::uint64_t behind_bytes, bool receives);
+    // zmq::recv_frames() on the endpoint's socket, noting the connection each message came from.
+    std::size_t recv_frames(std::vector<zmq::Frame>& frames, std::size_t max_frames);
+    // Run every kSweepMs on the thread of the daemon's loop: a connection over its bound is cut
+    // (shutdown(2) of its descriptor; libzmq then closes it and frees the message), counted and
+    // logged. The bytes read come from TCP_INFO less what the kernel still holds.
+    static constexpr std::uint64_t kSweepMs = 100;
+    void sweep();
+    std::uint64_t oversize_cut() const { return oversize_cut_; }
+
     const std::string& name() const { return name_; }
     const ConnectionLimit& count() const { return count_; }
     std::uint64_t cut_total() const { return cut_; }
@@ -61,6 +76,7 @@ class EndpointLimit {
     std::uint64_t cut_delayed() const { return cut_delayed_; }
 
   private:
+    void* socket_;
     Socket monitor_;
     std::string name_;
     std::string address_;
@@ -70,6 +86,11 @@ class EndpointLimit {
     std::uint64_t cut_delayed_ = 0;
     std::vector<zmq::Frame> frames_;
     LogLimiter pending_log_;
+    std::unique_ptr<MessageBound> bound_;  // null: no bound (bound_messages() not called)
+    bool receives_ = false;
+    std::size_t taken_ = 0;  // messages taken since the last sweep
+    std::uint64_t oversize_cut_ = 0;
+    LogLimiter oversize_log_;
 };
 
 // Unbinds `socket` from `endpoint` (its resolved address) and binds it there again; libzmq
@@ -113,10 +134,22 @@ void rebind(Loop& loop, void* socket, const std::string& endpoint, RebindDone do
 // The same for a Rebind already started.
 void finish_on(Loop& loop, const std::shared_ptr<Rebind>& rebind, RebindDone done);
 
+// The bound on one message at every bound endpoint of a daemon (docs/security.md "Bounds"): at
+// those it receives on (`receiving`, read through EndpointLimit::recv_frames), a connection may
+// send kMessageBytes between two messages taken, kMessageBehindBytes while messages wait (64
+// queued messages of a genuine sender's at most 1 MiB, and two more); at its publishers
+// (`publishing`), a subscriber may send kSubscriberBytes in all. Swept every kSweepMs on `loop`.
+inline constexpr std::uint64_t kMessageBytes = std::uint64_t{2} << 20;
+inline constexpr std::uint64_t kMessageBehindBytes = std::uint64_t{66} << 20;
+inline constexpr std::uint64_t kSubscriberBytes = std::uint64_t{256} << 10;
+void bound_messages(Loop& loop, const std::vector<EndpointLimit*>& receiving,
+                    const std::vector<EndpointLimit*>& publishing);
+
 // grl_connections{endpoint}, grl_connections_pending{endpoint}, grl_connections_max{endpoint},
 // grl_connections_refused_total{endpoint}, grl_connections_unhandshaken_total{endpoint},
 // grl_curve_connections_cut_total{endpoint}, grl_curve_connections_cut_failures_total{endpoint},
-// grl_curve_connections_cut_delayed_total{endpoint}.
+// grl_curve_connections_cut_delayed_total{endpoint},
+// grl_oversize_messages_total{endpoint,reason}.
 void write_connection_metrics(MetricsText& m, const std::vector<const EndpointLimit*>& limits);
 
 }  // namespace grl::daemon

@@ -83,15 +83,17 @@ void cut_removed_keys(ZapHandler& zap, const std::string& domain, EndpointLimit&
 
 // Watches the CURVE handshakes of one client socket (zmq_socket_monitor): counts them, logs one
 // line per change between working and failing, and connects endpoints whose handshake was
-// refused again with a backoff (grl/zmq/handshake.h), since libzmq abandons them. Create it before
-// the socket connects; use it on the thread that owns the socket.
+// refused again with a backoff (grl/zmq/handshake.h), since libzmq abandons them. It also tells
+// whether the socket holds a handshaken connection (up()), so that a send that fails can say
+// whether the peer is not reachable or its queue is full; without CURVE (`curve` false) that is
+// all it does. Create it before the socket connects; use it on the thread that owns the socket.
 class HandshakeWatch {
   public:
     // `peer` names the other side in log lines ("controller", "peer controller").
     // `server_keys` (endpoint -> public key) for a socket connected to servers with keys of
     // their own: each is set again before its endpoint is connected again.
     HandshakeWatch(Context& ctx, void* socket, std::string peer, std::vector<std::string> endpoints,
-                   std::map<std::string, std::string> server_keys = {});
+                   std::map<std::string, std::string> server_keys = {}, bool curve = true);
     HandshakeWatch(const HandshakeWatch&) = delete;
     HandshakeWatch& operator=(const HandshakeWatch&) = delete;
 
@@ -100,6 +102,8 @@ class HandshakeWatch {
     void handle(std::uint64_t now_ms);
     // When handle() next has an endpoint to connect again (0: none pending).
     std::uint64_t next_ms() const { return handshakes_.next_ms(); }
+    // A connection completed its handshake and has not closed since (events taken by handle()).
+    bool up() const { return up_; }
 
     std::atomic<std::uint64_t> ok{0};
     std::atomic<std::uint64_t> failed{0};
@@ -111,6 +115,8 @@ class HandshakeWatch {
     std::map<std::string, std::string> server_keys_;
     Handshakes handshakes_;
     std::vector<zmq::Frame> frames_;
+    bool curve_;
+    bool up_ = false;
 };
 
 // A key list file (--curve-clients, --curve-admin-clients) read again while the daemon runs

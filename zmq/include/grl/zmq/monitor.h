@@ -49,6 +49,10 @@ struct HandshakeEvent {
     std::string address;      // the endpoint, as libzmq names it
 };
 
+// The handshake event of a decoded monitor event (an event of another kind is a failure of
+// no known kind: check MonitorEvent::event first).
+HandshakeEvent handshake_event(const MonitorEvent& m);
+
 // A handshake event from one monitor message (decode_monitor_frames). A head too short is an
 // event of no kind (neither a success nor a known failure), as libzmq never sends one.
 HandshakeEvent decode_monitor_event(std::string_view head, std::string_view address);
