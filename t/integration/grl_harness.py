@@ -116,8 +116,9 @@ def assert_binomial(k, n, p, what, sigmas=5.0, must_exclude=()):
 # A test that causes one of these on purpose says so: expect_log(pattern, why) on the process
 # (or kill_worker for nginx).
 
+# UBSan's reports are "FILE:LINE:COLUMN: runtime error: ..." (a Lua error's "runtime error" is not).
 FAULT_LINE = re.compile(r"\[(alert|emerg)\]|exited on signal|AddressSanitizer|LeakSanitizer|"
-                        r"UndefinedBehaviorSanitizer|runtime error:")
+                        r"UndefinedBehaviorSanitizer|:\d+:\d+: runtime error:")
 
 _running = []   # registered processes not yet checked at their stop
 _faults = []    # faults found since the last take_faults()
