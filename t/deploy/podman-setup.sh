@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes this Debian 12 machine run docker/compose.yaml without a Docker engine or a registry
-# (docs/operations.md, "Containers"): podman with runc, podman-compose, two container settings,
+# (docs/operations.md, "Containers"): podman with runc, podman-compose, three container settings,
 # and the base image localhost/debian:bookworm made by debootstrap from the machine's own apt
 # mirror, so that the Dockerfile's `FROM debian:bookworm` resolves without a pull.
 # Idempotent (each step is skipped when done); needs root. ~60 s the first time (debootstrap).
@@ -10,7 +10,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "podman-setup: needs root (installs packages, writes /etc/containers/containers.conf)" >&2
   exit 77
 fi
-pkgs=(podman runc debootstrap podman-compose)
+pkgs=(podman runc netavark aardvark-dns debootstrap podman-compose)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,19 +23,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -q -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}"
 fi
 
-# crun fails on these machines ("cgroups in hybrid mode not supported"), and podman's default
-# ulimits (nofile 1048576) exceed what root may set here: runc, and limits that fit.
+# crun fails on these machines ("cgroups in hybrid mode not supported"), podman's default
+# ulimits (nofile 1048576) exceed what root may set here, and podman 4.3 chooses the CNI
+# network backend, whose networks resolve no service names without the dnsname plugin:
+# runc, limits that fit, and netavark with aardvark-dns (compose's service-name DNS).
 conf=/etc/containers/containers.conf
+mark='# Written by grl t/deploy/podman-setup.sh'
 want='[containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
 [engine]
-runtime = "runc"'
-if [ ! -f "$conf" ]; then
+runtime = "runc"
+[network]
+network_backend = "netavark"'
+if [ ! -f "$conf" ] || { head -1 "$conf" | grep -qxF "$mark" && [ "$(tail -n +2 "$conf")" != "$want" ]; }; then
   mkdir -p /etc/containers
-  printf '# Written by grl t/deploy/podman-setup.sh\n%s\n' "$want" >"$conf"
+  printf '%s\n%s\n' "$mark" "$want" >"$conf"
   echo "podman-setup: wrote $conf"
-elif ! grep -q '^runtime = "runc"' "$conf" || ! grep -q '^default_ulimits' "$conf"; then
-  echo "podman-setup: $conf exists without runtime = \"runc\" and default_ulimits; add:" >&2
+elif ! grep -q '^runtime = "runc"' "$conf" || ! grep -q '^default_ulimits' "$conf" ||
+     ! grep -q '^network_backend = "netavark"' "$conf"; then
+  echo "podman-setup: $conf (not written by this script) lacks some of these settings; add:" >&2
   echo "$want" >&2
   exit 1
 fi
