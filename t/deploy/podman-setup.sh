@@ -46,6 +46,15 @@ elif ! grep -q '^runtime = "runc"' "$conf" || ! grep -q '^default_ulimits' "$con
   exit 1
 fi
 
+# A bridge the CNI backend left holds the default network's address (10.88.0.1/16) and its
+# route, so that under netavark the default network's containers (and `RUN` in builds) reach
+# nothing. Under netavark no container uses it.
+if ip link show cni-podman0 >/dev/null 2>&1 &&
+   [ "$(podman info --format '{{.Host.NetworkBackend}}')" = netavark ]; then
+  ip link delete cni-podman0
+  echo "podman-setup: removed the CNI backend's bridge cni-podman0 (netavark is in use)"
+fi
+
 image=localhost/debian:bookworm
 if podman image exists "$image"; then
   echo "podman-setup: $image present"
