@@ -21,7 +21,7 @@ nginx_src=$(sed -n 's/^NGINX_SRC_DIR:PATH=//p' "$cache")
 abi_file="${nginx_src:-/usr/share/nginx/src}/debian/libnginx-mod.abisubstvars"
 abi=$(sed -n 's/^nginx:abi=//p' "$abi_file" 2>/dev/null || true)
 [ -n "$abi" ] || { echo "build-debs: no nginx:abi= in $abi_file (nginx-dev): cannot say which nginx the module fits" >&2; exit 1; }
-debver="$version-1"
+debver=${GRL_DEB_VERSION:-$version-1}  # another version: t/deploy/test-debs.sh's previous build
 maint=${GRL_DEB_MAINTAINER:-grl maintainers <grl@example.org>}
 arch=$(dpkg --print-architecture)
 for f in ngx_module/ngx_http_grl_module.so collector/grl-collector controller/grl-controller \
@@ -73,7 +73,16 @@ install -m 0644 "$root/docs/directives.md" "$m/usr/share/doc/libnginx-mod-http-g
 install -D -m 0644 "$root/lua/resty/grl.lua" "$m/usr/share/lua/5.1/resty/grl.lua"
 names="mod-http-grl.conf:50-mod-http-grl.conf"
 # Maintainer scripts: dh_nginx's (nginx-dev, /usr/share/debhelper/autoscripts/*-nginx)
-sed "s/#NAMES#/$names/" /usr/share/debhelper/autoscripts/postinst-nginx | { echo '#!/bin/sh'; echo 'set -e'; cat; } >"$m/DEBIAN/postinst"
+# Upgraded under a running nginx: a reload (Debian's nginx-reload trigger, or nginx -s reload)
+# keeps serving, but dlopen() of the same path returns the module the master loaded at start,
+# still mapped though dpkg replaced its file: the new module runs only after a restart (or a
+# binary upgrade), whether or not its zone layout (core/include/grl/shm_layout.h) changed.
+upgrade_note='if [ "$1" = configure ] && [ -n "$2" ] &&
+   grep -qs "ngx_http_grl_module.so (deleted)" /proc/[0-9]*/maps; then
+	echo "libnginx-mod-http-grl: upgraded from $2 under a running nginx, which keeps the module it loaded at start: a reload does not load this one. Restart nginx (systemctl restart nginx) to run it." >&2
+fi'
+sed "s/#NAMES#/$names/" /usr/share/debhelper/autoscripts/postinst-nginx |
+  { echo '#!/bin/sh'; echo 'set -e'; cat; echo "$upgrade_note"; } >"$m/DEBIAN/postinst"
 sed "s/#NAMES#/$names/" /usr/share/debhelper/autoscripts/prerm-nginx | { echo '#!/bin/sh'; echo 'set -e'; cat; } >"$m/DEBIAN/prerm"
 sed "s/#NAMES#/$names/" /usr/share/debhelper/autoscripts/postrm-nginx | { echo '#!/bin/sh'; echo 'set -e'; cat; } >"$m/DEBIAN/postrm"
 chmod 0755 "$m/DEBIAN/postinst" "$m/DEBIAN/prerm" "$m/DEBIAN/postrm"

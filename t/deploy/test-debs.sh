@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The Debian packages (packaging/build-debs.sh): built from the build directory, checked by
-# lintian (errors fail), installed on this machine with dpkg -i, then: the module is enabled the
-# way Debian enables its own (modules-enabled/50-mod-http-grl.conf), Debian's nginx passes
+# lintian (errors fail), installed on this machine with dpkg -i over the previous build (a lower
+# version) under a running nginx: the module's package says a restart is needed, a reload keeps
+# every answer (and the old module: dlopen of the same path), a restart runs the new one. Then
+# the module is enabled the way Debian enables its own (modules-enabled/50-mod-http-grl.conf),
+# Debian's nginx passes
 # `nginx -t` with the shipped snippets (the modules-enabled include + the fleet's buckets and
 # locations from the package's examples), the installed units verify, the installed daemons run;
 # then both are purged and the same `nginx -t` must fail on the unknown grl_zone directive
@@ -49,6 +52,66 @@ dpkg_locked() {
   echo "$out"; return 1
 }
 
+# Upgrade under a running nginx: upgrade_start starts nginx with the installed module and a
+# client asking it every 20 ms; upgrade_check (after dpkg -i of this build) wants the
+# package's message that a restart is needed, a reload that keeps every answer 200, the old
+# module still mapped after it (what the message says), and the new one after a restart.
+serve="$tmp/serve"
+upgrade_start() {
+  local c="$serve"
+  mkdir -p "$c"
+  cat >"$c/nginx.conf" <<CONF
+include /etc/nginx/modules-enabled/50-mod-http-grl.conf;
+error_log $c/error.log notice;
+pid $c/nginx.pid;
+worker_processes 1;
+events {}
+http {
+    access_log off;
+    client_body_temp_path $c/body; proxy_temp_path $c/proxy; fastcgi_temp_path $c/fastcgi;
+    uwsgi_temp_path $c/uwsgi; scgi_temp_path $c/scgi;
+    grl_zone grl:1m;
+    grl_bucket api procedure_prefix=/api rate=1000r/s;
+    server { listen unix:$c/serve.sock; location / { grl on; return 200 "ok\\n"; } }
+}
+CONF
+  nginx -c "$c/nginx.conf" >&2 || bad "nginx with the previous build's module did not start"
+  ( while [ ! -e "$c/stop" ]; do
+      curl -s -o /dev/null -w '%{http_code}\n' --max-time 2 --unix-socket "$c/serve.sock" http://h/api/x
+      sleep 0.02
+    done >"$c/codes" ) &
+}
+maps_of_module() {  # the module's lines in the maps of the running nginx's processes
+  local pid
+  for pid in $(cat "$1/nginx.pid") $(pgrep -P "$(cat "$1/nginx.pid")"); do
+    grep ngx_http_grl_module.so "/proc/$pid/maps" || true
+  done
+}
+upgrade_check() {
+  local c="$serve" codes
+  grep -q "libnginx-mod-http-grl: upgraded from $prev_ver under a running nginx.*Restart nginx" \
+    "$tmp/dpkg-i.log" || bad "no restart message from the upgrade under a running nginx:"$'\n'"$(cat "$tmp/dpkg-i.log")"
+  nginx -c "$c/nginx.conf" -s reload
+  sleep 1
+  maps_of_module "$c" | grep -q "(deleted)" ||
+    bad "after the reload nginx no longer maps the replaced module: the package's message is wrong"
+  touch "$c/stop"
+  wait
+  codes=$(sort "$c/codes" | uniq -c | tr -s ' ' | tr '\n' ';')
+  [ "$(grep -vc '^200$' "$c/codes")" -eq 0 ] && [ "$(grep -c '^200$' "$c/codes")" -gt 20 ] ||
+    bad "answers through the upgrade and the reload: $codes (want 200 only)"
+  nginx -c "$c/nginx.conf" -s quit
+  for _ in $(seq 1 50); do [ -e "$c/nginx.pid" ] || break; sleep 0.1; done
+  nginx -c "$c/nginx.conf" || bad "nginx with the upgraded module did not start"
+  sleep 0.3
+  if maps_of_module "$c" | grep -q "(deleted)" || [ -z "$(maps_of_module "$c")" ]; then
+    bad "after a restart nginx does not map the upgraded module"
+  fi
+  [ "$(curl -s --unix-socket "$c/serve.sock" http://h/api/x)" = ok ] || bad "the restarted nginx does not answer"
+  nginx -c "$c/nginx.conf" -s quit
+  echo "test-debs: upgraded from $prev_ver under a running nginx: answers $codes the reload kept the old module, a restart loaded the new one"
+}
+
 bash "$root/packaging/build-debs.sh" "$build" "$tmp/debs"
 mod=$(ls "$tmp"/debs/libnginx-mod-http-grl_*.deb)
 dmn=$(ls "$tmp"/debs/grl-daemons_*.deb)
@@ -87,8 +150,17 @@ http {
 CONF
 sed -i 's/listen 127.0.0.1:0;/listen unix:'"${tmp//\//\\/}"'\/prefix\/test.sock;/' "$conf"
 
+# The previous build (the same binaries, a lower version) installed first, serving under a
+# running nginx while this build's packages are installed over it.
+prev_ver="$(dpkg-deb -f "$mod" Version | sed 's/-[^-]*$//')-0"
+GRL_DEB_VERSION=$prev_ver bash "$root/packaging/build-debs.sh" "$build" "$tmp/prev" >/dev/null
 installed=1
+dpkg_locked -i "$tmp"/prev/libnginx-mod-http-grl_*.deb >"$tmp/dpkg-prev.log" ||
+  { cat "$tmp/dpkg-prev.log"; bad "dpkg -i of the previous build failed"; exit 1; }
+! grep -q "upgraded from" "$tmp/dpkg-prev.log" || bad "a fresh install speaks of an upgrade"
+upgrade_start
 dpkg_locked -i "$mod" "$dmn" >"$tmp/dpkg-i.log" || { cat "$tmp/dpkg-i.log"; bad "dpkg -i failed"; exit 1; }
+upgrade_check
 link=/etc/nginx/modules-enabled/50-mod-http-grl.conf
 [ "$(readlink "$link")" = /usr/share/nginx/modules-available/mod-http-grl.conf ] ||
   bad "$link does not point at modules-available/mod-http-grl.conf"
