@@ -86,7 +86,7 @@ daemon::cli::Outcome<Config> parse_config(int argc, const char* const* argv) {
     cli::add_count(app, "--max-hosts", c.rates.max_hosts, 1, 10000000,
                    "hosts held at most; a new host beyond is refused and counted "
                    "(reports_total{result=\"hosts_full\"})");
-    cli::add_size(app, "--max-memory", c.rates.max_bytes, 1024 * 1024, 1ULL << 40,
+    cli::add_size(app, "--max-memory", c.rates.max_bytes, 1ULL << 20, 1ULL << 40,
                   "bytes the rate table holds at most (hosts, buckets, heavy hitters, names); "
                   "a report that would take it beyond is refused and counted "
                   "(reports_total{result=\"memory_full\"})");

@@ -168,7 +168,7 @@ CLI::Validator size_validator(std::uint64_t min, std::uint64_t max) {
 }
 
 std::string format_size(std::uint64_t bytes) {
-    if (bytes != 0 && bytes % (1024 * 1024) == 0) return std::to_string(bytes >> 20) + "m";
+    if (bytes != 0 && bytes % (1ULL << 20) == 0) return std::to_string(bytes >> 20) + "m";
     if (bytes != 0 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + "k";
     return std::to_string(bytes);
 }
