@@ -102,7 +102,9 @@ def main():
     for d in [results_dir] + a.extra:
         for fn in sorted(os.listdir(d)) if os.path.isdir(d) else []:
             if fn.endswith(".xml") and fn != "ctest.xml":
-                suite = fn[:-4] if d == results_dir else "%s/%s" % (os.path.basename(d.rstrip("/")), fn[:-4])
+                # Another build's results are named by that build: build-asan/grl_unit_tests.
+                other = os.path.basename(os.path.dirname(os.path.abspath(d)))
+                suite = fn[:-4] if d == results_dir else "%s/%s" % (other, fn[:-4])
                 suites.setdefault(suite, []).extend(cases_of(os.path.join(d, fn)))
 
     rules = allowed_skips(a.allowed)
