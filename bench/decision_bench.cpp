@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "grl/bucket.h"
-#include "grl/decision.h"
-#include "grl/ratio.h"
-#include "grl/shm_layout.h"
+#include "grl/common/bucket.h"
+#include "grl/plane/decision.h"
+#include "grl/common/ratio.h"
+#include "grl/plane/shm_layout.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Cost of one keyed request in the per-key table (core/src/keyed.cpp): hash the key, find or
+// Cost of one keyed request in the per-key table (core/plane/src/keyed.cpp): hash the key, find or
 // claim its entry, decide (ratio, local cap). Three shapes: one hot key; 10,000 keys that all
 // fit; a flood of distinct keys through a full table (every request claims and evicts).
 // Run: build/bench/grl_keyed_bench (google-benchmark; pin it: taskset -c 1 ...).
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "grl/keyed.h"
-#include "grl/prng.h"
+#include "grl/plane/keyed.h"
+#include "grl/common/prng.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 // the slots reserved for run-time buckets). Run: build/bench/grl_zone_memory
 #include <cstdio>
 
-#include "grl/shm_layout.h"
+#include "grl/plane/shm_layout.h"
 
 int main() {
     namespace shm = grl::shm;

@@ -1,15 +1,15 @@
 #include "collector.h"
 
-#include "grl/usage_parts.h"
+#include "grl/wire/usage_parts.h"
 
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
 
-#include "grl/batch_budget.h"
+#include "grl/control/batch_budget.h"
 #include "grl/daemon/metrics.h"
-#include "grl/ratio.h"
-#include "grl/usage_parts.h"
+#include "grl/common/ratio.h"
+#include "grl/wire/usage_parts.h"
 
 namespace grl::collector {
 
@@ -354,7 +354,7 @@ void Collector::on_reports() {
     maybe_send_early();
 }
 
-// The rule (when, how often) is grl::EarlyUsage's, in core/include/grl/early.h.
+// The rule (when, how often) is grl::EarlyUsage's, in core/control/include/grl/control/early.h.
 void Collector::maybe_send_early() {
     if (early_.due(mono_ms())) send_usage();
 }

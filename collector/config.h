@@ -11,7 +11,7 @@
 #include "grl/daemon/cli.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/log.h"
-#include "grl/rates.h"
+#include "grl/control/rates.h"
 
 namespace grl::collector {
 

@@ -8,7 +8,7 @@
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
 #include "grl/zmq/socket.h"
-#include "grl/wire.h"
+#include "grl/wire/wire.h"
 
 namespace grl::collector {
 

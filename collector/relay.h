@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "grl/bucket_types.h"
+#include "grl/common/bucket_types.h"
 #include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
-#include "grl/wire.h"
+#include "grl/wire/wire.h"
 
 namespace grl::collector {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "grl/control.h"
+#include "grl/control/control.h"
 #include "grl/daemon/cli.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/etcd.h"

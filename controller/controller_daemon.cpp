@@ -7,11 +7,11 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "grl/batch_budget.h"
+#include "grl/control/batch_budget.h"
 #include "grl/daemon/files.h"
 #include "grl/daemon/metrics.h"
-#include "grl/ratio.h"
-#include "grl/usage_reader.h"
+#include "grl/common/ratio.h"
+#include "grl/wire/usage_reader.h"
 
 namespace grl::controller {
 

@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
-#include "grl/batch_budget.h"
-#include "grl/control.h"
-#include "grl/early.h"
-#include "grl/key_bindings.h"
+#include "grl/control/batch_budget.h"
+#include "grl/control/control.h"
+#include "grl/control/early.h"
+#include "grl/control/key_bindings.h"
 #include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/etcd_watch.h"
@@ -28,8 +28,8 @@
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
-#include "grl/usage_parts.h"
-#include "grl/wire_control.h"
+#include "grl/wire/usage_parts.h"
+#include "grl/wire/wire_control.h"
 #include "config.h"
 #include "dashboard.h"
 

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "grl/daemon/http.h"
-#include "grl/history.h"
-#include "grl/wire_control.h"
+#include "grl/control/history.h"
+#include "grl/wire/wire_control.h"
 
 namespace grl::controller {
 

@@ -23,7 +23,7 @@
 #include "grl/daemon/curve.h"
 #include "grl/daemon/json.h"
 #include "grl/daemon/zmq.h"
-#include "grl/wire_control.h"
+#include "grl/wire/wire_control.h"
 #include "grlctl_config.h"
 #include "grlctl_top.h"
 #include "status_json.h"

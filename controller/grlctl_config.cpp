@@ -1,6 +1,6 @@
 #include "grlctl_config.h"
 
-#include "grl/bucket_types.h"
+#include "grl/common/bucket_types.h"
 
 namespace grl::grlctl {
 

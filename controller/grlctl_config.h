@@ -8,7 +8,7 @@
 
 #include "grl/daemon/cli.h"
 #include "grl/daemon/curve.h"
-#include "grl/wire_control.h"
+#include "grl/wire/wire_control.h"
 
 namespace grl::grlctl {
 

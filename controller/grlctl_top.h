@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "grl/wire_control.h"
+#include "grl/wire/wire_control.h"
 
 namespace grl::grlctl {
 

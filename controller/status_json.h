@@ -5,7 +5,7 @@
 #pragma once
 
 #include "grl/daemon/json.h"
-#include "grl/wire_control.h"
+#include "grl/wire/wire_control.h"
 
 namespace grl::controller {
 

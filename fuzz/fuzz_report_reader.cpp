@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "grl/report_reader.h"
-#include "grl/wire.h"
+#include "grl/wire/report_reader.h"
+#include "grl/wire/wire.h"
 
 namespace {
 

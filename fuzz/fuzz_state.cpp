@@ -14,11 +14,11 @@
 #include <string>
 #include <string_view>
 
-#include "grl/control.h"
-#include "grl/rates.h"
-#include "grl/usage_parts.h"
-#include "grl/wire.h"
-#include "grl/wire_control.h"
+#include "grl/control/control.h"
+#include "grl/control/rates.h"
+#include "grl/wire/usage_parts.h"
+#include "grl/wire/wire.h"
+#include "grl/wire/wire_control.h"
 
 namespace {
 

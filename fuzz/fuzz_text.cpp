@@ -10,12 +10,13 @@
 #include <string>
 #include <string_view>
 
-#include "grl/bucket.h"
-#include "grl/bucket_types.h"
-#include "grl/curve_keys.h"
+#include "grl/common/bucket.h"
+#include "grl/common/bucket_types.h"
+#include "grl/common/curve_keys.h"
 #include "grl/daemon/http.h"
 #include "grl/daemon/limits_file.h"
-#include "grl/parse.h"
+#include "grl/common/parse.h"
+#include "grl/plane/keyed_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     if (size == 0) return 0;

@@ -9,9 +9,9 @@
 #include <string>
 #include <string_view>
 
-#include "grl/usage_parts.h"
-#include "grl/usage_reader.h"
-#include "grl/wire_control.h"
+#include "grl/wire/usage_parts.h"
+#include "grl/wire/usage_reader.h"
+#include "grl/wire/wire_control.h"
 #include "../t/unit/usage_equal.h"
 
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "grl/wire.h"
-#include "grl/wire_control.h"
+#include "grl/wire/wire.h"
+#include "grl/wire/wire_control.h"
 
 namespace {
 

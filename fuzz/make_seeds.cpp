@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "grl/wire.h"
-#include "grl/wire_control.h"
+#include "grl/wire/wire.h"
+#include "grl/wire/wire_control.h"
 
 namespace fs = std::filesystem;
 using namespace grl;

@@ -13,7 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "grl/parse.h"
+#include "grl/common/parse.h"
+#include "grl/plane/keyed_spec.h"
 #include "grl_module.h"
 
 namespace grl::ngx {

@@ -1,11 +1,11 @@
 // What clients and limit_req users expect of a rate limiter: the IETF RateLimit header
 // fields (grl_ratelimit_headers) and application/problem+json rejections
-// (grl_problem_json). The values are formatted by core's grl/ratelimit_fields.h; this file
+// (grl_problem_json). The values are formatted by core's grl/plane/ratelimit_fields.h; this file
 // only reads the request's record and the zone, and talks to nginx.
 
 #include <cstring>
 
-#include "grl/ratelimit_fields.h"
+#include "grl/plane/ratelimit_fields.h"
 #include "grl_module.h"
 
 namespace grl::ngx {

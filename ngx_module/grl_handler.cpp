@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "grl/ratio.h"
+#include "grl/common/ratio.h"
 #include "grl_module.h"
 
 namespace grl::ngx {

@@ -9,7 +9,7 @@
 
 #include <cstring>
 
-#include "grl/ratio.h"
+#include "grl/common/ratio.h"
 #include "grl_module.h"
 
 extern "C" {

@@ -9,13 +9,13 @@ extern "C" {
 #include <ngx_http.h>
 }
 
-#include "grl/bucket.h"
-#include "grl/curve_keys.h"
-#include "grl/decision.h"
-#include "grl/keyed_decision.h"
-#include "grl/plane.h"
-#include "grl/prng.h"
-#include "grl/shm_layout.h"
+#include "grl/common/bucket.h"
+#include "grl/common/curve_keys.h"
+#include "grl/plane/decision.h"
+#include "grl/plane/keyed_decision.h"
+#include "grl/plane/plane.h"
+#include "grl/common/prng.h"
+#include "grl/plane/shm_layout.h"
 
 extern "C" {
 extern ngx_module_t ngx_http_grl_module;

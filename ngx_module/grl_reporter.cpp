@@ -28,9 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include "grl/ratio.h"
-#include "grl/surge.h"
-#include "grl/wire.h"
+#include "grl/common/ratio.h"
+#include "grl/plane/surge.h"
+#include "grl/wire/wire.h"
 #include "grl/zmq/monitor.h"
 #include "grl/zmq/socket.h"
 #include "grl_module.h"

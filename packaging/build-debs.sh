@@ -76,7 +76,7 @@ names="mod-http-grl.conf:50-mod-http-grl.conf"
 # Upgraded under a running nginx: a reload (Debian's nginx-reload trigger, or nginx -s reload)
 # keeps serving, but dlopen() of the same path returns the module the master loaded at start,
 # still mapped though dpkg replaced its file: the new module runs only after a restart (or a
-# binary upgrade), whether or not its zone layout (core/include/grl/shm_layout.h) changed.
+# binary upgrade), whether or not its zone layout (core/plane/include/grl/plane/shm_layout.h) changed.
 upgrade_note='if [ "$1" = configure ] && [ -n "$2" ] &&
    grep -qs "ngx_http_grl_module.so (deleted)" /proc/[0-9]*/maps; then
 	echo "libnginx-mod-http-grl: upgraded from $2 under a running nginx, which keeps the module it loaded at start: a reload does not load this one. Restart nginx (systemctl restart nginx) to run it." >&2

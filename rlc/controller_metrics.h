@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "grl/parse.h"
+#include "grl/common/parse.h"
 #include "recorder.h"
 
 namespace grl::rlc {

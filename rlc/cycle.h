@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "config.h"
-#include "grl/control.h"
+#include "grl/control/control.h"
 #include "history.h"
 #include "limits_out.h"
 #include "rollout.h"

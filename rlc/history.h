@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "grl/bucket_types.h"
+#include "grl/common/bucket_types.h"
 
 namespace grl::rlc {
 

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "grl/bucket.h"
+#include "grl/common/bucket.h"
 #include "grl/daemon/etcd.h"
 #include "policy.h"
 

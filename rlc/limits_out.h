@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "grl/control.h"
+#include "grl/control/control.h"
 
 namespace grl::rlc {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "grl/parse.h"
+#include "grl/common/parse.h"
 
 namespace grl::rlc {
 

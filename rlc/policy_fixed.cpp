@@ -9,8 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "grl/bucket_types.h"
-#include "grl/parse.h"
+#include "grl/common/bucket_types.h"
+#include "grl/common/parse.h"
 #include "policy.h"
 
 namespace grl::rlc {

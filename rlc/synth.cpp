@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "grl/prng.h"
+#include "grl/common/prng.h"
 #include "units.h"
 
 namespace grl::rlc {

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "grl/parse.h"
+#include "grl/common/parse.h"
 #include "history.h"
 
 namespace grl::rlc {

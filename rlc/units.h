@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "grl/parse.h"
+#include "grl/common/parse.h"
 
 namespace grl::rlc {
 

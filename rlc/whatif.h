@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "grl/control.h"
+#include "grl/control/control.h"
 #include "history.h"
 
 namespace grl::rlc {

@@ -32,9 +32,9 @@
 #include <string_view>
 #include <vector>
 
-#include "grl/usage_parts.h"
-#include "grl/wire.h"
-#include "grl/wire_control.h"
+#include "grl/wire/usage_parts.h"
+#include "grl/wire/wire.h"
+#include "grl/wire/wire_control.h"
 #include "sim_common.h"
 #include "sim_usage.h"
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "grl/wire.h"
+#include "grl/wire/wire.h"
 #include "sim_common.h"
 
 namespace {

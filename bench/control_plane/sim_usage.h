@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "grl/wire.h"
+#include "grl/wire/wire.h"
 
 namespace grl::sim {
 

@@ -32,10 +32,10 @@
 #include <vector>
 
 #include "dashboard.h"
-#include "grl/control.h"
-#include "grl/history.h"
-#include "grl/usage_parts.h"
-#include "grl/wire_control.h"
+#include "grl/control/control.h"
+#include "grl/control/history.h"
+#include "grl/wire/usage_parts.h"
+#include "grl/wire/wire_control.h"
 #include "sim_usage.h"
 
 namespace {

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "grl/usage_parts.h"
-#include "grl/usage_reader.h"
-#include "grl/wire_control.h"
+#include "grl/wire/usage_parts.h"
+#include "grl/wire/usage_reader.h"
+#include "grl/wire/wire_control.h"
 
 int main(int argc, char** argv) {
     using namespace grl;

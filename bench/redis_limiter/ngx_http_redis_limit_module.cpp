@@ -43,8 +43,8 @@
 #include <string_view>
 #include <vector>
 
-#include "grl/bucket.h"
-#include "grl/parse.h"
+#include "grl/common/bucket.h"
+#include "grl/common/parse.h"
 #include "redis_limit.h"
 
 extern "C" {

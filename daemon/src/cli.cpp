@@ -7,8 +7,8 @@
 #include <sstream>
 #include <utility>
 
-#include "grl/bucket_types.h"
-#include "grl/parse.h"
+#include "grl/common/bucket_types.h"
+#include "grl/common/parse.h"
 
 namespace grl::daemon::cli {
 

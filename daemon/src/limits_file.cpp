@@ -6,9 +6,9 @@
 #include <set>
 #include <sstream>
 
-#include "grl/bucket.h"
-#include "grl/parse.h"
-#include "grl/wire_control.h"
+#include "grl/common/bucket.h"
+#include "grl/common/parse.h"
+#include "grl/wire/wire_control.h"
 
 namespace grl::daemon {
 

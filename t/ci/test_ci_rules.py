@@ -82,7 +82,7 @@ def lint_with(tmp_path, tidy):
     build = tmp_path / "build"
     build.mkdir()
     (build / "compile_commands.json").write_text("[]")
-    p = subprocess.run(["/bin/bash", os.path.join(ROOT, ".ci", "lint"), str(build), "core/src/parse.cpp"],
+    p = subprocess.run(["/bin/bash", os.path.join(ROOT, ".ci", "lint"), str(build), "core/common/src/parse.cpp"],
                        env={"PATH": str(bin_dir), "HOME": str(tmp_path)}, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, cwd=ROOT, timeout=600)
     return p.returncode, p.stdout.decode()

@@ -28,7 +28,7 @@ def test_a_daemon_that_exits_other_than_0_on_sigterm_is_a_fault_unless_expected(
     ctl = f.Controller().start()
     with open(ctl.log_path, "a") as log:  # what sanitizer builds write; a Lua error is no fault
         log.write("==4242==ERROR: LeakSanitizer: detected memory leaks\n"
-                  "core/src/rates.cpp:120:17: runtime error: signed integer overflow\n"
+                  "core/control/src/rates.cpp:120:17: runtime error: signed integer overflow\n"
                   "lua entry thread aborted: runtime error: content_by_lua(nginx.conf:84):4: x\n")
     ctl.stop()
     faults = h.check_processes()

@@ -1,5 +1,5 @@
-// grl/batch_budget.h: the receive loops' message and time budgets, driven by a fake clock.
-#include "grl/batch_budget.h"
+// grl/control/batch_budget.h: the receive loops' message and time budgets, driven by a fake clock.
+#include "grl/control/batch_budget.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Unit tests of grl::control::BucketIds: the controller's table of bucket names by dense id.
-#include "grl/bucket_ids.h"
+#include "grl/control/bucket_ids.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "grl/bucket.h"
+#include "grl/common/bucket.h"
 
 #include <gtest/gtest.h>
 

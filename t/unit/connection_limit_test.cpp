@@ -1,7 +1,7 @@
-// grl/connection_limit.h: an endpoint's connections followed from its monitor's events (with an
-// injected time), a slot taken at the handshake, and handshakes refused while the handshaken
-// connections make the limit.
-#include "grl/connection_limit.h"
+// grl/control/connection_limit.h: an endpoint's connections followed from its monitor's events
+// (with an injected time), a slot taken at the handshake, and handshakes refused while the
+// handshaken connections make the limit.
+#include "grl/control/connection_limit.h"
 
 #include <gtest/gtest.h>
 

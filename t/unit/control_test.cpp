@@ -1,15 +1,15 @@
 // Unit tests of grl::control: scope aggregation, definition resolution, smoothing and ratio
 // computation, staleness, limits and overrides, run-time buckets, replication between
 // controllers. Time is injected (Clock), nothing sleeps.
-#include "grl/control.h"
+#include "grl/control/control.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "grl/ratio.h"
-#include "grl/usage_parts.h"
+#include "grl/common/ratio.h"
+#include "grl/wire/usage_parts.h"
 
 namespace grl::control {
 namespace {

@@ -1,5 +1,5 @@
-// When the daemons send before their tick (core/include/grl/early.h).
-#include "grl/early.h"
+// When the daemons send before their tick (core/control/include/grl/control/early.h).
+#include "grl/control/early.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Unit tests of the dashboard's history ring (grl/history.h): one point per step, bounded by
 // capacity x max_series, instances coming and going, the monotonic clock for spacing.
-#include "grl/history.h"
+#include "grl/control/history.h"
 
 #include <gtest/gtest.h>
 

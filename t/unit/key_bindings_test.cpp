@@ -1,5 +1,5 @@
 // Unit tests of grl::KeyBindings: CURVE keys bound one to one to the names they speak for.
-#include "grl/key_bindings.h"
+#include "grl/control/key_bindings.h"
 
 #include <gtest/gtest.h>
 

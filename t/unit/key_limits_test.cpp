@@ -2,16 +2,16 @@
 // keyed instance (grl/key_limits.h), the collector's per-host key lists summed into zone usage
 // (grl/rates.h), and the controller's keyed instances, instructions, overrides and admin keys
 // (grl/control.h). Known answers; time is a number passed in, nothing sleeps.
-#include "grl/key_limits.h"
+#include "grl/control/key_limits.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "grl/control.h"
-#include "grl/rates.h"
-#include "grl/ratio.h"
+#include "grl/control/control.h"
+#include "grl/control/rates.h"
+#include "grl/common/ratio.h"
 
 namespace grl::control {
 namespace {

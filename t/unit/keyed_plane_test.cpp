@@ -7,10 +7,11 @@
 #include <memory>
 #include <string>
 
-#include "grl/keyed_decision.h"
-#include "grl/parse.h"
-#include "grl/plane.h"
-#include "grl/ratio.h"
+#include "grl/plane/keyed_decision.h"
+#include "grl/common/parse.h"
+#include "grl/plane/keyed_spec.h"
+#include "grl/plane/plane.h"
+#include "grl/common/ratio.h"
 
 namespace grl {
 namespace {

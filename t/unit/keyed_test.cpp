@@ -1,6 +1,6 @@
-// Per-key state of keyed buckets (core/src/keyed.cpp): bounded memory under a flood of keys,
+// Per-key state of keyed buckets (core/plane/src/keyed.cpp): bounded memory under a flood of keys,
 // LRU eviction within a set, the local cap, the control plane's ratio per key, heavy hitters.
-#include "grl/keyed.h"
+#include "grl/plane/keyed.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "grl/prng.h"
+#include "grl/common/prng.h"
 
 namespace grl::keyed {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "grl/batch_budget.h"
+#include "grl/control/batch_budget.h"
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
 #include "grl/zmq/socket.h"

@@ -1,4 +1,4 @@
-#include "grl/message_bound.h"
+#include "grl/control/message_bound.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "grl/parse.h"
+#include "grl/common/parse.h"
 
 #include <gtest/gtest.h>
 

@@ -1,12 +1,12 @@
 // The RateLimit header fields and the problem+json body (grl/ratelimit_fields.h).
-#include "grl/ratelimit_fields.h"
+#include "grl/plane/ratelimit_fields.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "grl/bucket.h"
-#include "grl/parse.h"
+#include "grl/common/bucket.h"
+#include "grl/common/parse.h"
 
 using namespace grl;
 

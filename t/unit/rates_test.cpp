@@ -1,5 +1,5 @@
 // Unit tests of grl::rates: rates from cumulative counters, driven by an explicit clock.
-#include "grl/rates.h"
+#include "grl/control/rates.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Unit tests of grl::wire::read_report (the collector's zero-copy reader): it must accept
 // exactly what grl::wire::decode(Report) accepts, with the same content, on valid, malformed
 // and randomly mutated bodies.
-#include "grl/report_reader.h"
+#include "grl/wire/report_reader.h"
 
 #include <gtest/gtest.h>
 #include <msgpack.h>

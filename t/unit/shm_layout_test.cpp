@@ -11,10 +11,10 @@
 #include <set>
 #include <vector>
 
-#include "grl/decision.h"
-#include "grl/plane.h"
-#include "grl/ratio.h"
-#include "grl/shm_layout.h"
+#include "grl/plane/decision.h"
+#include "grl/plane/plane.h"
+#include "grl/common/ratio.h"
+#include "grl/plane/shm_layout.h"
 
 namespace grl {
 namespace {

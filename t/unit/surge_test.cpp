@@ -1,6 +1,7 @@
-// Surge damping (core/include/grl/surge.h), driven by an injected clock: a host offering a
-// steady rate, then a surge, a fall, and instructions whose basis is before or after them.
-#include "grl/surge.h"
+// Surge damping (core/plane/include/grl/plane/surge.h), driven by an injected clock: a host
+// offering a steady rate, then a surge, a fall, and instructions whose basis is before or after
+// them.
+#include "grl/plane/surge.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "grl/wire_control.h"
+#include "grl/wire/wire_control.h"
 
 namespace grl::wire::usage_equal {
 

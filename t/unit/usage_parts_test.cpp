@@ -1,9 +1,9 @@
 // Unit tests of usage in parts (grl/usage_parts.h, docs/protocol.md "Usage in parts"): the
 // sender's split, the receiver's assembly, and every way a set can fail to assemble. The
 // receiver's clock is a plain number.
-#include "grl/usage_parts.h"
+#include "grl/wire/usage_parts.h"
 
-#include "grl/usage_reader.h"
+#include "grl/wire/usage_reader.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // read_usage() (grl/usage_reader.h) against wire::decode: the same answer, the same message,
 // the same error, on valid, invalid, truncated and randomly mutated usage messages; and the
 // fast path is the one taken for what grl senders write.
-#include "grl/usage_reader.h"
+#include "grl/wire/usage_reader.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "grl/usage_parts.h"
+#include "grl/wire/usage_parts.h"
 #include "usage_equal.h"
-#include "grl/wire_control.h"
+#include "grl/wire/wire_control.h"
 
 namespace grl::wire {
 namespace {

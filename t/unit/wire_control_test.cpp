@@ -1,6 +1,6 @@
 // Unit tests of the control-plane messages (grl/wire_control.h, docs/protocol.md): round
 // trips, the exact key sets, and strict rejection of everything malformed.
-#include "grl/wire_control.h"
+#include "grl/wire/wire_control.h"
 
 #include <gtest/gtest.h>
 #include <msgpack.h>

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "grl/report_reader.h"
-#include "grl/usage_parts.h"
-#include "grl/wire.h"
-#include "grl/wire_control.h"
+#include "grl/wire/report_reader.h"
+#include "grl/wire/usage_parts.h"
+#include "grl/wire/wire.h"
+#include "grl/wire/wire_control.h"
 
 namespace grl::wire {
 namespace {

@@ -1,6 +1,6 @@
 // Unit tests of grl::wire (docs/protocol.md): encoding, strict decoding, peek_type and topics.
 // Malformed bodies are built by hand with the msgpack-c C API from a small value tree.
-#include "grl/wire.h"
+#include "grl/wire/wire.h"
 
 #include <gtest/gtest.h>
 #include <msgpack.h>

@@ -1,7 +1,8 @@
 // Command lines of grl-collector, grl-controller and grlctl through CLI11: each option is bound
-// to a field of the program's config struct, values go through the parsers of grl/parse.h (so a
-// bad value reads `--interval: invalid duration "5x"`), and a parse ends in an Outcome: a config
-// to run with, or a text to print and an exit status (0 after --help, 2 after a usage error).
+// to a field of the program's config struct, values go through the parsers of grl/common/parse.h
+// (so a bad value reads `--interval: invalid duration "5x"`), and a parse ends in an Outcome: a
+// config to run with, or a text to print and an exit status (0 after --help, 2 after a usage
+// error).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "grl/connection_limit.h"
-#include "grl/message_bound.h"
+#include "grl/control/connection_limit.h"
+#include "grl/control/message_bound.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"

@@ -1,4 +1,4 @@
-// ZeroMQ CURVE for the daemons' sockets: key files (layout and parsing in grl/curve_keys.h),
+// ZeroMQ CURVE for the daemons' sockets: key files (layout and parsing in grl/common/curve_keys.h),
 // server/client setup, and a ZAP handler that admits only listed client keys.
 #pragma once
 
@@ -9,8 +9,8 @@
 #include <set>
 #include <string>
 
-#include "grl/curve_keys.h"
-#include "grl/key_bindings.h"
+#include "grl/common/curve_keys.h"
+#include "grl/control/key_bindings.h"
 #include "grl/daemon/connections.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/metrics.h"

@@ -15,7 +15,7 @@
 
 #include <string>
 
-#include "grl/control.h"
+#include "grl/control/control.h"
 
 namespace grl::daemon {
 

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "grl/curve_keys.h"
-#include "grl/wire.h"
+#include "grl/common/curve_keys.h"
+#include "grl/wire/wire.h"
 
 namespace grl::zmq {
 
