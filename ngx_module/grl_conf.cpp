@@ -157,6 +157,39 @@ bool take_match(std::string_view arg, std::string_view what, MatchSpec& spec, bo
     return false;
 }
 
+// Takes one cost=N|$variable or cost_after=$variable argument of a grl_bucket; false when
+// `arg` is neither, else true with `error` set (naming the value) when it is invalid.
+bool take_cost(ngx_conf_t* cf, ngx_str_t arg, Config::Cost& c, std::string& error) {
+    const std::string_view a = sv(arg);
+    const bool after = a.substr(0, 11) == "cost_after=";
+    if (!after && a.substr(0, 5) != "cost=") return false;
+    const std::size_t eq = after ? 11 : 5;
+    const std::uint8_t bit = after ? 2 : 1;
+    if (c.given & bit) {
+        error = "duplicate " + quoted(a);
+        return true;
+    }
+    c.given |= bit;
+    const std::string_view v = a.substr(eq);
+    const char* expected = after ? "one variable, e.g. cost_after=$upstream_http_x_tokens_used"
+                                 : "0-4294967295 or one variable, e.g. cost=$http_x_cost";
+    if (!v.empty() && v[0] == '$') {
+        Source& s = after ? c.after : c.var;
+        std::string err = compile_source(cf, ngx_str_t{arg.len - eq, arg.data + eq}, s);
+        if (err.empty() && s.index < 0) err = "invalid value " + quoted(v);
+        if (!err.empty())
+            error = std::string(a.substr(0, eq)) + ": " + err + ", expected " + expected;
+        return true;
+    }
+    std::uint64_t n = 0;
+    if (after || !parse_uint(v, n) || n > kMaxCost) {
+        error = "invalid " + quoted(a) + ", expected " + expected;
+        return true;
+    }
+    c.units = static_cast<std::uint32_t>(n);
+    return true;
+}
+
 char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return guarded(cf, [&]() -> char* {
         auto* m = static_cast<MainConf*>(conf);
@@ -175,6 +208,7 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         bool has_rate = false, has_scope = false, has_mode = false;
         KeyedSpec keyed;
         Source key_source = {nullptr, NGX_CONF_UNSET};
+        Config::Cost cost;
         for (ngx_uint_t i = 2; i < cf->args->nelts; ++i) {
             std::string_view arg = sv(value[i]);
             bool dup = false, matched = false;
@@ -187,9 +221,10 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
                 keyed.key = std::string(arg.substr(4));
                 continue;
             }
-            std::string keyed_err;
-            if (take_keyed_param(arg, keyed, keyed_err)) {
-                if (!keyed_err.empty()) return conf_error(cf, d + ": " + keyed_err);
+            std::string param_err;
+            if (take_cost(cf, value[i], cost, param_err) ||
+                take_keyed_param(arg, keyed, param_err)) {
+                if (!param_err.empty()) return conf_error(cf, d + ": " + param_err);
                 continue;
             }
             if (take_match(arg, "caller", def.caller, dup, matched) ||
@@ -252,6 +287,12 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         m->cpp->any_keyed = m->cpp->any_keyed || keyed.keyed;
         m->cpp->table.keyed.push_back(std::move(keyed));
         m->cpp->key_sources.push_back(key_source);
+        m->cpp->any_cost = m->cpp->any_cost || cost.units != 1 || cost.var.index >= 0;
+        if (cost.after.index >= 0) {
+            m->cpp->any_cost_after = true;
+            m->record_needed = 1;  // the log phase reads the matched buckets from the record
+        }
+        m->cpp->costs.push_back(cost);
         return NGX_CONF_OK;
     });
 }

@@ -183,13 +183,20 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     }
     if (n == 0) return NGX_DECLINED;
 
-    Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng, l->dry_run != 0);
+    // What the request counts as in each bucket (grl_bucket cost=); null: 1 in every one.
+    std::uint32_t units[kMaxMatchesPerRequest];
+    const std::uint32_t* cost = nullptr;
+    if (m->cpp->any_cost) {
+        request_costs(r, m, z, worker, idx, configured, n, units);
+        cost = units;
+    }
+    Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng, l->dry_run != 0, cost);
     // Keyed buckets (docs/per-key.md): each key's own verdict, folded into the outcome.
     KeyedRequest keys;
     keys.n = 0;
     if (m->cpp->any_keyed) {
-        admit_keys(r, m, z, idx, slots, configured, l->dry_run != 0, keys);
-        fold_keyed(z, slots, n, keys.verdicts, keys.n, worker, out);
+        admit_keys(r, m, z, idx, slots, configured, l->dry_run != 0, cost, keys);
+        fold_keyed(z, slots, n, keys.verdicts, keys.n, worker, out, cost);
     }
     const KeyedVerdict* by_key = nullptr;  // the keyed verdict that decided, if one did
     for (std::size_t k = 0; k < keys.n; ++k) {

@@ -8,7 +8,8 @@
 namespace grl::ngx {
 
 bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::uint16_t slot,
-               std::uint16_t at, std::string_view key, bool dry_run, KeyedVerdict& v) noexcept {
+               std::uint16_t at, std::string_view key, bool dry_run, std::uint32_t cost,
+               KeyedVerdict& v) noexcept {
     const keyed::Table t = z.key_table(slot);
     if (!t.valid()) return false;  // never for a configured keyed bucket (init_zone made it)
     const std::uint64_t now = ngx_current_msec;
@@ -28,7 +29,7 @@ bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::ui
                                         ? e.threshold.load(std::memory_order_relaxed)
                                         : 0;
     const std::uint32_t draw = key_ratio > 0 ? g_prng.next32() : ~std::uint32_t{0};
-    v.verdict = t.admit(e, now, rate, kKeyedBurstMs, draw);
+    v.verdict = t.admit(e, now, rate, kKeyedBurstMs, draw, cost);
     v.deny = !dry_run && mode == Mode::Deny;
     v.threshold = v.verdict == keyed::Verdict::Ratio ? key_ratio : 0;
     v.over = v.verdict != keyed::Verdict::Pass || key_ratio > 0;
@@ -39,7 +40,7 @@ bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::ui
 
 void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
                 const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
-                KeyedRequest& out) noexcept {
+                const std::uint32_t* cost, KeyedRequest& out) noexcept {
     out.n = 0;
     const Config& c = *m->cpp;
     for (std::size_t i = 0; i < n; ++i) {
@@ -47,7 +48,7 @@ void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
         std::string_view key;
         if (!read_source(r, c.key_sources[idx[i]], key)) key = kEmptyKey;
         if (admit_key(m, z, idx[i], slots[i], static_cast<std::uint16_t>(i), key, dry_run,
-                      out.verdicts[out.n])) {
+                      cost ? cost[i] : 1, out.verdicts[out.n])) {
             ++out.n;
         }
     }

@@ -107,11 +107,13 @@ __attribute__((visibility("default"))) int grl_lua_decide(ngx_http_request_t* r,
     const shm::View z(m->shm_base);
     const auto worker = static_cast<std::uint32_t>(ngx_worker);
     const std::uint16_t slot = m->cpp->table.slots[idx];
-    Outcome o = decide(z, &slot, 1, worker, ngx_current_msec, g_prng, dry_run);
+    std::uint32_t units = 1;  // the bucket's cost=, as for a request matching it
+    request_costs(r, m, z, worker, &idx, 1, 1, &units);
+    Outcome o = decide(z, &slot, 1, worker, ngx_current_msec, g_prng, dry_run, &units);
     KeyedVerdict v;
     if (keyed && admit_key(m, z, idx, slot, 0, key_len ? std::string_view(key, key_len) : kEmptyKey,
-                           dry_run, v)) {
-        fold_keyed(z, &slot, 1, &v, 1, worker, o);
+                           dry_run, units, v)) {
+        fold_keyed(z, &slot, 1, &v, 1, worker, o, &units);
     }
     out->decision = static_cast<int>(o.decision);
     out->ratio_ppm = threshold_to_ppm(o.threshold);

@@ -15,6 +15,7 @@ extern "C" {
 #include "grl/plane/keyed_decision.h"
 #include "grl/plane/plane.h"
 #include "grl/common/prng.h"
+#include "grl/plane/cost.h"
 #include "grl/plane/shm_layout.h"
 
 extern "C" {
@@ -54,6 +55,17 @@ struct Config {
     // {nullptr, -1} for a bucket that is not keyed.
     std::vector<Source> key_sources;
     bool any_keyed = false;  // some bucket has key=
+    // costs[i]: what a request counts as in bucket table.defs[i] (grl_bucket cost=, cost_after=;
+    // grl_cost.cpp). Run-time buckets count 1.
+    struct Cost {
+        std::uint32_t units = 1;                   // cost=N (1 when not given)
+        Source var = {nullptr, NGX_CONF_UNSET};    // cost=$variable
+        Source after = {nullptr, NGX_CONF_UNSET};  // cost_after=$variable
+        std::uint8_t given = 0;                    // 1: cost=, 2: cost_after= (to refuse repeats)
+    };
+    std::vector<Cost> costs;
+    bool any_cost = false;        // some bucket's cost is not 1: the request path reads costs
+    bool any_cost_after = false;  // some bucket has cost_after=: the log phase handler runs
 };
 
 struct MainConf {
@@ -152,13 +164,25 @@ bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out);
 // bucket (idx: indices into table.defs; slots: their zone slots), reads its key (empty:
 // kEmptyKey), finds or claims the key's entry and decides it (keyed::Table::admit).
 inline constexpr std::string_view kEmptyKey = "-";  // the one key of empty or missing values
+// `cost`: the request's units per matched bucket (null: 1 each).
 void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
                 const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
-                KeyedRequest& out) noexcept;
+                const std::uint32_t* cost, KeyedRequest& out) noexcept;
 // One keyed bucket's verdict for `key` (configured bucket table.defs[idx] in zone slot `slot`,
 // `at` its index in the request's matched buckets); false when the bucket has no key table.
 bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::uint16_t slot,
-               std::uint16_t at, std::string_view key, bool dry_run, KeyedVerdict& v) noexcept;
+               std::uint16_t at, std::string_view key, bool dry_run, std::uint32_t cost,
+               KeyedVerdict& v) noexcept;
+
+// grl_cost.cpp: what a request counts as (docs/directives.md, grl_bucket cost=, cost_after=;
+// the arguments are parsed in grl_conf.cpp).
+// The request's units in each of its n matched buckets, the first `configured` of them
+// configured (idx: indices into table.defs), the rest run-time buckets (1).
+void request_costs(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
+                   std::uint32_t worker, const std::uint16_t* idx, std::size_t configured,
+                   std::size_t n, std::uint32_t* cost) noexcept;
+// Log phase: adds cost_after= units to the buckets (and keys) a served request matched.
+ngx_int_t cost_after_handler(ngx_http_request_t* r) noexcept;
 // The request's record, also after internal redirects; nullptr when no bucket matched.
 RequestCtx* find_ctx(ngx_http_request_t* r) noexcept;
 ngx_int_t add_variables(ngx_conf_t* cf) noexcept;

@@ -42,6 +42,13 @@ ngx_int_t postconfiguration(ngx_conf_t* cf) noexcept {
     auto* h = static_cast<ngx_http_handler_pt*>(handlers.elts);
     std::memmove(h + 1, h, (handlers.nelts - 1) * sizeof(ngx_http_handler_pt));
     h[0] = preaccess_handler;
+    // cost_after= (grl_cost.cpp): the units known once the response is done, at the log phase.
+    if (m->cpp->any_cost_after) {
+        auto* log = static_cast<ngx_http_handler_pt*>(
+            ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers));
+        if (log == nullptr) return NGX_ERROR;
+        *log = cost_after_handler;
+    }
     // RateLimit header fields (grl_ratelimit_headers), added to every kind of response.
     return install_header_filter(cf);
 }

@@ -282,5 +282,31 @@ TEST(KeyForLog, EscapesBinaryCutsLongAndHashesHidden) {
     EXPECT_EQ(logged("secret", true), std::string("hash ") + hex);
 }
 
+// A request's cost in units (grl_bucket cost=) counts in the key's offered and dropped sums and
+// in its local cap: at 10 units/s with a 100 ms burst, a request of 10 units passes alone, the
+// next one within the second is over; cost_after= (charge) takes from the same account.
+TEST(Keyed, CostsCountAsUnitsInTheLocalCap) {
+    TableFixture f(64);
+    const std::uint64_t now = 10000;
+    Entry& e = f.t.touch(hash_key("A"), "A", now);
+    EXPECT_EQ(f.t.admit(e, now, 10000, 100, 0, 10), Verdict::Pass);
+    EXPECT_EQ(f.t.admit(e, now + 500, 10000, 100, 0, 10), Verdict::LocalCap);
+    EXPECT_EQ(f.t.admit(e, now + 950, 10000, 100, 0, 1), Verdict::Pass);  // 1 s later - burst
+    EXPECT_EQ(e.offered.load(), 21u);
+    EXPECT_EQ(e.dropped.load(), 10u);
+    // Cost 1 at the same rate: 1 + 100 ms of burst worth, then capped.
+    Entry& b = f.t.touch(hash_key("B"), "B", now);
+    int passed = 0;
+    for (int i = 0; i < 5; ++i) passed += f.t.admit(b, now, 10000, 100, 0, 1) == Verdict::Pass;
+    EXPECT_EQ(passed, 2);
+    // After-response units: counted as offered and pushing the account 2 s ahead.
+    Entry& c = f.t.touch(hash_key("C"), "C", now);
+    EXPECT_EQ(f.t.admit(c, now, 10000, 100, 0, 1), Verdict::Pass);
+    f.t.charge(c, now, 10000, 20);
+    EXPECT_EQ(c.offered.load(), 21u);
+    EXPECT_EQ(f.t.admit(c, now + 1500, 10000, 100, 0, 1), Verdict::LocalCap);
+    EXPECT_EQ(f.t.admit(c, now + 2050, 10000, 100, 0, 1), Verdict::Pass);
+}
+
 }  // namespace
 }  // namespace grl::keyed

@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "grl/plane/cost.h"
 #include "grl/plane/decision.h"
 #include "grl/plane/plane.h"
 #include "grl/common/ratio.h"
@@ -646,6 +647,52 @@ TEST_F(RuntimeFixture, BoundedNumberOfRuntimeBuckets) {
     EXPECT_EQ(apply_instructions(z, table, msg(many), 100, 5000), shm::kRuntimeSlots);
     EXPECT_EQ(z.header().runtime_rejected.load(), 1u);
     EXPECT_EQ(z.header().instructions_unknown_bucket.load(), 1u);
+}
+
+}  // namespace
+}  // namespace grl
+
+namespace grl {
+namespace {
+
+// grl_bucket cost=: a request counts as its units in each matched bucket's offered, dropped and
+// shadow-dropped sums; the decision itself is one draw per request, as without costs.
+TEST_F(ZoneFixture, CostsCountUnitsInEveryCounter) {
+    Prng rng(3);
+    set_ratio(z, 0, 1000000, Mode::Deny, 5000);    // drops everything
+    set_ratio(z, 1, 1000000, Mode::Shadow, 5000);  // would drop everything
+    std::uint16_t m[] = {0, 1, 2};
+    const std::uint32_t cost[] = {10, 3, 0};
+    Outcome o = decide(z, m, 3, 0, 1000, rng, false, cost);
+    EXPECT_EQ(o.decision, Decision::Drop);
+    EXPECT_EQ(z.totals(0).offered, 10u);
+    EXPECT_EQ(z.totals(0).dropped, 10u);
+    EXPECT_EQ(z.totals(1).offered, 3u);
+    EXPECT_EQ(z.totals(1).dropped, 3u);  // rejected by bucket 0: dropped in every one
+    EXPECT_EQ(z.totals(1).shadow_dropped, 3u);
+    EXPECT_EQ(z.totals(2).offered, 0u);  // cost 0: matched, counts nothing
+    decide(z, m, 3, 0, 1000, rng);       // no costs: 1 each
+    EXPECT_EQ(z.totals(0).offered, 11u);
+    EXPECT_EQ(z.totals(2).offered, 1u);
+}
+
+TEST(Cost, ReadsDigitsSaturatesAndRefusesTheRest) {
+    std::uint32_t v = 7;
+    EXPECT_TRUE(read_cost("0", v));
+    EXPECT_EQ(v, 0u);
+    EXPECT_TRUE(read_cost("1500", v));
+    EXPECT_EQ(v, 1500u);
+    EXPECT_TRUE(read_cost("4294967295", v));
+    EXPECT_EQ(v, kMaxCost);
+    EXPECT_TRUE(read_cost("4294967296", v));
+    EXPECT_EQ(v, kMaxCost);
+    EXPECT_TRUE(read_cost("99999999999999999999999999", v));  // would overflow 64 bits
+    EXPECT_EQ(v, kMaxCost);
+    v = 7;
+    for (const char* bad : {"", "-1", "1.5", "abc", " 3", "3 ", "0x10", "1e3"}) {
+        EXPECT_FALSE(read_cost(bad, v)) << bad;
+        EXPECT_EQ(v, 7u) << bad;  // left as it was
+    }
 }
 
 }  // namespace

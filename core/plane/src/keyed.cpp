@@ -163,20 +163,20 @@ Entry& Table::touch(std::uint64_t hash, std::string_view key, std::uint64_t now_
 }
 
 Verdict Table::admit(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps,
-                     std::uint64_t burst_ms, std::uint32_t rand32) const {
-    e.offered.fetch_add(1, std::memory_order_relaxed);
+                     std::uint64_t burst_ms, std::uint32_t rand32, std::uint32_t cost) const {
+    e.offered.fetch_add(cost, std::memory_order_relaxed);
     if (e.expires_ms.load(std::memory_order_acquire) > now_ms &&
         rand32 < e.threshold.load(std::memory_order_relaxed)) {
-        e.dropped.fetch_add(1, std::memory_order_relaxed);
+        e.dropped.fetch_add(cost, std::memory_order_relaxed);
         return Verdict::Ratio;
     }
     if (rate_mrps == 0) {
-        e.dropped.fetch_add(1, std::memory_order_relaxed);
+        e.dropped.fetch_add(cost, std::memory_order_relaxed);
         return Verdict::LocalCap;
     }
-    // GCRA: each admitted request pushes the key's theoretical arrival time one emission
-    // interval further; a request arriving more than the burst tolerance before it is over
-    // the rate. In any window of t seconds this host admits at most rate x t + the burst.
+    // GCRA: each admitted unit pushes the key's theoretical arrival time one emission interval
+    // further; a request arriving more than the burst tolerance before it is over the rate. In
+    // any window of t seconds this host admits at most rate x t + the burst (+ one request).
     const std::uint64_t emission_us = std::max<std::uint64_t>(1, 1000000000ULL / rate_mrps);
     const std::uint64_t now_us = now_ms * 1000;
     const std::uint64_t tolerance_us = burst_ms * 1000;
@@ -184,13 +184,28 @@ Verdict Table::admit(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps,
     for (int attempt = 0; attempt < kClaimAttempts; ++attempt) {
         const std::uint64_t start = std::max(tat, now_us);
         if (start - now_us > tolerance_us) {
-            e.dropped.fetch_add(1, std::memory_order_relaxed);
+            e.dropped.fetch_add(cost, std::memory_order_relaxed);
             return Verdict::LocalCap;
         }
-        if (e.tat_us.compare_exchange_weak(tat, start + emission_us, std::memory_order_relaxed))
+        if (e.tat_us.compare_exchange_weak(tat, start + emission_us * cost,
+                                           std::memory_order_relaxed))
             return Verdict::Pass;
     }
     return Verdict::Pass;  // lost every race to other workers admitting the same key: admit
+}
+
+void Table::charge(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps,
+                   std::uint32_t units) const {
+    e.offered.fetch_add(units, std::memory_order_relaxed);
+    if (rate_mrps == 0 || units == 0) return;
+    const std::uint64_t emission_us = std::max<std::uint64_t>(1, 1000000000ULL / rate_mrps);
+    const std::uint64_t now_us = now_ms * 1000;
+    std::uint64_t tat = e.tat_us.load(std::memory_order_relaxed);
+    for (int attempt = 0; attempt < kClaimAttempts; ++attempt) {
+        if (e.tat_us.compare_exchange_weak(tat, std::max(tat, now_us) + emission_us * units,
+                                           std::memory_order_relaxed))
+            return;
+    }
 }
 
 std::vector<Hitter> Table::take_hitters(std::uint64_t min_offered, std::size_t k) const {

@@ -430,6 +430,12 @@ std::uint64_t missing_caller(const shm::View& z) {
     return n;
 }
 
+std::uint64_t cost_invalid(const shm::View& z) {
+    std::uint64_t n = 0;
+    for (const auto& w : z.header().worker) n += w.cost_invalid.load(std::memory_order_relaxed);
+    return n;
+}
+
 std::uint64_t regex_limit_hits(const shm::View& z) {
     std::uint64_t n = 0;
     for (const auto& w : z.header().worker) {
@@ -559,7 +565,7 @@ std::string render_status_json(const StatusInput& in) {
     append(out,
            "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,"
            "\"runtime_takeovers\":%llu,\"regex_limit_hits\":%llu,\"worker_registry_full\":%llu,"
-           "\"surge_tightened\":%llu,\"surge_eased\":%llu,\"buckets\":[",
+           "\"surge_tightened\":%llu,\"surge_eased\":%llu,\"cost_invalid\":%llu,\"buckets\":[",
            static_cast<unsigned long long>(missing_caller(*in.zone)),
            h.capacity > shm::kRuntimeSlots ? h.capacity - shm::kRuntimeSlots : 0,
            static_cast<unsigned long long>(h.runtime_rejected.load()),
@@ -567,7 +573,8 @@ std::string render_status_json(const StatusInput& in) {
            static_cast<unsigned long long>(regex_limit_hits(*in.zone)),
            static_cast<unsigned long long>(h.worker_regs_full.load()),
            static_cast<unsigned long long>(h.surge_tightened.load()),
-           static_cast<unsigned long long>(h.surge_eased.load()));
+           static_cast<unsigned long long>(h.surge_eased.load()),
+           static_cast<unsigned long long>(cost_invalid(*in.zone)));
     std::vector<RuntimeBucket> rt;
     std::vector<BucketView> views = all_views(in, rt);
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -715,6 +722,9 @@ std::string render_status_prometheus(const StatusInput& in) {
          h.instructions_unknown_bucket.load()},
         {"grl_missing_caller_total", "Requests without a caller (grl_missing_caller).",
          missing_caller(*in.zone)},
+        {"grl_cost_invalid_total",
+         "Requests whose cost= or cost_after= value was not a number (counted as 1 and 0).",
+         cost_invalid(*in.zone)},
         {"grl_regex_limit_hits_total",
          "Regex matches stopped at the match limit (counted as no match).",
          regex_limit_hits(*in.zone)},

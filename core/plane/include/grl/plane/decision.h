@@ -34,10 +34,12 @@ struct Outcome {
 // drop; shadow buckets always sample and count would-be drops. Every matched
 // bucket counts the request as offered, and as dropped when it was rejected.
 // `dry_run` (grl_dry_run): every bucket is evaluated as if its mode were shadow.
+// `cost[i]`: the units the request counts as in matched[i] (grl_bucket cost=); null: 1 each.
 inline __attribute__((always_inline)) Outcome decide(const shm::View& z,
                                                      const std::uint16_t* matched, std::size_t n,
                                                      std::uint32_t worker, std::uint64_t now_ms,
-                                                     Prng& rng, bool dry_run = false) {
+                                                     Prng& rng, bool dry_run = false,
+                                                     const std::uint32_t* cost = nullptr) {
     Outcome out;
     if (n == 0) return out;
     out.decision = Decision::Pass;
@@ -56,7 +58,8 @@ inline __attribute__((always_inline)) Outcome decide(const shm::View& z,
             out.decided_by = static_cast<std::uint16_t>(i);
             out.threshold = t;
         } else {
-            z.counters(matched[i], worker).shadow_dropped.fetch_add(1, std::memory_order_relaxed);
+            z.counters(matched[i], worker)
+                .shadow_dropped.fetch_add(cost ? cost[i] : 1, std::memory_order_relaxed);
             if (out.decision == Decision::Pass) {
                 out.decision = Decision::ShadowDrop;
                 out.decided_by = static_cast<std::uint16_t>(i);
@@ -67,8 +70,9 @@ inline __attribute__((always_inline)) Outcome decide(const shm::View& z,
     bool drop = out.decision == Decision::Drop;
     for (std::size_t i = 0; i < n; ++i) {
         shm::WorkerCounters& c = z.counters(matched[i], worker);
-        c.offered.fetch_add(1, std::memory_order_relaxed);
-        if (drop) c.dropped.fetch_add(1, std::memory_order_release);
+        const std::uint64_t units = cost ? cost[i] : 1;
+        c.offered.fetch_add(units, std::memory_order_relaxed);
+        if (drop) c.dropped.fetch_add(units, std::memory_order_release);
     }
     return out;
 }

@@ -102,11 +102,16 @@ class Table {
     // The entry of `hash`, or nullptr (no claim).
     Entry* find(std::uint64_t hash) const;
 
-    // Counts one request of the key in `e` and decides it: the control plane's ratio first
-    // (while not expired), then the local cap: this host admits at most `rate_mrps` for the
-    // key (GCRA with a burst of `burst_ms` worth of requests). `rand32` samples the ratio.
+    // Counts one request of the key in `e`, as `cost` units, and decides it: the control
+    // plane's ratio first (while not expired), then the local cap: this host admits at most
+    // `rate_mrps` units for the key (GCRA with a burst of `burst_ms` worth of units; a request
+    // costing more than the burst passes alone when the key is idle). `rand32` samples the
+    // ratio.
     Verdict admit(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps, std::uint64_t burst_ms,
-                  std::uint32_t rand32) const;
+                  std::uint32_t rand32, std::uint32_t cost = 1) const;
+    // Counts `units` more for the key of `e` after its request was admitted (cost_after=):
+    // offered, and the local cap's account.
+    void charge(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps, std::uint32_t units) const;
 
     // The reporter: the keys whose traffic since the previous call is at least `min_offered`,
     // the `k` busiest of them, busiest first; marks what it read as reported.

@@ -33,9 +33,11 @@ struct KeyedVerdict {
 // Folds the keyed verdicts into `out` (decide()'s result for the same `matched`, which
 // counted every bucket's offered request already): a deny bucket's drop rejects the request,
 // counted as dropped in every matched bucket, as decide() does; a shadow bucket's drop counts
-// as shadow_dropped in that bucket and makes a passing request a shadow drop.
+// as shadow_dropped in that bucket and makes a passing request a shadow drop. `cost` as for
+// decide().
 inline void fold_keyed(const shm::View& z, const std::uint16_t* matched, std::size_t n,
-                       const KeyedVerdict* kv, std::size_t kn, std::uint32_t worker, Outcome& out) {
+                       const KeyedVerdict* kv, std::size_t kn, std::uint32_t worker, Outcome& out,
+                       const std::uint32_t* cost = nullptr) {
     bool newly_dropped = false;
     for (std::size_t k = 0; k < kn; ++k) {
         if (kv[k].verdict == keyed::Verdict::Pass) continue;
@@ -48,7 +50,7 @@ inline void fold_keyed(const shm::View& z, const std::uint16_t* matched, std::si
             continue;
         }
         z.counters(matched[kv[k].at], worker)
-            .shadow_dropped.fetch_add(1, std::memory_order_relaxed);
+            .shadow_dropped.fetch_add(cost ? cost[kv[k].at] : 1, std::memory_order_relaxed);
         if (out.decision == Decision::Pass) {
             out.decision = Decision::ShadowDrop;
             out.decided_by = kv[k].at;
@@ -57,7 +59,8 @@ inline void fold_keyed(const shm::View& z, const std::uint16_t* matched, std::si
     }
     if (!newly_dropped) return;
     for (std::size_t i = 0; i < n; ++i) {
-        z.counters(matched[i], worker).dropped.fetch_add(1, std::memory_order_release);
+        z.counters(matched[i], worker)
+            .dropped.fetch_add(cost ? cost[i] : 1, std::memory_order_release);
     }
 }
 

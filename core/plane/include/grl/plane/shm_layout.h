@@ -45,6 +45,8 @@ struct alignas(64) WorkerCounters {
 struct alignas(64) WorkerStats {
     std::atomic<std::uint64_t> missing_caller;
     std::atomic<std::uint64_t> regex_limit_hits;  // matches stopped by kRegexMatchLimit
+    // After the fields above, in what was padding (the layout of older zones is unchanged):
+    std::atomic<std::uint64_t> cost_invalid;  // cost=/cost_after= values not a number (cost.h)
 };
 static_assert(sizeof(WorkerStats) == 64, "WorkerStats grew: bump kLayoutVersion");
 
