@@ -457,18 +457,14 @@ Accepted Controller::on_zone_usage(const wire::ZoneUsage& u, const Clock& now, s
 }
 
 Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why,
-                                     Early* early, std::uint64_t names_mark) {
+                                     Early* early) {
     if (early) *early = Early{};
-    handed_back_mark_ = 0;
     const Accepted a = check_zone_usage(u, now, why);
     if (a != Accepted::Yes) return a;
     auto held = zones_.find(u.zone);
     const ZoneEntry* before = held == zones_.end() ? nullptr : &held->second;
     bool same_places = false;
-    // The mark is the zone's generation when its usage was last taken: usage_gen_ never
-    // repeats, so no other zone's or earlier usage's mark equals it.
-    const bool known_same = before && names_mark != 0 && names_mark == before->gen;
-    if (!intern(u.buckets, before ? &before->ids : nullptr, same_places, known_same)) {
+    if (!intern(u.buckets, before ? &before->ids : nullptr, same_places)) {
         refuse(why, too_many_buckets("zone", u.source, u.zone));
         return Accepted::TooManyBuckets;
     }
@@ -495,8 +491,6 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     keep_or_release(ids_scratch_, same_places);  // the replaced usage's
     if (!same_places) e.repeats = repeats(e.ids);
     e.gen = ++usage_gen_;
-    // The usage handed back held the same names at the same places as the one taken.
-    if (same_places) handed_back_mark_ = e.gen;
     const bool judge_change = early && was_fresh && !early->new_rates;
     stand_in(e, u.buckets, now, same_places, judge_change ? &early->change : nullptr);
     e.short_of_hosts = short_of_hosts(e, e.usage.hosts, now);
@@ -724,16 +718,10 @@ Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, s
 // stands at its place, the new usage takes over the old one's hold on its ids: nothing is
 // retained here, nor released by the caller (a pass over the holders less, each way).
 bool Controller::intern(const std::vector<wire::UsageBucket>& buckets,
-                        const std::vector<std::uint32_t>* held, bool& same_places,
-                        bool known_same) {
+                        const std::vector<std::uint32_t>* held, bool& same_places) {
     std::vector<std::uint32_t>& ids = ids_scratch_;
     const std::size_t n = buckets.size();
     const std::size_t places = held ? held->size() : 0;
-    if (known_same && n == places) {
-        ids.assign(held->begin(), held->end());
-        same_places = true;
-        return true;
-    }
     ids.resize(n);
     std::size_t k = 0;
     for (; k < n && k < places && ids_.name((*held)[k]) == buckets[k].name; ++k)

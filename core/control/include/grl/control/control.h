@@ -273,16 +273,10 @@ class Controller {
     // The same, without copying the message: when accepted, `u` is swapped with the usage
     // held for its sender (the caller's next message reuses that storage); else unchanged.
     // `early` (when given) gets what the usage asks of an early tick; judged only when the
-    // usage is accepted (else left as Early{}).
-    //
-    // Names marked (docs/control-plane.md "Names compared once per entry"): when the usage
-    // handed back in `u` holds, place by place, the names the zone holds now,
-    // handed_back_mark() gives a mark for them (else 0). Given back as `names_mark` with a
-    // usage whose every entry kept the name it had in that vector (and as many entries),
-    // the names are not compared again.
+    // usage is accepted (else left as Early{}). UsageIntake (usage_intake.h) calls these with
+    // messages in parts.
     Accepted take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr,
-                             Early* early = nullptr, std::uint64_t names_mark = 0);
-    std::uint64_t handed_back_mark() const { return handed_back_mark_; }
+                             Early* early = nullptr);
     Accepted take_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why = nullptr);
 
     // Replaces the limits file's content (the loader validated it). `file` is for status.
@@ -605,10 +599,8 @@ class Controller {
     // with nothing retained, when a name is beyond max_bucket_names (too_many_buckets() says
     // why). `same_places`: every name stands at its place in `held`, no more, no fewer; the
     // ids are then `held`'s and are not retained again (keep_or_release()).
-    // `known_same`: the caller knows every name to stand at its place in `held` (a names
-    // mark), so that only the sizes are compared.
     bool intern(const std::vector<wire::UsageBucket>& buckets,
-                const std::vector<std::uint32_t>* held, bool& same_places, bool known_same = false);
+                const std::vector<std::uint32_t>* held, bool& same_places);
     std::string too_many_buckets(std::string_view kind, const std::string& source,
                                  const std::string& place) const;
     void release(std::vector<std::uint32_t>& ids);
@@ -667,8 +659,7 @@ class Controller {
     Usage usage_;
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
-    std::uint64_t usage_gen_ = 0;         // zone and region usages taken in so far (their gen)
-    std::uint64_t handed_back_mark_ = 0;  // handed_back_mark()
+    std::uint64_t usage_gen_ = 0;  // zone and region usages taken in so far (their gen)
     std::uint64_t fresh_hosts_ = 0;
     std::uint64_t stale_hosts_ = 0;
     std::uint64_t fresh_zones_ = 0;
