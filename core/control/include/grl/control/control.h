@@ -218,10 +218,8 @@ struct Instance {
     std::uint64_t removed_mono = 0;
     bool has_usage = false;  // some fresh usage was summed (runtime buckets may have none)
     bool published = false;  // sent to this region's nginx (global: the region has such hosts)
-    // This region's zones that reported the bucket: views of the controller's zone table's
-    // names, valid until its next tick (which updates every instance it keeps, or forgets it,
-    // before a zone named here can be forgotten). Copied as strings, 50 zones x 10,000
-    // instances were a sixth of a tick's instructions (grl_tick_bench).
+    // This region's zones that reported the bucket. Views into the Controller's zone names:
+    // valid until its next tick() (copies would cost a sixth of a tick at 50 x 10,000).
     std::vector<std::string_view> own_zones;
     // Instead of own_zones: every zone of the last tick's inputs that has entries (the common
     // case, which filled 500,000 views a tick at 50 zones x 10,000 buckets).
@@ -545,8 +543,20 @@ class Controller {
     bool from_run(BucketUsage& u, const Run& own, const Run& remote) const;
     void size_runs();  // own_runs_, remote_runs_ to ids_.span()
     Inputs gather(const Clock& now, std::vector<Event>& events);
+    void gather_zones(Inputs& in, const Clock& now, std::vector<Event>& events);
+    void gather_peers(Inputs& in, const Clock& now, std::vector<Event>& events);
+    void hold_regions(Inputs& in, const std::map<std::string, const PeerEntry*>& held,
+                      std::vector<Event>& events);
     void expire_overrides(const Clock& now, std::vector<Event>& events);
     const Usage& aggregate(const Inputs& in, const Clock& now);
+    bool plan_walk(const Inputs& in, const Clock& now);  // aggregate()'s steps
+    void start_usage(BucketUsage& u, std::string_view name) const;
+    static void merge_entry(std::vector<wire::DefinitionCount>& into, const SumEntry& c,
+                            const wire::UsageBucket& b);
+    void walk_entry(const SumEntry& b, const wire::UsageBucket& entry, std::uint32_t id,
+                    const ZoneEntry* zone, std::uint64_t gen);
+    void walk_inputs(const Inputs& in);
+    void list_usage(const Clock& now);
     std::optional<BucketRule> bucket_rule(std::string_view name, const BucketUsage& u,
                                           const Clock& now) const;
     void sample_zones(std::string_view name, const BucketUsage& u, const BucketRule& rule,
@@ -574,6 +584,9 @@ class Controller {
     void reset_id_instances();                         // then note_instance() for each kept
     void note_instance(Noting& n, const Instance& i);  // into id_instances_
     void instructions(const Inputs& in, const Clock& now, std::vector<wire::Instructions>& out);
+    static void write_instruction(wire::Instruction& e, const Instance& inst);
+    void cut_into_parts(std::vector<wire::Instructions>& msgs,
+                        std::vector<wire::Instructions>& out);
     void region_usage(const Inputs& in, const Usage& usage, const Clock& now,
                       wire::RegionUsage& ru);
 
@@ -590,6 +603,16 @@ class Controller {
     // `prev`: the buckets of the usage e.usage replaced (the names of e.last_rated's first).
     void stand_in(ZoneEntry& e, const std::vector<wire::UsageBucket>& prev, const Clock& now,
                   bool same_places, Change* change);
+    struct StandIn {                    // stand_in()'s: what every entry is judged by
+        std::uint64_t mono_ms = 0;      // now
+        std::uint64_t keep_ms = 0;      // how long a last rated entry stands in
+        std::uint64_t interval_ms = 0;  // the zone's
+        Change* change = nullptr;       // Early::change, when judged
+        bool live(const LastRated& l) const { return mono_ms <= l.mono + keep_ms; }
+    };
+    static void stand_in_entry(wire::UsageBucket& b, LastRated& l, const StandIn& si);
+    void stand_in_by_name(ZoneEntry& e, const std::vector<wire::UsageBucket>& prev,
+                          const StandIn& si);
     Accepted check_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) const;
     Accepted check_region_usage(const wire::RegionUsage& u, const Clock& now, std::string* why);
     Accepted keep_region_usage(wire::RegionUsage& u, const Clock& now,
