@@ -87,8 +87,7 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       // A set's parts are sent back to back, but a busy controller may take a while to read
       // them: a set is given as long as its source's usage stays fresh. (One interval let a
       // backlog expire sets faster than they completed.)
-      zone_parts_(cfg_.opts.max_zones, parts_timeout_ms(cfg_.opts)),
-      peer_parts_(cfg_.opts.max_peers, parts_timeout_ms(cfg_.opts)),
+      intake_(ctl_, parts_timeout_ms(cfg_.opts)),
       malformed_log_(10000),
       ignored_log_(10000),
       future_log_(10000),
@@ -271,7 +270,7 @@ void Daemon::on_usage() {
         std::size_t n = usage_limit_->recv_frames(frames_, 1);
         if (n == 0) return;
         const control::Clock t = now();
-        if (n != 1 || !zone_parts_.read(frames_[0].view(), zone_usage_, error)) {
+        if (n != 1 || !intake_.read_zone(frames_[0].view(), error)) {
             ++malformed_["zone_usage"];
             malformed_log_.hit(LogLevel::Warn, {},
                                "dropped malformed zone usage: " +
@@ -279,17 +278,18 @@ void Daemon::on_usage() {
                                t.mono_ms);
             continue;
         }
+        const wire::ZoneUsage& zone_usage = intake_.zone();
         ++received_["zone_usage"];
-        ++usage_versions_[{"zone_usage", zone_usage_.v}];
+        ++usage_versions_[{"zone_usage", zone_usage.v}];
         if (curve_) {
             // CURVE: a collector's key may speak for one zone only.
             const std::string key = frames_[0].meta("User-Id");
-            KeyBindings::Result b = zone_keys_.check(key, zone_usage_.zone, t.mono_ms);
+            KeyBindings::Result b = zone_keys_.check(key, zone_usage.zone, t.mono_ms);
             if (b != KeyBindings::Result::Ok) {
                 ++ignored_[std::string("zone_usage/") + std::string(to_string(b))];
                 ignored_log_.hit(
                     LogLevel::Warn, {},
-                    "zone usage for zone " + zone_usage_.zone + " from key " + key +
+                    "zone usage for zone " + zone_usage.zone + " from key " + key +
                         " ignored: " + std::string(to_string(b)) +
                         (b == KeyBindings::Result::NotListed
                              ? " (removed from --curve-clients by a reload; its "
@@ -299,19 +299,15 @@ void Daemon::on_usage() {
                 continue;
             }
         }
-        if (!assembled(zone_parts_, zone_usage_, "zone_usage", t)) continue;
-        const std::uint64_t v = zone_usage_.v;
-        const std::string zone = zone_usage_.zone, source = zone_usage_.source;
-        // On acceptance zone_usage_ gets the zone's previous usage, whose strings and
-        // vectors the next read reuses (a part of a set in parts: recycle() below).
-        control::Early news;
-        control::Accepted a =
-            ctl_.take_zone_usage(zone_usage_, t, &why_, &news, zone_parts_.names_mark());
-        const bool new_rates = news.new_rates;
-        const Change change = news.change;
+        const std::uint64_t v = zone_usage.v;
+        const std::string zone = zone_usage.zone, source = zone_usage.source,
+                          region = zone_usage.region;
+        const control::UsageIntake::Taken taken = intake_.take_zone(t, &why_);
+        if (!assembled(taken, "zone_usage", t)) continue;
+        const control::Accepted a = taken.accepted;
+        const bool new_rates = taken.early.new_rates;
+        const Change change = taken.early.change;
         const bool early = new_rates || change != Change::None;
-        // The zone's previous buckets (or the refused ones) become the assembler's spares.
-        zone_parts_.recycle(zone_usage_, ctl_.handed_back_mark());
         if (a == control::Accepted::Yes) {
             note_usage_version(zone_usage_v_, zone, "zone " + zone + " (" + source + ")",
                                "zone usage", v);
@@ -343,9 +339,8 @@ void Daemon::on_usage() {
             log_refusal(a, t);
             if (a == control::Accepted::WrongRegion) {
                 ignored_log_.hit(LogLevel::Warn, {},
-                                 "zone usage from " + zone_usage_.source + " for region " +
-                                     zone_usage_.region + " ignored: this controller serves " +
-                                     cfg_.opts.region,
+                                 "zone usage from " + source + " for region " + region +
+                                     " ignored: this controller serves " + cfg_.opts.region,
                                  t.mono_ms);
             }
         }
@@ -378,19 +373,20 @@ void Daemon::on_peers(Peer& p) {
         control::Clock t = now();
         bool ok = n == 2 && frames_[0].view() == wire::kPeerTopic;
         if (!ok) error = "expected two frames, topic \"grl/p/\" and body";
-        if (ok) ok = peer_parts_.read(frames_[1].view(), region_usage_, error);
+        if (ok) ok = intake_.read_region(frames_[1].view(), error);
         if (!ok) {
             ++malformed_["region_usage"];
             malformed_log_.hit(LogLevel::Warn, {}, "dropped malformed region usage: " + error,
                                t.mono_ms);
             continue;
         }
+        const wire::RegionUsage& region_usage = intake_.region();
         ++received_["region_usage"];
-        ++usage_versions_[{"region_usage", region_usage_.v}];
+        ++usage_versions_[{"region_usage", region_usage.v}];
         // A connection speaks for one controller: a message naming another (a peer speaking
         // for someone else), or naming a controller another connection speaks for, is
         // refused whole, overrides included.
-        KeyBindings::Result b = peer_sources_.check(p.endpoint, region_usage_.source, t.mono_ms);
+        KeyBindings::Result b = peer_sources_.check(p.endpoint, region_usage.source, t.mono_ms);
         if (b != KeyBindings::Result::Ok) {
             ++ignored_[std::string("region_usage/") + std::string(to_string(b))];
             std::string why;
@@ -400,23 +396,23 @@ void Daemon::on_peers(Peer& p) {
                         "that connection speaks for \"" + peer_sources_.name_of(p.endpoint) + "\"";
                     break;
                 case KeyBindings::Result::NameTaken:
-                    why = region_usage_.source + " speaks on another connection";
+                    why = region_usage.source + " speaks on another connection";
                     break;
                 default: why = "--max-peers connections bound"; break;
             }
             ignored_log_.hit(LogLevel::Warn, {},
-                             "region usage from " + region_usage_.source + " (region " +
-                                 region_usage_.region + ") on the connection to " + p.endpoint +
+                             "region usage from " + region_usage.source + " (region " +
+                                 region_usage.region + ") on the connection to " + p.endpoint +
                                  " ignored: " + std::string(to_string(b)) + " (" + why + ")",
                              t.mono_ms);
             continue;
         }
-        if (!assembled(peer_parts_, region_usage_, "region_usage", t)) continue;
         const std::uint64_t refused_before = ctl_.overrides_rejected();
-        const std::uint64_t v = region_usage_.v;
-        const std::string source = region_usage_.source, region = region_usage_.region;
-        control::Accepted a = ctl_.take_region_usage(region_usage_, t, &why_);
-        peer_parts_.recycle(region_usage_);
+        const std::uint64_t v = region_usage.v;
+        const std::string source = region_usage.source, region = region_usage.region;
+        const control::UsageIntake::Taken taken = intake_.take_region(t, &why_);
+        if (!assembled(taken, "region_usage", t)) continue;
+        const control::Accepted a = taken.accepted;
         if (a == control::Accepted::Yes) {
             note_usage_version(peer_usage_v_, source, "peer " + source + " (region " + region + ")",
                                "region usage", v);
@@ -772,31 +768,24 @@ void Daemon::publish_dashboard() {
 // A usage message that is one part of several is held until its set is complete; the whole
 // usage then goes on as if it had come in one message. Counted per result; what cannot be
 // assembled is logged, rate-limited.
-template <class Usage>
-bool Daemon::assembled(wire::PartAssembler<Usage>& a, Usage& m, const char* kind,
+bool Daemon::assembled(const control::UsageIntake::Taken& taken, const char* kind,
                        const control::Clock& t) {
-    if (m.parts <= 1) return true;
-    std::string why;
-    const wire::PartResult r = a.add(m, t.mono_ms, &why);
+    const wire::PartResult r = taken.part;
+    if (r == wire::PartResult::Whole) return true;
     ++parts_[std::string(kind) + "/" + std::string(to_string(r))];
-    if (r == wire::PartResult::Full && why.empty()) {
-        why = std::string(kind) + " part from " + m.source +
-              " ignored: " + std::to_string(a.pending()) +
-              " sets pending (--max-zones / --max-peers)";
-    }
     if (r == wire::PartResult::TooLarge) release_memory();
     if (r == wire::PartResult::Inconsistent || r == wire::PartResult::Stale ||
         r == wire::PartResult::Full || r == wire::PartResult::TooLarge) {
-        parts_log_.hit(LogLevel::Warn, {}, std::string(kind) + " parts: " + why, t.mono_ms);
+        parts_log_.hit(LogLevel::Warn, {}, std::string(kind) + " parts: " + why_, t.mono_ms);
     }
-    return r == wire::PartResult::Complete;
+    return taken.taken();
 }
 
 // An incomplete set older than --stale-intervals x --interval will not complete (the sender
 // sends its parts back to back): the source's last whole usage stays in force until it goes
 // stale.
 void Daemon::expire_parts(const control::Clock& t) {
-    const std::size_t z = zone_parts_.expire(t.mono_ms), p = peer_parts_.expire(t.mono_ms);
+    const auto [z, p] = intake_.expire(t.mono_ms);
     if (z + p > 0) {
         release_memory();
         incomplete_log_.hit(LogLevel::Warn, {},
@@ -1426,9 +1415,9 @@ void Daemon::scale_metrics(daemon::MetricsText& m) const {
              "Usage sent in parts whose set never completed (a newer set came first, or an "
              "interval passed): the source's last whole usage stays in force.");
     m.sample("grl_controller_usage_sets_incomplete_total", {{"kind", "zone_usage"}},
-             static_cast<double>(zone_parts_.incomplete()));
+             static_cast<double>(intake_.incomplete_zone_sets()));
     m.sample("grl_controller_usage_sets_incomplete_total", {{"kind", "region_usage"}},
-             static_cast<double>(peer_parts_.incomplete()));
+             static_cast<double>(intake_.incomplete_region_sets()));
     m.family("grl_controller_region_usage_bytes", "gauge",
              "Size of the last region usage published, all parts together.");
     m.sample("grl_controller_region_usage_bytes", static_cast<double>(region_usage_bytes_));

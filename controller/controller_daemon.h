@@ -20,6 +20,7 @@
 #include "grl/control/control.h"
 #include "grl/control/early.h"
 #include "grl/control/key_bindings.h"
+#include "grl/control/usage_intake.h"
 #include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/etcd_watch.h"
@@ -73,10 +74,8 @@ class Daemon {
     void restore_state();
     void save_state();
     std::string metrics();
-    // Usage in parts (docs/protocol.md): true when `m` is whole, or now assembled.
-    template <class Usage>
-    bool assembled(wire::PartAssembler<Usage>& a, Usage& m, const char* kind,
-                   const control::Clock& t);
+    // Usage in parts (docs/protocol.md): counts and logs a part's result; true when taken.
+    bool assembled(const control::UsageIntake::Taken& r, const char* kind, const control::Clock& t);
     void expire_parts(const control::Clock& t);
     void publish_region_usage(const wire::RegionUsage& ru);
     void record_tick(std::uint64_t us, std::uint64_t cpu_us);
@@ -102,12 +101,8 @@ class Daemon {
 
     std::vector<zmq::Frame> frames_;
     std::string buf_;
-    wire::ZoneUsage zone_usage_;
-    wire::RegionUsage region_usage_;
-    std::string why_;  // why the last message (or part of it) was refused
-    // Usage in parts, assembled per source before the controller sees it.
-    wire::PartAssembler<wire::ZoneUsage> zone_parts_;
-    wire::PartAssembler<wire::RegionUsage> peer_parts_;
+    std::string why_;              // why the last message (or part of it) was refused
+    control::UsageIntake intake_;  // usage in, whole or in parts, into ctl_
     std::map<std::string, std::uint64_t> parts_;  // "kind/result" -> parts received
     std::vector<std::string> region_parts_;       // encoded region_usage parts
     std::uint64_t region_usage_bytes_ = 0;        // last published, all parts

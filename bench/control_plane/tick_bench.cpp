@@ -9,8 +9,8 @@
 // The intake of the zone usages before each tick is timed too (take_zone_usage with the early
 // judgement the daemon asks of each usage), summed over the zones. With --read 1 it is what
 // the daemon does with the bytes: each zone's usage, encoded in parts as grl-collector sends it
-// (not timed), is read in place by a wire::PartAssembler, taken, and its predecessor handed back
-// (recycle()), so that the reading and the entries' first touch of cold memory are in the figure
+// (not timed), is read in place and taken by a control::UsageIntake, as in the daemon, so that
+// the reading and the entries' first touch of cold memory are in the figure
 // as they are in the controller (50 zones x 2 vectors of 10,000 entries are far more than the
 // caches hold).
 //
@@ -33,6 +33,7 @@
 
 #include "dashboard.h"
 #include "grl/control/control.h"
+#include "grl/control/usage_intake.h"
 #include "grl/control/history.h"
 #include "grl/wire/usage_parts.h"
 #include "grl/wire/wire_control.h"
@@ -142,9 +143,9 @@ struct Step {
 int g_early = 0;  // the judgements, so that none is optimised away
 
 grl::control::Accepted take_judged(grl::control::Controller& c, grl::wire::ZoneUsage& u,
-                                   const grl::control::Clock& now, std::uint64_t names_mark = 0) {
+                                   const grl::control::Clock& now) {
     grl::control::Early e;
-    const grl::control::Accepted a = c.take_zone_usage(u, now, nullptr, &e, names_mark);
+    const grl::control::Accepted a = c.take_zone_usage(u, now, nullptr, &e);
     g_early += e.new_rates + static_cast<int>(e.change);
     return a;
 }
@@ -204,7 +205,7 @@ int main(int argc, char** argv) {
     std::size_t entries = 0, instances = 0, instruction_entries = 0, state_bytes = 0;
     grl::wire::ZoneUsage zu;
     grl::wire::RegionUsage ru;
-    grl::wire::PartAssembler<grl::wire::ZoneUsage> assembler(o.zones, 1'000'000);
+    grl::control::UsageIntake usage_in(ctl, 1'000'000);
     std::vector<std::vector<std::string>> zone_parts(o.zones);
     std::string error;
     grl::control::TickOutput out;  // written over at every tick, as the daemon's
@@ -232,12 +233,11 @@ int main(int argc, char** argv) {
             Step part{intake.name, intake.collected, {}};
             part.run(measure, [&] {
                 for (const std::string& bytes : zone_parts[z]) {
-                    if (!assembler.read(bytes, zu, error)) refused(zones[z].source + ": " + error);
-                    if (zu.parts > 1 &&
-                        assembler.add(zu, now.mono_ms) != grl::wire::PartResult::Complete)
-                        continue;
-                    a = take_judged(ctl, zu, now, assembler.names_mark());
-                    assembler.recycle(zu, ctl.handed_back_mark());
+                    if (!usage_in.read_zone(bytes, error)) refused(zones[z].source + ": " + error);
+                    const grl::control::UsageIntake::Taken got = usage_in.take_zone(now);
+                    if (!got.taken()) continue;
+                    a = got.accepted;
+                    g_early += got.early.new_rates + static_cast<int>(got.early.change);
                 }
             });
             if (measure) intake.add(part.ms.back());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "grl/common/ratio.h"
+#include "grl/control/usage_intake.h"
 #include "grl/wire/usage_parts.h"
 
 namespace grl::control {
@@ -2148,17 +2149,14 @@ TEST(RunningSums, ATickOutputWrittenOverHoldsNothingOfTheLastTick) {
     EXPECT_EQ(t.reused.region_usage.buckets.size(), 20u);
 }
 
-// The daemon's intake with names marks (docs/control-plane.md "Names compared once per entry"):
-// parts read in place by a PartAssembler, taken with its names_mark(), the usage handed back
-// recycled with the controller's handed_back_mark(). Checked against a controller given each
-// usage whole: a bucket renamed in any way a part can arrive must be taken by its new name.
-struct MarkedIntake {
+// The daemon's intake (UsageIntake): parts read in place into the vector of the usage the
+// zone's last one replaced, assembled and taken. Checked against a controller given each usage
+// whole: a bucket renamed in any way a part can arrive must be taken by its new name.
+struct PartsIntake {
     Fleet f;
     Controller subject{opts()};
     Controller reference{opts()};
-    wire::PartAssembler<wire::ZoneUsage> parts{8, 1'000'000};
-    wire::ZoneUsage m;             // the daemon's message, reused
-    std::uint64_t taken_mark = 0;  // names_mark() of the last usage taken
+    UsageIntake intake{subject, 1'000'000};
 
     static std::vector<std::string> encoded(const wire::ZoneUsage& u) {
         std::vector<std::string> bytes;
@@ -2166,27 +2164,20 @@ struct MarkedIntake {
         EXPECT_GE(bytes.size(), 3u);
         return bytes;
     }
-    // Part `i` of `bytes`, read in place, or decoded elsewhere (wire::decode) when `decoded`.
-    void part(const std::vector<std::string>& bytes, std::size_t i, bool decoded = false) {
+    // Part `i` of `bytes`.
+    void part(const std::vector<std::string>& bytes, std::size_t i) {
         std::string error;
-        if (decoded) {
-            ASSERT_TRUE(wire::decode(bytes[i], m, error)) << error;
-        } else {
-            ASSERT_TRUE(parts.read(bytes[i], m, error)) << error;
+        ASSERT_TRUE(intake.read_zone(bytes[i], error)) << error;
+        const UsageIntake::Taken got = intake.take_zone(f.now);
+        if (got.taken()) {
+            ASSERT_EQ(got.accepted, Accepted::Yes);
         }
-        if (parts.add(m, f.now.mono_ms) != wire::PartResult::Complete) return;
-        taken_mark = parts.names_mark();
-        ASSERT_EQ(subject.take_zone_usage(m, f.now, nullptr, nullptr, taken_mark), Accepted::Yes);
-        parts.recycle(m, subject.handed_back_mark());
     }
-    // The whole of `u`, its parts as sent or in reverse order; part `decoded` (if any) decoded
-    // elsewhere.
-    void send(const wire::ZoneUsage& u, bool reverse = false, std::size_t decoded = SIZE_MAX) {
+    // The whole of `u`, its parts as sent or in reverse order.
+    void send(const wire::ZoneUsage& u, bool reverse = false) {
         const std::vector<std::string> bytes = encoded(u);
-        for (std::size_t j = 0; j < bytes.size(); ++j) {
-            const std::size_t i = reverse ? bytes.size() - 1 - j : j;
-            part(bytes, i, i == decoded);
-        }
+        for (std::size_t j = 0; j < bytes.size(); ++j)
+            part(bytes, reverse ? bytes.size() - 1 - j : j);
         ASSERT_EQ(reference.on_zone_usage(u, f.now), Accepted::Yes);
     }
     void same() {
@@ -2211,54 +2202,31 @@ wire::ZoneUsage twelve(const Clock& now, std::uint64_t k, const std::string& ren
     return zu("z1", std::move(v), now);
 }
 
-// The part of `u`'s encoding that holds bucket `name`.
-std::size_t part_of(const wire::ZoneUsage& u, const std::string& name) {
-    const std::vector<std::string> bytes = MarkedIntake::encoded(u);
-    for (std::size_t i = 0; i < bytes.size(); ++i) {
-        wire::ZoneUsage p;
-        std::string error;
-        EXPECT_TRUE(wire::decode(bytes[i], p, error)) << error;
-        for (const wire::UsageBucket& b : p.buckets)
-            if (b.name == name) return i;
-    }
-    ADD_FAILURE() << name << " in no part";
-    return 0;
-}
-
-TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
-    MarkedIntake t;
+TEST(UsageIntake, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
+    PartsIntake t;
     std::uint64_t k = 0;
-    // Usages with the names held until the steady state: names not compared again.
+    // Usages with the names held until the steady state.
     auto steady = [&](const std::string& renamed = "") {
         for (int i = 0; i < 3; ++i) {
             t.send(twelve(t.f.now, ++k, renamed));
             t.same();
         }
-        EXPECT_NE(t.taken_mark, 0u);
     };
     steady();
-    // Renamed, read in place: the reader copies the new name.
+    // Renamed, read in place: the reader copies the new name; then renamed back.
     t.send(twelve(t.f.now, ++k, "b05"));
-    EXPECT_EQ(t.taken_mark, 0u);
     t.same();
     steady("b05");
-    // Renamed back, the part that holds it decoded elsewhere and swapped into the set; the
-    // other parts' names all stand at their places.
-    {
-        const wire::ZoneUsage u = twelve(t.f.now, ++k);
-        t.send(u, false, part_of(u, "b05"));
-        EXPECT_EQ(t.taken_mark, 0u);
-        t.same();
-        steady();
-    }
+    t.send(twelve(t.f.now, ++k));
+    t.same();
+    steady();
     // Half a set with a renamed bucket in its first part, dropped for a newer set with the
     // names held.
     {
         const wire::ZoneUsage half = twelve(t.f.now, ++k, "b00");
-        const std::vector<std::string> bytes = MarkedIntake::encoded(half);
+        const std::vector<std::string> bytes = PartsIntake::encoded(half);
         t.part(bytes, 0);
         t.send(twelve(t.f.now, ++k));
-        EXPECT_EQ(t.taken_mark, 0u);
         t.same();
     }
     // Parts out of order, one renamed.
@@ -2266,11 +2234,9 @@ TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
         steady();
         const wire::ZoneUsage u = twelve(t.f.now, ++k, "b11");
         t.send(u, true);
-        EXPECT_EQ(t.taken_mark, 0u);
         t.same();
     }
-    // A second collector of the zone (a failover) sends it renamed in between: the first one's
-    // set still holds its mark, no longer the zone's generation.
+    // A second collector of the zone (a failover) sends it renamed in between.
     steady();
     {
         wire::ZoneUsage other = twelve(t.f.now, ++k, "b03");
@@ -2278,11 +2244,10 @@ TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
         t.send(other);
         t.same();
         t.send(twelve(t.f.now, ++k));
-        EXPECT_EQ(t.taken_mark, 0u);
         t.same();
     }
     // The zone's collector moved to a zone that holds other names, at as many places: sets are
-    // held per zone and source, so its parts for z3 are read into a set of their own, unmarked.
+    // held per zone and source, so its parts for z3 are read into a set of their own.
     steady();
     {
         wire::ZoneUsage z3 = twelve(t.f.now, ++k, "b07");
@@ -2292,10 +2257,9 @@ TEST(NamesMark, ABucketRenamedInAnyWayAPartArrivesIsTakenByItsNewName) {
         wire::ZoneUsage moved = twelve(t.f.now, ++k);
         moved.zone = "z3";
         t.send(moved);
-        EXPECT_EQ(t.taken_mark, 0u);  // not z1's
         t.same();
     }
-    // Another zone's usage cannot take this zone's mark: the marks are generations.
+    // Another zone's usage in between.
     for (int i = 0; i < 3; ++i) {
         wire::ZoneUsage other = twelve(t.f.now, ++k, "b03");
         other.zone = "z2";

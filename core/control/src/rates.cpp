@@ -258,11 +258,27 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
     }
     if (r.seq <= h.seq) return Verdict::Duplicate;
     h.proven = true;
+    std::uint64_t dt = 0;
+    if (const std::optional<Verdict> v = too_soon(h, r, now_ms, dt)) return *v;
+    rate_buckets(h, r, dt);
+    h.seq = r.seq;
+    h.ts_ms = r.ts_ms;
+    h.recv_ms = now_ms;
+    h.last_ms = now_ms;
+    if (r.interval_ms) h.interval_ms = r.interval_ms;
+    h.stale = false;
+    account(h);
+    return Verdict::Accepted;
+}
 
+// The interval a report measures (`dt`), or why it measures none: NoTime, or TooSoon for a
+// sliver of an interval (the host's baseline is kept).
+std::optional<Verdict> Table::too_soon(Host& h, const wire::ReportView& r, std::uint64_t now_ms,
+                                       std::uint64_t& dt) {
     // The sender's clock measures the interval without our queueing delay; it is trusted
     // unless it disagrees wildly with ours (a clock step), in which case ours is used.
     const std::uint64_t dt_recv = now_ms > h.recv_ms ? now_ms - h.recv_ms : 0;
-    std::uint64_t dt = 0;
+    dt = 0;
     if (r.ts_ms > h.ts_ms) {
         std::uint64_t dt_send = r.ts_ms - h.ts_ms;
         if (dt_send * 4 >= dt_recv && dt_send <= 4 * dt_recv + interval_of(h)) dt = dt_send;
@@ -282,7 +298,12 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
         h.stale = false;
         return Verdict::TooSoon;
     }
+    return std::nullopt;
+}
 
+// The report's buckets as the host's next state: each matched with its last by name (most
+// often at the same position), rated over `dt`; a new one gets a baseline.
+void Table::rate_buckets(Host& h, const wire::ReportView& r, std::uint64_t dt) {
     std::vector<BucketState>& next = next_;
     next.clear();
     next.reserve(r.buckets.size());
@@ -337,14 +358,6 @@ Verdict Table::add(const wire::ReportView& r, std::uint64_t now_ms) {
         if (!used[k]) release_name(h.buckets[k].name_id);
     }
     h.buckets.swap(next);  // the old vector becomes the next report's scratch
-    h.seq = r.seq;
-    h.ts_ms = r.ts_ms;
-    h.recv_ms = now_ms;
-    h.last_ms = now_ms;
-    if (r.interval_ms) h.interval_ms = r.interval_ms;
-    h.stale = false;
-    account(h);
-    return Verdict::Accepted;
 }
 
 std::vector<Table::Counted> Table::counted() const {
@@ -444,17 +457,71 @@ std::vector<HostSummary> Table::summaries(std::uint64_t now_ms) const {
     return out;
 }
 
+namespace {
+// One bucket's sums over the fresh hosts (Table::usage()).
+struct BucketSum {
+    double r[4] = {0, 0, 0, 0};
+    std::uint64_t hosts = 0;
+    std::uint64_t rated = 0;
+    std::vector<wire::DefinitionCount> defs;
+    std::unordered_map<std::uint64_t, std::size_t> key_index;  // keyed: hash -> index into keys
+    std::vector<wire::KeyRate> keys;
+};
+
+void add_keys(BucketSum& a, const std::vector<wire::KeyRate>& keys) {
+    for (const wire::KeyRate& k : keys) {
+        auto [at, added] = a.key_index.emplace(k.hash, a.keys.size());
+        if (added) {
+            a.keys.push_back(k);
+            continue;
+        }
+        wire::KeyRate& sum = a.keys[at->second];
+        sum.offered_mrps = sat_add(sum.offered_mrps, k.offered_mrps);
+        sum.dropped_mrps = sat_add(sum.dropped_mrps, k.dropped_mrps);
+        sum.hosts += 1;
+        if (sum.text.empty()) sum.text = k.text;
+    }
+}
+
+void add_definition(std::vector<wire::DefinitionCount>& defs, const wire::Definition& d) {
+    for (wire::DefinitionCount& dc : defs) {
+        if (dc.def == d) {
+            ++dc.hosts;
+            return;
+        }
+    }
+    defs.push_back({d, 1});
+}
+
+// The usage entry of a bucket from its sums (whose definitions and keys move into it).
+wire::UsageBucket usage_bucket(const std::string& name, BucketSum& a) {
+    wire::UsageBucket u;
+    u.name = name;
+    u.offered_mrps = round_mrps(a.r[0]);
+    u.admitted_mrps = round_mrps(a.r[1]);
+    u.dropped_mrps = round_mrps(a.r[2]);
+    u.shadow_dropped_mrps = round_mrps(a.r[3]);
+    u.hosts = a.hosts;
+    u.rated_hosts = a.rated;
+    std::sort(a.defs.begin(), a.defs.end(),
+              [](const wire::DefinitionCount& x, const wire::DefinitionCount& y) {
+                  if (x.hosts != y.hosts) return x.hosts > y.hosts;
+                  return x.def < y.def;
+              });
+    if (a.defs.size() > wire::kMaxDefinitions) a.defs.resize(wire::kMaxDefinitions);
+    u.definitions = std::move(a.defs);
+    bool keyed = false;
+    for (const wire::DefinitionCount& dc : u.definitions) keyed = keyed || dc.def.keyed;
+    if (keyed && !a.keys.empty()) {
+        keep_busiest_keys(a.keys, wire::kMaxUsageKeys);
+        u.keys = std::move(a.keys);
+    }
+    return u;
+}
+}  // namespace
+
 void Table::usage(wire::ZoneUsage& out) const {
-    struct Acc {
-        double r[4] = {0, 0, 0, 0};
-        std::uint64_t hosts = 0;
-        std::uint64_t rated = 0;
-        std::vector<wire::DefinitionCount> defs;
-        // keyed: hash -> index into keys
-        std::unordered_map<std::uint64_t, std::size_t> key_index;
-        std::vector<wire::KeyRate> keys;
-    };
-    std::vector<Acc> acc(names_.size());
+    std::vector<BucketSum> acc(names_.size());
     std::size_t fresh = 0;
     out.host_names.clear();
     for (const auto& kv : hosts_) {
@@ -463,34 +530,14 @@ void Table::usage(wire::ZoneUsage& out) const {
         ++fresh;
         if (out.host_names.size() < wire::kMaxHostNames) out.host_names.push_back(h.name);
         for (const BucketState& b : h.buckets) {
-            Acc& a = acc[b.name_id];
+            BucketSum& a = acc[b.name_id];
             if (b.has_rate) {
                 for (int k = 0; k < 4; ++k) a.r[k] += b.rate[k];
                 ++a.rated;
             }
             ++a.hosts;
-            for (const wire::KeyRate& k : b.keys) {
-                auto [at, added] = a.key_index.emplace(k.hash, a.keys.size());
-                if (added) {
-                    a.keys.push_back(k);
-                    continue;
-                }
-                wire::KeyRate& sum = a.keys[at->second];
-                sum.offered_mrps = sat_add(sum.offered_mrps, k.offered_mrps);
-                sum.dropped_mrps = sat_add(sum.dropped_mrps, k.dropped_mrps);
-                sum.hosts += 1;
-                if (sum.text.empty()) sum.text = k.text;
-            }
-            wire::Definition d{b.scope, b.mode, b.limit_mrps, b.keyed};
-            bool found = false;
-            for (wire::DefinitionCount& dc : a.defs) {
-                if (dc.def == d) {
-                    ++dc.hosts;
-                    found = true;
-                    break;
-                }
-            }
-            if (!found) a.defs.push_back({d, 1});
+            add_keys(a, b.keys);
+            add_definition(a.defs, wire::Definition{b.scope, b.mode, b.limit_mrps, b.keyed});
         }
     }
     std::sort(out.host_names.begin(), out.host_names.end());
@@ -498,56 +545,39 @@ void Table::usage(wire::ZoneUsage& out) const {
     out.stale_hosts = hosts_.size() - fresh;
 
     out.buckets.clear();
-    std::vector<std::size_t> partial;  // indices into out.buckets
-    std::vector<std::int64_t> slot_of(names_.size(), -1);
+    std::vector<std::int64_t> slot_of(names_.size(), -1);  // a bucket some hosts lack: its entry
+    bool partial = false;
     for (std::size_t id = 0; id < acc.size(); ++id) {
-        Acc& a = acc[id];
-        if (a.hosts == 0) continue;
-        wire::UsageBucket u;
-        u.name = names_[id];
-        u.offered_mrps = round_mrps(a.r[0]);
-        u.admitted_mrps = round_mrps(a.r[1]);
-        u.dropped_mrps = round_mrps(a.r[2]);
-        u.shadow_dropped_mrps = round_mrps(a.r[3]);
-        u.hosts = a.hosts;
-        u.rated_hosts = a.rated;
-        std::sort(a.defs.begin(), a.defs.end(),
-                  [](const wire::DefinitionCount& x, const wire::DefinitionCount& y) {
-                      if (x.hosts != y.hosts) return x.hosts > y.hosts;
-                      return x.def < y.def;
-                  });
-        if (a.defs.size() > wire::kMaxDefinitions) a.defs.resize(wire::kMaxDefinitions);
-        u.definitions = std::move(a.defs);
-        bool keyed = false;
-        for (const wire::DefinitionCount& dc : u.definitions) keyed = keyed || dc.def.keyed;
-        if (keyed && !a.keys.empty()) {
-            keep_busiest_keys(a.keys, wire::kMaxUsageKeys);
-            u.keys = std::move(a.keys);
-        }
-        if (a.hosts < fresh) {
+        if (acc[id].hosts == 0) continue;
+        if (acc[id].hosts < fresh) {
             slot_of[id] = static_cast<std::int64_t>(out.buckets.size());
-            partial.push_back(out.buckets.size());
+            partial = true;
         }
-        out.buckets.push_back(std::move(u));
+        out.buckets.push_back(usage_bucket(names_[id], acc[id]));
     }
-    if (!partial.empty()) {
-        for (const auto& kv : hosts_) {
-            const Host& h = kv.second;
-            if (h.stale) continue;
-            for (const BucketState& b : h.buckets) {
-                std::int64_t s = slot_of[b.name_id];
-                if (s < 0) continue;
-                auto& names = out.buckets[static_cast<std::size_t>(s)].host_names;
-                if (names.size() < wire::kMaxBucketHostNames) names.push_back(h.name);
-            }
-        }
-        for (std::size_t i : partial) {
-            std::sort(out.buckets[i].host_names.begin(), out.buckets[i].host_names.end());
-        }
-    }
+    if (partial) name_hosts(out, slot_of);
     std::sort(
         out.buckets.begin(), out.buckets.end(),
         [](const wire::UsageBucket& x, const wire::UsageBucket& y) { return x.name < y.name; });
+}
+
+// The host names of the buckets only some fresh hosts report (slot_of: their entries in out).
+void Table::name_hosts(wire::ZoneUsage& out, const std::vector<std::int64_t>& slot_of) const {
+    for (const auto& kv : hosts_) {
+        const Host& h = kv.second;
+        if (h.stale) continue;
+        for (const BucketState& b : h.buckets) {
+            std::int64_t s = slot_of[b.name_id];
+            if (s < 0) continue;
+            auto& names = out.buckets[static_cast<std::size_t>(s)].host_names;
+            if (names.size() < wire::kMaxBucketHostNames) names.push_back(h.name);
+        }
+    }
+    for (std::int64_t s : slot_of) {
+        if (s < 0) continue;
+        std::vector<std::string>& names = out.buckets[static_cast<std::size_t>(s)].host_names;
+        std::sort(names.begin(), names.end());
+    }
 }
 
 }  // namespace grl::rates

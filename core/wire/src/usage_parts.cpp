@@ -221,7 +221,6 @@ template <class Usage>
 bool PartAssembler<Usage>::read(std::string_view bytes, Usage& m, std::string& error,
                                 UsageRead* how) {
     placed_ = Placed{};
-    names_mark_ = 0;
     UsageRest rest;
     std::size_t n = 0;
     if (read_usage_head(bytes, m, rest)) {
@@ -230,9 +229,7 @@ bool PartAssembler<Usage>::read(std::string_view bytes, Usage& m, std::string& e
             // After the parts received: a part that add() then refuses (an older one, one of a
             // set it drops), or that never reaches add(), leaves them as they are.
             Set& s = it->second;
-            std::size_t copied = 0;
-            const bool ok = read_usage_rest(rest, m, s.buckets, s.used, n, &copied);
-            if (!ok || copied > 0) s.names_mark = 0;  // a name at its place may have changed
+            const bool ok = read_usage_rest(rest, m, s.buckets, s.used, n);
             if (ok && m.parts > 1) {
                 placed_ = Placed{&s, &m, m.seq, m.part, s.used, n};
                 if (how) *how = UsageRead::Fast;
@@ -279,7 +276,6 @@ void PartAssembler<Usage>::release(Set& s) {
     Usage empty;
     keep_head_extra(s.head, empty);
     s.bytes = 0;
-    s.names_mark = 0;
 }
 
 template <class Usage>
@@ -321,7 +317,6 @@ void PartAssembler<Usage>::take(Set& s, Usage& m, const Placed& placed) {
         r.n = placed.n;
         r.ascending = true;
         if (placed.at != s.used) {
-            s.names_mark = 0;
             const auto b = s.buckets.begin();
             std::rotate(b + static_cast<std::ptrdiff_t>(s.used),
                         b + static_cast<std::ptrdiff_t>(placed.at),
@@ -329,7 +324,6 @@ void PartAssembler<Usage>::take(Set& s, Usage& m, const Placed& placed) {
         }
     } else {
         // Read elsewhere (wire::decode, read_usage()): the entries are swapped in.
-        s.names_mark = 0;
         r.n = m.buckets.size();
         r.ascending = ascending(m.buckets);
         if (s.used == 0 && s.buckets.empty()) {
@@ -385,13 +379,12 @@ void PartAssembler<Usage>::keep(std::vector<UsageBucket>&& v) {
 }
 
 template <class Usage>
-void PartAssembler<Usage>::recycle(Usage& m, std::uint64_t names_mark) {
+void PartAssembler<Usage>::recycle(Usage& m) {
     // The source's next set is read into its last one's vector: the same names at the same
     // places (no copy), entries whose definitions keep their capacity.
     auto it = sets_.find(key_of(m));
     if (it != sets_.end() && !it->second.active) {
         it->second.buckets.swap(m.buckets);
-        it->second.names_mark = names_mark;
         return;
     }
     // m.buckets gets the smallest spare (reads are parts or small); what it held is kept.
@@ -408,7 +401,6 @@ bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
     if (!in_order) {
         // Parts out of order: their entries swapped into part order (both sides keep their
         // strings' and vectors' capacity).
-        s.names_mark = 0;
         std::vector<UsageBucket> whole = spare(total);
         whole.resize(total);
         std::size_t k = 0;
@@ -441,8 +433,6 @@ bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
     swap(out, s.head);
     out.buckets.swap(s.buckets);
     s.buckets.swap(s.head.buckets);
-    // The mark goes with the vector, to `out`; the set's new vector has none.
-    names_mark_ = std::exchange(s.names_mark, 0);
     out.part = 0;
     out.parts = 1;
     if (unique) return true;
@@ -464,7 +454,6 @@ bool PartAssembler<Usage>::assemble(Set& s, Usage& out, std::string* why) {
 template <class Usage>
 PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string* why) {
     const Placed placed = std::exchange(placed_, Placed{});
-    names_mark_ = 0;
     if (m.parts <= 1) return PartResult::Whole;
     auto it = sets_.find(key_of(m));
     if (it != sets_.end() && !it->second.active && it->second.refused &&
@@ -547,7 +536,6 @@ PartResult PartAssembler<Usage>::add(Usage& m, std::uint64_t now_ms, std::string
     }
     if (s.received < s.have.size()) return PartResult::Pending;
     const bool ok = assemble(s, m, why);
-    if (!ok) names_mark_ = 0;
     stop(s);
     return ok ? PartResult::Complete : PartResult::Inconsistent;
 }

@@ -218,10 +218,8 @@ struct Instance {
     std::uint64_t removed_mono = 0;
     bool has_usage = false;  // some fresh usage was summed (runtime buckets may have none)
     bool published = false;  // sent to this region's nginx (global: the region has such hosts)
-    // This region's zones that reported the bucket: views of the controller's zone table's
-    // names, valid until its next tick (which updates every instance it keeps, or forgets it,
-    // before a zone named here can be forgotten). Copied as strings, 50 zones x 10,000
-    // instances were a sixth of a tick's instructions (grl_tick_bench).
+    // This region's zones that reported the bucket. Views into the Controller's zone names:
+    // valid until its next tick() (copies would cost a sixth of a tick at 50 x 10,000).
     std::vector<std::string_view> own_zones;
     // Instead of own_zones: every zone of the last tick's inputs that has entries (the common
     // case, which filled 500,000 views a tick at 50 zones x 10,000 buckets).
@@ -273,16 +271,10 @@ class Controller {
     // The same, without copying the message: when accepted, `u` is swapped with the usage
     // held for its sender (the caller's next message reuses that storage); else unchanged.
     // `early` (when given) gets what the usage asks of an early tick; judged only when the
-    // usage is accepted (else left as Early{}).
-    //
-    // Names marked (docs/control-plane.md "Names compared once per entry"): when the usage
-    // handed back in `u` holds, place by place, the names the zone holds now,
-    // handed_back_mark() gives a mark for them (else 0). Given back as `names_mark` with a
-    // usage whose every entry kept the name it had in that vector (and as many entries),
-    // the names are not compared again.
+    // usage is accepted (else left as Early{}). UsageIntake (usage_intake.h) calls these with
+    // messages in parts.
     Accepted take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::string* why = nullptr,
-                             Early* early = nullptr, std::uint64_t names_mark = 0);
-    std::uint64_t handed_back_mark() const { return handed_back_mark_; }
+                             Early* early = nullptr);
     Accepted take_region_usage(wire::RegionUsage& u, const Clock& now, std::string* why = nullptr);
 
     // Replaces the limits file's content (the loader validated it). `file` is for status.
@@ -551,8 +543,20 @@ class Controller {
     bool from_run(BucketUsage& u, const Run& own, const Run& remote) const;
     void size_runs();  // own_runs_, remote_runs_ to ids_.span()
     Inputs gather(const Clock& now, std::vector<Event>& events);
+    void gather_zones(Inputs& in, const Clock& now, std::vector<Event>& events);
+    void gather_peers(Inputs& in, const Clock& now, std::vector<Event>& events);
+    void hold_regions(Inputs& in, const std::map<std::string, const PeerEntry*>& held,
+                      std::vector<Event>& events);
     void expire_overrides(const Clock& now, std::vector<Event>& events);
     const Usage& aggregate(const Inputs& in, const Clock& now);
+    bool plan_walk(const Inputs& in, const Clock& now);  // aggregate()'s steps
+    void start_usage(BucketUsage& u, std::string_view name) const;
+    static void merge_entry(std::vector<wire::DefinitionCount>& into, const SumEntry& c,
+                            const wire::UsageBucket& b);
+    void walk_entry(const SumEntry& b, const wire::UsageBucket& entry, std::uint32_t id,
+                    const ZoneEntry* zone, std::uint64_t gen);
+    void walk_inputs(const Inputs& in);
+    void list_usage(const Clock& now);
     std::optional<BucketRule> bucket_rule(std::string_view name, const BucketUsage& u,
                                           const Clock& now) const;
     void sample_zones(std::string_view name, const BucketUsage& u, const BucketRule& rule,
@@ -580,6 +584,9 @@ class Controller {
     void reset_id_instances();                         // then note_instance() for each kept
     void note_instance(Noting& n, const Instance& i);  // into id_instances_
     void instructions(const Inputs& in, const Clock& now, std::vector<wire::Instructions>& out);
+    static void write_instruction(wire::Instruction& e, const Instance& inst);
+    void cut_into_parts(std::vector<wire::Instructions>& msgs,
+                        std::vector<wire::Instructions>& out);
     void region_usage(const Inputs& in, const Usage& usage, const Clock& now,
                       wire::RegionUsage& ru);
 
@@ -596,6 +603,16 @@ class Controller {
     // `prev`: the buckets of the usage e.usage replaced (the names of e.last_rated's first).
     void stand_in(ZoneEntry& e, const std::vector<wire::UsageBucket>& prev, const Clock& now,
                   bool same_places, Change* change);
+    struct StandIn {                    // stand_in()'s: what every entry is judged by
+        std::uint64_t mono_ms = 0;      // now
+        std::uint64_t keep_ms = 0;      // how long a last rated entry stands in
+        std::uint64_t interval_ms = 0;  // the zone's
+        Change* change = nullptr;       // Early::change, when judged
+        bool live(const LastRated& l) const { return mono_ms <= l.mono + keep_ms; }
+    };
+    static void stand_in_entry(wire::UsageBucket& b, LastRated& l, const StandIn& si);
+    void stand_in_by_name(ZoneEntry& e, const std::vector<wire::UsageBucket>& prev,
+                          const StandIn& si);
     Accepted check_zone_usage(const wire::ZoneUsage& u, const Clock& now, std::string* why) const;
     Accepted check_region_usage(const wire::RegionUsage& u, const Clock& now, std::string* why);
     Accepted keep_region_usage(wire::RegionUsage& u, const Clock& now,
@@ -605,10 +622,8 @@ class Controller {
     // with nothing retained, when a name is beyond max_bucket_names (too_many_buckets() says
     // why). `same_places`: every name stands at its place in `held`, no more, no fewer; the
     // ids are then `held`'s and are not retained again (keep_or_release()).
-    // `known_same`: the caller knows every name to stand at its place in `held` (a names
-    // mark), so that only the sizes are compared.
     bool intern(const std::vector<wire::UsageBucket>& buckets,
-                const std::vector<std::uint32_t>* held, bool& same_places, bool known_same = false);
+                const std::vector<std::uint32_t>* held, bool& same_places);
     std::string too_many_buckets(std::string_view kind, const std::string& source,
                                  const std::string& place) const;
     void release(std::vector<std::uint32_t>& ids);
@@ -667,8 +682,7 @@ class Controller {
     Usage usage_;
     std::uint64_t seq_ = 0;
     std::uint64_t tick_ = 0;
-    std::uint64_t usage_gen_ = 0;         // zone and region usages taken in so far (their gen)
-    std::uint64_t handed_back_mark_ = 0;  // handed_back_mark()
+    std::uint64_t usage_gen_ = 0;  // zone and region usages taken in so far (their gen)
     std::uint64_t fresh_hosts_ = 0;
     std::uint64_t stale_hosts_ = 0;
     std::uint64_t fresh_zones_ = 0;

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -158,6 +159,10 @@ class Table {
                              BucketState& b);
     std::uint64_t interval_of(const Host& h) const;
     Verdict other_epoch(Host& h, const wire::ReportView& r, std::uint64_t now_ms);
+    std::optional<Verdict> too_soon(Host& h, const wire::ReportView& r, std::uint64_t now_ms,
+                                    std::uint64_t& dt);
+    void rate_buckets(Host& h, const wire::ReportView& r, std::uint64_t dt);
+    void name_hosts(wire::ZoneUsage& out, const std::vector<std::int64_t>& slot_of) const;
     static Host::Other& oldest_other(Host& h);
     static std::uint64_t host_bytes(const Host& h);
     bool room_for(const Host* h, const wire::ReportView& r) const;

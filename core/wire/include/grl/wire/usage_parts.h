@@ -95,18 +95,7 @@ class PartAssembler {
     // reading parts into them, and assembling sets from them, then allocates nothing in the
     // steady state (allocating and freeing 10,000 entries per set was a sixth of the
     // controller's CPU at 50 zones x 10,000 buckets, bench/control_plane/README.md).
-    //
-    // `names_mark` (not 0) says that m's bucket names are, place by place, those its owner
-    // holds now, under that mark (the controller's generation of the zone's usage). The
-    // assembler keeps it with the vector while no read or move changes a name at a place,
-    // and gives it back with the set next read into it (names_mark()).
-    void recycle(Usage& m, std::uint64_t names_mark = 0);
-    // After add() completed a set: the mark recycle() was given with the vector the set was
-    // read into when every name read into it was already at its place (no name copied, no
-    // entry moved, no part decoded elsewhere), else 0. 0 after any other read() or add().
-    // The set's entries equal the marked names only where both exist: the caller compares
-    // the sizes.
-    std::uint64_t names_mark() const { return names_mark_; }
+    void recycle(Usage& m);
     std::size_t spares() const { return spares_.size(); }
     // Drops the sets whose first part arrived more than timeout_ms before now_ms, returning
     // their memory; returns how many (they also count in incomplete()).
@@ -133,8 +122,6 @@ class PartAssembler {
         // the next parts.
         std::vector<UsageBucket> buckets;
         std::size_t used = 0;
-        // recycle()'s names_mark for `buckets`, cleared when a name in it may have changed.
-        std::uint64_t names_mark = 0;
         std::size_t bytes = 0;          // held_bytes() of the parts received
         std::uint64_t refused_seq = 0;  // a set dropped as TooLarge: its other parts ignored
         bool refused = false;
@@ -174,7 +161,6 @@ class PartAssembler {
     std::size_t pending_ = 0;
     std::uint64_t incomplete_ = 0;
     Placed placed_;
-    std::uint64_t names_mark_ = 0;  // names_mark()
     std::vector<std::vector<UsageBucket>> spares_;
     std::vector<std::size_t> spare_sizes_;  // bytes of each spare
     std::size_t spare_bytes_ = 0;           // their sum, at most max_set_bytes_
