@@ -1536,10 +1536,10 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
     auto it = next_instance_;
     if (it == instances_.end() || it->first.bucket != name || it->first.scope != rule.scope ||
         it->first.zone != zone) {
-        it = instances_.find(InstanceKeyRef{name, rule.scope, zone});
+        it = instances_.find(InstanceKeyRef{name, rule.scope, "", zone});
     }
     if (it == instances_.end()) {
-        it = instances_.emplace(InstanceKey{std::string(name), rule.scope, zone}, Instance{}).first;
+        it = instances_.emplace(InstanceKey{std::string(name), rule.scope, "", zone}, Instance{}).first;
         // Its key's, for good: found by that key at every later tick.
         it->second.bucket = name;
         it->second.scope = rule.scope;
@@ -1962,7 +1962,7 @@ void Controller::region_usage(const Inputs& in, const Usage& usage, const Clock&
 
 const Instance* Controller::find_instance(std::string_view bucket, Scope scope,
                                           std::string_view zone) const {
-    auto it = instances_.find(InstanceKeyRef{bucket, scope, zone});
+    auto it = instances_.find(InstanceKeyRef{bucket, scope, "", zone});
     return it == instances_.end() ? nullptr : &it->second;
 }
 
@@ -1999,7 +1999,7 @@ bool Controller::brings_new_rates(const wire::ZoneUsage& u, const ZoneEntry* z,
 
 bool Controller::new_rates_by_name(std::string_view bucket, std::string_view zone,
                                    bool complete) const {
-    auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, ""});
+    auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, "", ""});
     if (it == instances_.end() || it->second.bucket != bucket) return true;
     for (; complete && it != instances_.end() && it->second.bucket == bucket; ++it) {
         const Instance& i = it->second;
@@ -2090,7 +2090,7 @@ std::string Controller::keys(const std::string& bucket, std::uint32_t top,
     out.clear();
     if (top == 0) top = wire::kDefaultAdminTopKeys;
     bool found = false, keyed = false;
-    for (auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, ""});
+    for (auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, "", ""});
          it != instances_.end() && it->second.bucket == bucket; ++it) {
         const Instance& inst = it->second;
         found = true;
