@@ -37,7 +37,8 @@ class Collector {
     void reload_keys(const char* why);
 
   private:
-    struct Controller {
+    // A controller this collector pushes its zone usage to (one per --controller-usage).
+    struct Upstream {
         std::string endpoint;
         daemon::Socket push;
         std::unique_ptr<daemon::HandshakeWatch> watch;  // CURVE handshakes; whether connected
@@ -60,7 +61,7 @@ class Collector {
     std::unique_ptr<daemon::EndpointLimit> report_limit_, publish_limit_;
     daemon::Socket pull_;
     std::unique_ptr<Relay> relay_;
-    std::vector<std::unique_ptr<Controller>> controllers_;
+    std::vector<std::unique_ptr<Upstream>> upstreams_;
     std::unique_ptr<daemon::MetricsServer> http_;
     std::string report_ep_, publish_ep_;
     std::string topics_[3];
