@@ -264,14 +264,15 @@ void Collector::on_reports() {
         }
         if (curve_) {
             // CURVE: the key ZAP admitted may speak for one host only.
-            KeyBindings::Result b = host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
-            if (b != KeyBindings::Result::Ok) {
+            CurveKeyBindings::Result b =
+                host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
+            if (b != CurveKeyBindings::Result::Ok) {
                 ++reports_refused_[b];
                 identity_log_.hit(
                     LogLevel::Warn, {},
                     "refused a report for host " + std::string(report_.host) + " from key " +
                         frames_[0].meta("User-Id") + ": " + std::string(to_string(b)) +
-                        (b == KeyBindings::Result::NotListed
+                        (b == CurveKeyBindings::Result::NotListed
                              ? " (removed from --curve-clients by a reload; its "
                                "connection predates it)"
                              : " (the key reports for \"" +
@@ -586,8 +587,9 @@ std::string Collector::metrics() {
     m.family("grl_collector_reports_refused_total", "counter",
              "Reports refused because their CURVE key speaks for another host (or another key "
              "for this one), or is no longer listed (removed by a reload), by reason.");
-    for (KeyBindings::Result r : {KeyBindings::Result::KeyTaken, KeyBindings::Result::NameTaken,
-                                  KeyBindings::Result::Full, KeyBindings::Result::NotListed}) {
+    for (CurveKeyBindings::Result r :
+         {CurveKeyBindings::Result::KeyTaken, CurveKeyBindings::Result::NameTaken,
+          CurveKeyBindings::Result::Full, CurveKeyBindings::Result::NotListed}) {
         auto it = reports_refused_.find(r);
         m.sample("grl_collector_reports_refused_total", {{"reason", to_string(r)}},
                  static_cast<double>(it == reports_refused_.end() ? 0 : it->second));
