@@ -597,15 +597,14 @@ std::string render_status_json(const StatusInput& in) {
     return out;
 }
 
-std::string render_status_prometheus(const StatusInput& in) {
-    const shm::Header& h = in.shm->header();
-    std::string out;
-    out.reserve(1024 + in.table->defs.size() * 900);
-    auto family = [&](const char* name, const char* type, const char* help) {
-        append(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    };
-    family("grl_build_info", "gauge", "The grl version this process runs (always 1).");
-    append(out, "grl_build_info{version=\"%s\",component=\"nginx\"} 1\n", GRL_VERSION);
+namespace {
+
+void family(std::string& out, const char* name, const char* type, const char* help) {
+    append(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+// Per bucket: its counters, ratio, limit and instruction.
+void prometheus_buckets(const std::vector<BucketView>& views, std::string& out) {
     struct Counter {
         const char* name;
         const char* help;
@@ -621,10 +620,8 @@ std::string render_status_prometheus(const StatusInput& in) {
         {"grl_bucket_shadow_dropped_total", "Matched requests a shadow bucket would have dropped.",
          &shm::View::Totals::shadow_dropped},
     };
-    std::vector<RuntimeBucket> rt;
-    std::vector<BucketView> views = all_views(in, rt);
     for (const Counter& c : counters) {
-        family(c.name, "counter", c.help);
+        family(out, c.name, "counter", c.help);
         for (const BucketView& v : views) {
             append(out, "%s{bucket=\"%s\",scope=\"%s\",mode=\"%s\"} %llu\n", c.name,
                    v.def->name.c_str(), std::string(to_string(v.def->scope)).c_str(),
@@ -632,27 +629,33 @@ std::string render_status_prometheus(const StatusInput& in) {
                    static_cast<unsigned long long>(v.tot.*c.field));
         }
     }
-    family("grl_bucket_ratio", "gauge", "Drop ratio currently applied (0 when none or expired).");
+    family(out, "grl_bucket_ratio", "gauge",
+           "Drop ratio currently applied (0 when none or expired).");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_ratio{bucket=\"%s\"} %s\n", v.def->name.c_str(),
                ratio_str(v.threshold).c_str());
     }
-    family("grl_bucket_limit_rps", "gauge", "Effective limit in requests per second.");
+    family(out, "grl_bucket_limit_rps", "gauge", "Effective limit in requests per second.");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_limit_rps{bucket=\"%s\"} %.3f\n", v.def->name.c_str(),
                static_cast<double>(v.limit_mrps) / 1000.0);
     }
-    family("grl_bucket_ratio_age_seconds", "gauge", "Age of the bucket's last instruction.");
+    family(out, "grl_bucket_ratio_age_seconds", "gauge", "Age of the bucket's last instruction.");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_ratio_age_seconds{bucket=\"%s\"} %.3f\n", v.def->name.c_str(),
                static_cast<double>(v.age_ms) / 1000.0);
     }
-    family("grl_bucket_ratio_active", "gauge", "1 if the bucket holds an unexpired instruction.");
+    family(out, "grl_bucket_ratio_active", "gauge",
+           "1 if the bucket holds an unexpired instruction.");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_ratio_active{bucket=\"%s\"} %d\n", v.def->name.c_str(),
                v.state == shm::PlaneState::Active ? 1 : 0);
     }
-    // Keyed buckets: their key tables, per bucket (never per key: docs/per-key.md).
+}
+
+// Keyed buckets: their key tables, per bucket (never per key: docs/per-key.md).
+void prometheus_key_tables(const StatusInput& in, const std::vector<BucketView>& views,
+                           std::string& out) {
     const struct {
         const char* name;
         const char* type;
@@ -673,7 +676,7 @@ std::string render_status_prometheus(const StatusInput& in) {
         for (const BucketView& v : views) {
             const keyed::Table t = v.keyed ? in.shm->key_table(v.slot) : keyed::Table();
             if (!t.valid()) continue;
-            if (!any) family(f.name, f.type, f.help);
+            if (!any) family(out, f.name, f.type, f.help);
             any = true;
             const keyed::TableHeader& h = t.header();
             const std::uint64_t value = f.what == 0   ? t.capacity()
@@ -684,21 +687,30 @@ std::string render_status_prometheus(const StatusInput& in) {
                    static_cast<unsigned long long>(value));
         }
     }
+}
+
+// The control plane as this host sees it: its state and the age of its last instruction.
+void prometheus_plane(const StatusInput& in, std::string& out) {
     shm::PlaneState ps = plane_state(*in.shm, in.now_ms, in.ttl_ms);
-    family("grl_control_plane_state", "gauge", "1 for the current control-plane state.");
+    family(out, "grl_control_plane_state", "gauge", "1 for the current control-plane state.");
     for (shm::PlaneState s :
          {shm::PlaneState::Waiting, shm::PlaneState::Active, shm::PlaneState::Expired}) {
         append(out, "grl_control_plane_state{state=\"%s\"} %d\n", std::string(to_string(s)).c_str(),
                s == ps ? 1 : 0);
     }
-    std::uint64_t last = h.plane_last_ms.load(std::memory_order_relaxed);
-    family("grl_last_instruction_age_seconds", "gauge",
+    std::uint64_t last = in.shm->header().plane_last_ms.load(std::memory_order_relaxed);
+    family(out, "grl_last_instruction_age_seconds", "gauge",
            "Time since the last valid instruction message (no sample before the first: "
            "grl_control_plane_state{state=\"waiting\"}).");
     if (last) {
         append(out, "grl_last_instruction_age_seconds %.3f\n",
                static_cast<double>(in.now_ms > last ? in.now_ms - last : 0) / 1000.0);
     }
+}
+
+// The host's own counters, one family each.
+void prometheus_totals(const StatusInput& in, std::string& out) {
+    const shm::Header& h = in.shm->header();
     const struct {
         const char* name;
         const char* help;
@@ -736,18 +748,33 @@ std::string render_status_prometheus(const StatusInput& in) {
          h.worker_regs_full.load()},
     };
     for (const auto& t : totals) {
-        family(t.name, "counter", t.help);
+        family(out, t.name, "counter", t.help);
         append(out, "%s %llu\n", t.name, static_cast<unsigned long long>(t.value));
     }
     // The daemons' name and labels for the client side of CURVE (daemon/src/curve.cpp), so
     // that one alert covers nginx -> collector and collector -> controller alike.
-    family("grl_curve_client_handshakes_total", "counter",
+    family(out, "grl_curve_client_handshakes_total", "counter",
            "CURVE handshakes of this host's connections to its collector (grl_curve_keypair), by "
            "result.");
     append(out, "grl_curve_client_handshakes_total{peer=\"collector\",result=\"ok\"} %llu\n",
            static_cast<unsigned long long>(h.curve_handshakes_ok.load()));
     append(out, "grl_curve_client_handshakes_total{peer=\"collector\",result=\"failed\"} %llu\n",
            static_cast<unsigned long long>(h.curve_handshakes_failed.load()));
+}
+
+}  // namespace
+
+std::string render_status_prometheus(const StatusInput& in) {
+    std::string out;
+    out.reserve(1024 + in.table->defs.size() * 900);
+    family(out, "grl_build_info", "gauge", "The grl version this process runs (always 1).");
+    append(out, "grl_build_info{version=\"%s\",component=\"nginx\"} 1\n", GRL_VERSION);
+    std::vector<RuntimeBucket> rt;
+    const std::vector<BucketView> views = all_views(in, rt);
+    prometheus_buckets(views, out);
+    prometheus_key_tables(in, views, out);
+    prometheus_plane(in, out);
+    prometheus_totals(in, out);
     return out;
 }
 
