@@ -122,8 +122,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         sub.connect(ep);
     }
     for (const std::string& ep : cfg_.controller_usage) {
-        auto c =
-            std::make_unique<Controller>(Controller{ep, daemon::Socket(ctx, ZMQ_PUSH), nullptr});
+        auto c = std::make_unique<Upstream>(Upstream{ep, daemon::Socket(ctx, ZMQ_PUSH), nullptr});
         // Only queue for a connected controller, and only a little: a usage message is
         // superseded by the next one, so an old one is worth nothing. A little is two whole
         // sets of the most parts a usage may have (docs/protocol.md "Usage in parts"): a set
@@ -141,7 +140,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         daemon::HandshakeWatch* w = c->watch.get();
         loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
         c->push.connect(ep);
-        controllers_.push_back(std::move(c));
+        upstreams_.push_back(std::move(c));
     }
     relay_ =
         std::make_unique<Relay>(ctx, std::move(sub), std::move(pub), topics_, std::move(sub_watch));
@@ -149,7 +148,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     loop_.on_socket(relay_->replies(), [this] { relay_->on_replies(); });
     if (curve_up) {  // refused controllers are connected again when due
         loop_.every(250, [this] {
-            for (auto& c : controllers_) c->watch->handle(daemon::mono_ms());
+            for (auto& c : upstreams_) c->watch->handle(daemon::mono_ms());
         });
     }
 
@@ -166,7 +165,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     }
 
     std::string ctl;
-    for (const auto& c : controllers_) ctl += (ctl.empty() ? "" : ", ") + c->endpoint;
+    for (const auto& c : upstreams_) ctl += (ctl.empty() ? "" : ", ") + c->endpoint;
     daemon::log_info(
         "collector " + cfg_.name + " for zone " + cfg_.zone + " of region " + cfg_.region +
         ": reports on " + report_ep_ + ", instructions on " + publish_ep_ +
@@ -265,14 +264,15 @@ void Collector::on_reports() {
         }
         if (curve_) {
             // CURVE: the key ZAP admitted may speak for one host only.
-            KeyBindings::Result b = host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
-            if (b != KeyBindings::Result::Ok) {
+            CurveKeyBindings::Result b =
+                host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
+            if (b != CurveKeyBindings::Result::Ok) {
                 ++reports_refused_[b];
                 identity_log_.hit(
                     LogLevel::Warn, {},
                     "refused a report for host " + std::string(report_.host) + " from key " +
                         frames_[0].meta("User-Id") + ": " + std::string(to_string(b)) +
-                        (b == KeyBindings::Result::NotListed
+                        (b == CurveKeyBindings::Result::NotListed
                              ? " (removed from --curve-clients by a reload; its "
                                "connection predates it)"
                              : " (the key reports for \"" +
@@ -450,7 +450,7 @@ void Collector::send_usage() {
     for (const auto& b : u.buckets) unrated = unrated || b.rated_hosts < b.hosts;
     early_.sent(mono_ms(), unrated);
     if (parts_.empty()) return;  // too large even in parts: logged above
-    for (auto& c : controllers_) {
+    for (auto& c : upstreams_) {
         std::size_t queued = 0;
         for (const std::string& part : parts_) queued += c->push.send(part) ? 1 : 0;
         if (queued == parts_.size()) {
@@ -587,8 +587,9 @@ std::string Collector::metrics() {
     m.family("grl_collector_reports_refused_total", "counter",
              "Reports refused because their CURVE key speaks for another host (or another key "
              "for this one), or is no longer listed (removed by a reload), by reason.");
-    for (KeyBindings::Result r : {KeyBindings::Result::KeyTaken, KeyBindings::Result::NameTaken,
-                                  KeyBindings::Result::Full, KeyBindings::Result::NotListed}) {
+    for (CurveKeyBindings::Result r :
+         {CurveKeyBindings::Result::KeyTaken, CurveKeyBindings::Result::NameTaken,
+          CurveKeyBindings::Result::Full, CurveKeyBindings::Result::NotListed}) {
         auto it = reports_refused_.find(r);
         m.sample("grl_collector_reports_refused_total", {{"reason", to_string(r)}},
                  static_cast<double>(it == reports_refused_.end() ? 0 : it->second));
@@ -603,13 +604,13 @@ std::string Collector::metrics() {
     age("grl_collector_last_report_age_seconds", last_report_mono_);
     m.family("grl_collector_usage_sent_total", "counter",
              "Zone usage messages queued for a controller.");
-    for (const auto& c : controllers_)
+    for (const auto& c : upstreams_)
         m.sample("grl_collector_usage_sent_total", {{"controller", c->endpoint}},
                  static_cast<double>(c->sent));
     m.family("grl_collector_messages_dropped_total", "counter",
              "Zone usage messages dropped (controller unreachable or slow) and instructions the "
              "relay could not queue.");
-    for (const auto& c : controllers_)
+    for (const auto& c : upstreams_)
         m.sample("grl_collector_messages_dropped_total", {{"controller", c->endpoint}},
                  static_cast<double>(c->dropped));
     m.sample("grl_collector_messages_dropped_total", {{"controller", "relay"}},
@@ -618,7 +619,7 @@ std::string Collector::metrics() {
              "Zone usage messages not (or not wholly) queued for a controller, by reason: "
              "unreachable (no connection up) or queue_full (connected, but the controller takes "
              "usage slower than it is sent).");
-    for (const auto& c : controllers_) {
+    for (const auto& c : upstreams_) {
         m.sample("grl_collector_usage_dropped_total",
                  {{"controller", c->endpoint}, {"reason", "unreachable"}},
                  static_cast<double>(c->unreachable));
@@ -669,7 +670,7 @@ std::string Collector::metrics() {
     age("grl_collector_last_instruction_age_seconds", relay_->last_mono.load());
     if (relay_->watch()) {
         std::vector<const daemon::HandshakeWatch*> watches{relay_->watch()};
-        for (const auto& c : controllers_) watches.push_back(c->watch.get());
+        for (const auto& c : upstreams_) watches.push_back(c->watch.get());
         daemon::write_client_metrics(m, "controller", watches);
     }
     if (curve_) {

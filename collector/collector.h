@@ -18,7 +18,7 @@
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
 #include "grl/daemon/zmq.h"
-#include "grl/control/key_bindings.h"
+#include "grl/control/curve_key_bindings.h"
 #include "grl/control/early.h"
 #include "grl/control/rates.h"
 #include "grl/wire/report_reader.h"
@@ -37,7 +37,8 @@ class Collector {
     void reload_keys(const char* why);
 
   private:
-    struct Controller {
+    // A controller this collector pushes its zone usage to (one per --controller-usage).
+    struct Upstream {
         std::string endpoint;
         daemon::Socket push;
         std::unique_ptr<daemon::HandshakeWatch> watch;  // CURVE handshakes; whether connected
@@ -60,7 +61,7 @@ class Collector {
     std::unique_ptr<daemon::EndpointLimit> report_limit_, publish_limit_;
     daemon::Socket pull_;
     std::unique_ptr<Relay> relay_;
-    std::vector<std::unique_ptr<Controller>> controllers_;
+    std::vector<std::unique_ptr<Upstream>> upstreams_;
     std::unique_ptr<daemon::MetricsServer> http_;
     std::string report_ep_, publish_ep_;
     std::string topics_[3];
@@ -94,9 +95,9 @@ class Collector {
     daemon::LogLimiter full_log_;
     // With CURVE for nginx: which host each client key reports for (first come, one to
     // one); a report for another host is refused and counted by reason.
-    KeyBindings host_keys_;
+    CurveKeyBindings host_keys_;
     daemon::KeyListReloads client_list_{"--curve-clients", cfg_.nginx_clients_file};
-    std::map<KeyBindings::Result, std::uint64_t> reports_refused_;
+    std::map<CurveKeyBindings::Result, std::uint64_t> reports_refused_;
     daemon::LogLimiter identity_log_;
     std::set<std::string> wrong_zone_hosts_;  // logged once each (bounded)
 };

@@ -284,14 +284,14 @@ void Daemon::on_usage() {
         if (curve_) {
             // CURVE: a collector's key may speak for one zone only.
             const std::string key = frames_[0].meta("User-Id");
-            KeyBindings::Result b = zone_keys_.check(key, zone_usage.zone, t.mono_ms);
-            if (b != KeyBindings::Result::Ok) {
+            CurveKeyBindings::Result b = zone_keys_.check(key, zone_usage.zone, t.mono_ms);
+            if (b != CurveKeyBindings::Result::Ok) {
                 ++ignored_[std::string("zone_usage/") + std::string(to_string(b))];
                 ignored_log_.hit(
                     LogLevel::Warn, {},
                     "zone usage for zone " + zone_usage.zone + " from key " + key +
                         " ignored: " + std::string(to_string(b)) +
-                        (b == KeyBindings::Result::NotListed
+                        (b == CurveKeyBindings::Result::NotListed
                              ? " (removed from --curve-clients by a reload; its "
                                "connection predates it)"
                              : " (the key sends for zone \"" + zone_keys_.name_of(key) + "\")"),
@@ -386,16 +386,17 @@ void Daemon::on_peers(Peer& p) {
         // A connection speaks for one controller: a message naming another (a peer speaking
         // for someone else), or naming a controller another connection speaks for, is
         // refused whole, overrides included.
-        KeyBindings::Result b = peer_sources_.check(p.endpoint, region_usage.source, t.mono_ms);
-        if (b != KeyBindings::Result::Ok) {
+        CurveKeyBindings::Result b =
+            peer_sources_.check(p.endpoint, region_usage.source, t.mono_ms);
+        if (b != CurveKeyBindings::Result::Ok) {
             ++ignored_[std::string("region_usage/") + std::string(to_string(b))];
             std::string why;
             switch (b) {
-                case KeyBindings::Result::KeyTaken:
+                case CurveKeyBindings::Result::KeyTaken:
                     why =
                         "that connection speaks for \"" + peer_sources_.name_of(p.endpoint) + "\"";
                     break;
-                case KeyBindings::Result::NameTaken:
+                case CurveKeyBindings::Result::NameTaken:
                     why = region_usage.source + " speaks on another connection";
                     break;
                 default: why = "--max-peers connections bound"; break;

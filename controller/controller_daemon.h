@@ -19,7 +19,7 @@
 #include "grl/control/batch_budget.h"
 #include "grl/control/control.h"
 #include "grl/control/early.h"
-#include "grl/control/key_bindings.h"
+#include "grl/control/curve_key_bindings.h"
 #include "grl/control/usage_intake.h"
 #include "grl/daemon/connections.h"
 #include "grl/daemon/curve.h"
@@ -187,11 +187,11 @@ class Daemon {
     daemon::LogLimiter parts_log_;       // usage parts that could not be assembled
     daemon::LogLimiter incomplete_log_;  // usage sets dropped incomplete
     // With CURVE: which zone each collector key sends usage for (first come, one to one).
-    KeyBindings zone_keys_;
+    CurveKeyBindings zone_keys_;
     daemon::KeyListReloads client_list_{"--curve-clients", cfg_.clients_file};
     daemon::KeyListReloads admin_list_{"--curve-admin-clients", cfg_.admin_clients_file};
     // Which controller (source) each peer connection speaks for.
-    KeyBindings peer_sources_;
+    CurveKeyBindings peer_sources_;
 };
 
 }  // namespace grl::controller

@@ -78,7 +78,7 @@ std::vector<std::pair<control::InstanceKey, control::HistoryPoint>> history_poin
         p.limit_rps = rps(b.limit_mrps);
         p.ratio = static_cast<float>(b.ratio_ppm / 1e6);
         p.shadow_dropped_rps = rps(b.shadow_dropped_mrps);
-        out.emplace_back(control::InstanceKey{b.name, b.scope, b.zone}, p);
+        out.emplace_back(control::InstanceKey{b.name, b.scope, "", b.zone}, p);
     }
     return out;
 }

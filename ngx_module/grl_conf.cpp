@@ -1,4 +1,4 @@
-// Directives of ngx_http_grl_module: parsing, defaults, and the shared zone.
+// Directives of ngx_http_grl_module: parsing, defaults, and the shm.
 // Every rejected value produces one `nginx -t` message naming the directive
 // and the value (nginx appends "in FILE:LINE").
 
@@ -63,7 +63,7 @@ bool valid_endpoint(std::string_view e) {
 
 // ---- grl_zone name:size -------------------------------------------------
 
-ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept;
+ngx_int_t init_shm(ngx_shm_zone_t* shm_zone, void* data) noexcept;
 
 char* set_zone(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return guarded(cf, [&]() -> char* {
@@ -93,7 +93,7 @@ char* set_zone(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             return conf_error(
                 cf, directive(cmd) + ": zone " + quoted(sv(m->shm_name)) + " is already used");
         }
-        m->shm_zone->init = init_zone;
+        m->shm_zone->init = init_shm;
         m->shm_zone->data = m;
         return NGX_CONF_OK;
     });
@@ -541,7 +541,7 @@ ngx_conf_enum_t log_levels[] = {{ngx_string("info"), NGX_LOG_INFO},
                                 {ngx_string("error"), NGX_LOG_ERR},
                                 {ngx_null_string, 0}};
 
-// ---- the shared zone -----------------------------------------------------------
+// ---- the shm -----------------------------------------------------------------
 
 std::uint64_t random_epoch() {
     std::uint64_t e = 0;
@@ -557,7 +557,7 @@ std::uint64_t random_epoch() {
 }
 
 // ---- key tables of keyed buckets (docs/per-key.md) ------------------------------
-// Each keyed bucket's table is a block of the zone's slab pool, found from its bucket slot
+// Each keyed bucket's table is a block of the shm's slab pool, found from its bucket slot
 // (BucketSlot::key_table). A reload keeps a table when the bucket keeps its key definition and
 // keys= (key_sig); else the bucket gets a new table and the old one goes back to the pool.
 
@@ -584,17 +584,17 @@ std::string human_size(std::size_t bytes) {
 
 // After assign(): frees the tables of slots it reset (`before`: each slot's table before), and
 // gives each keyed bucket its table (kept, or new). An error names the bucket and the size.
-std::string place_key_tables(ngx_shm_zone_t* shm_zone, const shm::View& z, const Config& c,
+std::string place_key_tables(ngx_shm_zone_t* shm_zone, const shm::View& shm, const Config& c,
                              const std::vector<std::int64_t>& before) {
     auto* shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
-    char* base = reinterpret_cast<char*>(&z.header());
+    char* base = reinterpret_cast<char*>(&shm.header());
     for (std::size_t i = 0; i < before.size(); ++i) {
-        if (before[i] != 0 && z.slot(static_cast<std::uint32_t>(i)).key_table.load() == 0) {
+        if (before[i] != 0 && shm.slot(static_cast<std::uint32_t>(i)).key_table.load() == 0) {
             ngx_slab_free(shpool, base + before[i]);
         }
     }
     for (std::size_t i = 0; i < c.table.defs.size(); ++i) {
-        shm::BucketSlot& s = z.slot(c.table.slots[i]);
+        shm::BucketSlot& s = shm.slot(c.table.slots[i]);
         const KeyedSpec* k = c.table.keyed_spec(i);
         const std::int64_t held = s.key_table.load();
         if (k != nullptr && held != 0 && s.key_sig == key_sig(*k)) continue;  // kept
@@ -616,10 +616,10 @@ std::string place_key_tables(ngx_shm_zone_t* shm_zone, const shm::View& z, const
                 const std::size_t free = shpool->pfree * ngx_pagesize;
                 return "no room for the key table of bucket \"" + c.table.defs[i].name +
                        "\" (keys=" + std::to_string(k->keys) + ": " + std::to_string(need) +
-                       " bytes, " + std::to_string(free) + " free); a zone of at least " +
+                       " bytes, " + std::to_string(free) + " free); a grl_zone of at least " +
                        human_size(shm_zone->shm.size + need - std::min(need, free) +
                                   2 * ngx_pagesize) +
-                       " holds it (a new size creates a new zone)";
+                       " holds it (a new size creates a new shm)";
             }
             keyed::Table(p).format(k->keys);
             made = static_cast<char*>(p) - base;
@@ -630,13 +630,13 @@ std::string place_key_tables(ngx_shm_zone_t* shm_zone, const shm::View& z, const
     return {};
 }
 
-ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
+ngx_int_t init_shm(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     auto* m = static_cast<MainConf*>(shm_zone->data);
     auto* shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
     ngx_log_t* log = shm_zone->shm.log;
     try {
         if (data) {
-            // Reload with the same zone name and size: adopt the counters and ratios.
+            // Reload with the same grl_zone name and size: adopt the counters and ratios.
             m->shm_base = static_cast<MainConf*>(data)->shm_base;
         } else if (shm_zone->shm.exists) {
             m->shm_base = shpool->data;
@@ -663,29 +663,29 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
             m->shm_base = p;
             shpool->data = p;
         }
-        shm::View z(m->shm_base);
-        std::string err = z.check_compatible();
+        shm::View shm(m->shm_base);
+        std::string err = shm.check_compatible();
         if (!err.empty()) {
             ngx_log_error(NGX_LOG_EMERG, log, 0,
                           "grl_zone \"%V\" cannot be reused: %s; "
-                          "rename the zone or restart nginx",
+                          "give grl_zone another name or restart nginx",
                           &shm_zone->shm.name, err.c_str());
             return NGX_ERROR;
         }
         std::vector<std::string> names;
         for (const BucketDef& d : m->cpp->table.defs) names.push_back(d.name);
-        std::vector<std::int64_t> tables_before(z.header().capacity);
-        for (std::uint32_t i = 0; i < z.header().capacity; ++i) {
-            tables_before[i] = z.slot(i).key_table.load();
+        std::vector<std::int64_t> tables_before(shm.header().capacity);
+        for (std::uint32_t i = 0; i < shm.header().capacity; ++i) {
+            tables_before[i] = shm.slot(i).key_table.load();
         }
-        err = z.assign(names, m->cpp->table.slots, m->config_gen, pid_alive);
-        if (err.empty()) err = place_key_tables(shm_zone, z, *m->cpp, tables_before);
+        err = shm.assign(names, m->cpp->table.slots, m->config_gen, pid_alive);
+        if (err.empty()) err = place_key_tables(shm_zone, shm, *m->cpp, tables_before);
         if (!err.empty()) {
             ngx_log_error(NGX_LOG_EMERG, log, 0, "grl_zone \"%V\": %s", &shm_zone->shm.name,
                           err.c_str());
             return NGX_ERROR;
         }
-        m->cpp->def_of_slot.assign(z.header().capacity, -1);
+        m->cpp->def_of_slot.assign(shm.header().capacity, -1);
         for (std::size_t i = 0; i < m->cpp->table.slots.size(); ++i) {
             m->cpp->def_of_slot[m->cpp->table.slots[i]] = static_cast<int>(i);
         }

@@ -1,7 +1,7 @@
 // What clients and limit_req users expect of a rate limiter: the IETF RateLimit header
 // fields (grl_ratelimit_headers) and application/problem+json rejections
 // (grl_problem_json). The values are formatted by core's grl/plane/ratelimit_fields.h; this file
-// only reads the request's record and the zone, and talks to nginx.
+// only reads the request's record and the shm, and talks to nginx.
 
 #include <cstring>
 
@@ -16,8 +16,8 @@ ngx_http_output_header_filter_pt g_next_header_filter = nullptr;
 // One list member per bucket at most: kMaxMatchesPerRequest x (quoted name + parameters).
 constexpr std::size_t kFieldMax = kMaxMatchesPerRequest * (kMaxNameLen + 64);
 
-std::string_view slot_name(const shm::View& z, std::uint16_t slot) {
-    const char* s = z.slot(slot).name;
+std::string_view slot_name(const shm::View& shm, std::uint16_t slot) {
+    const char* s = shm.slot(slot).name;
     return {s, strnlen(s, kMaxNameLen + 1)};
 }
 
@@ -46,7 +46,7 @@ ngx_int_t push_header(ngx_http_request_t* r, ngx_str_t key, const char* begin, c
 // effective window is the Retry-After sent, else 1 s (the policy window). Nothing under
 // grl_dry_run: nothing is enforced there.
 ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx& ctx) {
-    shm::View z(m->shm_base);
+    shm::View shm(m->shm_base);
     const std::uint64_t now = ngx_current_msec;
     // Composed on the stack, then copied to the pool at their size: the pool's first block
     // (4 KiB) usually has room for that, not for the worst case.
@@ -56,7 +56,7 @@ ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx&
     char* lp = limit;
     for (std::uint8_t i = 0; i < ctx.n; ++i) {
         std::uint16_t slot = ctx.matched[i];
-        const shm::BucketSlot& s = z.slot(slot);
+        const shm::BucketSlot& s = shm.slot(slot);
         bool live = bucket_state(s, now) == shm::PlaneState::Active;
         Mode mode;
         std::uint64_t limit_mrps;
@@ -72,7 +72,7 @@ ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx&
             limit_mrps = def.limit_mrps;
         }
         if (mode != Mode::Deny) continue;
-        std::string_view name = slot_name(z, slot);
+        std::string_view name = slot_name(shm, slot);
         char* np = fields::append_policy(policy, pp, policy + kFieldMax, name, limit_mrps);
         if (np == nullptr) break;
         pp = np;
@@ -123,8 +123,8 @@ ngx_int_t install_header_filter(ngx_conf_t* cf) noexcept {
 // plain rejection is returned instead.
 ngx_int_t send_problem(ngx_http_request_t* r, const RequestCtx& ctx, ngx_uint_t status) noexcept {
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
-    shm::View z(m->shm_base);
-    std::string_view name = slot_name(z, ctx.matched[ctx.outcome.decided_by]);
+    shm::View shm(m->shm_base);
+    std::string_view name = slot_name(shm, ctx.matched[ctx.outcome.decided_by]);
     auto* buf = static_cast<char*>(ngx_pnalloc(r->pool, fields::kProblemMax));
     const bool per_key = (ctx.keyed >> ctx.outcome.decided_by) & 1;
     char* end = buf ? fields::append_problem(buf, buf + fields::kProblemMax,

@@ -82,7 +82,7 @@ bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) 
 namespace {
 
 // This process's copy of the run-time bucket definitions, rebuilt when the
-// zone's runtime_gen moves (rare; the only time the request path allocates).
+// shm's runtime_gen moves (rare; the only time the request path allocates).
 struct RuntimeCache {
     std::uint64_t gen = ~0ULL;
     const void* shm = nullptr;  // the shared memory the definitions were read from
@@ -91,18 +91,18 @@ struct RuntimeCache {
 };
 RuntimeCache* g_runtime = nullptr;
 
-const RuntimeCache* runtime_buckets(const MainConf* m, const shm::View& z) {
-    std::uint64_t gen = z.header().runtime_gen.load(std::memory_order_acquire);
+const RuntimeCache* runtime_buckets(const MainConf* m, const shm::View& shm) {
+    std::uint64_t gen = shm.header().runtime_gen.load(std::memory_order_acquire);
     if (g_runtime && g_runtime->gen == gen && g_runtime->shm == m->shm_base) return g_runtime;
     try {
         auto* c = new RuntimeCache();
-        std::vector<RuntimeBucket> rt = load_runtime(z, c->gen);
+        std::vector<RuntimeBucket> rt = load_runtime(shm, c->gen);
         for (const RuntimeBucket& b : rt) {
             if (m->cpp->table.find(b.def.name) >= 0) continue;  // configured wins
             if (c->matcher.add(b.def).empty()) c->slots.push_back(b.slot);
         }
         c->matcher.count_limit_hits_in(
-            &z.header()
+            &shm.header()
                  .worker[static_cast<std::uint32_t>(ngx_worker) % shm::kWorkerSlots]
                  .regex_limit_hits);
         c->shm = m->shm_base;
@@ -148,14 +148,14 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     ngx_http_variable_value_t& record = record_slot(r, m);
     if (record.data) return NGX_DECLINED;  // decided before an internal redirect: count once
 
-    shm::View z(m->shm_base);
+    shm::View shm(m->shm_base);
     std::uint32_t worker = static_cast<std::uint32_t>(ngx_worker);
     RequestKey key;
     // Without grl_caller there is nothing to read (and read_source is a call, not inlined).
     const bool caller_set = m->caller.cv != nullptr || m->caller.index >= 0;
     key.has_caller = caller_set && read_source(r, m->caller, key.caller);
     if (!key.has_caller && caller_set) {
-        z.header().worker[worker % shm::kWorkerSlots].missing_caller.fetch_add(
+        shm.header().worker[worker % shm::kWorkerSlots].missing_caller.fetch_add(
             1, std::memory_order_relaxed);
         if (m->missing_caller == kMissingValue) {
             key.caller = {reinterpret_cast<const char*>(m->missing_caller_value.data),
@@ -175,7 +175,7 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     std::size_t n = m->cpp->matcher.match(key, idx, kMaxMatchesPerRequest);
     for (std::size_t i = 0; i < n; ++i) slots[i] = m->cpp->table.slots[idx[i]];
     const std::size_t configured = n;
-    const RuntimeCache* rt = runtime_buckets(m, z);
+    const RuntimeCache* rt = runtime_buckets(m, shm);
     if (rt && !rt->slots.empty() && n < kMaxMatchesPerRequest) {
         std::size_t k = rt->matcher.match(key, idx + n, kMaxMatchesPerRequest - n);
         for (std::size_t i = n; i < n + k; ++i) slots[i] = rt->slots[idx[i]];
@@ -187,16 +187,16 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     std::uint32_t units[kMaxMatchesPerRequest];
     const std::uint32_t* cost = nullptr;
     if (m->cpp->any_cost) {
-        request_costs(r, m, z, worker, idx, configured, n, units);
+        request_costs(r, m, shm, worker, idx, configured, n, units);
         cost = units;
     }
-    Outcome out = decide(z, slots, n, worker, ngx_current_msec, g_prng, l->dry_run != 0, cost);
+    Outcome out = decide(shm, slots, n, worker, ngx_current_msec, g_prng, l->dry_run != 0, cost);
     // Keyed buckets (docs/per-key.md): each key's own verdict, folded into the outcome.
     KeyedRequest keys;
     keys.n = 0;
     if (m->cpp->any_keyed) {
-        admit_keys(r, m, z, idx, slots, configured, l->dry_run != 0, cost, keys);
-        fold_keyed(z, slots, n, keys.verdicts, keys.n, worker, out, cost);
+        admit_keys(r, m, shm, idx, slots, configured, l->dry_run != 0, cost, keys);
+        fold_keyed(shm, slots, n, keys.verdicts, keys.n, worker, out, cost);
     }
     const KeyedVerdict* by_key = nullptr;  // the keyed verdict that decided, if one did
     for (std::size_t k = 0; k < keys.n; ++k) {
@@ -233,7 +233,7 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     record.not_found = 1;  // so that nginx never calls the slot's handler over our pointer
 
     if (out.decision == Decision::Pass || out.decision == Decision::None) return NGX_DECLINED;
-    const char* name = z.slot(slots[out.decided_by]).name;
+    const char* name = shm.slot(slots[out.decided_by]).name;
     std::uint32_t ppm = threshold_to_ppm(out.threshold);
     if (by_key && by_key->verdict != keyed::Verdict::Pass) {
         // The key as docs/directives.md shows it (escaped, cut, or its hash), formatted only
@@ -317,10 +317,10 @@ ngx_int_t get_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v,
         v->not_found = 1;
         return NGX_OK;
     }
-    // Names are read from the zone slots, which serve configured and run-time buckets alike.
-    shm::View z(m->shm_base);
+    // Names are read from the shm slots, which serve configured and run-time buckets alike.
+    shm::View shm(m->shm_base);
     auto name = [&](std::uint16_t slot) {
-        const char* s = z.slot(slot).name;
+        const char* s = shm.slot(slot).name;
         return std::string_view(s, strnlen(s, kMaxNameLen + 1));
     };
     if (data == kVarKey) {  // the key the request was counted under in a keyed bucket

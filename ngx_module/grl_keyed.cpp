@@ -1,21 +1,21 @@
 // The keyed branch of the request path (docs/per-key.md): for each matched keyed bucket, the
 // request's key is read (a single variable by index, no copy), hashed, found or claimed in the
-// bucket's key table in the shared zone, and decided there (the control plane's ratio for the
+// bucket's key table in the shm, and decided there (the control plane's ratio for the
 // key while it holds, else the local cap). No allocation, lock or syscall.
 
 #include "grl_module.h"
 
 namespace grl::ngx {
 
-bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::uint16_t slot,
+bool admit_key(const MainConf* m, const shm::View& shm, std::uint16_t idx, std::uint16_t slot,
                std::uint16_t at, std::string_view key, bool dry_run, std::uint32_t cost,
                KeyedVerdict& v) noexcept {
-    const keyed::Table t = z.key_table(slot);
-    if (!t.valid()) return false;  // never for a configured keyed bucket (init_zone made it)
+    const keyed::Table t = shm.key_table(slot);
+    if (!t.valid()) return false;  // never for a configured keyed bucket (init_shm made it)
     const std::uint64_t now = ngx_current_msec;
     const BucketDef& def = m->cpp->table.defs[idx];
     // The control plane's mode and limit while its instruction holds, else the configured.
-    const shm::BucketSlot& s = z.slot(slot);
+    const shm::BucketSlot& s = shm.slot(slot);
     const bool active = now < s.expires_ms.load(std::memory_order_relaxed);
     const Mode mode = active ? static_cast<Mode>(s.mode.load(std::memory_order_relaxed)) : def.mode;
     const std::uint64_t rate =
@@ -38,7 +38,7 @@ bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::ui
     return true;
 }
 
-void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
+void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& shm,
                 const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
                 const std::uint32_t* cost, KeyedRequest& out) noexcept {
     out.n = 0;
@@ -47,7 +47,7 @@ void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
         if (c.table.keyed_spec(idx[i]) == nullptr) continue;
         std::string_view key;
         if (!read_source(r, c.key_sources[idx[i]], key)) key = kEmptyKey;
-        if (admit_key(m, z, idx[i], slots[i], static_cast<std::uint16_t>(i), key, dry_run,
+        if (admit_key(m, shm, idx[i], slots[i], static_cast<std::uint16_t>(i), key, dry_run,
                       cost ? cost[i] : 1, out.verdicts[out.n])) {
             ++out.n;
         }

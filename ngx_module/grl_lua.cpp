@@ -2,7 +2,7 @@
 // called through LuaJIT's FFI as lua-resty-core calls the lua module: thin glue over what
 // the request path and the status page already do (decide, admit_key, fold_keyed,
 // view_bucket). Exported by name (exports.map); never throws, allocates or locks. The
-// request comes from resty.core.base.get_request(): its configuration gives the zone and
+// request comes from resty.core.base.get_request(): its configuration gives the shm and
 // the buckets, its location grl_dry_run.
 //
 // The structs and return codes are mirrored in lua/resty/grl.lua's cdef: change both.
@@ -41,14 +41,14 @@ namespace {
 // Return codes (>= 0: success or a bucket index).
 enum LuaError : int {
     kNoRequest = -1,      // called without a request (init_by_lua)
-    kNoZone = -2,         // no grl_zone in this configuration
+    kNoShm = -2,          // no grl_zone in this configuration
     kUnknownBucket = -3,  // no configured bucket of that name (or index)
     kNotKeyed = -4,       // a key given for a bucket without key=
     kKeyRequired = -5,    // no key given for a keyed bucket
     kKeyNotFound = -6,    // the key has no entry in the bucket's key table on this host
 };
 
-// The request's main configuration when it has a zone, else null with `err` set.
+// The request's main configuration when it has an shm, else null with `err` set.
 const MainConf* main_conf(ngx_http_request_t* r, int& err) {
     if (r == nullptr) {
         err = kNoRequest;
@@ -56,7 +56,7 @@ const MainConf* main_conf(ngx_http_request_t* r, int& err) {
     }
     auto* m = static_cast<MainConf*>(ngx_http_get_module_main_conf(r, ngx_http_grl_module));
     if (m == nullptr || m->shm_base == nullptr) {
-        err = kNoZone;
+        err = kNoShm;
         return nullptr;
     }
     return m;
@@ -104,16 +104,17 @@ __attribute__((visibility("default"))) int grl_lua_decide(ngx_http_request_t* r,
     if (!keyed && key != nullptr) return kNotKeyed;
     auto* l = static_cast<LocConf*>(ngx_http_get_module_loc_conf(r, ngx_http_grl_module));
     const bool dry_run = l->dry_run != 0;
-    const shm::View z(m->shm_base);
+    const shm::View shm(m->shm_base);
     const auto worker = static_cast<std::uint32_t>(ngx_worker);
     const std::uint16_t slot = m->cpp->table.slots[idx];
     std::uint32_t units = 1;  // the bucket's cost=, as for a request matching it
-    request_costs(r, m, z, worker, &idx, 1, 1, &units);
-    Outcome o = decide(z, &slot, 1, worker, ngx_current_msec, g_prng, dry_run, &units);
+    request_costs(r, m, shm, worker, &idx, 1, 1, &units);
+    Outcome o = decide(shm, &slot, 1, worker, ngx_current_msec, g_prng, dry_run, &units);
     KeyedVerdict v;
-    if (keyed && admit_key(m, z, idx, slot, 0, key_len ? std::string_view(key, key_len) : kEmptyKey,
-                           dry_run, units, v)) {
-        fold_keyed(z, &slot, 1, &v, 1, worker, o, &units);
+    if (keyed &&
+        admit_key(m, shm, idx, slot, 0, key_len ? std::string_view(key, key_len) : kEmptyKey,
+                  dry_run, units, v)) {
+        fold_keyed(shm, &slot, 1, &v, 1, worker, o, &units);
     }
     out->decision = static_cast<int>(o.decision);
     out->ratio_ppm = threshold_to_ppm(o.threshold);

@@ -48,8 +48,8 @@ struct Config {
     std::string curve_server_key;
     std::string curve_server_key_file;
     bool curve() const { return !curve_keypair_file.empty(); }  // validated: both or neither
-    // def_of_slot[slot] is the index into table.defs of the configured bucket in that zone
-    // slot, -1 for none (set by init_zone): the RateLimit-Policy field's configured limit.
+    // def_of_slot[slot] is the index into table.defs of the configured bucket in that shm
+    // slot, -1 for none (set by init_shm): the RateLimit-Policy field's configured limit.
     std::vector<int> def_of_slot;
     // key_sources[i]: where bucket table.defs[i]'s key comes from (grl_bucket key=VALUE);
     // {nullptr, -1} for a bucket that is not keyed.
@@ -72,8 +72,8 @@ struct MainConf {
     Config* cpp;
     ngx_shm_zone_t* shm_zone;
     ngx_str_t shm_name;
-    void* shm_base;            // the zone's Header, set by init_zone
-    std::uint64_t config_gen;  // this configuration's generation in the zone
+    void* shm_base;            // the shm's Header, set by init_shm
+    std::uint64_t config_gen;  // this configuration's generation in the shm
 
     Source caller;
     Source procedure;
@@ -118,7 +118,7 @@ struct RequestCtx {
     std::uint8_t n;
     std::uint8_t dry_run;         // decided under grl_dry_run: nothing was enforced
     std::uint32_t retry_after_s;  // the Retry-After sent with a rejection, 0 none
-    std::uint16_t matched[kMaxMatchesPerRequest];  // zone slots of the matched buckets
+    std::uint16_t matched[kMaxMatchesPerRequest];  // shm slots of the matched buckets
     // $grl_key: the key the request was counted under in a keyed bucket (the deciding one, or
     // else the first keyed bucket matched); the bytes are the request's own. len 0: none.
     const char* key;
@@ -161,16 +161,16 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept;
 bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out);
 
 // grl_keyed.cpp: the keyed branch of the request path. For each matched configured keyed
-// bucket (idx: indices into table.defs; slots: their zone slots), reads its key (empty:
+// bucket (idx: indices into table.defs; slots: their shm slots), reads its key (empty:
 // kEmptyKey), finds or claims the key's entry and decides it (keyed::Table::admit).
 inline constexpr std::string_view kEmptyKey = "-";  // the one key of empty or missing values
 // `cost`: the request's units per matched bucket (null: 1 each).
-void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
+void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& shm,
                 const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
                 const std::uint32_t* cost, KeyedRequest& out) noexcept;
-// One keyed bucket's verdict for `key` (configured bucket table.defs[idx] in zone slot `slot`,
+// One keyed bucket's verdict for `key` (configured bucket table.defs[idx] in shm slot `slot`,
 // `at` its index in the request's matched buckets); false when the bucket has no key table.
-bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::uint16_t slot,
+bool admit_key(const MainConf* m, const shm::View& shm, std::uint16_t idx, std::uint16_t slot,
                std::uint16_t at, std::string_view key, bool dry_run, std::uint32_t cost,
                KeyedVerdict& v) noexcept;
 
@@ -178,7 +178,7 @@ bool admit_key(const MainConf* m, const shm::View& z, std::uint16_t idx, std::ui
 // the arguments are parsed in grl_conf.cpp).
 // The request's units in each of its n matched buckets, the first `configured` of them
 // configured (idx: indices into table.defs), the rest run-time buckets (1).
-void request_costs(ngx_http_request_t* r, const MainConf* m, const shm::View& z,
+void request_costs(ngx_http_request_t* r, const MainConf* m, const shm::View& shm,
                    std::uint32_t worker, const std::uint16_t* idx, std::size_t configured,
                    std::size_t n, std::uint32_t* cost) noexcept;
 // Log phase: adds cost_after= units to the buckets (and keys) a served request matched.

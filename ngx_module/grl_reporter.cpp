@@ -2,8 +2,8 @@
 // the current generation starts ("nginx: grl reporter"). Every
 // grl_report_interval it sends the cumulative counters to the collector
 // (ZMQ_PUSH, never blocking) and logs control-plane state changes; whenever
-// the SUB socket is readable it applies instructions to the zone. It needs
-// nothing of the worker but the shared zone, so ZeroMQ and its I/O thread live
+// the SUB socket is readable it applies instructions to the shm. It needs
+// nothing of the worker but the shm, so ZeroMQ and its I/O thread live
 // there and no worker that serves requests is ever multi-threaded (docs/design.md
 // "The reporter process"). With grl_curve_keypair both sockets are CURVE
 // clients of the collector, and a socket monitor reports refused handshakes.
@@ -117,10 +117,10 @@ void malformed(Reporter& rep, const std::string& why) {
 }
 
 // Damper i's bucket: a configured one (table order), then run-time definition i - defs.
-std::uint32_t damper_slot(const Reporter& rep, const shm::View& z, std::size_t i) {
+std::uint32_t damper_slot(const Reporter& rep, const shm::View& shm, std::size_t i) {
     const BucketTable& t = rep.conf->cpp->table;
     return i < t.defs.size() ? t.slots[i]
-                             : z.runtime_slot(static_cast<std::uint32_t>(i - t.defs.size()));
+                             : shm.runtime_slot(static_cast<std::uint32_t>(i - t.defs.size()));
 }
 
 const std::string& damper_name(const Reporter& rep, std::size_t i) {
@@ -128,18 +128,18 @@ const std::string& damper_name(const Reporter& rep, std::size_t i) {
     return i < t.defs.size() ? t.defs[i].name : rep.runtime_names[i - t.defs.size()];
 }
 
-// Follows the zone's run-time definitions (reloaded only when their generation changed): a
+// Follows the shm's run-time definitions (reloaded only when their generation changed): a
 // definition that now names another bucket, or none, starts its damper afresh. A run-time
 // definition whose name a configured bucket has is not that bucket's (the configured one
 // wins) and gets no damper.
-void sync_runtime(Reporter& rep, const shm::View& z) {
+void sync_runtime(Reporter& rep, const shm::View& shm) {
     if (rep.runtime_names.empty()) return;  // damping off
-    const std::uint64_t gen = z.header().runtime_gen.load(std::memory_order_acquire);
+    const std::uint64_t gen = shm.header().runtime_gen.load(std::memory_order_acquire);
     if (gen == rep.runtime_gen) return;
     const BucketTable& t = rep.conf->cpp->table;
     std::vector<std::string> names(rep.runtime_names.size());
-    for (const RuntimeBucket& rb : load_runtime(z, rep.runtime_gen)) {
-        const std::size_t i = rb.slot - z.runtime_slot(0);
+    for (const RuntimeBucket& rb : load_runtime(shm, rep.runtime_gen)) {
+        const std::size_t i = rb.slot - shm.runtime_slot(0);
         if (i < names.size() && t.find(rb.def.name) < 0) names[i] = rb.def.name;
     }
     for (std::size_t i = 0; i < names.size(); ++i) {
@@ -162,18 +162,18 @@ int damper_of(const Reporter& rep, const std::string& name) {
 }
 
 // Writes damper i's ratio for its bucket, while the bucket's instruction is active.
-void surge_check(Reporter& rep, const shm::View& z, std::size_t i) {
+void surge_check(Reporter& rep, const shm::View& shm, std::size_t i) {
     const std::string& name = damper_name(rep, i);
     if (name.empty()) return;  // a free run-time definition
-    const std::uint32_t slot = damper_slot(rep, z, i);
-    shm::BucketSlot& s = z.slot(slot);
+    const std::uint32_t slot = damper_slot(rep, shm, i);
+    shm::BucketSlot& s = shm.slot(slot);
     surge::Damper& d = rep.dampers[i];
     const ngx_msec_t now = ngx_current_msec;
     if (now >= s.expires_ms.load(std::memory_order_relaxed)) {
         d.clear();
         return;
     }
-    const std::uint32_t ppm = d.check(now, z.offered(slot));
+    const std::uint32_t ppm = d.check(now, shm.offered(slot));
     if (d.state() == surge::State::NoBasis) return;  // the control plane's ratio stands
     s.threshold.store(ppm_to_threshold(ppm), std::memory_order_relaxed);
     const surge::State st = d.state();
@@ -181,8 +181,8 @@ void surge_check(Reporter& rep, const shm::View& z, std::size_t i) {
     rep.damper_logged[i] = st;
     if (st == was || (st == surge::State::Following && was == surge::State::NoBasis)) return;
     if (st == surge::State::Tightened)
-        z.header().surge_tightened.fetch_add(1, std::memory_order_relaxed);
-    if (st == surge::State::Eased) z.header().surge_eased.fetch_add(1, std::memory_order_relaxed);
+        shm.header().surge_tightened.fetch_add(1, std::memory_order_relaxed);
+    if (st == surge::State::Eased) shm.header().surge_eased.fetch_add(1, std::memory_order_relaxed);
     ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
                   "grl: bucket \"%s\" surge damping %s: offered %.1f r/s here against %.1f r/s "
                   "in the control plane's basis, this host's share %.1f r/s, ratio %.4f",
@@ -207,13 +207,13 @@ void arm_surge_tick(Reporter& rep) {
 
 // Gives each bucket's damper (configured or run-time) the instruction just applied (an entry
 // that lost to a fresher one held is not).
-void feed_dampers(Reporter& rep, const shm::View& z, const wire::Instructions& m) {
-    sync_runtime(rep, z);  // the message may have defined run-time buckets
+void feed_dampers(Reporter& rep, const shm::View& shm, const wire::Instructions& m) {
+    sync_runtime(rep, shm);  // the message may have defined run-time buckets
     for (const wire::Instruction& in : m.buckets) {
         const int i = damper_of(rep, in.name);
         if (i < 0) continue;
         const auto k = static_cast<std::size_t>(i);
-        const shm::BucketSlot& s = z.slot(damper_slot(rep, z, k));
+        const shm::BucketSlot& s = shm.slot(damper_slot(rep, shm, k));
         if (s.received_ms.load(std::memory_order_relaxed) != ngx_current_msec ||
             s.issued_ts_ms.load(std::memory_order_relaxed) != m.ts_ms) {
             continue;
@@ -221,7 +221,7 @@ void feed_dampers(Reporter& rep, const shm::View& z, const wire::Instructions& m
         rep.dampers[k].on_instruction({in.ratio_ppm, in.limit_mrps,
                                        in.has_basis ? in.basis_offered_mrps : 0,
                                        in.has_basis ? in.basis_ms : 0});
-        surge_check(rep, z, k);  // at once, not at the next check
+        surge_check(rep, shm, k);  // at once, not at the next check
     }
     arm_surge_tick(rep);
 }
@@ -235,13 +235,13 @@ void log_keys_stopped(const Reporter& rep, std::size_t i, const char* why) {
 // it names none any more (docs/per-key.md): operators see a bucket begin and end limiting
 // keys without a line per request or per message. Entries that lost to a fresher instruction
 // held are not looked at.
-void log_key_limiting(Reporter& rep, const shm::View& z, const wire::Instructions& m) {
+void log_key_limiting(Reporter& rep, const shm::View& shm, const wire::Instructions& m) {
     const BucketTable& t = rep.conf->cpp->table;
     for (const wire::Instruction& in : m.buckets) {
         const int i = t.find(in.name);
         if (i < 0 || static_cast<std::size_t>(i) >= rep.keys_limiting.size()) continue;
         const auto k = static_cast<std::size_t>(i);
-        const shm::BucketSlot& s = z.slot(t.slots[k]);
+        const shm::BucketSlot& s = shm.slot(t.slots[k]);
         if (s.received_ms.load(std::memory_order_relaxed) != ngx_current_msec ||
             s.issued_ts_ms.load(std::memory_order_relaxed) != m.ts_ms) {
             continue;
@@ -264,7 +264,7 @@ void log_key_limiting(Reporter& rep, const shm::View& z, const wire::Instruction
 // Receives every pending instruction message without blocking.
 void drain(Reporter& rep) {
     if (rep.sub == nullptr) return;
-    shm::View z(rep.conf->shm_base);
+    shm::View shm(rep.conf->shm_base);
     wire::Instructions msg;
     std::string error;
     for (int guard = 0; guard < 10000; ++guard) {
@@ -283,40 +283,40 @@ void drain(Reporter& rep) {
             continue;
         }
         // During a reload the old reporter keeps draining its socket but leaves
-        // the zone to the new one: one writer of instructions at a time.
-        if (z.header().reporter_pid.load(std::memory_order_relaxed) !=
+        // the shm to the new one: one writer of instructions at a time.
+        if (shm.header().reporter_pid.load(std::memory_order_relaxed) !=
             static_cast<std::uint32_t>(ngx_pid)) {
             continue;
         }
-        apply_instructions(z, rep.conf->cpp->table, msg, ngx_current_msec,
+        apply_instructions(shm, rep.conf->cpp->table, msg, ngx_current_msec,
                            rep.conf->instruction_ttl);
-        feed_dampers(rep, z, msg);
-        log_key_limiting(rep, z, msg);
+        feed_dampers(rep, shm, msg);
+        log_key_limiting(rep, shm, msg);
     }
 }
 
 void log_state_changes(Reporter& rep) {
-    shm::View z(rep.conf->shm_base);
+    shm::View shm(rep.conf->shm_base);
     ngx_msec_t now = ngx_current_msec;
-    shm::PlaneState ps = plane_state(z, now, rep.conf->instruction_ttl);
+    shm::PlaneState ps = plane_state(shm, now, rep.conf->instruction_ttl);
     auto old = static_cast<shm::PlaneState>(
-        z.header().plane_state.exchange(static_cast<std::uint32_t>(ps)));
+        shm.header().plane_state.exchange(static_cast<std::uint32_t>(ps)));
     if (old != ps) {
         ngx_uint_t level = ps == shm::PlaneState::Expired ? NGX_LOG_WARN : NGX_LOG_NOTICE;
         ngx_log_error(
             level, rep.log, 0, "grl: control plane %s%s", std::string(shm::to_string(ps)).c_str(),
             ps == shm::PlaneState::Expired ? ", no instruction within the TTL: failing open" : "");
     }
-    bool writer = z.header().reporter_pid.load(std::memory_order_relaxed) ==
+    bool writer = shm.header().reporter_pid.load(std::memory_order_relaxed) ==
                   static_cast<std::uint32_t>(ngx_pid);
-    for (const std::string& name : writer ? expire_runtime(z, now) : std::vector<std::string>{}) {
+    for (const std::string& name : writer ? expire_runtime(shm, now) : std::vector<std::string>{}) {
         ngx_log_error(NGX_LOG_NOTICE, rep.log, 0,
                       "grl: run-time bucket \"%s\" expired and was removed, failing open",
                       name.c_str());
     }
     const BucketTable& t = rep.conf->cpp->table;
     for (std::size_t i = 0; i < t.defs.size(); ++i) {
-        shm::BucketSlot& s = z.slot(t.slots[i]);
+        shm::BucketSlot& s = shm.slot(t.slots[i]);
         shm::PlaneState bs = bucket_state(s, now);
         auto prev = static_cast<shm::PlaneState>(s.state.exchange(static_cast<std::uint32_t>(bs)));
         if (prev != bs && bs != shm::PlaneState::Waiting) {
@@ -386,11 +386,11 @@ bool check_handshakes(Reporter& rep) {
 // report they cost the collector a sixth more CPU: docs/protocol.md).
 void send_report(Reporter& rep, bool extra) {
     if (rep.push == nullptr) return;
-    shm::View z(rep.conf->shm_base);
-    build_report(z, rep.conf->cpp->table, rep.conf->cpp->id, rep.conf->report_interval, wall_ms(),
+    shm::View shm(rep.conf->shm_base);
+    build_report(shm, rep.conf->cpp->table, rep.conf->cpp->id, rep.conf->report_interval, wall_ms(),
                  rep.report);
     const ngx_msec_t now = ngx_current_msec;
-    if (rep.conf->cpp->any_keyed) add_key_rates(z, rep.conf->cpp->table, now, rep.report);
+    if (rep.conf->cpp->any_keyed) add_key_rates(shm, rep.conf->cpp->table, now, rep.report);
     bool older = extra && now - rep.prev_ms < rep.conf->report_interval / 2;
     const wire::Report& base = older ? rep.prev2 : rep.prev;
     add_recent(rep.report, base,
@@ -399,7 +399,7 @@ void send_report(Reporter& rep, bool extra) {
     wire::encode(rep.report, rep.buf);
     // The report's first buckets are the configured ones, in table order; the run-time ones
     // follow, found by name.
-    sync_runtime(rep, z);
+    sync_runtime(rep, shm);
     const std::size_t ndefs = rep.conf->cpp->table.defs.size();
     for (std::size_t i = 0; i < rep.report.buckets.size() && !rep.dampers.empty(); ++i) {
         const wire::ReportBucket& b = rep.report.buckets[i];
@@ -414,11 +414,11 @@ void send_report(Reporter& rep, bool extra) {
     }
     if (zmq_send(rep.push, rep.buf.data(), rep.buf.size(), ZMQ_DONTWAIT) < 0) {
         // Collector absent or slow: drop it; the next cumulative report covers it.
-        z.header().reports_dropped.fetch_add(1, std::memory_order_relaxed);
+        shm.header().reports_dropped.fetch_add(1, std::memory_order_relaxed);
         rep.report_failing = true;
         if (rep.reconnect_at == 0) rep.reconnect_at = ngx_current_msec + kReconnectPollMs;
     } else {
-        z.header().reports_sent.fetch_add(1, std::memory_order_relaxed);
+        shm.header().reports_sent.fetch_add(1, std::memory_order_relaxed);
         rep.report_failing = false;
     }
 }
@@ -440,11 +440,11 @@ void on_tick(Reporter& rep) {
 }
 
 void on_surge_tick(Reporter& rep) {
-    shm::View z(rep.conf->shm_base);
-    if (z.header().reporter_pid.load(std::memory_order_relaxed) ==
+    shm::View shm(rep.conf->shm_base);
+    if (shm.header().reporter_pid.load(std::memory_order_relaxed) ==
         static_cast<std::uint32_t>(ngx_pid)) {
-        sync_runtime(rep, z);
-        for (std::size_t i = 0; i < rep.dampers.size(); ++i) surge_check(rep, z, i);
+        sync_runtime(rep, shm);
+        for (std::size_t i = 0; i < rep.dampers.size(); ++i) surge_check(rep, shm, i);
     }
 }
 
@@ -643,7 +643,7 @@ void run(Reporter& rep, int ctl) {
 // The reporter process, forked by worker 0 (still single-threaded): it leaves what the worker
 // serves with, runs the loop, and exits when worker 0 does. It never returns.
 [[noreturn]] void reporter_main(ngx_cycle_t* cycle, MainConf* m, int ctl) {
-    ngx_pid = ngx_getpid();  // this process's own, in its log lines and the zone
+    ngx_pid = ngx_getpid();  // this process's own, in its log lines and the shm
     // nginx's signal handlers only raise flags its loop would read; this loop reads none.
     for (int sig :
          {SIGHUP, SIGUSR1, SIGUSR2, SIGWINCH, SIGTERM, SIGQUIT, SIGINT, SIGALRM, SIGIO, SIGCHLD}) {

@@ -1,4 +1,4 @@
-// `location = /grl { grl_status; }`: the zone as JSON (default) or as
+// `location = /grl { grl_status; }`: the shm as JSON (default) or as
 // Prometheus text (`?format=prometheus`).
 
 #include "grl_module.h"
@@ -21,8 +21,8 @@ ngx_int_t status_handler(ngx_http_request_t* r) noexcept {
     std::string body;
     try {
         StatusInput in;
-        shm::View z(m->shm_base);
-        in.zone = &z;
+        shm::View shm(m->shm_base);
+        in.shm = &shm;
         in.table = &m->cpp->table;
         in.id = m->cpp->id;
         in.shm_name = to_std(m->shm_name);

@@ -67,17 +67,18 @@ ngx_int_t init_process(ngx_cycle_t* cycle) noexcept {
     auto* m =
         static_cast<MainConf*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_grl_module));
     if (m && m->shm_base) {
-        shm::View z(m->shm_base);
-        z.activate(m->config_gen);
+        shm::View shm(m->shm_base);
+        shm.activate(m->config_gen);
         // Until this worker exits, no reload frees a slot its configuration uses.
-        if (!z.register_worker(static_cast<std::uint32_t>(ngx_pid), m->config_gen, pid_alive)) {
-            ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
-                          "grl: the zone's worker registry is full (%ui entries): slots of "
-                          "buckets this worker counts are protected for one reload only",
-                          static_cast<ngx_uint_t>(shm::kWorkerRegs));
+        if (!shm.register_worker(static_cast<std::uint32_t>(ngx_pid), m->config_gen, pid_alive)) {
+            ngx_log_error(
+                NGX_LOG_WARN, cycle->log, 0,
+                "grl: the shared memory's worker registry is full (%ui entries): slots of "
+                "buckets this worker counts are protected for one reload only",
+                static_cast<ngx_uint_t>(shm::kWorkerRegs));
         }
         m->cpp->matcher.count_limit_hits_in(
-            &z.header()
+            &shm.header()
                  .worker[static_cast<std::uint32_t>(ngx_worker) % shm::kWorkerSlots]
                  .regex_limit_hits);
     }

@@ -13,25 +13,12 @@
 #include <vector>
 
 #include "grl/common/bucket_types.h"
+#include "grl/control/instance_key.h"
 
 namespace grl::rlc {
 
-// One bucket instance, as the controller names it: a bucket name, its scope and, for
-// region and zone scope, the region and zone it is summed over ("" otherwise).
-struct InstanceKey {
-    std::string bucket;
-    Scope scope = Scope::Global;
-    std::string region;  // "" for global scope
-    std::string zone;    // "" unless zone scope
-    friend bool operator==(const InstanceKey& a, const InstanceKey& b) {
-        return std::tie(a.bucket, a.scope, a.region, a.zone) ==
-               std::tie(b.bucket, b.scope, b.region, b.zone);
-    }
-    friend bool operator<(const InstanceKey& a, const InstanceKey& b) {
-        return std::tie(a.bucket, a.scope, a.region, a.zone) <
-               std::tie(b.bucket, b.scope, b.region, b.zone);
-    }
-};
+// One bucket instance (grl/control/instance_key.h), as the controller names it.
+using control::InstanceKey;
 
 // The mean and the peak of one rate over a recording interval. The peak is the highest
 // controller tick's rate in the interval: averages hide the peaks a limit must cover.

@@ -274,7 +274,7 @@ void write_reload_metrics(MetricsText& m, const std::vector<const KeyListReloads
         m.sample("grl_curve_key_list_ok", {{"list", l->option}}, l->last_ok ? 1 : 0);
 }
 
-void write_binding_metrics(MetricsText& m, std::string_view domain, const KeyBindings& b) {
+void write_binding_metrics(MetricsText& m, std::string_view domain, const CurveKeyBindings& b) {
     m.family("grl_curve_key_bindings", "gauge",
              "CURVE keys listed without names and bound, first come, to the name they speak for.");
     m.sample("grl_curve_key_bindings", {{"domain", domain}}, static_cast<double>(b.size()));

@@ -141,6 +141,8 @@ class Daemon(h.Health):
 
 
 class Controller(Daemon):
+    """The grl-controller process (grl::controller::Daemon)."""
+
     def __init__(self, region="r1", name="ctl-r1", interval="250ms", ttl="2s", peers=(),
                  limits=None, extra=(), workdir=None):
         self.name = name

@@ -318,7 +318,7 @@ def test_nginx_t_rejects_more_buckets_than_the_zone_holds(nginx_factory):
     n = nginx_factory(h.grl_conf(buckets, host=None, interval=None, zone="grl:" + size), start=False)
     rc, out = n.test_config()
     assert rc != 0, out
-    assert re.search(r'\[emerg\].*grl_zone "grl": zone is too small: no free slot for bucket "b\d+"', out), out
+    assert re.search(r'\[emerg\].*grl_zone "grl": too small: no free slot for bucket "b\d+"', out), out
 
 
 def test_smallest_accepted_zone_works(nginx_factory):
@@ -330,8 +330,8 @@ def test_smallest_accepted_zone_works(nginx_factory):
 
 
 def test_failed_reloads_do_not_reset_running_counters(nginx_factory):
-    # The reloads fail inside init_zone (more buckets than slots), i.e. after
-    # View::assign() has advanced the zone's configuration generation; slots are
+    # The reloads fail inside init_shm (more buckets than slots), i.e. after
+    # View::assign() has advanced the shm's configuration generation; slots are
     # freed only relative to configurations whose workers actually ran.
     zone = "grl:" + smallest_zone(nginx_factory)
     running = h.grl_conf(["x procedure=/x rate=1r/s", "y procedure=/y rate=1r/s"],
@@ -339,7 +339,7 @@ def test_failed_reloads_do_not_reset_running_counters(nginx_factory):
     failing = h.grl_conf(["y procedure=/y rate=1r/s"] + ["n%d rate=1r/s" % i for i in range(300)],
                          host=None, interval=None, zone=zone)
     n = nginx_factory(running)
-    n.expect_log("zone is too small: no free slot", "the test's reloads need more slots than the zone has")
+    n.expect_log("too small: no free slot", "the test's reloads need more slots than the shm has")
     for _ in range(10):
         n.get("/x")
     assert n.bucket("x")["offered"] == 10

@@ -16,7 +16,7 @@ HistoryPoint pt(float offered) {
 }
 
 Now one(const std::string& bucket, float offered) {
-    return {{InstanceKey{bucket, Scope::Global, ""}, pt(offered)}};
+    return {{InstanceKey{bucket, Scope::Global, "", ""}, pt(offered)}};
 }
 
 History::Options opts(std::uint64_t span, std::uint64_t step, std::size_t max_series) {
@@ -65,7 +65,7 @@ TEST(History, TheRingKeepsTheLastCapacityPoints) {
 TEST(History, AbsentInstancesAreNaNAndForgottenAfterTheSpan) {
     History h(opts(3000, 1000, 10));
     Now both = one("api", 1);
-    both.push_back({InstanceKey{"api-zone", Scope::Zone, "z1"}, pt(2)});
+    both.push_back({InstanceKey{"api-zone", Scope::Zone, "", "z1"}, pt(2)});
     h.record(1000, 1000, both);
     h.record(2000, 2000, one("api", 1));  // api-zone gone
     auto all = h.all();
@@ -86,8 +86,8 @@ TEST(History, MaxSeriesBoundsMemoryAndCountsTheInstancesLeftOut) {
     History h(opts(900000, 1000, 2));
     EXPECT_EQ(h.max_bytes(), 900u * (2 * sizeof(HistoryPoint) + sizeof(std::uint64_t)));
     Now three = one("a", 1);
-    three.push_back({InstanceKey{"b", Scope::Global, ""}, pt(1)});
-    three.push_back({InstanceKey{"c", Scope::Global, ""}, pt(1)});
+    three.push_back({InstanceKey{"b", Scope::Global, "", ""}, pt(1)});
+    three.push_back({InstanceKey{"c", Scope::Global, "", ""}, pt(1)});
     h.record(1000, 1000, three);
     EXPECT_EQ(h.series(), 2u);
     EXPECT_EQ(h.series_refused(), 1u);

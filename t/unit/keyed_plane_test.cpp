@@ -1,6 +1,6 @@
 // Keyed buckets in the data plane (docs/per-key.md): the grl_bucket per-key parameters, the
 // keyed branch of the decision, heavy hitters in the report, per-key instructions, and the
-// status page; over a real zone with a key table placed in it as nginx's init_zone does.
+// status page; over a real shm with a key table placed in it as nginx's init_shm does.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -269,7 +269,7 @@ TEST_F(KeyedZone, StatusShowsTheKeyTableAndTopKeysAndPrometheusNoKey) {
     offer("quiet", 2, 100);
     offer(std::string("\x01\xff", 2), 1, 100);
     StatusInput in;
-    in.zone = &z;
+    in.shm = &z;
     in.table = &table;
     in.id = id;
     in.shm_name = "grl";

@@ -202,7 +202,7 @@ TEST_F(ZoneFixture, TooManyBucketsIsAnError) {
     std::vector<std::uint16_t> slots;
     std::uint64_t gen = 0;
     std::string err = z.assign(names, slots, gen);
-    EXPECT_NE(err.find("zone is too small"), std::string::npos) << err;
+    EXPECT_NE(err.find("too small: no free slot"), std::string::npos) << err;
     EXPECT_NE(err.find("\"b8\""), std::string::npos) << err;
 }
 
@@ -448,7 +448,7 @@ TEST_F(PlaneFixture, StatusRendersBucketsAndPlane) {
     z.counters(table.slots[0], 0).dropped = 3;
     apply_instructions(z, table, instr(1, 330000), 100, 5000);
     StatusInput in;
-    in.zone = &z;
+    in.shm = &z;
     in.table = &table;
     in.id = id;
     in.shm_name = "grl";
@@ -533,7 +533,7 @@ TEST_F(RuntimeFixture, MatchDefinesARuntimeBucketEveryWorkerCanLoad) {
     EXPECT_EQ(r.buckets[2].offered, 4u);
 
     StatusInput in;
-    in.zone = &z;
+    in.shm = &z;
     in.table = &table;
     in.now_ms = 200;
     in.ttl_ms = 5000;

@@ -130,10 +130,11 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
     auto it = next_instance_;
     if (it == instances_.end() || it->first.bucket != name || it->first.scope != rule.scope ||
         it->first.zone != zone) {
-        it = instances_.find(InstanceKeyRef{name, rule.scope, zone});
+        it = instances_.find(InstanceKeyRef{name, rule.scope, "", zone});
     }
     if (it == instances_.end()) {
-        it = instances_.emplace(InstanceKey{std::string(name), rule.scope, zone}, Instance{}).first;
+        it = instances_.emplace(InstanceKey{std::string(name), rule.scope, "", zone}, Instance{})
+                 .first;
         // Its key's, for good: found by that key at every later tick.
         it->second.bucket = name;
         it->second.scope = rule.scope;

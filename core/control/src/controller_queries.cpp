@@ -20,7 +20,7 @@ using namespace detail;  // NOLINT(google-build-using-namespace): this library's
 
 const Instance* Controller::find_instance(std::string_view bucket, Scope scope,
                                           std::string_view zone) const {
-    auto it = instances_.find(InstanceKeyRef{bucket, scope, zone});
+    auto it = instances_.find(InstanceKeyRef{bucket, scope, "", zone});
     return it == instances_.end() ? nullptr : &it->second;
 }
 
@@ -79,7 +79,7 @@ std::string Controller::keys(const std::string& bucket, std::uint32_t top,
     out.clear();
     if (top == 0) top = wire::kDefaultAdminTopKeys;
     bool found = false, keyed = false;
-    for (auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, ""});
+    for (auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, "", ""});
          it != instances_.end() && it->second.bucket == bucket; ++it) {
         const Instance& inst = it->second;
         found = true;

@@ -424,7 +424,7 @@ bool Controller::brings_new_rates(const wire::ZoneUsage& u, const ZoneEntry* z,
 
 bool Controller::new_rates_by_name(std::string_view bucket, std::string_view zone,
                                    bool complete) const {
-    auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, ""});
+    auto it = instances_.lower_bound(InstanceKeyRef{bucket, Scope::Global, "", ""});
     if (it == instances_.end() || it->second.bucket != bucket) return true;
     for (; complete && it != instances_.end() && it->second.bucket == bucket; ++it) {
         const Instance& i = it->second;

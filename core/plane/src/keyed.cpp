@@ -114,7 +114,7 @@ Entry& Table::touch(std::uint64_t hash, std::string_view key, std::uint64_t now_
                 return e;
             }
             // Being claimed by another worker: never taken (a worker killed within the few
-            // instructions of a claim would cost the set one entry until the zone is new).
+            // instructions of a claim would cost the set one entry until the shm is new).
             if (h == kClaiming || have_free) continue;
             if (h == kFree) {  // the first free entry beats any eviction
                 victim = w;

@@ -84,8 +84,8 @@ wire::RuntimeMatch match_of(const shm::RuntimeDef& d) {
 // Finds or creates the run-time definition for `in`; returns its bucket slot, or -1 when
 // there is no free definition or another reporter is writing the definitions right now
 // (the control plane sends the same entry again next interval).
-int runtime_slot_for(const shm::View& z, const wire::Instruction& in, std::uint64_t now_ms) {
-    shm::Header& h = z.header();
+int runtime_slot_for(const shm::View& shm, const wire::Instruction& in, std::uint64_t now_ms) {
+    shm::Header& h = shm.header();
     int free_def = -1;
     for (std::uint32_t i = 0; i < shm::kRuntimeSlots; ++i) {
         shm::RuntimeDef& d = h.runtime[i];
@@ -118,7 +118,7 @@ int runtime_slot_for(const shm::View& z, const wire::Instruction& in, std::uint6
             release_runtime_def(d, mine);
             h.runtime_gen.fetch_add(1, std::memory_order_release);
         }
-        return static_cast<int>(z.runtime_slot(i));
+        return static_cast<int>(shm.runtime_slot(i));
     }
     if (free_def < 0) {
         h.runtime_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -131,20 +131,20 @@ int runtime_slot_for(const shm::View& z, const wire::Instruction& in, std::uint6
         if (mine) release_runtime_def(d, mine);
         return -1;
     }
-    z.reset_slot(z.runtime_slot(i));
-    shm::BucketSlot& s = z.slot(z.runtime_slot(i));
+    shm.reset_slot(shm.runtime_slot(i));
+    shm::BucketSlot& s = shm.slot(shm.runtime_slot(i));
     std::memcpy(s.name, in.name.data(), std::min(in.name.size(), kMaxNameLen));
     s.in_use = 1;
     fill_runtime_def(d, in.name, in.match);
     release_runtime_def(d, mine);
     h.runtime_gen.fetch_add(1, std::memory_order_release);
-    return static_cast<int>(z.runtime_slot(i));
+    return static_cast<int>(shm.runtime_slot(i));
 }
 
 }  // namespace
 
-std::vector<RuntimeBucket> load_runtime(const shm::View& z, std::uint64_t& gen) {
-    shm::Header& h = z.header();
+std::vector<RuntimeBucket> load_runtime(const shm::View& shm, std::uint64_t& gen) {
+    shm::Header& h = shm.header();
     std::vector<RuntimeBucket> out;
     gen = h.runtime_gen.load(std::memory_order_acquire);
     for (std::uint32_t i = 0; i < shm::kRuntimeSlots; ++i) {
@@ -160,12 +160,12 @@ std::vector<RuntimeBucket> load_runtime(const shm::View& z, std::uint64_t& gen) 
                 if (!m.caller.empty()) b.def.caller = {m.caller_kind, m.caller};
                 if (!m.procedure.empty()) b.def.procedure = {m.procedure_kind, m.procedure};
                 b.def.scope = m.scope;
-                b.slot = static_cast<std::uint16_t>(z.runtime_slot(i));
+                b.slot = static_cast<std::uint16_t>(shm.runtime_slot(i));
             }
             std::atomic_thread_fence(std::memory_order_acquire);
             if (d.seq.load(std::memory_order_relaxed) != before) continue;
             if (in_use) {
-                const shm::BucketSlot& s = z.slot(b.slot);
+                const shm::BucketSlot& s = shm.slot(b.slot);
                 b.def.mode = static_cast<Mode>(s.mode.load(std::memory_order_relaxed));
                 b.def.limit_mrps = s.limit_mrps.load(std::memory_order_relaxed);
                 out.push_back(std::move(b));
@@ -176,13 +176,13 @@ std::vector<RuntimeBucket> load_runtime(const shm::View& z, std::uint64_t& gen) 
     return out;
 }
 
-std::vector<std::string> expire_runtime(const shm::View& z, std::uint64_t now_ms) {
-    shm::Header& h = z.header();
+std::vector<std::string> expire_runtime(const shm::View& shm, std::uint64_t now_ms) {
+    shm::Header& h = shm.header();
     std::vector<std::string> removed;
     for (std::uint32_t i = 0; i < shm::kRuntimeSlots; ++i) {
         shm::RuntimeDef& d = h.runtime[i];
         if (!d.in_use) continue;
-        const shm::BucketSlot& s = z.slot(z.runtime_slot(i));
+        const shm::BucketSlot& s = shm.slot(shm.runtime_slot(i));
         if (now_ms < s.expires_ms.load(std::memory_order_relaxed)) continue;
         const std::uint32_t mine = claim_runtime_def(d, now_ms);
         if (mine == 0) continue;  // another reporter is writing it: next time
@@ -200,9 +200,9 @@ std::uint64_t runtime_takeovers(const shm::Header& h) {
     return n;
 }
 
-void build_report(const shm::View& z, const BucketTable& t, const Identity& id,
+void build_report(const shm::View& shm, const BucketTable& t, const Identity& id,
                   std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r) {
-    shm::Header& h = z.header();
+    shm::Header& h = shm.header();
     r.host = id.host;
     r.zone = id.zone;
     r.region = id.region;
@@ -215,7 +215,7 @@ void build_report(const shm::View& z, const BucketTable& t, const Identity& id,
     r.buckets.reserve(t.defs.size());
     for (std::size_t i = 0; i < t.defs.size(); ++i) {
         const BucketDef& d = t.defs[i];
-        shm::View::Totals tot = z.totals(t.slots[i]);
+        shm::View::Totals tot = shm.totals(t.slots[i]);
         wire::ReportBucket b;
         b.name = d.name;
         b.scope = d.scope;
@@ -228,9 +228,9 @@ void build_report(const shm::View& z, const BucketTable& t, const Identity& id,
         r.buckets.push_back(std::move(b));
     }
     std::uint64_t gen = 0;
-    for (const RuntimeBucket& rb : load_runtime(z, gen)) {
+    for (const RuntimeBucket& rb : load_runtime(shm, gen)) {
         if (t.find(rb.def.name) >= 0) continue;  // a configured bucket of that name wins
-        shm::View::Totals tot = z.totals(rb.slot);
+        shm::View::Totals tot = shm.totals(rb.slot);
         wire::ReportBucket b;
         b.name = rb.def.name;
         b.scope = rb.def.scope;
@@ -244,7 +244,7 @@ void build_report(const shm::View& z, const BucketTable& t, const Identity& id,
     }
 }
 
-void add_key_rates(const shm::View& z, const BucketTable& t, std::uint64_t now_ms,
+void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now_ms,
                    wire::Report& r) {
     // build_report lists the configured buckets first, in table order.
     for (std::size_t i = 0; i < t.defs.size() && i < r.buckets.size(); ++i) {
@@ -253,7 +253,7 @@ void add_key_rates(const shm::View& z, const BucketTable& t, std::uint64_t now_m
         wire::ReportBucket& b = r.buckets[i];
         b.keyed = true;
         b.keys.clear();
-        const keyed::Table table = z.key_table(t.slots[i]);
+        const keyed::Table table = shm.key_table(t.slots[i]);
         if (!table.valid()) continue;
         const std::uint64_t last = table.header().reported_ms.exchange(now_ms);
         // The first report after the table was made covers an unknown span: count it as one
@@ -298,10 +298,10 @@ void add_recent(wire::Report& r, const wire::Report& prev, std::uint64_t span_ms
     }
 }
 
-std::size_t apply_instructions(const shm::View& z, const BucketTable& t,
+std::size_t apply_instructions(const shm::View& shm, const BucketTable& t,
                                const wire::Instructions& m, std::uint64_t now_ms,
                                std::uint64_t ttl_cap_ms) {
-    shm::Header& h = z.header();
+    shm::Header& h = shm.header();
     h.instructions_received.fetch_add(1, std::memory_order_relaxed);
     h.plane_last_ms.store(now_ms, std::memory_order_relaxed);
     std::uint64_t ttl = m.ttl_ms < ttl_cap_ms ? m.ttl_ms : ttl_cap_ms;
@@ -309,12 +309,12 @@ std::size_t apply_instructions(const shm::View& z, const BucketTable& t,
     for (const wire::Instruction& in : m.buckets) {
         int i = t.find(in.name);
         int slot = i >= 0 ? t.slots[static_cast<std::size_t>(i)] : -1;
-        if (slot < 0 && in.has_match) slot = runtime_slot_for(z, in, now_ms);
+        if (slot < 0 && in.has_match) slot = runtime_slot_for(shm, in, now_ms);
         if (slot < 0) {
             h.instructions_unknown_bucket.fetch_add(1, std::memory_order_relaxed);
             continue;
         }
-        shm::BucketSlot& s = z.slot(static_cast<std::uint32_t>(slot));
+        shm::BucketSlot& s = shm.slot(static_cast<std::uint32_t>(slot));
         bool held_live = now_ms < s.expires_ms.load(std::memory_order_relaxed);
         if (held_live && m.ts_ms < s.issued_ts_ms.load(std::memory_order_relaxed)) continue;
         // Ratio and mode first, expiry last: a reader that sees the new expiry
@@ -328,7 +328,7 @@ std::size_t apply_instructions(const shm::View& z, const BucketTable& t,
         ++applied;
         // A keyed bucket: each key's ratio goes into the key's entry, when the key is in this
         // host's table (a key not there has no traffic here to drop); ratio 0 clears.
-        const keyed::Table table = z.key_table(static_cast<std::uint32_t>(slot));
+        const keyed::Table table = shm.key_table(static_cast<std::uint32_t>(slot));
         if (!in.keyed || !table.valid()) continue;
         for (const wire::KeyRatio& k : in.keys) {
             table.set_ratio(k.hash, ppm_to_threshold(k.ratio_ppm),
@@ -357,13 +357,13 @@ shm::PlaneState bucket_state(const shm::BucketSlot& s, std::uint64_t now_ms) {
     return now_ms < exp ? shm::PlaneState::Active : shm::PlaneState::Expired;
 }
 
-BucketView view_bucket(const shm::View& z, const BucketDef& def, std::uint16_t slot,
+BucketView view_bucket(const shm::View& shm, const BucketDef& def, std::uint16_t slot,
                        std::uint64_t now_ms) {
-    const shm::BucketSlot& s = z.slot(slot);
+    const shm::BucketSlot& s = shm.slot(slot);
     BucketView v;
     v.def = &def;
     v.runtime = false;
-    v.tot = z.totals(slot);
+    v.tot = shm.totals(slot);
     v.state = bucket_state(s, now_ms);
     bool active = v.state == shm::PlaneState::Active;
     v.threshold = active ? s.threshold.load(std::memory_order_relaxed) : 0;
@@ -376,8 +376,8 @@ BucketView view_bucket(const shm::View& z, const BucketDef& def, std::uint16_t s
     return v;
 }
 
-shm::PlaneState plane_state(const shm::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms) {
-    std::uint64_t last = z.header().plane_last_ms.load(std::memory_order_relaxed);
+shm::PlaneState plane_state(const shm::View& shm, std::uint64_t now_ms, std::uint64_t ttl_ms) {
+    std::uint64_t last = shm.header().plane_last_ms.load(std::memory_order_relaxed);
     if (last == 0) return shm::PlaneState::Waiting;
     return now_ms < last + ttl_ms ? shm::PlaneState::Active : shm::PlaneState::Expired;
 }
@@ -404,7 +404,7 @@ std::string ratio_str(std::uint64_t threshold) {
 }
 
 BucketView view_of(const StatusInput& in, const BucketDef& def, std::uint16_t slot, bool runtime) {
-    BucketView v = view_bucket(*in.zone, def, slot, in.now_ms);
+    BucketView v = view_bucket(*in.shm, def, slot, in.now_ms);
     v.runtime = runtime;
     return v;
 }
@@ -417,28 +417,28 @@ std::vector<BucketView> all_views(const StatusInput& in, std::vector<RuntimeBuck
         views.back().keyed = in.table->keyed_spec(i);
     }
     std::uint64_t gen = 0;
-    rt = load_runtime(*in.zone, gen);
+    rt = load_runtime(*in.shm, gen);
     for (const RuntimeBucket& b : rt) {
         if (in.table->find(b.def.name) < 0) views.push_back(view_of(in, b.def, b.slot, true));
     }
     return views;
 }
 
-std::uint64_t missing_caller(const shm::View& z) {
+std::uint64_t missing_caller(const shm::View& shm) {
     std::uint64_t n = 0;
-    for (const auto& w : z.header().worker) n += w.missing_caller.load(std::memory_order_relaxed);
+    for (const auto& w : shm.header().worker) n += w.missing_caller.load(std::memory_order_relaxed);
     return n;
 }
 
-std::uint64_t cost_invalid(const shm::View& z) {
+std::uint64_t cost_invalid(const shm::View& shm) {
     std::uint64_t n = 0;
-    for (const auto& w : z.header().worker) n += w.cost_invalid.load(std::memory_order_relaxed);
+    for (const auto& w : shm.header().worker) n += w.cost_invalid.load(std::memory_order_relaxed);
     return n;
 }
 
-std::uint64_t regex_limit_hits(const shm::View& z) {
+std::uint64_t regex_limit_hits(const shm::View& shm) {
     std::uint64_t n = 0;
-    for (const auto& w : z.header().worker) {
+    for (const auto& w : shm.header().worker) {
         n += w.regex_limit_hits.load(std::memory_order_relaxed);
     }
     return n;
@@ -471,7 +471,7 @@ struct KeyRow {
 // ,"keyed":{...}: the bucket's key table and its busiest keys, each with its counts since its
 // entry was claimed, its rate since the last report and the control plane's ratio for it.
 void render_keyed_json(const StatusInput& in, const BucketView& v, std::string& out) {
-    const keyed::Table t = in.zone->key_table(v.slot);
+    const keyed::Table t = in.shm->key_table(v.slot);
     if (!t.valid()) {
         out += ",\"keyed\":null";
         return;
@@ -537,7 +537,7 @@ void render_keyed_json(const StatusInput& in, const BucketView& v, std::string& 
 }  // namespace
 
 std::string render_status_json(const StatusInput& in) {
-    const shm::Header& h = in.zone->header();
+    const shm::Header& h = in.shm->header();
     std::uint64_t last = h.plane_last_ms.load(std::memory_order_relaxed);
     std::string out;
     out.reserve(512 + in.table->defs.size() * 400);
@@ -550,7 +550,7 @@ std::string render_status_json(const StatusInput& in) {
            "\"reports_sent\":%llu,\"reports_dropped\":%llu,\"instructions_received\":%llu,"
            "\"instructions_malformed\":%llu,\"instructions_unknown_bucket\":%llu,"
            "\"curve\":%s,\"curve_handshakes_ok\":%llu,\"curve_handshakes_failed\":%llu},",
-           std::string(to_string(plane_state(*in.zone, in.now_ms, in.ttl_ms))).c_str(),
+           std::string(to_string(plane_state(*in.shm, in.now_ms, in.ttl_ms))).c_str(),
            in.reporting ? "true" : "false",
            // null until the first instruction: an age that does not exist yet is no number
            last ? std::to_string(in.now_ms > last ? in.now_ms - last : 0).c_str() : "null",
@@ -566,15 +566,15 @@ std::string render_status_json(const StatusInput& in) {
            "\"missing_caller\":%llu,\"zone_capacity\":%u,\"runtime_rejected\":%llu,"
            "\"runtime_takeovers\":%llu,\"regex_limit_hits\":%llu,\"worker_registry_full\":%llu,"
            "\"surge_tightened\":%llu,\"surge_eased\":%llu,\"cost_invalid\":%llu,\"buckets\":[",
-           static_cast<unsigned long long>(missing_caller(*in.zone)),
+           static_cast<unsigned long long>(missing_caller(*in.shm)),
            h.capacity > shm::kRuntimeSlots ? h.capacity - shm::kRuntimeSlots : 0,
            static_cast<unsigned long long>(h.runtime_rejected.load()),
            static_cast<unsigned long long>(runtime_takeovers(h)),
-           static_cast<unsigned long long>(regex_limit_hits(*in.zone)),
+           static_cast<unsigned long long>(regex_limit_hits(*in.shm)),
            static_cast<unsigned long long>(h.worker_regs_full.load()),
            static_cast<unsigned long long>(h.surge_tightened.load()),
            static_cast<unsigned long long>(h.surge_eased.load()),
-           static_cast<unsigned long long>(cost_invalid(*in.zone)));
+           static_cast<unsigned long long>(cost_invalid(*in.shm)));
     std::vector<RuntimeBucket> rt;
     std::vector<BucketView> views = all_views(in, rt);
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -604,15 +604,14 @@ std::string render_status_json(const StatusInput& in) {
     return out;
 }
 
-std::string render_status_prometheus(const StatusInput& in) {
-    const shm::Header& h = in.zone->header();
-    std::string out;
-    out.reserve(1024 + in.table->defs.size() * 900);
-    auto family = [&](const char* name, const char* type, const char* help) {
-        append(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-    };
-    family("grl_build_info", "gauge", "The grl version this process runs (always 1).");
-    append(out, "grl_build_info{version=\"%s\",component=\"nginx\"} 1\n", GRL_VERSION);
+namespace {
+
+void family(std::string& out, const char* name, const char* type, const char* help) {
+    append(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+// Per bucket: its counters, ratio, limit and instruction.
+void prometheus_buckets(const std::vector<BucketView>& views, std::string& out) {
     struct Counter {
         const char* name;
         const char* help;
@@ -628,10 +627,8 @@ std::string render_status_prometheus(const StatusInput& in) {
         {"grl_bucket_shadow_dropped_total", "Matched requests a shadow bucket would have dropped.",
          &shm::View::Totals::shadow_dropped},
     };
-    std::vector<RuntimeBucket> rt;
-    std::vector<BucketView> views = all_views(in, rt);
     for (const Counter& c : counters) {
-        family(c.name, "counter", c.help);
+        family(out, c.name, "counter", c.help);
         for (const BucketView& v : views) {
             append(out, "%s{bucket=\"%s\",scope=\"%s\",mode=\"%s\"} %llu\n", c.name,
                    v.def->name.c_str(), std::string(to_string(v.def->scope)).c_str(),
@@ -639,27 +636,33 @@ std::string render_status_prometheus(const StatusInput& in) {
                    static_cast<unsigned long long>(v.tot.*c.field));
         }
     }
-    family("grl_bucket_ratio", "gauge", "Drop ratio currently applied (0 when none or expired).");
+    family(out, "grl_bucket_ratio", "gauge",
+           "Drop ratio currently applied (0 when none or expired).");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_ratio{bucket=\"%s\"} %s\n", v.def->name.c_str(),
                ratio_str(v.threshold).c_str());
     }
-    family("grl_bucket_limit_rps", "gauge", "Effective limit in requests per second.");
+    family(out, "grl_bucket_limit_rps", "gauge", "Effective limit in requests per second.");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_limit_rps{bucket=\"%s\"} %.3f\n", v.def->name.c_str(),
                static_cast<double>(v.limit_mrps) / 1000.0);
     }
-    family("grl_bucket_ratio_age_seconds", "gauge", "Age of the bucket's last instruction.");
+    family(out, "grl_bucket_ratio_age_seconds", "gauge", "Age of the bucket's last instruction.");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_ratio_age_seconds{bucket=\"%s\"} %.3f\n", v.def->name.c_str(),
                static_cast<double>(v.age_ms) / 1000.0);
     }
-    family("grl_bucket_ratio_active", "gauge", "1 if the bucket holds an unexpired instruction.");
+    family(out, "grl_bucket_ratio_active", "gauge",
+           "1 if the bucket holds an unexpired instruction.");
     for (const BucketView& v : views) {
         append(out, "grl_bucket_ratio_active{bucket=\"%s\"} %d\n", v.def->name.c_str(),
                v.state == shm::PlaneState::Active ? 1 : 0);
     }
-    // Keyed buckets: their key tables, per bucket (never per key: docs/per-key.md).
+}
+
+// Keyed buckets: their key tables, per bucket (never per key: docs/per-key.md).
+void prometheus_key_tables(const StatusInput& in, const std::vector<BucketView>& views,
+                           std::string& out) {
     const struct {
         const char* name;
         const char* type;
@@ -678,9 +681,9 @@ std::string render_status_prometheus(const StatusInput& in) {
     for (const auto& f : key_families) {
         bool any = false;
         for (const BucketView& v : views) {
-            const keyed::Table t = v.keyed ? in.zone->key_table(v.slot) : keyed::Table();
+            const keyed::Table t = v.keyed ? in.shm->key_table(v.slot) : keyed::Table();
             if (!t.valid()) continue;
-            if (!any) family(f.name, f.type, f.help);
+            if (!any) family(out, f.name, f.type, f.help);
             any = true;
             const keyed::TableHeader& h = t.header();
             const std::uint64_t value = f.what == 0   ? t.capacity()
@@ -691,21 +694,30 @@ std::string render_status_prometheus(const StatusInput& in) {
                    static_cast<unsigned long long>(value));
         }
     }
-    shm::PlaneState ps = plane_state(*in.zone, in.now_ms, in.ttl_ms);
-    family("grl_control_plane_state", "gauge", "1 for the current control-plane state.");
+}
+
+// The control plane as this host sees it: its state and the age of its last instruction.
+void prometheus_plane(const StatusInput& in, std::string& out) {
+    shm::PlaneState ps = plane_state(*in.shm, in.now_ms, in.ttl_ms);
+    family(out, "grl_control_plane_state", "gauge", "1 for the current control-plane state.");
     for (shm::PlaneState s :
          {shm::PlaneState::Waiting, shm::PlaneState::Active, shm::PlaneState::Expired}) {
         append(out, "grl_control_plane_state{state=\"%s\"} %d\n", std::string(to_string(s)).c_str(),
                s == ps ? 1 : 0);
     }
-    std::uint64_t last = h.plane_last_ms.load(std::memory_order_relaxed);
-    family("grl_last_instruction_age_seconds", "gauge",
+    std::uint64_t last = in.shm->header().plane_last_ms.load(std::memory_order_relaxed);
+    family(out, "grl_last_instruction_age_seconds", "gauge",
            "Time since the last valid instruction message (no sample before the first: "
            "grl_control_plane_state{state=\"waiting\"}).");
     if (last) {
         append(out, "grl_last_instruction_age_seconds %.3f\n",
                static_cast<double>(in.now_ms > last ? in.now_ms - last : 0) / 1000.0);
     }
+}
+
+// The host's own counters, one family each.
+void prometheus_totals(const StatusInput& in, std::string& out) {
+    const shm::Header& h = in.shm->header();
     const struct {
         const char* name;
         const char* help;
@@ -721,13 +733,13 @@ std::string render_status_prometheus(const StatusInput& in) {
         {"grl_instructions_unknown_bucket_total", "Instruction entries for unknown buckets.",
          h.instructions_unknown_bucket.load()},
         {"grl_missing_caller_total", "Requests without a caller (grl_missing_caller).",
-         missing_caller(*in.zone)},
+         missing_caller(*in.shm)},
         {"grl_cost_invalid_total",
          "Requests whose cost= or cost_after= value was not a number (counted as 1 and 0).",
-         cost_invalid(*in.zone)},
+         cost_invalid(*in.shm)},
         {"grl_regex_limit_hits_total",
          "Regex matches stopped at the match limit (counted as no match).",
-         regex_limit_hits(*in.zone)},
+         regex_limit_hits(*in.shm)},
         {"grl_runtime_rejected_total", "Run-time bucket definitions that found no free slot.",
          h.runtime_rejected.load()},
         {"grl_runtime_takeovers_total",
@@ -741,23 +753,38 @@ std::string render_status_prometheus(const StatusInput& in) {
          "the basis).",
          h.surge_eased.load()},
         {"grl_worker_registry_full_total",
-         "Workers that found the zone's worker registry full (their slots are protected for one "
+         "Workers that found the shm's worker registry full (their slots are protected for one "
          "reload only).",
          h.worker_regs_full.load()},
     };
     for (const auto& t : totals) {
-        family(t.name, "counter", t.help);
+        family(out, t.name, "counter", t.help);
         append(out, "%s %llu\n", t.name, static_cast<unsigned long long>(t.value));
     }
     // The daemons' name and labels for the client side of CURVE (daemon/src/curve.cpp), so
     // that one alert covers nginx -> collector and collector -> controller alike.
-    family("grl_curve_client_handshakes_total", "counter",
+    family(out, "grl_curve_client_handshakes_total", "counter",
            "CURVE handshakes of this host's connections to its collector (grl_curve_keypair), by "
            "result.");
     append(out, "grl_curve_client_handshakes_total{peer=\"collector\",result=\"ok\"} %llu\n",
            static_cast<unsigned long long>(h.curve_handshakes_ok.load()));
     append(out, "grl_curve_client_handshakes_total{peer=\"collector\",result=\"failed\"} %llu\n",
            static_cast<unsigned long long>(h.curve_handshakes_failed.load()));
+}
+
+}  // namespace
+
+std::string render_status_prometheus(const StatusInput& in) {
+    std::string out;
+    out.reserve(1024 + in.table->defs.size() * 900);
+    family(out, "grl_build_info", "gauge", "The grl version this process runs (always 1).");
+    append(out, "grl_build_info{version=\"%s\",component=\"nginx\"} 1\n", GRL_VERSION);
+    std::vector<RuntimeBucket> rt;
+    const std::vector<BucketView> views = all_views(in, rt);
+    prometheus_buckets(views, out);
+    prometheus_key_tables(in, views, out);
+    prometheus_plane(in, out);
+    prometheus_totals(in, out);
     return out;
 }
 

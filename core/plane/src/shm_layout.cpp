@@ -44,12 +44,12 @@ void View::format(std::uint32_t capacity, std::uint64_t epoch) {
 
 std::string View::check_compatible() const {
     const Header& h = header();
-    if (h.magic != kMagic) return "not a grl zone (bad magic)";
+    if (h.magic != kMagic) return "not grl's shared memory (bad magic)";
     if (h.layout_version != kLayoutVersion) {
-        return "zone layout version " + std::to_string(h.layout_version) + ", this module uses " +
+        return "layout version " + std::to_string(h.layout_version) + ", this module uses " +
                std::to_string(kLayoutVersion);
     }
-    if (h.worker_slots != kWorkerSlots) return "zone has a different number of worker slots";
+    if (h.worker_slots != kWorkerSlots) return "a different number of worker slots";
     return {};
 }
 
@@ -131,7 +131,7 @@ std::string View::assign(const std::vector<std::string>& names, std::vector<std:
         if (placed[n]) continue;
         while (next < configurable && slot(next).in_use) ++next;
         if (next == configurable) {
-            return "zone is too small: no free slot for bucket \"" + names[n] + "\" (room for " +
+            return "too small: no free slot for bucket \"" + names[n] + "\" (room for " +
                    std::to_string(configurable) +
                    " configured buckets, counting those of the previous configuration)";
         }

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "grl/common/curve_keys.h"
-#include "grl/control/key_bindings.h"
+#include "grl/control/curve_key_bindings.h"
 #include "grl/daemon/connections.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/metrics.h"
@@ -136,7 +136,7 @@ std::string describe_change(const std::set<std::string>& before,
 void write_reload_metrics(MetricsText& m, const std::vector<const KeyListReloads*>& lists);
 // grl_curve_key_bindings{domain} (first-come bindings held) and
 // grl_curve_key_bindings_lapsed_total{domain}.
-void write_binding_metrics(MetricsText& m, std::string_view domain, const KeyBindings& b);
+void write_binding_metrics(MetricsText& m, std::string_view domain, const CurveKeyBindings& b);
 
 // grl_curve_client_handshakes_total{peer,result}: the sums over `watches` (those not null).
 void write_client_metrics(MetricsText& m, std::string_view peer,

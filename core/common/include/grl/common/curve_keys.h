@@ -14,7 +14,7 @@
 // comma-separated, each a name or a glob with `*` (any run of characters):
 //     <40 Z85 characters> web-1,web-2
 //     <40 Z85 characters> web-eu-*
-// A key without names is bound to the first name it speaks for (grl/key_bindings.h).
+// A key without names is bound to the first name it speaks for (grl/control/curve_key_bindings.h).
 #pragma once
 
 #include <map>

@@ -28,6 +28,7 @@
 #include "grl/control/bucket_ids.h"
 #include "grl/common/bucket_types.h"
 #include "grl/control/early.h"
+#include "grl/control/instance_key.h"
 #include "grl/control/key_limits.h"
 #include "grl/wire/wire.h"
 #include "grl/wire/wire_control.h"
@@ -165,30 +166,6 @@ enum class LimitSource : std::uint8_t {
     Removed,
 };
 std::string_view to_string(LimitSource s);
-
-// One instance of a bucket: the bucket at its scope, and the zone for a zone bucket ("" else).
-struct InstanceKey {
-    std::string bucket;
-    Scope scope = Scope::Global;
-    std::string zone;
-};
-
-// The same, borrowed: the tick looks instances up every interval without building a key.
-struct InstanceKeyRef {
-    std::string_view bucket;
-    Scope scope = Scope::Global;
-    std::string_view zone;
-};
-
-// Orders keys and borrowed keys alike: by bucket, then scope, then zone.
-struct InstanceKeyLess {
-    using is_transparent = void;
-    template <typename A, typename B>
-    bool operator()(const A& a, const B& b) const {
-        return std::make_tuple(std::string_view(a.bucket), a.scope, std::string_view(a.zone)) <
-               std::make_tuple(std::string_view(b.bucket), b.scope, std::string_view(b.zone));
-    }
-};
 
 // The state of one bucket instance after the last tick.
 struct Instance {

@@ -29,13 +29,13 @@ struct Outcome {
     std::uint64_t threshold = 0;   // ratio applied (threshold units), see ratio.h
 };
 
-// `matched[i]` are zone slot numbers of the buckets the request matched.
+// `matched[i]` are shm slot numbers of the buckets the request matched.
 // A request is dropped if any bucket whose effective mode is deny samples a
 // drop; shadow buckets always sample and count would-be drops. Every matched
 // bucket counts the request as offered, and as dropped when it was rejected.
 // `dry_run` (grl_dry_run): every bucket is evaluated as if its mode were shadow.
 // `cost[i]`: the units the request counts as in matched[i] (grl_bucket cost=); null: 1 each.
-inline __attribute__((always_inline)) Outcome decide(const shm::View& z,
+inline __attribute__((always_inline)) Outcome decide(const shm::View& shm,
                                                      const std::uint16_t* matched, std::size_t n,
                                                      std::uint32_t worker, std::uint64_t now_ms,
                                                      Prng& rng, bool dry_run = false,
@@ -44,7 +44,7 @@ inline __attribute__((always_inline)) Outcome decide(const shm::View& z,
     if (n == 0) return out;
     out.decision = Decision::Pass;
     for (std::size_t i = 0; i < n; ++i) {
-        shm::BucketSlot& s = z.slot(matched[i]);
+        shm::BucketSlot& s = shm.slot(matched[i]);
         if (now_ms >= s.expires_ms.load(std::memory_order_relaxed)) continue;  // fail open
         std::uint64_t t = s.threshold.load(std::memory_order_relaxed);
         if (t == 0) continue;
@@ -58,7 +58,7 @@ inline __attribute__((always_inline)) Outcome decide(const shm::View& z,
             out.decided_by = static_cast<std::uint16_t>(i);
             out.threshold = t;
         } else {
-            z.counters(matched[i], worker)
+            shm.counters(matched[i], worker)
                 .shadow_dropped.fetch_add(cost ? cost[i] : 1, std::memory_order_relaxed);
             if (out.decision == Decision::Pass) {
                 out.decision = Decision::ShadowDrop;
@@ -69,7 +69,7 @@ inline __attribute__((always_inline)) Outcome decide(const shm::View& z,
     }
     bool drop = out.decision == Decision::Drop;
     for (std::size_t i = 0; i < n; ++i) {
-        shm::WorkerCounters& c = z.counters(matched[i], worker);
+        shm::WorkerCounters& c = shm.counters(matched[i], worker);
         const std::uint64_t units = cost ? cost[i] : 1;
         c.offered.fetch_add(units, std::memory_order_relaxed);
         if (drop) c.dropped.fetch_add(units, std::memory_order_release);

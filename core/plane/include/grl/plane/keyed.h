@@ -6,7 +6,7 @@
 // hash picks the set), the set's least recently used entry evicted when the set is full.
 // Every field is an independent atomic; claiming an entry is one compare-and-swap, so workers
 // never lock and never allocate, and the work per request is bounded by kWays whatever the
-// number of keys. Like limit_req's zone, memory is fixed by the operator (`keys=N`).
+// number of keys. As in limit_req's shared memory zone, memory is fixed by the operator (`keys=N`).
 #pragma once
 
 #include <atomic>

@@ -35,7 +35,7 @@ struct KeyedVerdict {
 // counted as dropped in every matched bucket, as decide() does; a shadow bucket's drop counts
 // as shadow_dropped in that bucket and makes a passing request a shadow drop. `cost` as for
 // decide().
-inline void fold_keyed(const shm::View& z, const std::uint16_t* matched, std::size_t n,
+inline void fold_keyed(const shm::View& shm, const std::uint16_t* matched, std::size_t n,
                        const KeyedVerdict* kv, std::size_t kn, std::uint32_t worker, Outcome& out,
                        const std::uint32_t* cost = nullptr) {
     bool newly_dropped = false;
@@ -49,7 +49,7 @@ inline void fold_keyed(const shm::View& z, const std::uint16_t* matched, std::si
             newly_dropped = true;
             continue;
         }
-        z.counters(matched[kv[k].at], worker)
+        shm.counters(matched[kv[k].at], worker)
             .shadow_dropped.fetch_add(cost ? cost[kv[k].at] : 1, std::memory_order_relaxed);
         if (out.decision == Decision::Pass) {
             out.decision = Decision::ShadowDrop;
@@ -59,7 +59,7 @@ inline void fold_keyed(const shm::View& z, const std::uint16_t* matched, std::si
     }
     if (!newly_dropped) return;
     for (std::size_t i = 0; i < n; ++i) {
-        z.counters(matched[i], worker)
+        shm.counters(matched[i], worker)
             .dropped.fetch_add(cost ? cost[i] : 1, std::memory_order_release);
     }
 }

@@ -1,4 +1,4 @@
-// The data plane's side of the control loop, as pure functions over a zone:
+// The data plane's side of the control loop, as pure functions over the shm:
 // building a report from the counters, applying received instructions, and
 // rendering the status page. The nginx glue calls these; tests call them too.
 #pragma once
@@ -20,10 +20,10 @@ struct Identity {
     std::string region;
 };
 
-// The buckets of one configuration and the zone slot each one uses.
+// The buckets of one configuration and the shm slot each one uses.
 struct BucketTable {
     std::vector<BucketDef> defs;
-    std::vector<std::uint16_t> slots;  // slots[i] is the zone slot of defs[i]
+    std::vector<std::uint16_t> slots;  // slots[i] is the shm slot of defs[i]
     // keyed[i]: defs[i]'s per-key options (KeyedSpec::keyed false for a plain bucket); may be
     // shorter than defs (the rest are plain).
     std::vector<KeyedSpec> keyed;
@@ -34,19 +34,19 @@ struct BucketTable {
     int find(std::string_view name) const;
 };
 
-// A run-time bucket as a worker sees it: its definition and zone slot.
+// A run-time bucket as a worker sees it: its definition and shm slot.
 struct RuntimeBucket {
     BucketDef def;
     std::uint16_t slot = 0;
 };
 
-// Copies the run-time bucket definitions out of the zone (consistent per
+// Copies the run-time bucket definitions out of the shm (consistent per
 // definition, via their sequence locks); `gen` receives the generation read.
-std::vector<RuntimeBucket> load_runtime(const shm::View& z, std::uint64_t& gen);
+std::vector<RuntimeBucket> load_runtime(const shm::View& shm, std::uint64_t& gen);
 
 // Removes run-time buckets whose instruction has expired at `now_ms` (fail
 // open); returns their names. Called by the reporter only.
-std::vector<std::string> expire_runtime(const shm::View& z, std::uint64_t now_ms);
+std::vector<std::string> expire_runtime(const shm::View& shm, std::uint64_t now_ms);
 
 // Run-time definitions whose lock a dead writer left held and a reporter took over
 // (status page: runtime_takeovers).
@@ -54,14 +54,15 @@ std::uint64_t runtime_takeovers(const shm::Header& h);
 
 // Fills `r` with the cumulative counters of every configured bucket and of
 // the run-time buckets.
-void build_report(const shm::View& z, const BucketTable& t, const Identity& id,
+void build_report(const shm::View& shm, const BucketTable& t, const Identity& id,
                   std::uint64_t interval_ms, std::uint64_t wall_ms, wire::Report& r);
 
 // Adds each keyed bucket's heavy hitters to its entry of `r` (built by build_report just
 // before): the keys whose traffic since the previous call is at least 1/64 of the limit, the
 // `report_keys=` busiest, with their rates on this host over that span (`now_ms`, monotonic);
 // their text is left out with `hash_keys=on`. Called by the reporter only.
-void add_key_rates(const shm::View& z, const BucketTable& t, std::uint64_t now_ms, wire::Report& r);
+void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now_ms,
+                   wire::Report& r);
 
 // Adds to `r` each bucket's counts since `prev` (the reporter's previous report, `span_ms`
 // earlier on the monotonic clock) as `recent`, so that a collector without a baseline for
@@ -84,7 +85,7 @@ KeyLimiting key_limiting(bool& limiting, const wire::Instruction& in);
 // is not configured define (or update) a run-time bucket. Called by the
 // reporter only (the single writer of instructions). Returns how many entries
 // were applied.
-std::size_t apply_instructions(const shm::View& z, const BucketTable& t,
+std::size_t apply_instructions(const shm::View& shm, const BucketTable& t,
                                const wire::Instructions& m, std::uint64_t now_ms,
                                std::uint64_t ttl_cap_ms);
 
@@ -92,7 +93,7 @@ std::size_t apply_instructions(const shm::View& z, const BucketTable& t,
 shm::PlaneState bucket_state(const shm::BucketSlot& s, std::uint64_t now_ms);
 // State of the control plane as a whole: waiting (never heard), active (a
 // valid message within the TTL), expired.
-shm::PlaneState plane_state(const shm::View& z, std::uint64_t now_ms, std::uint64_t ttl_ms);
+shm::PlaneState plane_state(const shm::View& shm, std::uint64_t now_ms, std::uint64_t ttl_ms);
 
 // One bucket as the status page shows it at `now_ms` (monotonic).
 struct BucketView {
@@ -107,11 +108,11 @@ struct BucketView {
     std::uint16_t slot;
     const KeyedSpec* keyed;  // null: not a keyed bucket (view_bucket leaves it null)
 };
-BucketView view_bucket(const shm::View& z, const BucketDef& def, std::uint16_t slot,
+BucketView view_bucket(const shm::View& shm, const BucketDef& def, std::uint16_t slot,
                        std::uint64_t now_ms);
 
 struct StatusInput {
-    const shm::View* zone = nullptr;
+    const shm::View* shm = nullptr;
     const BucketTable* table = nullptr;
     Identity id;
     std::string shm_name;

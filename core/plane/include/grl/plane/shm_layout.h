@@ -1,8 +1,8 @@
-// The layout of the module's shared-memory zone (`grl_zone`): plain integers only (no
-// pointers, no floats), so the zone is valid in every worker and survives `nginx -s reload`.
-// In code it is `shm` (namespace grl::shm, MainConf::shm_base), as nginx's ngx_shm_zone_t:
-// a bare "zone" is the fleet's availability zone, the one a collector serves
-// (docs/design.md "Words").
+// The layout of the module's shared memory, the shm (declared by `grl_zone`, nginx's
+// ngx_shm_zone_t): plain integers only (no pointers, no floats), so the shm is valid in every
+// worker and survives `nginx -s reload`. In code it is `shm` (namespace grl::shm,
+// MainConf::shm_base); a bare "zone" is the fleet's availability zone, the one a collector
+// serves (docs/design.md "Words").
 //
 //   [Header][BucketSlot x capacity][WorkerCounters x capacity x kWorkerSlots]
 //
@@ -65,7 +65,7 @@ struct alignas(64) RuntimeDef {
     char name[kMaxNameLen + 1];
     char caller[kMaxRuntimeValue + 1];
     char procedure[kMaxRuntimeValue + 1];
-    // After the fields above, in what was padding (the layout of older zones is unchanged):
+    // After the fields above, in what was padding (the layout of an older shm is unchanged):
     std::atomic<std::uint64_t> claimed_ms;  // monotonic ms of the last claim of `seq`
     std::atomic<std::uint64_t> takeovers;   // claims taken over from a dead writer
 };
@@ -103,7 +103,7 @@ struct alignas(64) BucketSlot {
     std::atomic<std::uint32_t> mode;          // effective Mode from the control plane
     std::atomic<std::uint32_t> state;         // PlaneState last logged for this bucket
     // A keyed bucket's key table (keyed.h, docs/per-key.md): where it lies in the shared
-    // memory, as an offset from the zone's Header (0: none), and what it was made for (a hash
+    // memory, as an offset from the shm's Header (0: none), and what it was made for (a hash
     // of the key's definition and keys=), so that a reload keeping both keeps the table.
     // Written by the master at configuration time; read per request by the workers.
     std::atomic<std::int64_t> key_table;
@@ -117,7 +117,7 @@ struct alignas(64) Header {
     std::uint32_t capacity;  // bucket slots
     std::uint32_t worker_slots;
     std::uint32_t reserved;
-    std::uint64_t epoch;                      // random id of this zone's counters
+    std::uint64_t epoch;                      // random id of this shm's counters
     std::uint64_t config_gen;                 // incremented at every configuration load
     std::atomic<std::uint64_t> active_gen;    // configuration whose workers run now
     std::atomic<std::uint64_t> previous_gen;  // the one they replaced
@@ -144,13 +144,13 @@ struct alignas(64) Header {
     std::atomic<std::uint64_t> surge_eased;
 };
 
-// Bytes needed for a zone of `capacity` buckets (not counting allocator overhead).
+// Bytes needed for an shm of `capacity` buckets (not counting allocator overhead).
 std::size_t bytes_for(std::uint32_t capacity);
 // Largest capacity that fits in `bytes` (including the kRuntimeSlots reserved slots;
-// a zone with capacity <= kRuntimeSlots is unusable).
+// an shm with capacity <= kRuntimeSlots is unusable).
 std::uint32_t capacity_for(std::size_t bytes);
 
-// A typed view over the raw memory of a zone.
+// A typed view over the raw memory of an shm.
 class View {
   public:
     View() = default;
@@ -158,7 +158,7 @@ class View {
 
     // Formats fresh memory (zeroes it; the caller supplies the epoch).
     void format(std::uint32_t capacity, std::uint64_t epoch);
-    // Empty when the memory holds a zone this code can adopt, else why not.
+    // Empty when the memory holds an shm this code can adopt, else why not.
     std::string check_compatible() const;
 
     // Assigns slots to the named buckets of a new configuration and returns

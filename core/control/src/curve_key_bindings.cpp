@@ -1,19 +1,19 @@
-#include "grl/control/key_bindings.h"
+#include "grl/control/curve_key_bindings.h"
 
 namespace grl {
 
-std::string_view to_string(KeyBindings::Result r) {
+std::string_view to_string(CurveKeyBindings::Result r) {
     switch (r) {
-        case KeyBindings::Result::Ok: return "ok";
-        case KeyBindings::Result::KeyTaken: return "key_bound_to_another_name";
-        case KeyBindings::Result::NameTaken: return "name_bound_to_another_key";
-        case KeyBindings::Result::Full: return "bindings_full";
-        case KeyBindings::Result::NotListed: return "key_not_listed";
+        case CurveKeyBindings::Result::Ok: return "ok";
+        case CurveKeyBindings::Result::KeyTaken: return "key_bound_to_another_name";
+        case CurveKeyBindings::Result::NameTaken: return "name_bound_to_another_key";
+        case CurveKeyBindings::Result::Full: return "bindings_full";
+        case CurveKeyBindings::Result::NotListed: return "key_not_listed";
     }
     return "?";
 }
 
-std::size_t KeyBindings::pin(const curve::KeyList& list) {
+std::size_t CurveKeyBindings::pin(const curve::KeyList& list) {
     pinned_.clear();
     pinned_names_.clear();
     pinned_globs_.clear();
@@ -46,7 +46,7 @@ std::size_t KeyBindings::pin(const curve::KeyList& list) {
     return dropped;
 }
 
-bool KeyBindings::listed_for_some_key(std::string_view name) {
+bool CurveKeyBindings::listed_for_some_key(std::string_view name) {
     scratch_.assign(name.data(), name.size());
     if (pinned_names_.count(scratch_) > 0) return true;
     for (const std::string& g : pinned_globs_) {
@@ -55,8 +55,8 @@ bool KeyBindings::listed_for_some_key(std::string_view name) {
     return false;
 }
 
-KeyBindings::Result KeyBindings::check(std::string_view key, std::string_view name,
-                                       std::uint64_t now_ms) {
+CurveKeyBindings::Result CurveKeyBindings::check(std::string_view key, std::string_view name,
+                                                 std::uint64_t now_ms) {
     scratch_.assign(key.data(), key.size());
     if (has_list_ && listed_.count(scratch_) == 0) return Result::NotListed;
     if (!pinned_.empty()) {
@@ -101,7 +101,7 @@ KeyBindings::Result KeyBindings::check(std::string_view key, std::string_view na
     return Result::Ok;
 }
 
-std::size_t KeyBindings::sweep(std::uint64_t now_ms) {
+std::size_t CurveKeyBindings::sweep(std::uint64_t now_ms) {
     std::size_t n = 0;
     for (auto it = by_key_.begin(); it != by_key_.end();) {
         if (lapsed(it->second, now_ms)) {
@@ -116,7 +116,7 @@ std::size_t KeyBindings::sweep(std::uint64_t now_ms) {
     return n;
 }
 
-std::string KeyBindings::name_of(std::string_view key) const {
+std::string CurveKeyBindings::name_of(std::string_view key) const {
     auto p = pinned_.find(std::string(key));
     if (p != pinned_.end()) {
         std::string names;

@@ -5,11 +5,12 @@
 // `expiry_ms` lapses, so a host that got a new key pair (or a zone whose collector moved)
 // is taken after that time without a restart. Time is passed in (monotonic ms).
 //
-// The operator's key list may name what a key speaks for instead (grl/curve_keys.h, pin()):
-// such a key speaks for those names only, whatever came first, and those names are kept
-// from the keys listed without names. The list can be replaced while the daemon runs (a
+// The operator's key list may name what a key speaks for instead (grl/common/curve_keys.h,
+// pin()): such a key speaks for those names only, whatever came first, and those names are
+// kept from the keys listed without names. The list can be replaced while the daemon runs (a
 // reload): a key no longer on it is refused from then on (its connection may outlive the
 // reload: ZAP only runs at the handshake), and bindings the new list contradicts go.
+// Names say "curve key" (CurveKeyBindings): a bare "key" in grl is a bucket's `key=`.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +25,7 @@
 
 namespace grl {
 
-class KeyBindings {
+class CurveKeyBindings {
   public:
     enum class Result : std::uint8_t {
         Ok,         // the key is bound to this name (now or before, or by the list)
@@ -34,7 +35,7 @@ class KeyBindings {
         NotListed,  // the key is not on the list (removed by a reload after its handshake)
     };
 
-    KeyBindings(std::size_t max, std::uint64_t expiry_ms) : max_(max), expiry_ms_(expiry_ms) {}
+    CurveKeyBindings(std::size_t max, std::uint64_t expiry_ms) : max_(max), expiry_ms_(expiry_ms) {}
 
     // The operator's list: the keys on it, and the names it gives them (keys listed without
     // names are left to first come). Replaces what an earlier call pinned; bindings of keys
@@ -79,6 +80,6 @@ class KeyBindings {
     std::uint64_t lapsed_ = 0;
 };
 
-std::string_view to_string(KeyBindings::Result r);
+std::string_view to_string(CurveKeyBindings::Result r);
 
 }  // namespace grl

@@ -1,15 +1,15 @@
-// Unit tests of grl::KeyBindings: CURVE keys bound one to one to the names they speak for.
-#include "grl/control/key_bindings.h"
+// Unit tests of grl::CurveKeyBindings: CURVE keys bound one to one to the names they speak for.
+#include "grl/control/curve_key_bindings.h"
 
 #include <gtest/gtest.h>
 
 namespace grl {
 namespace {
 
-using R = KeyBindings::Result;
+using R = CurveKeyBindings::Result;
 
-TEST(KeyBindings, FirstComeOneToOne) {
-    KeyBindings b(100, 10000);
+TEST(CurveKeyBindings, FirstComeOneToOne) {
+    CurveKeyBindings b(100, 10000);
     EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
     EXPECT_EQ(b.check("K1", "h1", 100), R::Ok);
     EXPECT_EQ(b.check("K1", "h2", 200), R::KeyTaken);   // K1 speaks for h1 only
@@ -19,8 +19,8 @@ TEST(KeyBindings, FirstComeOneToOne) {
     EXPECT_EQ(b.size(), 2u);
 }
 
-TEST(KeyBindings, UnusedBindingsLapse) {
-    KeyBindings b(100, 10000);
+TEST(CurveKeyBindings, UnusedBindingsLapse) {
+    CurveKeyBindings b(100, 10000);
     EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
     EXPECT_EQ(b.check("K1", "h1", 9000), R::Ok);  // use keeps it
     EXPECT_EQ(b.check("K2", "h1", 18999), R::NameTaken);
@@ -29,8 +29,8 @@ TEST(KeyBindings, UnusedBindingsLapse) {
     EXPECT_EQ(b.check("K1", "h9", 19002), R::Ok);         // K1's binding lapsed with it
 }
 
-TEST(KeyBindings, BoundedWithLapsedEntriesMakingRoom) {
-    KeyBindings b(2, 1000);
+TEST(CurveKeyBindings, BoundedWithLapsedEntriesMakingRoom) {
+    CurveKeyBindings b(2, 1000);
     EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
     EXPECT_EQ(b.check("K2", "h2", 500), R::Ok);
     EXPECT_EQ(b.check("K3", "h3", 600), R::Full);
@@ -44,10 +44,10 @@ TEST(KeyBindings, BoundedWithLapsedEntriesMakingRoom) {
 namespace grl {
 namespace {
 
-using R = KeyBindings::Result;
+using R = CurveKeyBindings::Result;
 
-TEST(KeyBindings, AKeyListedWithNamesSpeaksForThoseOnly) {
-    KeyBindings b(100, 10000);
+TEST(CurveKeyBindings, AKeyListedWithNamesSpeaksForThoseOnly) {
+    CurveKeyBindings b(100, 10000);
     b.pin({{"K1", {"h1", "h2"}}, {"K2", {"web-*"}}, {"K3", {}}});
     // Today's first come would bind K1 to h9; the list says h1 and h2 only.
     EXPECT_EQ(b.check("K1", "h9", 0), R::KeyTaken);
@@ -66,8 +66,8 @@ TEST(KeyBindings, AKeyListedWithNamesSpeaksForThoseOnly) {
     EXPECT_EQ(b.check("K1", "h1", 1000000), R::Ok);
 }
 
-TEST(KeyBindings, SweepDropsAndCountsLapsedBindings) {
-    KeyBindings b(100, 10000);
+TEST(CurveKeyBindings, SweepDropsAndCountsLapsedBindings) {
+    CurveKeyBindings b(100, 10000);
     EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
     EXPECT_EQ(b.check("K2", "h2", 5000), R::Ok);
     EXPECT_EQ(b.sweep(9999), 0u);
@@ -81,8 +81,8 @@ TEST(KeyBindings, SweepDropsAndCountsLapsedBindings) {
     EXPECT_EQ(b.lapsed(), 2u);
 }
 
-TEST(KeyBindings, AReloadedListRefusesRemovedKeysAndDropsWhatItContradicts) {
-    KeyBindings b(100, 60000);
+TEST(CurveKeyBindings, AReloadedListRefusesRemovedKeysAndDropsWhatItContradicts) {
+    CurveKeyBindings b(100, 60000);
     b.pin({{"K1", {}}, {"K2", {}}, {"K3", {}}});
     EXPECT_EQ(b.check("K1", "h1", 0), R::Ok);
     EXPECT_EQ(b.check("K2", "h2", 0), R::Ok);
@@ -100,9 +100,9 @@ TEST(KeyBindings, AReloadedListRefusesRemovedKeysAndDropsWhatItContradicts) {
     EXPECT_EQ(b.lapsed(), 0u);  // dropped by the list, not lapsed
 }
 
-TEST(KeyBindings, WithoutAListEveryKeyIsTaken) {
+TEST(CurveKeyBindings, WithoutAListEveryKeyIsTaken) {
     // Peer connections are bound by endpoint, with no list.
-    KeyBindings b(2, 1000);
+    CurveKeyBindings b(2, 1000);
     EXPECT_EQ(b.check("tcp://a:1", "ctl-a", 0), R::Ok);
 }
 
