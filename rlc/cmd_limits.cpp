@@ -330,6 +330,107 @@ double wall_s() {
     return static_cast<double>(daemon::wall_ms()) / 1000.0;
 }
 
+std::unique_ptr<ServeMetrics> serve_metrics(const Options& o) {
+    if (o.metrics.empty()) return nullptr;
+    std::unique_ptr<ServeMetrics> metrics;
+    try {
+        metrics = std::make_unique<ServeMetrics>(o.metrics);
+    } catch (const std::exception& e) {
+        fail(std::string("--metrics: ") + e.what());
+    }
+    daemon::log_info("metrics on http://" + metrics->address() + "/metrics");
+    return metrics;
+}
+
+// With --controller, serve is the whole configurator in one process: a thread records the
+// controllers into the same store (its own SQLite connection; WAL lets the cycles read
+// meanwhile) while this one runs the cycles.
+std::thread start_recorder(const Options& o, const Config& cfg, std::atomic<int>& status) {
+    if (o.rec.controllers.empty()) return {};
+    RecordOptions r = to_record_options("serve", o.rec, "record-");
+    r.store = store_path(o, &cfg);
+    r.stop = &g_stop;
+    // Created here, before the first cycle reads it; a store that cannot be opened is
+    // an error now rather than a thread's.
+    guarded([&] { Store created(r.store); });
+    return std::thread([r, &status] {
+        try {
+            status = run_record(r);
+        } catch (const std::exception& e) {
+            daemon::log_error(std::string("recording stopped: ") + e.what());
+            status = 1;
+        }
+        if (status != 0) g_stop = true;  // no history, no cycles worth running
+    });
+}
+
+// What serve watches between cycles: rlc.yaml and the quota file by their mtime.
+struct ServeWatch {
+    std::int64_t cfg_mtime = 0, quota_mtime = 0;
+
+    // Loads rlc.yaml again when it or the quota file changed; true when the new one is in
+    // force. A bad one is logged and counted, and the last good one stays.
+    bool reload(const Options& o, std::unique_ptr<Config>& cfg, ServeMetrics* metrics) {
+        std::int64_t m1 = mtime_of(o.config), m2 = mtime_of(cfg->quota_file);
+        if (m1 == cfg_mtime && m2 == quota_mtime) return false;
+        cfg_mtime = m1;
+        quota_mtime = m2;
+        try {
+            cfg = std::make_unique<Config>(load_config(o.config));
+            quota_mtime = mtime_of(cfg->quota_file);
+            return true;
+        } catch (const std::exception& e) {
+            daemon::log_error(std::string("configuration rejected, the last good one stays: ") +
+                              e.what());
+            if (metrics) metrics->update([](ServeStats& st) { ++st.config_rejected; });
+            return false;
+        }
+    }
+};
+
+// A new bucket in the fleet: seen in the recent history, not in the last cycle's ("" if none).
+std::string new_bucket(const Options& o, const Config& cfg, const std::set<std::string>& known,
+                       std::int64_t poll_s) {
+    std::string why;
+    try {
+        std::int64_t now = now_of(o);
+        auto recent = open_history(store_path(o, &cfg))->buckets(now - poll_s - 300, now);
+        for (const auto& b : recent)
+            if (!known.count(b)) why = "new bucket " + b;
+    } catch (const std::exception& e) {
+        daemon::log_error(std::string("cannot read history: ") + e.what());
+    }
+    return why;
+}
+
+// One cycle, counted in the metrics; a failed one applies nothing.
+void run_cycle(const Config& cfg, const Options& o, const std::string& why,
+               std::set<std::string>& known, ServeMetrics* metrics) {
+    const auto t = std::chrono::steady_clock::now();
+    ServeStats after;
+    bool ok = false;
+    try {
+        serve_cycle(cfg, o, why, known, after);
+        ok = true;
+    } catch (const std::exception& e) {
+        daemon::log_error(std::string("cycle failed, nothing applied: ") + e.what());
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    if (!metrics) return;
+    metrics->update([&](ServeStats& st) {
+        st.last_cycle_s = wall_s();
+        st.last_cycle_duration_s = took;
+        if (!ok) {
+            ++st.cycles_failed;
+            return;
+        }
+        ++st.cycles_ok;
+        st.last_ok_cycle_s = st.last_cycle_s;
+        st.events = std::move(after.events);
+        st.version = after.version;
+    });
+}
+
 void cmd_serve(const Options& o) {
     daemon::log_init("grl-rlc", daemon::LogLevel::Info);
     auto every = parse_duration_s(o.every);
@@ -340,43 +441,12 @@ void cmd_serve(const Options& o) {
         fail("--poll: invalid duration \"" + o.poll + "\", expected e.g. 1m or 30s");
     std::unique_ptr<Config> cfg;
     guarded([&] { cfg = std::make_unique<Config>(load_config(o.config)); });
-    std::unique_ptr<ServeMetrics> metrics;
-    if (!o.metrics.empty()) {
-        try {
-            metrics = std::make_unique<ServeMetrics>(o.metrics);
-        } catch (const std::exception& e) {
-            fail(std::string("--metrics: ") + e.what());
-        }
-        daemon::log_info("metrics on http://" + metrics->address() + "/metrics");
-    }
-    auto record = [&](auto&& f) {
-        if (metrics) metrics->update(f);
-    };
+    std::unique_ptr<ServeMetrics> metrics = serve_metrics(o);
     std::signal(SIGINT, [](int) { g_stop = true; });
     std::signal(SIGTERM, [](int) { g_stop = true; });
-    // With --controller, serve is the whole configurator in one process: a thread records the
-    // controllers into the same store (its own SQLite connection; WAL lets the cycles read
-    // meanwhile) while this one runs the cycles.
-    std::thread recorder;
     std::atomic<int> record_status{0};
-    if (!o.rec.controllers.empty()) {
-        RecordOptions r = to_record_options("serve", o.rec, "record-");
-        r.store = store_path(o, cfg.get());
-        r.stop = &g_stop;
-        // Created here, before the first cycle reads it; a store that cannot be opened is
-        // an error now rather than a thread's.
-        guarded([&] { Store created(r.store); });
-        recorder = std::thread([r, &record_status] {
-            try {
-                record_status = run_record(r);
-            } catch (const std::exception& e) {
-                daemon::log_error(std::string("recording stopped: ") + e.what());
-                record_status = 1;
-            }
-            if (record_status != 0) g_stop = true;  // no history, no cycles worth running
-        });
-    }
-    std::int64_t cfg_mtime = mtime_of(o.config), quota_mtime = mtime_of(cfg->quota_file);
+    std::thread recorder = start_recorder(o, *cfg, record_status);
+    ServeWatch watch{mtime_of(o.config), mtime_of(cfg->quota_file)};
     std::set<std::string> known;
     std::string why = "start";
     auto last_cycle = std::chrono::steady_clock::now() - std::chrono::hours(24 * 365);
@@ -386,58 +456,15 @@ void cmd_serve(const Options& o) {
                      "the set of buckets changes");
     while (!g_stop) {
         auto t = std::chrono::steady_clock::now();
-        std::int64_t m1 = mtime_of(o.config), m2 = mtime_of(cfg->quota_file);
-        if (m1 != cfg_mtime || m2 != quota_mtime) {
-            cfg_mtime = m1;
-            quota_mtime = m2;
-            try {
-                cfg = std::make_unique<Config>(load_config(o.config));
-                quota_mtime = mtime_of(cfg->quota_file);
-                why = "configuration changed";
-            } catch (const std::exception& e) {
-                daemon::log_error(std::string("configuration rejected, the last good one stays: ") +
-                                  e.what());
-                record([](ServeStats& st) { ++st.config_rejected; });
-            }
-        }
-        // A new bucket in the fleet: seen in the recent history, not in the last cycle's.
+        if (watch.reload(o, cfg, metrics.get())) why = "configuration changed";
         if (why.empty() && t - last_poll >= std::chrono::seconds(*poll)) {
             last_poll = t;
-            try {
-                std::int64_t now = now_of(o);
-                auto recent =
-                    open_history(store_path(o, cfg.get()))->buckets(now - *poll - 300, now);
-                for (const auto& b : recent)
-                    if (!known.count(b)) why = "new bucket " + b;
-            } catch (const std::exception& e) {
-                daemon::log_error(std::string("cannot read history: ") + e.what());
-            }
+            why = new_bucket(o, *cfg, known, *poll);
         }
         if (why.empty() && t - last_cycle >= std::chrono::seconds(*every)) why = "schedule";
         if (!why.empty()) {
             last_cycle = last_poll = t;
-            ServeStats after;
-            bool ok = false;
-            try {
-                serve_cycle(*cfg, o, why, known, after);
-                ok = true;
-            } catch (const std::exception& e) {
-                daemon::log_error(std::string("cycle failed, nothing applied: ") + e.what());
-            }
-            const double took =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-            record([&](ServeStats& st) {
-                st.last_cycle_s = wall_s();
-                st.last_cycle_duration_s = took;
-                if (!ok) {
-                    ++st.cycles_failed;
-                    return;
-                }
-                ++st.cycles_ok;
-                st.last_ok_cycle_s = st.last_cycle_s;
-                st.events = std::move(after.events);
-                st.version = after.version;
-            });
+            run_cycle(*cfg, o, why, known, metrics.get());
             why.clear();
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -158,23 +158,102 @@ void write_rows(Store& store, std::vector<Series>& pending, std::vector<Series> 
     }
 }
 
+using Pollers = std::vector<std::unique_ptr<Poller>>;
+using Answers = std::vector<std::optional<Poller::Answer>>;
+
+// Asks every controller at once; what has not answered within most of a poll period
+// misses this round (logged by reports_of) rather than delaying it.
+template <typename Stopping>
+Answers poll_all(Pollers& ctls, std::uint64_t round, std::int64_t poll_ms, Stopping stopping) {
+    for (auto& c : ctls) c->request(round);
+    const std::int64_t deadline = mono_ms() + std::max<std::int64_t>(50, poll_ms * 3 / 4);
+    Answers answers(ctls.size());
+    for (;;) {
+        bool all = true;
+        for (std::size_t i = 0; i < ctls.size(); ++i) {
+            if (!answers[i]) answers[i] = ctls[i]->take(round);
+            all = all && answers[i];
+        }
+        if (all || mono_ms() >= deadline || stopping()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return answers;
+}
+
+// The reports of the controllers that answered; logs (once per change) those that did not,
+// and what an answer lacked.
+std::vector<ControllerReport> reports_of(Pollers& ctls, Answers& answers) {
+    std::vector<ControllerReport> reports;
+    for (std::size_t i = 0; i < ctls.size(); ++i) {
+        Poller& c = *ctls[i];
+        std::string error = !answers[i] ? "no answer within the poll period" : answers[i]->error;
+        if (!error.empty()) {
+            if (c.answering) {
+                daemon::log_warn("controller " + c.address() + " not answering (" + error +
+                                 "); retried every poll, the other controllers are still "
+                                 "recorded");
+                c.answering = false;
+            }
+            continue;
+        }
+        if (!c.answering) {
+            daemon::log_info("controller " + c.address() + " answering again");
+            c.answering = true;
+        }
+        Parsed<ControllerScrape>& s = answers[i]->scrape;
+        if (!s) {
+            c.bad_text.hit(daemon::LogLevel::Warn, {}, s.error,
+                           static_cast<std::uint64_t>(mono_ms()));
+            continue;
+        }
+        if (s.value.skipped_no_region > 0 && !c.warned_no_region) {
+            daemon::log_warn("controller " + c.address() +
+                             " does not export grl_controller_info (an older grl-controller): "
+                             "its region and zone instances are not recorded, only global ones");
+            c.warned_no_region = true;
+        }
+        reports.push_back(std::move(s.value.report));
+    }
+    return reports;
+}
+
+// Drops samples past the retention and folds old ones into hourly rows (wall time `t`).
+void prune(Store& store, const RecordOptions& opt, std::int64_t t) {
+    try {
+        std::int64_t n = store.prune(t / 1000 - opt.retention_s);
+        if (n > 0)
+            daemon::log_info("pruned " + std::to_string(n) + " samples older than " +
+                             format_time(t / 1000 - opt.retention_s));
+        if (opt.rollup_after_s > 0) {
+            std::int64_t r = store.rollup(t / 1000 - opt.rollup_after_s);
+            if (r > 0)
+                daemon::log_info("folded " + std::to_string(r) + " samples older than " +
+                                 format_time(t / 1000 - opt.rollup_after_s) + " into hourly rows");
+        }
+    } catch (const StoreError& e) {
+        daemon::log_warn(std::string("pruning failed, retried in an hour: ") + e.what());
+    }
+}
+
+void catch_stop_signals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+}
+
 }  // namespace
 
 int run_record(const RecordOptions& opt) {
     Store store(opt.store);
     Recorder rec(opt.interval_s);
-    std::vector<std::unique_ptr<Poller>> ctls;
+    Pollers ctls;
     for (const std::string& a : opt.controllers)
         ctls.push_back(std::make_unique<Poller>(a, opt.poll_ms));
 
     g_stop = false;
-    if (opt.stop == nullptr) {
-        struct sigaction sa {};
-        sa.sa_handler = on_stop_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGTERM, &sa, nullptr);
-        sigaction(SIGINT, &sa, nullptr);
-    }
+    if (opt.stop == nullptr) catch_stop_signals();
     auto stopping = [&opt] { return g_stop.load() || (opt.stop != nullptr && opt.stop->load()); };
 
     daemon::log_info("recording " + std::to_string(ctls.size()) + " controller(s) into " +
@@ -201,54 +280,9 @@ int run_record(const RecordOptions& opt) {
         next_poll += opt.poll_ms;
         if (next_poll <= now) next_poll = now + opt.poll_ms;  // late: skip, do not catch up
 
-        // Every controller at once; what has not answered within most of a poll period
-        // misses this round (logged below) rather than delaying it.
         ++round;
-        for (auto& c : ctls) c->request(round);
-        const std::int64_t deadline = mono_ms() + std::max<std::int64_t>(50, opt.poll_ms * 3 / 4);
-        std::vector<std::optional<Poller::Answer>> answers(ctls.size());
-        for (;;) {
-            bool all = true;
-            for (std::size_t i = 0; i < ctls.size(); ++i) {
-                if (!answers[i]) answers[i] = ctls[i]->take(round);
-                all = all && answers[i];
-            }
-            if (all || mono_ms() >= deadline || stopping()) break;
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        std::vector<ControllerReport> reports;
-        for (std::size_t i = 0; i < ctls.size(); ++i) {
-            Poller& c = *ctls[i];
-            std::string error =
-                !answers[i] ? "no answer within the poll period" : answers[i]->error;
-            if (!error.empty()) {
-                if (c.answering) {
-                    daemon::log_warn("controller " + c.address() + " not answering (" + error +
-                                     "); retried every poll, the other controllers are still "
-                                     "recorded");
-                    c.answering = false;
-                }
-                continue;
-            }
-            if (!c.answering) {
-                daemon::log_info("controller " + c.address() + " answering again");
-                c.answering = true;
-            }
-            Parsed<ControllerScrape>& s = answers[i]->scrape;
-            if (!s) {
-                c.bad_text.hit(daemon::LogLevel::Warn, {}, s.error,
-                               static_cast<std::uint64_t>(mono_ms()));
-                continue;
-            }
-            if (s.value.skipped_no_region > 0 && !c.warned_no_region) {
-                daemon::log_warn(
-                    "controller " + c.address() +
-                    " does not export grl_controller_info (an older grl-controller): "
-                    "its region and zone instances are not recorded, only global ones");
-                c.warned_no_region = true;
-            }
-            reports.push_back(std::move(s.value.report));
-        }
+        Answers answers = poll_all(ctls, round, opt.poll_ms, stopping);
+        std::vector<ControllerReport> reports = reports_of(ctls, answers);
         const std::int64_t t = wall_ms();
         rec.poll(t, reports);
         std::vector<Series> closed = rec.take_closed(t);
@@ -258,21 +292,7 @@ int run_record(const RecordOptions& opt) {
         if (opt.retention_s > 0 && mono_ms() >= next_prune) {
             // Hourly: retention is in days, and a pass over the whole file is not free.
             next_prune = mono_ms() + 3600ULL * 1000;
-            try {
-                std::int64_t n = store.prune(t / 1000 - opt.retention_s);
-                if (n > 0)
-                    daemon::log_info("pruned " + std::to_string(n) + " samples older than " +
-                                     format_time(t / 1000 - opt.retention_s));
-                if (opt.rollup_after_s > 0) {
-                    std::int64_t r = store.rollup(t / 1000 - opt.rollup_after_s);
-                    if (r > 0)
-                        daemon::log_info("folded " + std::to_string(r) + " samples older than " +
-                                         format_time(t / 1000 - opt.rollup_after_s) +
-                                         " into hourly rows");
-                }
-            } catch (const StoreError& e) {
-                daemon::log_warn(std::string("pruning failed, retried in an hour: ") + e.what());
-            }
+            prune(store, opt, t);
         }
     }
     std::vector<Series> rest = rec.take_all();

@@ -105,102 +105,92 @@ std::int64_t measure_since(const BucketState& state, std::int64_t now_s,
     return now_s - opt.soak_s;
 }
 
-Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
-             const ShadowMeasure& measure, std::int64_t now_s, const RolloutOptions& opt,
-             bool force) {
+namespace {
+
+using Limit = std::optional<std::uint64_t>;
+
+std::string measured(const ShadowMeasure& measure, const RolloutOptions& opt) {
+    const std::string what = measure.candidate ? "candidate would-drops " : "shadow drops ";
+    return measure.fraction
+               ? what + pct(*measure.fraction) + " over " + std::to_string(measure.samples) +
+                     " samples, threshold " + pct(opt.threshold)
+           : measure.candidate ? std::string("no samples of the candidate's would-drops")
+                               : std::string("no shadow samples at the candidate limit");
+}
+
+// In soak: a forced new candidate replaces it; after the soak it is promoted or held.
+Step from_shadow(const BucketState& state, Limit n, const ShadowMeasure& measure,
+                 std::int64_t now_s, const RolloutOptions& opt, bool force) {
     Step st;
     st.next = state;
-    std::optional<std::uint64_t> n;
-    if (proposal && proposal->new_mrps) n = proposal->new_mrps;
-    const std::string& bucket = state ? state->bucket : proposal ? proposal->bucket : std::string();
-    auto measured = [&]() {
-        const std::string what = measure.candidate ? "candidate would-drops " : "shadow drops ";
-        return measure.fraction
-                   ? what + pct(*measure.fraction) + " over " + std::to_string(measure.samples) +
-                         " samples, threshold " + pct(opt.threshold)
-               : measure.candidate ? std::string("no samples of the candidate's would-drops")
-                                   : std::string("no shadow samples at the candidate limit");
-    };
-    // A candidate beside an enforced limit that a proposal at or above that limit replaces:
-    // the enforced limit is where the bucket stands, so the proposal is judged from there.
-    if (state && state->stage != Stage::Enforced && state->beside && state->previous_mrps && n &&
-        *n >= *state->previous_mrps && *n != state->limit_mrps &&
-        (force || state->stage == Stage::Held)) {
-        const BucketState enforced =
-            make(bucket, Stage::Enforced, *state->previous_mrps, now_s, std::nullopt);
-        Step from = advance(enforced, proposal, ShadowMeasure{}, now_s, opt, force);
-        const std::string dropped = "candidate " + format_limit(state->limit_mrps) + " dropped";
-        if (!from.next || from.action == Action::None) {  // N is the enforced limit
-            from.next = enforced;
-            from.action = Action::None;
-            from.why = dropped + ": the proposal is the enforced " + format_limit(*n);
-        } else {
-            from.why = dropped + "; " + from.why;
-        }
-        return from;
+    if (force && n && *n != state.limit_mrps) {
+        st.next = make(state.bucket, Stage::Shadow, *n, now_s, state.previous_mrps);
+        st.next->beside = state.beside;
+        st.action = Action::Shadow;
+        st.why = "new candidate (--force) replaces " + format_limit(state.limit_mrps) + " in soak";
+        return st;
     }
+    if (now_s - state.since_s < opt.soak_s) {
+        st.action = Action::Soaking;
+        st.why = "soaking " + std::to_string((now_s - state.since_s) / 60) + " of " +
+                 std::to_string(opt.soak_s / 60) + " min";
+        if (n && *n != state.limit_mrps)
+            st.why += "; proposal " + format_limit(*n) + " waits for the soak (or --force)";
+        return st;
+    }
+    BucketState next = state;
+    next.fraction = measure.fraction.value_or(-1);
+    next.since_s = now_s;
+    if (measure.fraction && *measure.fraction < opt.threshold) {
+        next.stage = Stage::Enforced;
+        next.beside = false;
+        st.action = Action::Promote;
+    } else {
+        next.stage = Stage::Held;
+        st.action = Action::Hold;
+    }
+    st.next = next;
+    st.why = measured(measure, opt);
+    return st;
+}
 
-    if (state && state->stage == Stage::Shadow) {
-        if (force && n && *n != state->limit_mrps) {
-            st.next = make(bucket, Stage::Shadow, *n, now_s, state->previous_mrps);
-            st.next->beside = state->beside;
-            st.action = Action::Shadow;
-            st.why =
-                "new candidate (--force) replaces " + format_limit(state->limit_mrps) + " in soak";
-            return st;
-        }
-        if (now_s - state->since_s < opt.soak_s) {
-            st.action = Action::Soaking;
-            st.why = "soaking " + std::to_string((now_s - state->since_s) / 60) + " of " +
-                     std::to_string(opt.soak_s / 60) + " min";
-            if (n && *n != state->limit_mrps)
-                st.why += "; proposal " + format_limit(*n) + " waits for the soak (or --force)";
-            return st;
-        }
-        BucketState next = *state;
-        next.fraction = measure.fraction.value_or(-1);
+// Held after a soak: promoted once the drops fall under the threshold, replaced by a new
+// candidate, else still held.
+Step from_held(const BucketState& state, Limit n, const ShadowMeasure& measure, std::int64_t now_s,
+               const RolloutOptions& opt) {
+    Step st;
+    BucketState next = state;
+    next.fraction = measure.fraction.value_or(-1);
+    if (measure.fraction && *measure.fraction < opt.threshold) {
+        next.stage = Stage::Enforced;
+        next.beside = false;
         next.since_s = now_s;
-        if (measure.fraction && *measure.fraction < opt.threshold) {
-            next.stage = Stage::Enforced;
-            next.beside = false;
-            st.action = Action::Promote;
-        } else {
-            next.stage = Stage::Held;
-            st.action = Action::Hold;
-        }
         st.next = next;
-        st.why = measured();
+        st.action = Action::Promote;
+        st.why = measured(measure, opt);
         return st;
     }
-
-    if (state && state->stage == Stage::Held) {
-        BucketState next = *state;
-        next.fraction = measure.fraction.value_or(-1);
-        if (measure.fraction && *measure.fraction < opt.threshold) {
-            next.stage = Stage::Enforced;
-            next.beside = false;
-            next.since_s = now_s;
-            st.next = next;
-            st.action = Action::Promote;
-            st.why = measured();
-            return st;
-        }
-        if (n && *n != state->limit_mrps) {
-            st.next = make(bucket, Stage::Shadow, *n, now_s, state->previous_mrps);
-            st.next->beside = state->beside;
-            st.action = Action::Shadow;
-            st.why = "new candidate replaces held " + format_limit(state->limit_mrps);
-            return st;
-        }
-        st.next = next;
-        st.action = Action::Still;
-        st.why = measured();
+    if (n && *n != state.limit_mrps) {
+        st.next = make(state.bucket, Stage::Shadow, *n, now_s, state.previous_mrps);
+        st.next->beside = state.beside;
+        st.action = Action::Shadow;
+        st.why = "new candidate replaces held " + format_limit(state.limit_mrps);
         return st;
     }
+    st.next = next;
+    st.action = Action::Still;
+    st.why = measured(measure, opt);
+    return st;
+}
 
-    // Enforced, or not managed yet: the limit in force is the state's or the proposal's old.
+// Enforced, or not managed yet: the limit in force is the state's or the proposal's old.
+Step from_enforced(const std::optional<BucketState>& state, const Proposal* proposal,
+                   const std::string& bucket, Limit n, std::int64_t now_s,
+                   const RolloutOptions& opt) {
+    Step st;
+    st.next = state;
     if (!n) return st;
-    std::optional<std::uint64_t> old;
+    Limit old;
     Mode old_mode = Mode::Deny;
     if (state) {
         old = state->limit_mrps;
@@ -230,6 +220,38 @@ Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
     st.why = !old ? "new limit: shadow first"
                   : "was in shadow at " + format_limit(*old) + ": soak at the new limit";
     return st;
+}
+
+}  // namespace
+
+Step advance(const std::optional<BucketState>& state, const Proposal* proposal,
+             const ShadowMeasure& measure, std::int64_t now_s, const RolloutOptions& opt,
+             bool force) {
+    Limit n;
+    if (proposal && proposal->new_mrps) n = proposal->new_mrps;
+    const std::string& bucket = state ? state->bucket : proposal ? proposal->bucket : std::string();
+    // A candidate beside an enforced limit that a proposal at or above that limit replaces:
+    // the enforced limit is where the bucket stands, so the proposal is judged from there.
+    if (state && state->stage != Stage::Enforced && state->beside && state->previous_mrps && n &&
+        *n >= *state->previous_mrps && *n != state->limit_mrps &&
+        (force || state->stage == Stage::Held)) {
+        const BucketState enforced =
+            make(bucket, Stage::Enforced, *state->previous_mrps, now_s, std::nullopt);
+        Step from = advance(enforced, proposal, ShadowMeasure{}, now_s, opt, force);
+        const std::string dropped = "candidate " + format_limit(state->limit_mrps) + " dropped";
+        if (!from.next || from.action == Action::None) {  // N is the enforced limit
+            from.next = enforced;
+            from.action = Action::None;
+            from.why = dropped + ": the proposal is the enforced " + format_limit(*n);
+        } else {
+            from.why = dropped + "; " + from.why;
+        }
+        return from;
+    }
+    if (state && state->stage == Stage::Shadow)
+        return from_shadow(*state, n, measure, now_s, opt, force);
+    if (state && state->stage == Stage::Held) return from_held(*state, n, measure, now_s, opt);
+    return from_enforced(state, proposal, bucket, n, now_s, opt);
 }
 
 }  // namespace grl::rlc
