@@ -10,7 +10,7 @@
 //   admin.cpp               grlctl's requests on the admin socket, the admin tick
 //   limits_source.{h,cpp}   the limits file or etcd key
 //   state_file.{h,cpp}      overrides and run-time buckets across restarts
-//   counters.h, controller_metrics.cpp   /metrics, each family declared once
+//   controller_counters.h, controller_metrics.cpp   /metrics, each family declared once
 //   controller_daemon.cpp   start-up, the tick and what it publishes
 #pragma once
 
@@ -32,7 +32,7 @@
 #include "grl/wire/usage_parts.h"
 #include "grl/wire/wire_control.h"
 #include "config.h"
-#include "counters.h"
+#include "controller_counters.h"
 #include "dashboard.h"
 #include "limits_source.h"
 #include "sockets.h"

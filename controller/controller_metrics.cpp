@@ -1,5 +1,6 @@
 // grl-controller's /metrics. Each family is declared once: the controller's own counters in
-// counters.h, the rest below as rows (name, type, help, what it reads), written in order.
+// controller_counters.h, the rest below as rows (name, type, help, what it reads), written in
+// order.
 #include <cstdio>
 
 #include "controller_daemon.h"

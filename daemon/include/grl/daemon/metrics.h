@@ -8,12 +8,14 @@
 //    samples are read from S at scrape time; write() writes a table in its order.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace grl::daemon {
@@ -66,7 +68,8 @@ void write(MetricsText& m, const Family<S> (&table)[N], const S& s) {
 // The X-macro's two expansions. A list is `#define LIST(COUNTER, COUNTER_BY)` with rows
 //   COUNTER(field, "metric_name", "help")
 //   COUNTER_BY(field, "metric_name", "label", kValues, "help")
-// where kValues is an array of the label's values (std::string_view), each written (0 too).
+// where kValues is an array of the label's values, each written (0 too): strings, or enum
+// values written as their to_string(); the field is indexed as kValues is (index_of()).
 // `struct Counters { LIST(GRL_COUNTER_FIELD, GRL_COUNTER_BY_FIELD) };` makes the fields and
 // `const Family<Counters> kTable[] = {LIST(GRL_COUNTER_FAMILY, GRL_COUNTER_BY_FAMILY)};` the
 // families that write them.
@@ -76,11 +79,29 @@ void write(MetricsText& m, const Family<S> (&table)[N], const S& s) {
 #define GRL_COUNTER_FAMILY(field, name, help) \
     {name, "counter", help,                   \
      [](::grl::daemon::Samples& o, const auto& s) { o(static_cast<double>(s.field)); }},
-#define GRL_COUNTER_BY_FAMILY(field, name, label, values, help)            \
-    {name, "counter", help, [](::grl::daemon::Samples& o, const auto& s) { \
-         for (std::size_t i = 0; i < std::size(values); ++i)               \
-             o({{label, values[i]}}, static_cast<double>(s.field[i]));     \
+#define GRL_COUNTER_BY_FAMILY(field, name, label, values, help)                                    \
+    {name, "counter", help, [](::grl::daemon::Samples& o, const auto& s) {                         \
+         for (std::size_t i = 0; i < std::size(values); ++i)                                       \
+             o({{label, ::grl::daemon::label_value(values[i])}}, static_cast<double>(s.field[i])); \
      }},
+
+inline std::string_view label_value(std::string_view v) {
+    return v;
+}
+template <class E, class = std::enable_if_t<std::is_enum_v<E>>>
+std::string_view label_value(E v) {
+    return to_string(v);  // the enum's own, found where it is declared
+}
+
+// The position of `v` in a COUNTER_BY's values: its field's index.
+template <class T, std::size_t N>
+constexpr std::size_t index_of(const T (&values)[N], T v) {
+    for (std::size_t i = 0; i < N; ++i) {
+        if (values[i] == v) return i;
+    }
+    assert(!"a counted value missing from its COUNTER_BY's values");
+    return 0;
+}
 
 // grl_build_info{version,component} 1: which build each scraped process runs (the nginx
 // status page writes the same family with component="nginx").
