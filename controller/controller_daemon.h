@@ -66,6 +66,9 @@ class Daemon {
     void log_start() const;
     // intake.cpp
     void on_usage();
+    bool zone_key_refused(const control::Clock& t);
+    void tick_early(bool new_rates, Change change, const control::Clock& t);
+    void zone_usage_refused(control::Accepted a, const control::Clock& t);
     void on_peers(Peer& p);
     void log_refusal(control::Accepted a, const control::Clock& t);
     void count_cut(const BatchBudget& b, const daemon::Socket& s, Kind kind);

@@ -43,24 +43,7 @@ void Daemon::on_usage() {
         }
         ++stats_.received[kZoneUsage];
         ++usage_versions_[{"zone_usage", zone_usage_.v}];
-        if (net_.curve_) {
-            // CURVE: a collector's key may speak for one zone only.
-            const std::string key = frames_[0].meta("User-Id");
-            KeyBindings::Result b = net_.zone_keys_.check(key, zone_usage_.zone, t.mono_ms);
-            if (b != KeyBindings::Result::Ok) {
-                ++ignored_[std::string("zone_usage/") + std::string(to_string(b))];
-                ignored_log_.hit(LogLevel::Warn, {},
-                                 "zone usage for zone " + zone_usage_.zone + " from key " + key +
-                                     " ignored: " + std::string(to_string(b)) +
-                                     (b == KeyBindings::Result::NotListed
-                                          ? " (removed from --curve-clients by a reload; its "
-                                            "connection predates it)"
-                                          : " (the key sends for zone \"" +
-                                                net_.zone_keys_.name_of(key) + "\")"),
-                                 t.mono_ms);
-                continue;
-            }
-        }
+        if (net_.curve_ && zone_key_refused(t)) continue;
         if (!assembled(zone_parts_, zone_usage_, "zone_usage", t)) continue;
         const std::uint64_t v = zone_usage_.v;
         const std::string zone = zone_usage_.zone, source = zone_usage_.source;
@@ -78,41 +61,61 @@ void Daemon::on_usage() {
             note_usage_version(zone_usage_v_, zone, "zone " + zone + " (" + source + ")",
                                "zone usage", v);
         }
-        if (a == control::Accepted::Yes && early) {
-            // First rates of a bucket (after a start or a restart), or a bucket's rate well
-            // above or below its last (a step, a surge, its end): publish now, not at the
-            // next tick. Rate-limited to four extra ticks per interval, and to a 40th of the
-            // time (a tick of a large fleet is long: EarlyTick).
-            const bool was_deferring = early_tick_.deferring();
-            if (early_tick_.due(t.mono_ms, tick_last_us_)) {
-                if (was_deferring) {
-                    daemon::log_info("early ticks again: the last tick took " +
-                                     std::to_string(tick_last_us_ / 1000) + " ms");
-                }
-                ++stats_.early_ticks[new_rates                ? kNewRates
-                                     : change == Change::Rise ? kRise
-                                                              : kFall];
-                tick();
-            } else if (early_tick_.deferring() && !was_deferring) {
-                daemon::log_warn("early ticks deferred: the last tick took " +
-                                 std::to_string(tick_last_us_ / 1000) +
-                                 " ms, and early ticks may take at most a 40th of the time "
-                                 "(new rates and changes wait for the next tick)");
-            }
-        }
-        if (a != control::Accepted::Yes) {
-            ++ignored_[std::string("zone_usage/").append(to_string(a))];
-            log_refusal(a, t);
-            if (a == control::Accepted::WrongRegion) {
-                ignored_log_.hit(LogLevel::Warn, {},
-                                 "zone usage from " + zone_usage_.source + " for region " +
-                                     zone_usage_.region + " ignored: this controller serves " +
-                                     cfg_.opts.region,
-                                 t.mono_ms);
-            }
-        }
+        if (a == control::Accepted::Yes && early) tick_early(new_rates, change, t);
+        if (a != control::Accepted::Yes) zone_usage_refused(a, t);
     }
     count_cut(batch, net_.pull_, kZoneUsage);
+}
+
+// CURVE: a collector's key may speak for one zone only.
+bool Daemon::zone_key_refused(const control::Clock& t) {
+    const std::string key = frames_[0].meta("User-Id");
+    KeyBindings::Result b = net_.zone_keys_.check(key, zone_usage_.zone, t.mono_ms);
+    if (b == KeyBindings::Result::Ok) return false;
+    ++ignored_[std::string("zone_usage/") + std::string(to_string(b))];
+    ignored_log_.hit(
+        LogLevel::Warn, {},
+        "zone usage for zone " + zone_usage_.zone + " from key " + key +
+            " ignored: " + std::string(to_string(b)) +
+            (b == KeyBindings::Result::NotListed
+                 ? " (removed from --curve-clients by a reload; its "
+                   "connection predates it)"
+                 : " (the key sends for zone \"" + net_.zone_keys_.name_of(key) + "\")"),
+        t.mono_ms);
+    return true;
+}
+
+void Daemon::tick_early(bool new_rates, Change change, const control::Clock& t) {
+    // First rates of a bucket (after a start or a restart), or a bucket's rate well
+    // above or below its last (a step, a surge, its end): publish now, not at the
+    // next tick. Rate-limited to four extra ticks per interval, and to a 40th of the
+    // time (a tick of a large fleet is long: EarlyTick).
+    const bool was_deferring = early_tick_.deferring();
+    if (early_tick_.due(t.mono_ms, tick_last_us_)) {
+        if (was_deferring) {
+            daemon::log_info("early ticks again: the last tick took " +
+                             std::to_string(tick_last_us_ / 1000) + " ms");
+        }
+        ++stats_.early_ticks[new_rates ? kNewRates : change == Change::Rise ? kRise : kFall];
+        tick();
+    } else if (early_tick_.deferring() && !was_deferring) {
+        daemon::log_warn("early ticks deferred: the last tick took " +
+                         std::to_string(tick_last_us_ / 1000) +
+                         " ms, and early ticks may take at most a 40th of the time "
+                         "(new rates and changes wait for the next tick)");
+    }
+}
+
+void Daemon::zone_usage_refused(control::Accepted a, const control::Clock& t) {
+    ++ignored_[std::string("zone_usage/").append(to_string(a))];
+    log_refusal(a, t);
+    if (a == control::Accepted::WrongRegion) {
+        ignored_log_.hit(LogLevel::Warn, {},
+                         "zone usage from " + zone_usage_.source + " for region " +
+                             zone_usage_.region + " ignored: this controller serves " +
+                             cfg_.opts.region,
+                         t.mono_ms);
+    }
 }
 
 // A batch stopped at its time budget with messages still queued: messages come faster than
