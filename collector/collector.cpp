@@ -42,18 +42,45 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       curve_(!cfg_.nginx_clients.empty()),
       pull_(ctx, ZMQ_PULL),
       table_(cfg_.rates),
-      malformed_log_(10000),
-      send_log_(10000),
-      batch_log_(10000),
       // A binding lapses when its host would be forgotten (silent that long).
-      host_keys_(kMaxHostKeys, std::uint64_t{cfg_.rates.forget_intervals} * cfg_.interval_ms),
-      identity_log_(10000) {
+      host_keys_(kMaxHostKeys, std::uint64_t{cfg_.rates.forget_intervals} * cfg_.interval_ms) {
     if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     start_mono_ = mono_ms();
     early_ = EarlyUsage(cfg_.interval_ms, start_mono_);
     daemon::Socket pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
     daemon::Socket sub(ctx, ZMQ_SUB);
+    serve_nginx(ctx, pub);
+    // CURVE towards the controllers is on when their public keys are given.
+    const bool curve_up = curve_to_controllers(cfg_);
+    std::unique_ptr<daemon::HandshakeWatch> sub_watch = subscribe(ctx, sub, curve_up);
+    push_to_controllers(ctx, curve_up);
+    relay_ =
+        std::make_unique<Relay>(ctx, std::move(sub), std::move(pub), topics_, std::move(sub_watch));
+    relay_->start();
+    loop_.on_socket(relay_->replies(), [this] { relay_->on_replies(); });
+    if (curve_up) {  // refused controllers are connected again when due
+        loop_.every(250, [this] {
+            for (auto& c : upstreams_) c->watch->handle(daemon::mono_ms());
+        });
+    }
 
+    if (cfg_.batch_ms > 0) {
+        loop_.every(cfg_.batch_ms, [this] { on_reports(); });
+    } else {
+        loop_.on_socket(pull_.get(), [this] { on_reports(); });
+    }
+    loop_.every(cfg_.interval_ms, [this] { tick(); });
+    loop_.every(std::max<std::uint64_t>(cfg_.interval_ms / 8, 1), [this] { maybe_send_early(); });
+    if (!cfg_.metrics_bind.empty()) {
+        http_ = std::make_unique<daemon::MetricsServer>(loop_, cfg_.metrics_bind,
+                                                        [this] { return metrics(); });
+    }
+    log_start(curve_up);
+}
+
+// nginx -> collector: reports; collector -> nginx: relayed instructions (the relay's thread
+// owns `pub` once it starts). Both behind ZAP: CURVE keys and --max-connections.
+void Collector::serve_nginx(daemon::Context& ctx, daemon::Socket& pub) {
     // nginx -> collector: reports. The high-water mark is per connection (one per nginx),
     // and an nginx sends one report per interval, so a short queue holds many intervals of
     // a busy loop; it bounds what a flood can make the collector hold (docs/control-plane.md
@@ -95,14 +122,15 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     publish_ep_ = pub.bind(cfg_.publish_bind);
     report_limit_->set_address(report_ep_);
     publish_limit_->set_address(publish_ep_);
+}
 
-    // collector -> controllers (one PUSH each: every controller gets every message), and
-    // controllers -> collector (one SUB connected to all of them, served by the relay).
+// controllers -> collector: one SUB connected to all of them, served by the relay.
+std::unique_ptr<daemon::HandshakeWatch> Collector::subscribe(daemon::Context& ctx,
+                                                             daemon::Socket& sub, bool curve_up) {
     sub.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
     sub.set(ZMQ_RCVHWM, 10000);
-    // CURVE towards the controllers is on when their public keys are given. One SUB socket
-    // connects to every controller: each connection takes the server key set just before it.
-    bool curve_up = curve_to_controllers(cfg_);
+    // One SUB socket connects to every controller: each connection takes the server key set
+    // just before it.
     std::unique_ptr<daemon::HandshakeWatch> sub_watch;
     std::map<std::string, std::string> publish_keys;
     for (const std::string& ep : cfg_.controller_publish)
@@ -121,6 +149,11 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         if (curve_up) sub.set(ZMQ_CURVE_SERVERKEY, std::string_view(publish_keys[ep]));
         sub.connect(ep);
     }
+    return sub_watch;
+}
+
+// collector -> controllers: one PUSH each, every controller gets every message.
+void Collector::push_to_controllers(daemon::Context& ctx, bool curve_up) {
     for (const std::string& ep : cfg_.controller_usage) {
         auto c = std::make_unique<Upstream>(Upstream{ep, daemon::Socket(ctx, ZMQ_PUSH), nullptr});
         // Only queue for a connected controller, and only a little: a usage message is
@@ -142,28 +175,9 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
         c->push.connect(ep);
         upstreams_.push_back(std::move(c));
     }
-    relay_ =
-        std::make_unique<Relay>(ctx, std::move(sub), std::move(pub), topics_, std::move(sub_watch));
-    relay_->start();
-    loop_.on_socket(relay_->replies(), [this] { relay_->on_replies(); });
-    if (curve_up) {  // refused controllers are connected again when due
-        loop_.every(250, [this] {
-            for (auto& c : upstreams_) c->watch->handle(daemon::mono_ms());
-        });
-    }
+}
 
-    if (cfg_.batch_ms > 0) {
-        loop_.every(cfg_.batch_ms, [this] { on_reports(); });
-    } else {
-        loop_.on_socket(pull_.get(), [this] { on_reports(); });
-    }
-    loop_.every(cfg_.interval_ms, [this] { tick(); });
-    loop_.every(std::max<std::uint64_t>(cfg_.interval_ms / 8, 1), [this] { maybe_send_early(); });
-    if (!cfg_.metrics_bind.empty()) {
-        http_ = std::make_unique<daemon::MetricsServer>(loop_, cfg_.metrics_bind,
-                                                        [this] { return metrics(); });
-    }
-
+void Collector::log_start(bool curve_up) const {
     std::string ctl;
     for (const auto& c : upstreams_) ctl += (ctl.empty() ? "" : ", ") + c->endpoint;
     daemon::log_info(
@@ -252,93 +266,13 @@ void Collector::on_reports() {
         std::size_t n = report_limit_->recv_frames(frames_, 1);
         if (n == 0) break;
         now = mono_ms();
-        std::string_view body = frames_[0].view();
-        report_bytes_ += body.size();
-        if (n != 1 || !wire::read_report(body, report_, error)) {
-            ++reports_malformed_;
-            malformed_log_.hit(LogLevel::Warn, {},
-                               "dropped malformed report: " +
-                                   (n != 1 ? std::string("more than one frame") : error),
-                               now);
-            continue;
-        }
-        if (curve_) {
-            // CURVE: the key ZAP admitted may speak for one host only.
-            CurveKeyBindings::Result b =
-                host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
-            if (b != CurveKeyBindings::Result::Ok) {
-                ++reports_refused_[b];
-                identity_log_.hit(
-                    LogLevel::Warn, {},
-                    "refused a report for host " + std::string(report_.host) + " from key " +
-                        frames_[0].meta("User-Id") + ": " + std::string(to_string(b)) +
-                        (b == CurveKeyBindings::Result::NotListed
-                             ? " (removed from --curve-clients by a reload; its "
-                               "connection predates it)"
-                             : " (the key reports for \"" +
-                                   host_keys_.name_of(frames_[0].meta("User-Id")) + "\")"),
-                    now);
-                continue;
-            }
-        }
-        if (report_.zone != cfg_.zone || report_.region != cfg_.region) {
-            ++reports_wrong_zone_;
-            std::string host(report_.host);
-            if (wrong_zone_hosts_.size() < kMaxWrongZoneHosts &&
-                wrong_zone_hosts_.insert(host).second) {
-                daemon::log_warn("host " + host + " reports zone " + std::string(report_.zone) +
-                                 " of region " + std::string(report_.region) +
-                                 " to the collector of zone " + cfg_.zone + " of region " +
-                                 cfg_.region + ": its reports are dropped");
-            }
-            continue;
-        }
-        rates::Verdict v = table_.add(report_, now);
-        ++reports_[v];
-        last_report_mono_ = now;
-        // A first report with recent counts is rated at once (a collector that just started).
-        accepted_in_batch = accepted_in_batch || v == rates::Verdict::Accepted ||
-                            (v == rates::Verdict::First && report_.recent_ms > 0);
-        if (v == rates::Verdict::Restarted) {
-            daemon::log_info("host " + std::string(report_.host) +
-                             " restarted (new counter epoch)");
-        } else if (v == rates::Verdict::Reclaimed) {
-            daemon::log_warn("host " + std::string(report_.host) + ": its counter epoch " +
-                             std::to_string(report_.epoch) +
-                             " kept reporting after another epoch claimed the host; taken "
-                             "back (a forged or misrouted report used its name)");
-        } else if (v == rates::Verdict::Full) {
-            full_log_.hit(LogLevel::Warn, {},
-                          "refused a report of new host " + std::string(report_.host) + ": " +
-                              std::to_string(cfg_.rates.max_hosts) +
-                              " hosts are known (--max-hosts); known hosts keep working",
-                          now);
-        } else if (v == rates::Verdict::MemoryFull) {
-            full_log_.hit(LogLevel::Warn, {},
-                          "refused a report of host " + std::string(report_.host) + " (" +
-                              std::to_string(report_.buckets.size()) +
-                              " buckets): the rate table holds " +
-                              std::to_string(table_.bytes_held()) + " bytes of at most " +
-                              std::to_string(cfg_.rates.max_bytes) +
-                              " (--max-memory); the hosts it holds keep working",
-                          now);
-        } else if (v == rates::Verdict::Conflict) {
-            epoch_conflict_log_.hit(daemon::LogLevel::Warn, {},
-                                    "host " + std::string(report_.host) +
-                                        ": reports of two counter epochs keep arriving (two "
-                                        "senders use this host name); epoch " +
-                                        std::to_string(report_.epoch) + " is ignored",
-                                    now);
-        } else if (v == rates::Verdict::First) {
-            daemon::log_debug("host " + std::string(report_.host) + " joined" +
-                              (report_.recent_ms ? " (rated from its recent counts)" : ""));
-        }
+        if (take_report(n, now, error)) accepted_in_batch = true;
     }
     if (batch.cut() && pull_.readable()) {
         // Reports come faster than they are handled (a flood): the rest waits in the queue,
         // at most kReportQueue per connection, while the loop serves its timers, /metrics and
         // the relay's subscribers.
-        ++batches_cut_;
+        ++stats_.batches_cut;
         batch_log_.hit(LogLevel::Warn, {},
                        "reports arrive faster than they are handled: a batch stopped after " +
                            std::to_string(batch.max_ms()) + " ms (" +
@@ -352,6 +286,92 @@ void Collector::on_reports() {
     // tick, so that enforcement resumes within a report interval after a restart.
     if (accepted_in_batch) early_.rates_arrived();
     maybe_send_early();
+}
+
+bool Collector::take_report(std::size_t n, std::uint64_t now, std::string& error) {
+    std::string_view body = frames_[0].view();
+    stats_.report_bytes += body.size();
+    if (n != 1 || !wire::read_report(body, report_, error)) {
+        ++stats_.reports_malformed;
+        malformed_log_.hit(
+            LogLevel::Warn, {},
+            "dropped malformed report: " + (n != 1 ? std::string("more than one frame") : error),
+            now);
+        return false;
+    }
+    if (curve_ && refused_key(now)) return false;
+    if (wrong_zone()) return false;
+    rates::Verdict v = table_.add(report_, now);
+    ++stats_.reports[daemon::index_of(kVerdicts, v)];
+    last_report_mono_ = now;
+    log_verdict(v, now);
+    // A first report with recent counts is rated at once (a collector that just started).
+    return v == rates::Verdict::Accepted || (v == rates::Verdict::First && report_.recent_ms > 0);
+}
+
+// CURVE: the key ZAP admitted may speak for one host only.
+bool Collector::refused_key(std::uint64_t now) {
+    CurveKeyBindings::Result b = host_keys_.check(frames_[0].meta("User-Id"), report_.host, now);
+    if (b == CurveKeyBindings::Result::Ok) return false;
+    ++stats_.reports_refused[daemon::index_of(kRefusals, b)];
+    identity_log_.hit(LogLevel::Warn, {},
+                      "refused a report for host " + std::string(report_.host) + " from key " +
+                          frames_[0].meta("User-Id") + ": " + std::string(to_string(b)) +
+                          (b == CurveKeyBindings::Result::NotListed
+                               ? " (removed from --curve-clients by a reload; its "
+                                 "connection predates it)"
+                               : " (the key reports for \"" +
+                                     host_keys_.name_of(frames_[0].meta("User-Id")) + "\")"),
+                      now);
+    return true;
+}
+
+bool Collector::wrong_zone() {
+    if (report_.zone == cfg_.zone && report_.region == cfg_.region) return false;
+    ++stats_.reports_wrong_zone;
+    std::string host(report_.host);
+    if (wrong_zone_hosts_.size() < kMaxWrongZoneHosts && wrong_zone_hosts_.insert(host).second) {
+        daemon::log_warn("host " + host + " reports zone " + std::string(report_.zone) +
+                         " of region " + std::string(report_.region) +
+                         " to the collector of zone " + cfg_.zone + " of region " + cfg_.region +
+                         ": its reports are dropped");
+    }
+    return true;
+}
+
+void Collector::log_verdict(rates::Verdict v, std::uint64_t now) {
+    if (v == rates::Verdict::Restarted) {
+        daemon::log_info("host " + std::string(report_.host) + " restarted (new counter epoch)");
+    } else if (v == rates::Verdict::Reclaimed) {
+        daemon::log_warn("host " + std::string(report_.host) + ": its counter epoch " +
+                         std::to_string(report_.epoch) +
+                         " kept reporting after another epoch claimed the host; taken "
+                         "back (a forged or misrouted report used its name)");
+    } else if (v == rates::Verdict::Full) {
+        full_log_.hit(LogLevel::Warn, {},
+                      "refused a report of new host " + std::string(report_.host) + ": " +
+                          std::to_string(cfg_.rates.max_hosts) +
+                          " hosts are known (--max-hosts); known hosts keep working",
+                      now);
+    } else if (v == rates::Verdict::MemoryFull) {
+        full_log_.hit(LogLevel::Warn, {},
+                      "refused a report of host " + std::string(report_.host) + " (" +
+                          std::to_string(report_.buckets.size()) +
+                          " buckets): the rate table holds " + std::to_string(table_.bytes_held()) +
+                          " bytes of at most " + std::to_string(cfg_.rates.max_bytes) +
+                          " (--max-memory); the hosts it holds keep working",
+                      now);
+    } else if (v == rates::Verdict::Conflict) {
+        epoch_conflict_log_.hit(daemon::LogLevel::Warn, {},
+                                "host " + std::string(report_.host) +
+                                    ": reports of two counter epochs keep arriving (two "
+                                    "senders use this host name); epoch " +
+                                    std::to_string(report_.epoch) + " is ignored",
+                                now);
+    } else if (v == rates::Verdict::First) {
+        daemon::log_debug("host " + std::string(report_.host) + " joined" +
+                          (report_.recent_ms ? " (rated from its recent counts)" : ""));
+    }
 }
 
 // The rule (when, how often) is grl::EarlyUsage's, in core/control/include/grl/control/early.h.
@@ -409,38 +429,9 @@ void Collector::send_usage() {
     u.seq = ++seq_;
     u.ts_ms = wall_ms();
     u.interval_ms = cfg_.interval_ms;
-    if (rates::keep_busiest(u.buckets, wire::kMaxUsageBuckets) > 0) ++usage_truncated_;
+    if (rates::keep_busiest(u.buckets, wire::kMaxUsageBuckets) > 0) ++stats_.usage_truncated;
     // In parts when it does not fit one message (docs/protocol.md "Usage in parts").
-    if (!wire::encode_parts(u, parts_)) {
-        // Host names are the only part that grows with the zone's size: drop them first.
-        for (auto& b : u.buckets) b.host_names.clear();
-        bool fits = wire::encode_parts(u, parts_);
-        if (!fits) {
-            u.host_names.clear();
-            fits = wire::encode_parts(u, parts_);
-        }
-        // Then keyed buckets' key lists (busiest first), halved until the usage fits: the
-        // least busy keys go before any bucket does.
-        std::size_t max_keys = wire::kMaxUsageKeys;
-        while (!fits && max_keys > 0) {
-            max_keys /= 2;
-            for (auto& b : u.buckets) {
-                if (b.keys.size() > max_keys) b.keys.resize(max_keys);
-            }
-            fits = wire::encode_parts(u, parts_);
-        }
-        ++usage_truncated_;
-        const std::string cut =
-            max_keys < wire::kMaxUsageKeys
-                ? ", keys cut to the busiest " + std::to_string(max_keys) + " per bucket"
-                : "";
-        send_log_.hit(LogLevel::Warn, {},
-                      fits ? "zone usage too large: host names left out" + cut
-                           : "zone usage not sent: " + std::to_string(u.buckets.size()) +
-                                 " buckets do not fit " + std::to_string(wire::kMaxParts) +
-                                 " parts of " + std::to_string(wire::kMaxMessageBytes) + " bytes",
-                      mono_ms());
-    }
+    if (!wire::encode_parts(u, parts_)) encode_cut(u);
     usage_bytes_ = 0;
     for (const std::string& part : parts_) usage_bytes_ += part.size();
     usage_build_us_ = static_cast<std::uint64_t>(
@@ -450,6 +441,43 @@ void Collector::send_usage() {
     for (const auto& b : u.buckets) unrated = unrated || b.rated_hosts < b.hosts;
     early_.sent(mono_ms(), unrated);
     if (parts_.empty()) return;  // too large even in parts: logged above
+    push_usage();
+}
+
+// A usage too large for kMaxParts parts, cut until it fits; counted and logged.
+void Collector::encode_cut(wire::ZoneUsage& u) {
+    // Host names are the only part that grows with the zone's size: drop them first.
+    for (auto& b : u.buckets) b.host_names.clear();
+    bool fits = wire::encode_parts(u, parts_);
+    if (!fits) {
+        u.host_names.clear();
+        fits = wire::encode_parts(u, parts_);
+    }
+    // Then keyed buckets' key lists (busiest first), halved until the usage fits: the
+    // least busy keys go before any bucket does.
+    std::size_t max_keys = wire::kMaxUsageKeys;
+    while (!fits && max_keys > 0) {
+        max_keys /= 2;
+        for (auto& b : u.buckets) {
+            if (b.keys.size() > max_keys) b.keys.resize(max_keys);
+        }
+        fits = wire::encode_parts(u, parts_);
+    }
+    ++stats_.usage_truncated;
+    const std::string cut =
+        max_keys < wire::kMaxUsageKeys
+            ? ", keys cut to the busiest " + std::to_string(max_keys) + " per bucket"
+            : "";
+    send_log_.hit(LogLevel::Warn, {},
+                  fits ? "zone usage too large: host names left out" + cut
+                       : "zone usage not sent: " + std::to_string(u.buckets.size()) +
+                             " buckets do not fit " + std::to_string(wire::kMaxParts) +
+                             " parts of " + std::to_string(wire::kMaxMessageBytes) + " bytes",
+                  mono_ms());
+}
+
+// Every controller gets every part; what is not queued is counted by why.
+void Collector::push_usage() {
     for (auto& c : upstreams_) {
         std::size_t queued = 0;
         for (const std::string& part : parts_) queued += c->push.send(part) ? 1 : 0;
@@ -480,206 +508,6 @@ void Collector::send_usage() {
                           mono_ms());
         }
     }
-}
-
-std::string Collector::metrics() {
-    const std::uint64_t now = mono_ms();
-    daemon::MetricsText m;
-    // Ages of things that have not happened yet have no sample (rather than a sentinel that
-    // a max() or an alert threshold would take for a value).
-    auto age = [&](std::string_view name, std::uint64_t t) {
-        if (t) m.sample(name, static_cast<double>(now - t) / 1000.0);
-    };
-    daemon::write_build_info(m, "collector");
-
-    m.family("grl_bucket_offered_rps", "gauge",
-             "Requests per second offered to the bucket in this zone.");
-    for (const auto& b : usage_.buckets)
-        m.sample("grl_bucket_offered_rps", {{"bucket", b.name}}, b.offered_mrps / 1000.0);
-    m.family("grl_bucket_admitted_rps", "gauge",
-             "Requests per second admitted by the bucket in this zone.");
-    for (const auto& b : usage_.buckets)
-        m.sample("grl_bucket_admitted_rps", {{"bucket", b.name}}, b.admitted_mrps / 1000.0);
-    m.family("grl_bucket_shadow_dropped_rps", "gauge",
-             "Requests per second a shadow bucket would have dropped in this zone.");
-    for (const auto& b : usage_.buckets)
-        m.sample("grl_bucket_shadow_dropped_rps", {{"bucket", b.name}},
-                 b.shadow_dropped_mrps / 1000.0);
-    // The counts behind the rates above, so that Prometheus rates survive scrape gaps and
-    // collector restarts (counter resets) where a gauge sampled now and then would not.
-    const std::vector<rates::Table::Counted> counted = table_.counted();
-    const struct {
-        const char* name;
-        const char* help;
-    } totals[] = {
-        {"grl_bucket_offered_total",
-         "Requests offered to the bucket in this zone, summed from the "
-         "hosts' reports since the collector started."},
-        {"grl_bucket_admitted_total",
-         "Requests admitted by the bucket in this zone (from reports)."},
-        {"grl_bucket_dropped_total", "Requests dropped by the bucket in this zone (from reports)."},
-        {"grl_bucket_shadow_dropped_total",
-         "Requests a shadow bucket would have dropped in this zone (from reports)."},
-    };
-    for (std::size_t k = 0; k < 4; ++k) {
-        m.family(totals[k].name, "counter", totals[k].help);
-        for (const auto& c : counted)
-            m.sample(totals[k].name, {{"bucket", c.bucket}}, static_cast<double>(c.c[k]));
-    }
-    m.family("grl_bucket_hosts", "gauge", "Hosts reporting the bucket.");
-    for (const auto& b : usage_.buckets)
-        m.sample("grl_bucket_hosts", {{"bucket", b.name}}, static_cast<double>(b.hosts));
-    m.family(
-        "grl_bucket_definitions", "gauge",
-        "Distinct definitions of the bucket among the zone's hosts (more than 1: they disagree).");
-    for (const auto& b : usage_.buckets)
-        m.sample("grl_bucket_definitions", {{"bucket", b.name}},
-                 static_cast<double>(b.definitions.size()));
-    const std::map<std::string, Relay::Entry> relayed = relay_->entries(now);
-    m.family("grl_bucket_limit_rps", "gauge",
-             "Effective limit of the bucket, from the last instruction relayed (configured limit "
-             "when none).");
-    for (const auto& b : usage_.buckets) {
-        auto it = relayed.find(b.name);
-        double lim = it != relayed.end()     ? it->second.limit_mrps / 1000.0
-                     : b.definitions.empty() ? 0.0
-                                             : b.definitions[0].def.limit_mrps / 1000.0;
-        m.sample("grl_bucket_limit_rps", {{"bucket", b.name}}, lim);
-    }
-    m.family(
-        "grl_bucket_ratio", "gauge",
-        "Drop ratio of the last instruction relayed for the bucket (0 when none is in force).");
-    for (const auto& b : usage_.buckets) {
-        auto it = relayed.find(b.name);
-        m.sample("grl_bucket_ratio", {{"bucket", b.name}},
-                 it != relayed.end() ? it->second.ratio_ppm / 1e6 : 0.0);
-    }
-
-    m.family("grl_collector_hosts", "gauge",
-             "Hosts known to the collector, by state (fresh: in the sums).");
-    m.sample("grl_collector_hosts", {{"state", "fresh"}},
-             static_cast<double>(table_.fresh_hosts()));
-    m.sample("grl_collector_hosts", {{"state", "stale"}},
-             static_cast<double>(table_.hosts() - table_.fresh_hosts()));
-    m.family("grl_collector_memory_bytes", "gauge",
-             "Bytes the rate table holds (hosts, buckets, heavy hitters, names), as --max-memory "
-             "bounds them.");
-    m.sample("grl_collector_memory_bytes", static_cast<double>(table_.bytes_held()));
-    m.family("grl_collector_reports_total", "counter",
-             "Reports received, by what was done with them.");
-    for (rates::Verdict v :
-         {rates::Verdict::First, rates::Verdict::Accepted, rates::Verdict::Restarted,
-          rates::Verdict::Duplicate, rates::Verdict::OldEpoch, rates::Verdict::NoTime,
-          rates::Verdict::TooSoon, rates::Verdict::Reclaimed, rates::Verdict::Pending,
-          rates::Verdict::Conflict, rates::Verdict::Full, rates::Verdict::MemoryFull}) {
-        auto it = reports_.find(v);
-        m.sample("grl_collector_reports_total", {{"result", rates::to_string(v)}},
-                 static_cast<double>(it == reports_.end() ? 0 : it->second));
-    }
-    m.family("grl_collector_reports_malformed_total", "counter",
-             "Reports dropped as malformed, truncated, oversized or of a wrong version.");
-    m.sample("grl_collector_reports_malformed_total", static_cast<double>(reports_malformed_));
-    m.family("grl_collector_report_batches_cut_total", "counter",
-             "Batches of reports stopped at their time budget (a fifth of the interval, at most "
-             "50 ms) with more to take (reports arrive faster than they are handled; the rest "
-             "waits, bounded per connection).");
-    m.sample("grl_collector_report_batches_cut_total", static_cast<double>(batches_cut_));
-    m.family("grl_collector_reports_refused_total", "counter",
-             "Reports refused because their CURVE key speaks for another host (or another key "
-             "for this one), or is no longer listed (removed by a reload), by reason.");
-    for (CurveKeyBindings::Result r :
-         {CurveKeyBindings::Result::KeyTaken, CurveKeyBindings::Result::NameTaken,
-          CurveKeyBindings::Result::Full, CurveKeyBindings::Result::NotListed}) {
-        auto it = reports_refused_.find(r);
-        m.sample("grl_collector_reports_refused_total", {{"reason", to_string(r)}},
-                 static_cast<double>(it == reports_refused_.end() ? 0 : it->second));
-    }
-    m.family("grl_collector_reports_wrong_zone_total", "counter",
-             "Reports dropped because the host belongs to another zone or region.");
-    m.sample("grl_collector_reports_wrong_zone_total", static_cast<double>(reports_wrong_zone_));
-    m.family("grl_collector_report_bytes_total", "counter", "Bytes of report bodies received.");
-    m.sample("grl_collector_report_bytes_total", static_cast<double>(report_bytes_));
-    m.family("grl_collector_last_report_age_seconds", "gauge",
-             "Time since the last accepted report (no sample before the first).");
-    age("grl_collector_last_report_age_seconds", last_report_mono_);
-    m.family("grl_collector_usage_sent_total", "counter",
-             "Zone usage messages queued for a controller.");
-    for (const auto& c : upstreams_)
-        m.sample("grl_collector_usage_sent_total", {{"controller", c->endpoint}},
-                 static_cast<double>(c->sent));
-    m.family("grl_collector_messages_dropped_total", "counter",
-             "Zone usage messages dropped (controller unreachable or slow) and instructions the "
-             "relay could not queue.");
-    for (const auto& c : upstreams_)
-        m.sample("grl_collector_messages_dropped_total", {{"controller", c->endpoint}},
-                 static_cast<double>(c->dropped));
-    m.sample("grl_collector_messages_dropped_total", {{"controller", "relay"}},
-             static_cast<double>(relay_->dropped.load()));
-    m.family("grl_collector_usage_dropped_total", "counter",
-             "Zone usage messages not (or not wholly) queued for a controller, by reason: "
-             "unreachable (no connection up) or queue_full (connected, but the controller takes "
-             "usage slower than it is sent).");
-    for (const auto& c : upstreams_) {
-        m.sample("grl_collector_usage_dropped_total",
-                 {{"controller", c->endpoint}, {"reason", "unreachable"}},
-                 static_cast<double>(c->unreachable));
-        m.sample("grl_collector_usage_dropped_total",
-                 {{"controller", c->endpoint}, {"reason", "queue_full"}},
-                 static_cast<double>(c->queue_full));
-    }
-    m.family("grl_collector_usage_bytes", "gauge",
-             "Size of the last zone usage, all its parts together.");
-    m.sample("grl_collector_usage_bytes", static_cast<double>(usage_bytes_));
-    m.family("grl_collector_usage_parts", "gauge",
-             "Parts the last zone usage was sent in (1: one whole message).");
-    m.sample("grl_collector_usage_parts", static_cast<double>(parts_.size()));
-    m.family("grl_collector_usage_build_seconds", "gauge",
-             "Time the last zone usage took to sum and encode.");
-    m.sample("grl_collector_usage_build_seconds", usage_build_us_ / 1e6);
-    m.family("grl_collector_host_buckets", "gauge",
-             "Host-bucket entries held (hosts x their buckets).");
-    m.sample("grl_collector_host_buckets", static_cast<double>(table_.entries()));
-    m.family("grl_collector_usage_truncated_total", "counter",
-             "Zone usage messages sent without host names, with keyed buckets' keys cut or with "
-             "buckets left out to stay under the size limit.");
-    m.sample("grl_collector_usage_truncated_total", static_cast<double>(usage_truncated_));
-    m.family("grl_collector_instructions_relayed_total", "counter",
-             "Instruction messages relayed to the zone's nginx.");
-    m.sample("grl_collector_instructions_relayed_total",
-             static_cast<double>(relay_->relayed.load()));
-    m.family("grl_collector_instructions_replayed_total", "counter",
-             "Last instruction messages sent again to nginx hosts that (re)subscribed.");
-    m.sample("grl_collector_instructions_replayed_total",
-             static_cast<double>(relay_->replayed.load()));
-    m.family("grl_collector_replays_coalesced_total", "counter",
-             "Subscriptions whose replay was folded into one replay of their topic at the end of "
-             "its gap (a topic is replayed at most once per 100 ms): a flood of subscriptions.");
-    m.sample("grl_collector_replays_coalesced_total",
-             static_cast<double>(relay_->coalesced.load()));
-    m.family("grl_collector_instructions_malformed_total", "counter",
-             "Instruction messages dropped as malformed or not for this zone.");
-    m.sample("grl_collector_instructions_malformed_total",
-             static_cast<double>(relay_->malformed.load()));
-    m.family("grl_collector_relay_late_replies_total", "counter",
-             "Replies of the relay thread to a rebind of the publish socket that came after the "
-             "request was given up on (5 s): dropped, never taken for a later request's.");
-    m.sample("grl_collector_relay_late_replies_total",
-             static_cast<double>(relay_->stale_replies()));
-    m.family("grl_collector_last_instruction_age_seconds", "gauge",
-             "Time since the last instruction message relayed (no sample before the first).");
-    age("grl_collector_last_instruction_age_seconds", relay_->last_mono.load());
-    if (relay_->watch()) {
-        std::vector<const daemon::HandshakeWatch*> watches{relay_->watch()};
-        for (const auto& c : upstreams_) watches.push_back(c->watch.get());
-        daemon::write_client_metrics(m, "controller", watches);
-    }
-    if (curve_) {
-        zap_->write_metrics(m);
-        daemon::write_binding_metrics(m, "nginx", host_keys_);
-        daemon::write_reload_metrics(m, {&client_list_});
-    }
-    daemon::write_connection_metrics(m, {report_limit_.get(), publish_limit_.get()});
-    return m.text();
 }
 
 }  // namespace grl::collector

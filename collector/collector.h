@@ -2,6 +2,8 @@
 // (grl::rates), sends the zone's usage to every controller of its region (one PUSH each) once
 // per interval, and relays the controllers' instructions for its zone, its region and the
 // global scope to the zone's nginx (SUB -> PUB). See docs/control-plane.md.
+// collector.cpp: start-up, reports in, usage out; collector_metrics.cpp and
+// collector_counters.h: /metrics; relay.{h,cpp}: the relay's thread.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "grl/daemon/http.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
+#include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"
 #include "grl/control/curve_key_bindings.h"
 #include "grl/control/early.h"
@@ -24,6 +27,7 @@
 #include "grl/wire/report_reader.h"
 #include "grl/wire/wire.h"
 #include "grl/wire/wire_control.h"
+#include "collector_counters.h"
 #include "config.h"
 #include "relay.h"
 
@@ -47,11 +51,29 @@ class Collector {
         std::uint64_t unreachable = 0;  // of those, while no connection was up
         std::uint64_t queue_full = 0;   // of those, while connected (the controller lags)
     };
+    // Start-up: the nginx side (reports in, instructions out), the controllers' side.
+    void serve_nginx(daemon::Context& ctx, daemon::Socket& pub);
+    std::unique_ptr<daemon::HandshakeWatch> subscribe(daemon::Context& ctx, daemon::Socket& sub,
+                                                      bool curve_up);
+    void push_to_controllers(daemon::Context& ctx, bool curve_up);
+    void log_start(bool curve_up) const;
     void on_reports();
+    // One report, `n` frames in frames_: true when the rate table took it as news.
+    bool take_report(std::size_t n, std::uint64_t now, std::string& error);
+    bool refused_key(std::uint64_t now);
+    bool wrong_zone();
+    void log_verdict(rates::Verdict v, std::uint64_t now);
     void tick();
-    std::string metrics();
     void send_usage();
+    void encode_cut(wire::ZoneUsage& u);
+    void push_usage();
     void maybe_send_early();
+    // collector_metrics.cpp
+    std::string metrics();
+    struct Scrape;  // what a scrape reads
+    static const daemon::Family<Scrape> kBucketFamilies[];
+    static const daemon::Family<Scrape> kCollectorFamilies[];
+    static const daemon::Family<Scrape> kRelayFamilies[];
 
     Config cfg_;
     daemon::Loop& loop_;
@@ -73,13 +95,7 @@ class Collector {
     std::vector<std::string> parts_;  // the last zone usage, encoded (one message, or parts)
     std::uint64_t seq_ = 0;
 
-    // Counters for /metrics.
-    std::map<rates::Verdict, std::uint64_t> reports_;
-    std::uint64_t reports_malformed_ = 0;
-    std::uint64_t batches_cut_ = 0;  // report batches stopped at their time budget
-    std::uint64_t reports_wrong_zone_ = 0;
-    std::uint64_t report_bytes_ = 0;
-    std::uint64_t usage_truncated_ = 0;
+    Counters stats_;                    // for /metrics
     std::uint64_t usage_bytes_ = 0;     // size of the last zone usage, all parts
     std::uint64_t usage_build_us_ = 0;  // time to build and encode it
     std::uint64_t last_report_mono_ = 0;
@@ -97,7 +113,6 @@ class Collector {
     // one); a report for another host is refused and counted by reason.
     CurveKeyBindings host_keys_;
     daemon::KeyListReloads client_list_{"--curve-clients", cfg_.nginx_clients_file};
-    std::map<CurveKeyBindings::Result, std::uint64_t> reports_refused_;
     daemon::LogLimiter identity_log_;
     std::set<std::string> wrong_zone_hosts_;  // logged once each (bounded)
 };

@@ -3,15 +3,20 @@
 // "grl/p/"), computes ratios (grl::control) and publishes instructions on the same PUB
 // every interval; serves grlctl on an admin ROUTER; reloads the limits file on SIGHUP and
 // when it changes, or watches it in etcd (--limits etcd://...). See docs/control-plane.md.
+//
+// The daemon is a composition of parts, each a file:
+//   sockets.{h,cpp}         the sockets and their CURVE wiring, key lists reloaded on SIGHUP
+//   intake.cpp              usage in: zone usage, peers' region usage, parts, versions
+//   admin.cpp               grlctl's requests on the admin socket, the admin tick
+//   limits_source.{h,cpp}   the limits file or etcd key
+//   state_file.{h,cpp}      overrides and run-time buckets across restarts
+//   controller_counters.h, controller_metrics.cpp   /metrics, each family declared once
+//   controller_daemon.cpp   start-up, the tick and what it publishes
 #pragma once
-
-#include <sys/stat.h>
 
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,20 +24,20 @@
 #include "grl/control/batch_budget.h"
 #include "grl/control/control.h"
 #include "grl/control/early.h"
-#include "grl/control/curve_key_bindings.h"
-#include "grl/control/usage_intake.h"
-#include "grl/daemon/connections.h"
-#include "grl/daemon/curve.h"
-#include "grl/daemon/etcd_watch.h"
-#include "grl/daemon/limits_file.h"
 #include "grl/daemon/http.h"
 #include "grl/daemon/log.h"
 #include "grl/daemon/loop.h"
+#include "grl/daemon/metrics.h"
 #include "grl/daemon/zmq.h"
+#include "grl/control/usage_intake.h"
 #include "grl/wire/usage_parts.h"
 #include "grl/wire/wire_control.h"
 #include "config.h"
+#include "controller_counters.h"
 #include "dashboard.h"
+#include "limits_source.h"
+#include "sockets.h"
+#include "state_file.h"
 
 namespace grl::controller {
 
@@ -40,64 +45,71 @@ class Daemon {
   public:
     Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
     std::vector<std::pair<std::string, std::string>> endpoints() const;
-    void reload_limits(const char* why);  // SIGHUP
+    void reload_limits(const char* why) { limits_.reload(why); }  // SIGHUP
     // SIGHUP: reads --curve-clients and --curve-admin-clients again; a bad file is refused
     // whole (its old list stays).
-    void reload_keys(const char* why);
+    void reload_keys(const char* why) { net_.reload_keys(why); }
 
   private:
-    // One SUB socket per --peer: what arrives on a connection comes from that endpoint (and,
-    // with CURVE, from the holder of the server key), so each connection is bound to the one
-    // controller it first speaks for and cannot speak for another (peer_sources_).
-    struct Peer {
-        std::string endpoint;
-        daemon::Socket sock;
-        std::unique_ptr<daemon::HandshakeWatch> watch;  // with CURVE
-    };
-
+    // Messages taken per wakeup of a socket, at most (and at most a time budget).
+    static constexpr std::size_t kMaxPerWakeup = 256;
+    // Admin changes tick at most once per this fraction of an interval (admin_tick()).
+    static constexpr std::uint64_t kAdminTickGapDivisor = 8;
+    // A set's parts are sent back to back, but a busy controller may take a while to read
+    // them: a set is given as long as its source's usage stays fresh. (One interval let a
+    // backlog expire sets faster than they completed.)
+    std::uint64_t parts_timeout_ms() const {
+        return std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms;
+    }
+    // Upper bounds of grl_controller_tick_seconds' histogram buckets, in microseconds.
+    static constexpr std::uint64_t kTickBucketsUs[] = {1000,  2500,   5000,   10000,  25000,
+                                                       50000, 100000, 250000, 1000000};
+    void log_start() const;
+    // intake.cpp
     void on_usage();
+    bool zone_key_refused(const wire::ZoneUsage& zone_usage, const control::Clock& t);
+    void tick_early(bool new_rates, Change change, const control::Clock& t);
+    void zone_usage_refused(control::Accepted a, const std::string& source,
+                            const std::string& region, const control::Clock& t);
     void on_peers(Peer& p);
-    void on_admin();
     void log_refusal(control::Accepted a, const control::Clock& t);
-    void count_cut(const BatchBudget& b, const daemon::Socket& s, const char* kind);
-    void tick();
-    void publish(control::TickOutput& out);
-    void publish_dashboard();
-    void watch_limits();
-    // A new limits set (file or etcd): taken whole, or rejected whole with the last good kept.
-    bool take_limits(daemon::LimitsLoad l, const std::string& why);
-    void start_etcd();
-    void on_etcd(const daemon::etcd::WatchEvent& e);
-    wire::AdminReply handle(const wire::AdminRequest& q, const std::string& who);
-    void admin_tick();
-    // The state file (--state-file): overrides and run-time buckets across restarts.
-    void restore_state();
-    void save_state();
-    std::string metrics();
+    void count_cut(const BatchBudget& b, const daemon::Socket& s, Kind kind);
     // Usage in parts (docs/protocol.md): counts and logs a part's result; true when taken.
     bool assembled(const control::UsageIntake::Taken& r, const char* kind, const control::Clock& t);
     void expire_parts(const control::Clock& t);
+    void note_usage_version(std::map<std::string, std::uint64_t>& last, const std::string& key,
+                            const std::string& who, const char* what, std::uint64_t v);
+    void log_if_no_older_usage() const;
+    void forget_usage_versions();
+    // admin.cpp
+    void on_admin();
+    wire::AdminReply handle(const wire::AdminRequest& q, const std::string& who);
+    void admin_tick();
+    // controller_daemon.cpp
+    void tick();
+    void publish(control::TickOutput& out);
     void publish_region_usage(const wire::RegionUsage& ru);
+    void publish_dashboard();
     void record_tick(std::uint64_t us, std::uint64_t cpu_us);
-    void scale_metrics(daemon::MetricsText& m) const;
-    control::Clock now() const;
+    // controller_metrics.cpp
+    std::string metrics();
+    struct Scrape;  // what a scrape reads
+    static const daemon::Family<Scrape> kInstanceFamilies[];
+    static const daemon::Family<Scrape> kFleetFamilies[];
+    static const daemon::Family<Scrape> kDashboardFamilies[];
+    static const daemon::Family<Scrape> kTickFamilies[];
 
     Config cfg_;
     daemon::Loop& loop_;
     control::Controller ctl_;
     control::TickOutput tick_out_;  // the last tick's, written over by the next (tick())
-    // Always: ZAP admits CURVE keys (curve_) and enforces --max-connections.
-    std::unique_ptr<daemon::ZapHandler> zap_;
-    bool curve_ = false;  // --curve-keypair
-    std::unique_ptr<daemon::EndpointLimit> usage_limit_, publish_limit_, admin_limit_;
-    daemon::Socket pull_;
-    daemon::Socket pub_;
-    daemon::Socket admin_;
-    std::vector<std::unique_ptr<Peer>> peers_;
+    Sockets net_;
+    LimitsSource limits_{cfg_, loop_, ctl_};
+    StateFile state_{cfg_, ctl_};
+    Counters stats_;
     // Declared before http_: the server's routes call into it, so it must outlive the server.
     std::unique_ptr<Dashboard> dashboard_;
     std::unique_ptr<daemon::MetricsServer> http_;
-    std::string usage_ep_, publish_ep_, admin_ep_;
 
     std::vector<zmq::Frame> frames_;
     std::string buf_;
@@ -107,7 +119,6 @@ class Daemon {
     std::vector<std::string> region_parts_;       // encoded region_usage parts
     std::uint64_t region_usage_bytes_ = 0;        // last published, all parts
     std::uint64_t region_usage_parts_ = 0;
-    std::uint64_t region_usage_unsent_ = 0;  // too large for kMaxParts parts
     // Tick duration (compute and publish), a histogram in microseconds.
     std::vector<std::uint64_t> tick_le_us_;  // counts per bucket of kTickBucketsUs
     std::uint64_t tick_sum_us_ = 0;
@@ -116,63 +127,20 @@ class Daemon {
     std::uint64_t tick_last_us_ = 0;
     std::uint64_t tick_cpu_us_ = 0;  // thread CPU time in ticks
 
-    // The limits file.
-    struct FileId {
-        dev_t dev = 0;
-        ino_t ino = 0;
-        off_t size = -1;
-        std::int64_t mtime_ns = -1;
-        bool operator==(const FileId& o) const {
-            return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns;
-        }
-    };
-    FileId limits_file_id() const;
-    wire::LimitsStatus limits_status() const;  // for grlctl status and the dashboard
-    FileId limits_id_;
-    bool limits_ok_ = true;
-    std::string limits_error_;
-    std::uint64_t limits_loaded_wall_ = 0;
-    std::uint64_t limits_reloads_ok_ = 0;
-    std::uint64_t limits_reloads_rejected_ = 0;
-    // --limits etcd://: the watch (its own thread), the revision in force and etcd's state.
-    std::unique_ptr<daemon::etcd::KeyWatch> etcd_;
-    std::int64_t etcd_revision_ = -1;  // mod_revision of the value in force (0: no key yet)
-    bool etcd_up_ = false;
-    std::string etcd_error_;  // why etcd is unreachable ("" while up)
-    std::uint64_t etcd_losses_ = 0;
-
-    // Counters for /metrics, by message kind.
-    std::map<std::string, std::uint64_t> received_;
-    std::map<std::string, std::uint64_t> malformed_;
-    std::map<std::string, std::uint64_t> ignored_;      // "kind/reason"
-    std::map<std::string, std::uint64_t> batches_cut_;  // by kind: stopped at the time budget
+    std::map<std::string, std::uint64_t> ignored_;  // "kind/reason", for /metrics
     // Usage by protocol version (docs/operations.md "Upgrading"): valid messages by (kind, v),
     // and the "v" of the last usage accepted from each zone (by zone) and peer (by source).
     std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> usage_versions_;
     std::map<std::string, std::uint64_t> zone_usage_v_;
     std::map<std::string, std::uint64_t> peer_usage_v_;
-    void note_usage_version(std::map<std::string, std::uint64_t>& last, const std::string& key,
-                            const std::string& who, const char* what, std::uint64_t v);
-    void log_if_no_older_usage() const;
-    void forget_usage_versions();
-    std::uint64_t instructions_published_ = 0;
-    std::uint64_t messages_dropped_ = 0;
     std::uint64_t ticks_ = 0;
-    std::string state_saved_;  // the state file's content as last written
-    bool state_ok_ = true;     // false: the last write failed, or the file read at start was bad
-    std::uint64_t state_writes_ = 0;
     std::uint64_t last_publish_mono_ = 0;
     // First rates of a bucket, a rise or a fall well beyond the last usage: tick at once.
     EarlyTick early_tick_{cfg_.opts.interval_ms};
-    std::uint64_t early_ticks_new_rates_ = 0, early_ticks_rise_ = 0,
-                  early_ticks_fall_ = 0;  // early ticks taken, by reason
-    std::uint64_t admin_requests_ = 0;
-    std::uint64_t admin_changes_ = 0;
     // Admin changes publish at once, but at most one tick per kAdminTickGapDivisor-th of an
     // interval: a burst of changes is published together instead of ticking per request.
     std::uint64_t last_admin_tick_ = 0;  // monotonic ms
     bool admin_tick_pending_ = false;
-    std::uint64_t admin_ticks_deferred_ = 0;
 
     std::uint64_t dashboard_uncharted_ = 0;  // as last logged
 
@@ -186,12 +154,6 @@ class Daemon {
     daemon::LogLimiter batch_log_;       // batches cut at their time budget: a flood
     daemon::LogLimiter parts_log_;       // usage parts that could not be assembled
     daemon::LogLimiter incomplete_log_;  // usage sets dropped incomplete
-    // With CURVE: which zone each collector key sends usage for (first come, one to one).
-    CurveKeyBindings zone_keys_;
-    daemon::KeyListReloads client_list_{"--curve-clients", cfg_.clients_file};
-    daemon::KeyListReloads admin_list_{"--curve-admin-clients", cfg_.admin_clients_file};
-    // Which controller (source) each peer connection speaks for.
-    CurveKeyBindings peer_sources_;
 };
 
 }  // namespace grl::controller
