@@ -79,10 +79,11 @@ void write(MetricsText& m, const Family<S> (&table)[N], const S& s) {
 #define GRL_COUNTER_FAMILY(field, name, help) \
     {name, "counter", help,                   \
      [](::grl::daemon::Samples& o, const auto& s) { o(static_cast<double>(s.field)); }},
-#define GRL_COUNTER_BY_FAMILY(field, name, label, values, help)                                    \
-    {name, "counter", help, [](::grl::daemon::Samples& o, const auto& s) {                         \
-         for (std::size_t i = 0; i < std::size(values); ++i)                                       \
-             o({{label, ::grl::daemon::label_value(values[i])}}, static_cast<double>(s.field[i])); \
+#define GRL_COUNTER_BY_FAMILY(field, name, label, values, help)            \
+    {name, "counter", help, [](::grl::daemon::Samples& o, const auto& s) { \
+         for (std::size_t i = 0; i < std::size(values); ++i)               \
+             o({{label, ::grl::daemon::label_value((values)[i])}},         \
+               static_cast<double>(s.field[i]));                           \
      }},
 
 inline std::string_view label_value(std::string_view v) {
