@@ -119,7 +119,25 @@ void Daemon::tick() {
                                                .count()),
                 thread_cpu_us() - cpu0);
     state_.save();  // admin changes, peers' changes and expiries all pass through a tick
+    record_accuracy();
     publish_dashboard();
+}
+
+// One sample a second of every instance (ticks come 4 a second, and early): accuracy is judged
+// over a minute, in seconds to settle.
+void Daemon::record_accuracy() {
+    const std::uint64_t mono = now().mono_ms;
+    if (accuracy_mono_ != 0 && mono < accuracy_mono_ + 900) return;
+    accuracy_mono_ = mono;
+    std::vector<std::pair<control::InstanceKey, control::AccuracySample>> now;
+    now.reserve(ctl_.instances().size());
+    for (const auto& [key, i] : ctl_.instances()) {
+        now.emplace_back(control::InstanceKey{i.bucket, i.scope, "", i.zone},
+                         control::AccuracySample{i.offered_mrps / 1000, i.admitted_mrps / 1000,
+                                                 static_cast<double>(i.limit_mrps) / 1000,
+                                                 i.mode == Mode::Deny && !i.keyed});
+    }
+    accuracy_.record(mono, now);
 }
 
 // The tick's whole share of the dashboard: a copy of what `grlctl buckets` and `grlctl status`
@@ -136,6 +154,9 @@ void Daemon::publish_dashboard() {
     s.interval_ms = cfg_.opts.interval_ms;
     s.ttl_ms = cfg_.opts.ttl_ms;
     s.buckets = ctl_.status("", false);
+    s.accuracy.reserve(s.buckets.size());
+    for (const wire::BucketStatus& b : s.buckets)
+        s.accuracy.push_back(accuracy_.result({b.name, b.scope, "", b.zone}));
     s.zones = ctl_.zones(t);
     s.peers = ctl_.peers(t);
     s.limits = limits_.status();

@@ -90,10 +90,13 @@ class Daemon {
     void publish(control::TickOutput& out);
     void publish_region_usage(const wire::RegionUsage& ru);
     void publish_dashboard();
+    void record_accuracy();
     void record_tick(std::uint64_t us, std::uint64_t cpu_us);
     // controller_metrics.cpp
     std::string metrics();
     struct Scrape;  // what a scrape reads
+    void write_accuracy(daemon::Samples& o,
+                        std::optional<double> (*get)(const control::AccuracyResult&)) const;
     static const daemon::Family<Scrape> kInstanceFamilies[];
     static const daemon::Family<Scrape> kFleetFamilies[];
     static const daemon::Family<Scrape> kDashboardFamilies[];
@@ -143,6 +146,9 @@ class Daemon {
     bool admin_tick_pending_ = false;
 
     std::uint64_t dashboard_uncharted_ = 0;  // as last logged
+    // How well each instance held its limit: a sample a second (record_accuracy()).
+    control::Accuracy accuracy_;
+    std::uint64_t accuracy_mono_ = 0;  // last sample, monotonic ms
 
     daemon::LogLimiter malformed_log_;
     daemon::LogLimiter ignored_log_;

@@ -109,6 +109,19 @@ const daemon::Family<Daemon::Scrape> Daemon::kFleetFamilies[] = {
      [](daemon::Samples& o, const Scrape& s) {
          o(static_cast<double>(s.d.ctl_.buckets_walked()));
      }},
+    // How well each limit held (grl/control/accuracy.h): enforcing, unkeyed instances only.
+    {"grl_bucket_admitted_over_limit", "gauge",
+     "Admitted over limit over the last minute's seconds in which offered exceeded the limit "
+     "(1: held exactly; absent while offered stayed under it, in shadow mode and keyed).",
+     [](daemon::Samples& o, const Scrape& s) {
+         s.d.write_accuracy(o, [](const control::AccuracyResult& r) { return r.held; });
+     }},
+    {"grl_bucket_settle_seconds", "gauge",
+     "Seconds the last change in demand over the limit took to bring admitted within 10% of "
+     "the limit.",
+     [](daemon::Samples& o, const Scrape& s) {
+         s.d.write_accuracy(o, [](const control::AccuracyResult& r) { return r.settle_seconds; });
+     }},
     {"grl_bucket_limit_source", "gauge",
      "Where the effective limit comes from (1 for the source in force).",
      [](daemon::Samples& o, const Scrape& s) {
@@ -301,6 +314,15 @@ const daemon::Family<Daemon::Scrape> Daemon::kTickFamilies[] = {
      "Parts the last region usage was published in (1: one whole message).",
      [](daemon::Samples& o, const Scrape& s) { o(static_cast<double>(s.d.region_usage_parts_)); }},
 };
+
+void Daemon::write_accuracy(daemon::Samples& o,
+                            std::optional<double> (*get)(const control::AccuracyResult&)) const {
+    for (const auto& [key, i] : ctl_.instances()) {
+        const auto r = accuracy_.result({i.bucket, i.scope, "", i.zone});
+        const std::optional<double> v = r ? get(*r) : std::nullopt;
+        if (v) o({{"bucket", i.bucket}, {"scope", to_string(i.scope)}, {"zone", i.zone}}, *v);
+    }
+}
 
 std::string Daemon::metrics() {
     const control::Clock t = now();

@@ -61,6 +61,30 @@ std::string quoted(std::string_view s) {
     return j.text();
 }
 
+void write_optional(daemon::Json& j, std::optional<double> v) {
+    if (v) {
+        j.num(*v);
+    } else {
+        j.null();
+    }
+}
+
+void write_accuracy(daemon::Json& j, const std::optional<control::AccuracyResult>& a,
+                    const DashboardSnapshot& s) {
+    const control::AccuracyResult r = a.value_or(control::AccuracyResult{});
+    j.begin_object();
+    j.key("held");
+    write_optional(j, r.held);
+    j.key("settle_s");
+    write_optional(j, r.settle_seconds);
+    j.key("settling_s");
+    std::optional<double> settling;
+    if (r.settling_since_ms)
+        settling = static_cast<double>(s.mono_ms - *r.settling_since_ms) / 1000;
+    write_optional(j, settling);
+    j.end_object();
+}
+
 std::shared_ptr<const std::string> text(std::string s) {
     return std::make_shared<const std::string>(std::move(s));
 }
@@ -121,6 +145,9 @@ std::string render_state(
     j.end_object();
     j.key("buckets").begin_array();
     for (const wire::BucketStatus& b : s.buckets) write_bucket_status(j, b);
+    j.end_array();
+    j.key("accuracy").begin_array();  // as buckets: how well each held its limit
+    for (const std::optional<control::AccuracyResult>& a : s.accuracy) write_accuracy(j, a, s);
     j.end_array();
     j.key("overrides").begin_array();
     for (const wire::Override& o : s.overrides) {

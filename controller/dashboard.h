@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "grl/daemon/http.h"
+#include "grl/control/accuracy.h"
 #include "grl/control/history.h"
 #include "grl/wire/wire_control.h"
 
@@ -37,6 +38,8 @@ struct DashboardSnapshot {
     std::uint64_t interval_ms = 0;
     std::uint64_t ttl_ms = 0;
     std::vector<wire::BucketStatus> buckets;  // every bucket instance
+    // How well each of them held its limit (grl/control/accuracy.h), as buckets is ordered.
+    std::vector<std::optional<control::AccuracyResult>> accuracy;
     std::vector<wire::ZoneStatus> zones;
     std::vector<wire::PeerStatus> peers;
     wire::LimitsStatus limits;

@@ -16,6 +16,16 @@ const ratio = (v) => (v == null ? "-" : v.toFixed(3));
 const secs = (ms) => (ms == null ? "-" : (ms / 1000).toFixed(1) + " s");
 const when = (ms) => (ms ? new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z") : "-");
 const id = (o) => o.bucket + "\u0000" + o.scope + "\u0000" + o.zone;
+// How well the limit held (docs/dashboard.md): admitted / limit while over it in the last
+// minute, and the seconds the last change in demand took to settle within 10% of the limit.
+const held = (a) => {
+  if (!a || a.held == null) return "<td class='n held'>-</td>";
+  const settle = a.settling_s != null ? "settling " + a.settling_s.toFixed(0) + " s" :
+    a.settle_s != null ? "settled in " + a.settle_s.toFixed(0) + " s" : "";
+  const cls = a.held > 1.1 ? "bad" : a.held > 1.02 ? "warn" : "good";
+  return "<td class='n held " + cls + "'>" + a.held.toFixed(2) + " L" +
+    (settle ? " <span class='note'>" + settle + "</span>" : "") + "</td>";
+};
 const where = (b) => (b.scope === "global" ? "-" : b.scope === "region" ? b.region : b.zone);
 
 async function getJSON(url) {
@@ -67,14 +77,15 @@ function renderState(s) {
     "</td><td class='" + (p.same_limits ? "good'>same" : "warn'>DIFFERENT") + "</td><td class='" +
     (p.fresh ? "good'>fresh" : "bad'>STALE") + "</td></tr>"), "no peer controller");
   table($("buckets"), ["bucket", "scope", "where", "offered", "admitted", "limit", "ratio", "mode",
-    "shadow would-drops", "hosts", "limit from"], s.buckets.map((b) =>
+    "shadow would-drops", "held (last min)", "hosts", "limit from"], s.buckets.map((b, i) =>
     "<tr class='bucket' data-bucket='" + esc(b.name) + "' data-scope='" + esc(b.scope) + "' data-zone='" + esc(b.zone) + "'>" +
     "<td>" + esc(b.name) + "</td><td>" + esc(b.scope) + "</td><td>" + esc(where(b)) + "</td>" +
     "<td class='n offered'>" + rate(b.offered_rps) + "</td><td class='n admitted'>" + rate(b.admitted_rps) +
     "</td><td class='n limit'>" + rate(b.limit_rps) + (b.keyed ? " per key" : "") +
     "</td><td class='n ratio'>" + (b.keyed ? b.keys_limited + " keys limited" : ratio(b.ratio)) +
     "</td><td class='mode'>" + esc(b.mode) + "</td><td class='n shadow'>" +
-    (b.mode === "shadow" ? rate(b.shadow_dropped_rps) : "-") + "</td><td class='n hosts'>" + b.hosts +
+    (b.mode === "shadow" ? rate(b.shadow_dropped_rps) : "-") + "</td>" + held((s.accuracy || [])[i]) +
+    "<td class='n hosts'>" + b.hosts +
     "</td><td>" + esc(b.limit_source + (b.runtime ? ", run-time" : "") + (b.expires_ms ? ", until " + when(b.expires_ms) : "")) +
     "</td></tr>"), "no bucket yet (no zone usage received)");
   table($("overrides"), ["bucket", "kind", "limit", "mode", "match", "expires", "set by"], s.overrides.map((o) =>

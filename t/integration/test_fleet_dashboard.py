@@ -4,7 +4,8 @@ bucket in shadow mode, a run-time bucket, constant load.
 
 - headless Chromium (Debian's `chromium`) loads the page; the DOM after its scripts ran shows
   the fleet's real bucket instances with the numbers of the controller's /metrics, the zones,
-  the run-time bucket, and a chart per instance drawn from the history; a screenshot is saved
+  the run-time bucket, how well each limit held, and a chart per instance drawn from the
+  history; a screenshot is saved
   to $GRL_BUILD_DIR/artifacts/dashboard.png (kept by CI);
 - `grlctl top` runs in a tmux pane: the table shows the busiest instances with the limits of
   /metrics, and the screen refreshes.
@@ -163,6 +164,19 @@ def test_fleet_dashboard_shows_the_fleets_buckets_and_numbers(running):
     paths = re.findall(r'<path d="([^"]*)"', api_chart)
     assert max(p.count("L") for p in paths) >= 4, paths
     assert '"live"' not in dom and ">live<" in dom, "status pill"
+    # How well the limit held: the enforcing bucket over its limit shows admitted / limit near 1
+    # (as /metrics says) and the seconds its demand took to settle; shadow buckets show none.
+    held = dict((b, (float(v), rest)) for b, v, rest in re.findall(
+        r'<tr class="bucket" data-bucket="([^"]*)" data-scope="global" data-zone="">(?:(?!</tr>).)*?'
+        r'<td class="n held \w+">([\d.]+) L(.*?)</td>', dom))
+    assert "api" in held, dom[:4000]
+    assert 0.8 <= held["api"][0] <= 1.3, held  # the minute holds the first seconds of load
+    over = [f.metric(m, "grl_bucket_admitted_over_limit", bucket="api", scope="global", zone="")
+            for m in (before, ms)]
+    assert any(abs(held["api"][0] - v) <= 0.02 for v in over), (held, over)
+    assert f.metric(ms, "grl_bucket_settle_seconds", bucket="api", scope="global", zone="") < 30
+    assert "settled in" in held["api"][1], held
+    assert not re.search(r'data-bucket="api-zone"[^>]*>(?:(?!</tr>).)*held (?:good|warn|bad)', dom)
 
     os.makedirs(ARTIFACTS, exist_ok=True)
     png = os.path.join(ARTIFACTS, "dashboard.png")
