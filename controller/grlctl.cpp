@@ -25,6 +25,7 @@
 #include "grl/daemon/zmq.h"
 #include "grl/wire/wire_control.h"
 #include "grlctl_config.h"
+#include "grlctl_explain.h"
 #include "grlctl_top.h"
 #include "status_json.h"
 
@@ -406,6 +407,43 @@ int top(const grlctl::Config& c) {
     return 0;
 }
 
+// The bucket's instances with hosts, then, for a key of a keyed bucket, its busiest keys.
+int explain(const grlctl::Config& c) {
+    daemon::Context ctx;
+    wire::AdminRequest qb = c.request;
+    wire::AdminReply buckets, keys;
+    std::string err;
+    if (int rc = ask(ctx, c, qb, buckets, err); rc != 0) {
+        std::fprintf(stderr, "grlctl: %s\n", err.c_str());
+        return rc;
+    }
+    if (!buckets.ok) {
+        std::fprintf(stderr, "grlctl: controller %s refused: %s\n", buckets.source.c_str(),
+                     buckets.error.c_str());
+        return 1;
+    }
+    bool keyed = false;
+    for (const wire::BucketStatus& b : buckets.buckets) keyed = keyed || b.keyed;
+    const bool ask_keys = keyed && !c.explain_key.empty();
+    if (ask_keys) {
+        wire::AdminRequest q = c.request;
+        q.op = wire::AdminOp::Keys;
+        q.top = wire::kMaxAdminTopKeys;
+        if (int rc = ask(ctx, c, q, keys, err); rc != 0) {
+            std::fprintf(stderr, "grlctl: %s\n", err.c_str());
+            return rc;
+        }
+    } else if (!c.explain_key.empty()) {
+        std::fprintf(stderr, "grlctl: note: bucket %s is not keyed: key \"%s\" ignored\n",
+                     c.request.bucket.c_str(), c.explain_key.c_str());
+    }
+    std::fputs(grlctl::render_explain(c.request.bucket, buckets, ask_keys ? &keys : nullptr,
+                                      c.explain_key, now_ms())
+                   .c_str(),
+               stdout);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -432,6 +470,7 @@ int main(int argc, char** argv) {
     }
 
     if (c.command == grlctl::Command::Top) return top(c);
+    if (c.command == grlctl::Command::Explain && !c.json) return explain(c);
 
     wire::AdminRequest q = c.request;
     wire::AdminReply r;

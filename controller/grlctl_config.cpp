@@ -134,6 +134,13 @@ void add_commands(Commands& k, Config& c) {
 
     k.sub(Command::Status, "", "zones, peer controllers, the limits file");
 
+    CLI::App* explain = k.sub(Command::Explain, "BUCKET [KEY]",
+                              "why a bucket's requests are (or are not) dropped: offered, limit, "
+                              "ratio, since when, which zones and hosts carry the load");
+    add_bucket(*explain, q.bucket, true);
+    explain->add_option("KEY", c.explain_key, "a keyed bucket's API key (as its key= gives it)")
+        ->option_text(" ");
+
     CLI::App* top = k.sub(Command::Top, "[--interval DURATION] [--count N]",
                           "a live view of the busiest bucket instances, refreshed until Ctrl-C");
     cli::add_duration(*top, "--interval", c.top_interval_ms, 100, 3600000, "how often to refresh");
@@ -199,6 +206,10 @@ std::string to_request(Config& c, const Commands& k) {
             q.hosts = true;
             break;
         case Command::Status: q.op = wire::AdminOp::Status; break;
+        case Command::Explain:
+            q.op = wire::AdminOp::Buckets;
+            q.hosts = true;
+            break;
         case Command::Top: q.op = wire::AdminOp::Buckets; break;
         case Command::Set:
             q.op = wire::AdminOp::Set;
@@ -235,6 +246,7 @@ const char* to_string(Command c) {
         case Command::Keygen: return "keygen";
         case Command::Top: return "top";
         case Command::Keys: return "keys";
+        case Command::Explain: return "explain";
     }
     return "?";
 }

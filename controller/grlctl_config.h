@@ -12,7 +12,7 @@
 
 namespace grl::grlctl {
 
-enum class Command { Buckets, Show, Status, Set, Clear, Add, Remove, Keygen, Top, Keys };
+enum class Command { Buckets, Show, Status, Set, Clear, Add, Remove, Keygen, Top, Keys, Explain };
 const char* to_string(Command c);  // as typed ("buckets" also for its alias "list")
 
 struct Config {
@@ -20,6 +20,7 @@ struct Config {
     // Every command but keygen: what to ask (seq and ts_ms are set when it is sent).
     wire::AdminRequest request;
     std::string keygen_file;                          // keygen: where to write the key pair
+    std::string explain_key;                          // explain: the API key asked about
     std::uint64_t top_interval_ms = 1000;             // top: refresh period
     std::uint32_t top_count = 0;                      // top: screens to show (0: until Ctrl-C)
     std::string controller = "tcp://127.0.0.1:7203";  // the admin endpoint

@@ -6,6 +6,7 @@ ratio of about 2/3 for A and none for B; `grlctl keys` shows both; A gone quiet 
 cleared (ratio 0 sent, then gone). Malformed keyed reports and usage are counted and
 ignored, and the daemons keep their last good state."""
 
+import re
 import threading
 import time
 
@@ -156,6 +157,16 @@ def test_keyed_bucket_per_key_ratios_through_collectors_and_controller(fleet):
         assert "50.0 per key" in table and "1 key(s) limited" in table, table
         rc, table, _ = f.grlctl(ctl, "keys", "per-client", "--top", "1", json_out=False)
         assert "key-a1" in table and "key-b2" not in table, table
+        # explain: the key over its limit is dropped, the one under it is not, with the numbers.
+        rc, text, _ = f.grlctl(ctl, "explain", "per-client", "key-a1", json_out=False)
+        assert "each key is limited to 50.0 r/s per key" in text and "1 key(s) over it" in text, text
+        assert re.search(r'key "key-a1": DROPPING 6\d\.\d% of requests|key "key-a1": DROPPING 6\d\.\d%',
+                         text), text
+        assert "from 4 host(s)" in text, text
+        rc, text, _ = f.grlctl(ctl, "explain", "per-client", "key-b2", json_out=False)
+        assert 'key "key-b2": offered' in text and "not dropped" in text, text
+        rc, text, _ = f.grlctl(ctl, "explain", "per-client", "nobody", json_out=False)
+        assert 'key "nobody": not among the 2 busiest keys' in text, text
         m = ctl.metrics()
         assert f.metric(m, "grl_bucket_keys_limited", bucket="per-client") == 1
         assert f.metric(m, "grl_bucket_keys", bucket="per-client") == 2

@@ -284,6 +284,8 @@ AdminReply sample_reply() {
     r.expires_ms = 99;
     r.candidate_limit_mrps = 80000;
     r.candidate_would_drop_mrps = 12345;
+    r.dropping_since_ms = 1764000000000;
+    r.zone_load = {{"eu-1a", 90000, 2}, {"eu-1b", 60000, 1}};
     m.buckets = {b, r};
     m.zones = {{"eu-1a", "col-a", 2, 0, 120, true, 1}, {"eu-1b", "col-b", 1, 0, 90, true, 0}};
     m.peers = {{"ctl-us-1", "us", 800, "abcd", true, 2}};
@@ -389,6 +391,13 @@ TEST(WireControl, AdminRoundTrips) {
     EXPECT_EQ(dr.buckets[0].candidate_would_drop_mrps, 0u);
     EXPECT_EQ(dr.buckets[1].candidate_limit_mrps, std::optional<std::uint64_t>(80000));
     EXPECT_EQ(dr.buckets[1].candidate_would_drop_mrps, 12345u);
+    EXPECT_EQ(dr.buckets[0].dropping_since_ms, 0u);  // optional keys, absent
+    EXPECT_TRUE(dr.buckets[0].zone_load.empty());
+    EXPECT_EQ(dr.buckets[1].dropping_since_ms, 1764000000000u);
+    ASSERT_EQ(dr.buckets[1].zone_load.size(), 2u);
+    EXPECT_EQ(dr.buckets[1].zone_load[1].zone, "eu-1b");
+    EXPECT_EQ(dr.buckets[1].zone_load[1].offered_mrps, 60000u);
+    EXPECT_EQ(dr.buckets[1].zone_load[1].hosts, 1u);
     ASSERT_EQ(dr.zones.size(), 2u);
     EXPECT_EQ(dr.zones[0].age_ms, 120u);
     EXPECT_EQ(dr.zones[0].usage_v, 1u);  // the usage version each zone sends (optional key)

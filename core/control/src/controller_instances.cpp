@@ -179,6 +179,11 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
     }
     evaluate_candidate(inst, rule);
     announce(inst, before, conf, events);
+    if (inst.ratio_ppm == 0) {
+        inst.dropping_since_ms = 0;
+    } else if (before.is_new || before.ratio_ppm == 0) {
+        inst.dropping_since_ms = now.wall_ms;
+    }
 }
 
 // The definition in force: nginx.conf's as the instance's hosts vote (resolve()), then the

@@ -54,6 +54,7 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
         s.match = inst.match;
         s.keyed = inst.keyed;
         s.keys_limited = inst.keys.limited();
+        s.dropping_since_ms = inst.dropping_since_ms;
         if (with_hosts) {
             for (const std::string_view zname : inst.own_zones_all ? tick_zones_ : inst.own_zones) {
                 auto z = zones_.find(std::string(zname));
@@ -61,7 +62,9 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
                 const wire::ZoneUsage& u = z->second.usage;
                 const std::vector<std::string>* names = &u.host_names;
                 for (const wire::UsageBucket& b : u.buckets) {
-                    if (b.name == inst.bucket && !b.host_names.empty()) names = &b.host_names;
+                    if (b.name != inst.bucket) continue;
+                    if (!b.host_names.empty()) names = &b.host_names;
+                    s.zone_load.push_back({u.zone, b.offered_mrps, b.hosts});
                 }
                 for (const std::string& h : *names) {
                     if (s.host_names.size() < wire::kMaxHostNames) s.host_names.push_back(h);

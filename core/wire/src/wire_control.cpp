@@ -503,7 +503,8 @@ bool decode_admin_request(std::string_view bytes, AdminRequest& out, std::string
 // admin_reply
 
 void pack_bucket_status(Packer& p, const BucketStatus& b) {
-    p.map(16 + (b.has_match ? 1 : 0) + (b.candidate_limit_mrps ? 2 : 0) + (b.keyed ? 2 : 0));
+    p.map(16 + (b.has_match ? 1 : 0) + (b.candidate_limit_mrps ? 2 : 0) + (b.keyed ? 2 : 0) +
+          (b.dropping_since_ms ? 1 : 0) + (b.zone_load.empty() ? 0 : 1));
     p.kv("name", b.name);
     p.kv("scope", to_string(b.scope));
     p.kv("region", b.region);
@@ -532,6 +533,36 @@ void pack_bucket_status(Packer& p, const BucketStatus& b) {
         p.kv_bool("keyed", true);
         p.kv("keys_limited", b.keys_limited);
     }
+    if (b.dropping_since_ms) p.kv("dropping_since_ms", b.dropping_since_ms);
+    if (!b.zone_load.empty()) {
+        p.str("zone_load");
+        p.array(b.zone_load.size());
+        for (const ZoneLoad& z : b.zone_load) {
+            p.map(3);
+            p.kv("zone", z.zone);
+            p.kv("offered_mrps", z.offered_mrps);
+            p.kv("hosts", z.hosts);
+        }
+    }
+}
+
+bool read_zone_load(const MapReader& r, std::vector<ZoneLoad>& out, std::string& error) {
+    out.clear();
+    if (!r.present("zone_load")) return true;
+    const msgpack_object* arr = nullptr;
+    if (!r.array("zone_load", arr, kMaxStatusEntries)) return false;
+    out.reserve(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&r.path(), "zone_load", static_cast<long>(i)};
+        MapReader z(arr->via.array.ptr[i], p, error);
+        ZoneLoad l;
+        if (!z.ok() || !z.name("zone", l.zone) || !z.u64("offered_mrps", l.offered_mrps) ||
+            !z.u64("hosts", l.hosts)) {
+            return false;
+        }
+        out.push_back(std::move(l));
+    }
+    return true;
 }
 
 // A KeyStatus: the instance's fields and the key entry's, in one map.
@@ -597,7 +628,10 @@ bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus&
     if (!r.opt_bool("keyed", b.keyed) || !r.opt_u64("keys_limited", limited)) return false;
     if (limited && !b.keyed) return r.fail("\"keys_limited\" without \"keyed\"");
     b.keys_limited = limited.value_or(0);
-    return true;
+    std::optional<std::uint64_t> since;
+    if (!r.opt_u64("dropping_since_ms", since)) return false;
+    b.dropping_since_ms = since.value_or(0);
+    return read_zone_load(r, b.zone_load, error);
 }
 
 bool decode_admin_reply(std::string_view bytes, AdminReply& out, std::string& error) {

@@ -182,6 +182,7 @@ struct Instance {
     LimitSource mode_source = LimitSource::Conf;
     std::uint64_t expires_ms = 0;  // of the override in force, 0 none
     std::uint32_t ratio_ppm = 0;
+    std::uint64_t dropping_since_ms = 0;  // wall ms when ratio_ppm last became > 0; 0 while 0
     std::optional<std::uint64_t> candidate_mrps;  // the limits file's candidate, if any
     double candidate_would_drop_mrps = 0;         // max(0, offered - candidate): what it would drop
     std::uint64_t hosts = 0;

@@ -169,6 +169,14 @@ struct KeyStatus {
     }
 };
 
+// Where a bucket instance's offered load comes from: one zone of the controller's region
+// (`grlctl buckets --hosts`, `grlctl explain`).
+struct ZoneLoad {
+    std::string zone;
+    std::uint64_t offered_mrps = 0;  // the zone's last sum
+    std::uint64_t hosts = 0;
+};
+
 struct BucketStatus {
     std::string name;
     Scope scope = Scope::Global;
@@ -196,6 +204,10 @@ struct BucketStatus {
     // ratio. Optional: absent (false, 0) for an unkeyed bucket and from older controllers.
     bool keyed = false;
     std::uint64_t keys_limited = 0;
+    // Optional, absent from older controllers: when the ratio last became > 0 (wall ms; 0: it
+    // is 0), and, when asked with hosts, the load of each of the region's zones.
+    std::uint64_t dropping_since_ms = 0;
+    std::vector<ZoneLoad> zone_load;
 };
 
 struct ZoneStatus {
