@@ -79,5 +79,17 @@ TEST(Accuracy, InstancesAbsentFromARecordAreForgotten) {
     EXPECT_EQ(a.result(kApi)->settle_seconds, std::optional<double>(0.0));
 }
 
+TEST(Accuracy, InstancesComeAndGoInAnyOrder) {
+    Accuracy a;
+    const InstanceKey b{"b", Scope::Global, "", ""}, c{"c", Scope::Zone, "", "z1"};
+    a.record(1000, {{c, {400, 100, 100, true}}, {kApi, {400, 100, 100, true}}});  // unsorted
+    EXPECT_EQ(a.instances(), 2u);
+    a.record(2000, {{kApi, {400, 120, 100, true}}, {b, {50, 50, 100, true}}});
+    EXPECT_EQ(a.instances(), 2u);
+    EXPECT_FALSE(a.result(c).has_value());
+    EXPECT_DOUBLE_EQ(*a.result(kApi)->held, 1.10);  // kept across records
+    EXPECT_FALSE(a.result(b)->held.has_value());
+}
+
 }  // namespace
 }  // namespace grl::control

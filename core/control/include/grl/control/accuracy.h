@@ -40,7 +40,8 @@ class Accuracy {
     static constexpr double kDemandStep = 0.25;
     static constexpr double kSettleBand = 0.10;
 
-    // The samples of every instance at `mono_ms`; instances absent are forgotten.
+    // The samples of every instance at `mono_ms` (cheapest in key order, as the controller's
+    // instances are kept); instances absent are forgotten.
     void record(std::uint64_t mono_ms,
                 const std::vector<std::pair<InstanceKey, AccuracySample>>& now);
     // None for an instance not in the last record().
