@@ -6,7 +6,7 @@
 
 #include "collector.h"
 #include "config.h"
-#include "grl/daemon/json.h"
+#include "grl/daemon/files.h"
 
 using namespace grl;
 

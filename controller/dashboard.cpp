@@ -19,10 +19,6 @@ float rps(std::uint64_t mrps) {
     return static_cast<float>(static_cast<double>(mrps) / 1000.0);
 }
 
-void key_fields(daemon::Json& j, const control::InstanceKey& k) {
-    j.key("bucket").str(k.bucket).key("scope").str(to_string(k.scope)).key("zone").str(k.zone);
-}
-
 std::string match_text(const wire::RuntimeMatch& m) {
     auto kind = [](MatchKind k) {
         return k == MatchKind::Prefix ? "_prefix" : k == MatchKind::Regex ? "_regex" : "";
@@ -55,34 +51,88 @@ void float_array(std::string& out, const std::vector<control::HistoryPoint>& poi
     out += ']';
 }
 
-std::string quoted(std::string_view s) {
-    daemon::Json j;
-    j.str(s);
-    return j.text();
+std::string json_string(std::string_view s) {
+    return daemon::json_text(s);
 }
 
-void write_optional(daemon::Json& j, std::optional<double> v) {
-    if (v) {
-        j.num(*v);
-    } else {
-        j.null();
+using Json = nlohmann::ordered_json;
+using daemon::json_number;
+
+Json peers_json(const DashboardSnapshot& s) {
+    Json out = Json::array();
+    for (const wire::PeerStatus& p : s.peers) {
+        out.push_back({{"controller", p.source},
+                       {"region", p.region},
+                       {"age_ms", p.age_ms},
+                       {"fresh", p.fresh},
+                       {"same_limits", p.limits_digest == s.limits.digest}});
     }
+    return out;
 }
 
-void write_accuracy(daemon::Json& j, const std::optional<control::AccuracyResult>& a,
-                    const DashboardSnapshot& s) {
+Json limits_json(const wire::LimitsStatus& l) {
+    return Json{{"source", l.file},     {"ok", l.ok},
+                {"error", l.error},     {"version", l.version},
+                {"digest", l.digest},   {"loaded_ms", l.loaded_ms},
+                {"buckets", l.buckets}, {"store_error", l.store_error}};
+}
+
+Json overrides_json(const std::vector<wire::Override>& overrides) {
+    Json out = Json::array();
+    for (const wire::Override& o : overrides) {
+        Json j{{"bucket", o.name}, {"runtime", o.has_match}};
+        j["limit_rps"] = o.limit_mrps ? json_number(*o.limit_mrps / 1000.0) : Json();
+        j["mode"] = o.mode ? Json(to_string(*o.mode)) : Json();
+        if (o.has_match) {
+            j["match"] = match_text(o.match);
+            j["scope"] = to_string(o.match.scope);
+        }
+        j["expires_ms"] = o.expires_ms;
+        j["set_ms"] = o.set_ms;
+        j["origin"] = o.origin;
+        out.push_back(std::move(j));
+    }
+    return out;
+}
+
+Json history_json(
+    const control::History& h,
+    const std::vector<std::pair<control::InstanceKey, control::HistoryPoint>>& last_point) {
+    const std::vector<std::uint64_t> times = h.times();
+    Json j{{"recorded", h.recorded()},
+           {"points", h.points()},
+           {"capacity", h.capacity()},
+           {"series", h.series()},
+           {"series_refused", h.series_refused()},
+           {"max_bytes", h.max_bytes()},
+           {"last_ms", times.empty() ? 0 : times.back()}};
+    Json last = Json::array();
+    for (const auto& [key, p] : last_point) {
+        last.push_back({{"bucket", key.bucket},
+                        {"scope", to_string(key.scope)},
+                        {"zone", key.zone},
+                        {"offered", json_number(p.offered_rps)},
+                        {"admitted", json_number(p.admitted_rps)},
+                        {"limit", json_number(p.limit_rps)},
+                        {"ratio", json_number(p.ratio)},
+                        {"shadow_dropped", json_number(p.shadow_dropped_rps)}});
+    }
+    j["last"] = std::move(last);
+    return j;
+}
+
+Json optional_number(std::optional<double> v) {
+    return v ? json_number(*v) : Json();
+}
+
+Json accuracy_json(const std::optional<control::AccuracyResult>& a, const DashboardSnapshot& s) {
     const control::AccuracyResult r = a.value_or(control::AccuracyResult{});
-    j.begin_object();
-    j.key("held");
-    write_optional(j, r.held);
-    j.key("settle_s");
-    write_optional(j, r.settle_seconds);
-    j.key("settling_s");
     std::optional<double> settling;
     if (r.settling_since_ms)
         settling = static_cast<double>(s.mono_ms - *r.settling_since_ms) / 1000;
-    write_optional(j, settling);
-    j.end_object();
+    return Json{{"held", optional_number(r.held)},
+                {"settle_s", optional_number(r.settle_seconds)},
+                {"settling_s", optional_number(settling)}};
 }
 
 std::shared_ptr<const std::string> text(std::string s) {
@@ -110,88 +160,29 @@ std::vector<std::pair<control::InstanceKey, control::HistoryPoint>> history_poin
 std::string render_state(
     const DashboardSnapshot& s, const control::History& h,
     const std::vector<std::pair<control::InstanceKey, control::HistoryPoint>>& last_point) {
-    daemon::Json j;
-    j.begin_object();
-    j.key("controller").str(s.controller).key("region").str(s.region);
-    j.key("time_ms").uint(s.wall_ms);
-    j.key("interval_ms").uint(s.interval_ms).key("ttl_ms").uint(s.ttl_ms);
-    j.key("hosts").begin_object();
-    j.key("fresh").uint(s.hosts_fresh).key("stale").uint(s.hosts_stale);
-    j.end_object();
-    j.key("instruction_age_ms");
-    if (s.instruction_age_ms) {
-        j.uint(*s.instruction_age_ms);
-    } else {
-        j.null();
-    }
-    j.key("held_regions").uint(s.held_regions);
-    j.key("zones").begin_array();
-    for (const wire::ZoneStatus& z : s.zones) write_zone_status(j, z);
-    j.end_array();
-    j.key("peers").begin_array();
-    for (const wire::PeerStatus& p : s.peers) {
-        j.begin_object();
-        j.key("controller").str(p.source).key("region").str(p.region).key("age_ms").uint(p.age_ms);
-        j.key("fresh").boolean(p.fresh);
-        j.key("same_limits").boolean(p.limits_digest == s.limits.digest);
-        j.end_object();
-    }
-    j.end_array();
-    j.key("limits").begin_object();
-    j.key("source").str(s.limits.file).key("ok").boolean(s.limits.ok);
-    j.key("error").str(s.limits.error).key("version").str(s.limits.version);
-    j.key("digest").str(s.limits.digest).key("loaded_ms").uint(s.limits.loaded_ms);
-    j.key("buckets").uint(s.limits.buckets).key("store_error").str(s.limits.store_error);
-    j.end_object();
-    j.key("buckets").begin_array();
-    for (const wire::BucketStatus& b : s.buckets) write_bucket_status(j, b);
-    j.end_array();
-    j.key("accuracy").begin_array();  // as buckets: how well each held its limit
-    for (const std::optional<control::AccuracyResult>& a : s.accuracy) write_accuracy(j, a, s);
-    j.end_array();
-    j.key("overrides").begin_array();
-    for (const wire::Override& o : s.overrides) {
-        j.begin_object();
-        j.key("bucket").str(o.name).key("runtime").boolean(o.has_match);
-        j.key("limit_rps");
-        if (o.limit_mrps) {
-            j.num(*o.limit_mrps / 1000.0);
-        } else {
-            j.null();
-        }
-        j.key("mode");
-        if (o.mode) {
-            j.str(to_string(*o.mode));
-        } else {
-            j.null();
-        }
-        if (o.has_match) {
-            j.key("match").str(match_text(o.match)).key("scope").str(to_string(o.match.scope));
-        }
-        j.key("expires_ms").uint(o.expires_ms).key("set_ms").uint(o.set_ms);
-        j.key("origin").str(o.origin);
-        j.end_object();
-    }
-    j.end_array();
-    j.key("history").begin_object();
-    j.key("recorded").uint(h.recorded()).key("points").uint(h.points());
-    j.key("capacity").uint(h.capacity()).key("series").uint(h.series());
-    j.key("series_refused").uint(h.series_refused()).key("max_bytes").uint(h.max_bytes());
-    const std::vector<std::uint64_t> times = h.times();
-    j.key("last_ms").uint(times.empty() ? 0 : times.back());
-    j.key("last").begin_array();
-    for (const auto& [key, p] : last_point) {
-        j.begin_object();
-        key_fields(j, key);
-        j.key("offered").num(p.offered_rps).key("admitted").num(p.admitted_rps);
-        j.key("limit").num(p.limit_rps).key("ratio").num(p.ratio);
-        j.key("shadow_dropped").num(p.shadow_dropped_rps);
-        j.end_object();
-    }
-    j.end_array();
-    j.end_object();
-    j.end_object();
-    return j.text();
+    Json j{{"controller", s.controller},
+           {"region", s.region},
+           {"time_ms", s.wall_ms},
+           {"interval_ms", s.interval_ms},
+           {"ttl_ms", s.ttl_ms},
+           {"hosts", {{"fresh", s.hosts_fresh}, {"stale", s.hosts_stale}}}};
+    j["instruction_age_ms"] = s.instruction_age_ms ? Json(*s.instruction_age_ms) : Json();
+    j["held_regions"] = s.held_regions;
+    Json zones = Json::array();
+    for (const wire::ZoneStatus& z : s.zones) zones.push_back(zone_status_json(z));
+    j["zones"] = std::move(zones);
+    j["peers"] = peers_json(s);
+    j["limits"] = limits_json(s.limits);
+    Json buckets = Json::array();
+    for (const wire::BucketStatus& b : s.buckets) buckets.push_back(bucket_status_json(b));
+    j["buckets"] = std::move(buckets);
+    Json accuracy = Json::array();  // as buckets: how well each held its limit
+    for (const std::optional<control::AccuracyResult>& a : s.accuracy)
+        accuracy.push_back(accuracy_json(a, s));
+    j["accuracy"] = std::move(accuracy);
+    j["overrides"] = overrides_json(s.overrides);
+    j["history"] = history_json(h, last_point);
+    return daemon::json_text(j);
 }
 
 std::string render_history(const control::History& h) {
@@ -206,8 +197,9 @@ std::string render_history(const control::History& h) {
     for (const control::History::Series& s : h.all()) {
         if (!first) out += ',';
         first = false;
-        out += "{\"bucket\":" + quoted(s.key->bucket) +
-               ",\"scope\":" + quoted(to_string(s.key->scope)) + ",\"zone\":" + quoted(s.key->zone);
+        out += "{\"bucket\":" + json_string(s.key->bucket) +
+               ",\"scope\":" + json_string(to_string(s.key->scope)) +
+               ",\"zone\":" + json_string(s.key->zone);
         using P = control::HistoryPoint;
         const std::pair<const char*, float P::*> fields[] = {
             {"offered", &P::offered_rps},

@@ -112,56 +112,61 @@ std::string key_hash(std::uint64_t h) {
     return b;
 }
 
+using Json = nlohmann::ordered_json;
+using daemon::json_number;
+
+Json peers_json(const std::vector<wire::PeerStatus>& peers) {
+    Json out = Json::array();
+    for (const auto& p : peers) {
+        Json j{{"controller", p.source},
+               {"region", p.region},
+               {"age_ms", p.age_ms},
+               {"limits_digest", p.limits_digest},
+               {"fresh", p.fresh}};
+        if (p.usage_v) j["usage_v"] = p.usage_v;
+        out.push_back(std::move(j));
+    }
+    return out;
+}
+
+Json keys_json(const std::vector<wire::KeyStatus>& keys) {
+    Json out = Json::array();
+    for (const auto& k : keys) {
+        out.push_back({{"name", k.name},
+                       {"scope", to_string(k.scope)},
+                       {"region", k.region},
+                       {"zone", k.zone},
+                       {"limit_rps", json_number(k.limit_mrps / 1000.0)},
+                       {"ratio", json_number(k.ratio_ppm / 1e6)},
+                       {"hash", key_hash(k.key.hash)},
+                       {"key", k.key.text},
+                       {"offered_rps", json_number(k.key.offered_mrps / 1000.0)},
+                       {"dropped_rps", json_number(k.key.dropped_mrps / 1000.0)},
+                       {"hosts", k.key.hosts}});
+    }
+    return out;
+}
+
 std::string to_json(const wire::AdminReply& r) {
-    daemon::Json j;
-    j.begin_object();
-    j.key("ok").boolean(r.ok);
-    j.key("error").str(r.error);
-    j.key("controller").str(r.source);
-    j.key("region").str(r.region);
-    j.key("interval_ms").uint(r.interval_ms);
-    j.key("ttl_ms").uint(r.ttl_ms);
-    j.key("buckets").begin_array();
-    for (const auto& b : r.buckets) controller::write_bucket_status(j, b);
-    j.end_array();
-    j.key("zones").begin_array();
-    for (const auto& z : r.zones) controller::write_zone_status(j, z);
-    j.end_array();
-    j.key("peers").begin_array();
-    for (const auto& p : r.peers) {
-        j.begin_object();
-        j.key("controller").str(p.source).key("region").str(p.region).key("age_ms").uint(p.age_ms);
-        j.key("limits_digest").str(p.limits_digest).key("fresh").boolean(p.fresh);
-        if (p.usage_v) j.key("usage_v").uint(p.usage_v);
-        j.end_object();
-    }
-    j.end_array();
-    j.key("limits").begin_object();
-    j.key("file")
-        .str(r.limits.file)
-        .key("ok")
-        .boolean(r.limits.ok)
-        .key("error")
-        .str(r.limits.error);
-    j.key("digest").str(r.limits.digest).key("loaded_ms").uint(r.limits.loaded_ms);
-    j.key("buckets").uint(r.limits.buckets);
-    j.key("version").str(r.limits.version).key("store_error").str(r.limits.store_error);
-    j.end_object();
-    j.key("keys").begin_array();
-    for (const auto& k : r.keys) {
-        j.begin_object();
-        j.key("name").str(k.name).key("scope").str(to_string(k.scope));
-        j.key("region").str(k.region).key("zone").str(k.zone);
-        j.key("limit_rps").num(k.limit_mrps / 1000.0).key("ratio").num(k.ratio_ppm / 1e6);
-        j.key("hash").str(key_hash(k.key.hash)).key("key").str(k.key.text);
-        j.key("offered_rps").num(k.key.offered_mrps / 1000.0);
-        j.key("dropped_rps").num(k.key.dropped_mrps / 1000.0);
-        j.key("hosts").uint(k.key.hosts);
-        j.end_object();
-    }
-    j.end_array();
-    j.end_object();
-    return j.text();
+    Json j{{"ok", r.ok},
+           {"error", r.error},
+           {"controller", r.source},
+           {"region", r.region},
+           {"interval_ms", r.interval_ms},
+           {"ttl_ms", r.ttl_ms}};
+    Json buckets = Json::array();
+    for (const auto& b : r.buckets) buckets.push_back(controller::bucket_status_json(b));
+    j["buckets"] = std::move(buckets);
+    Json zones = Json::array();
+    for (const auto& z : r.zones) zones.push_back(controller::zone_status_json(z));
+    j["zones"] = std::move(zones);
+    j["peers"] = peers_json(r.peers);
+    j["limits"] = {{"file", r.limits.file},           {"ok", r.limits.ok},
+                   {"error", r.limits.error},         {"digest", r.limits.digest},
+                   {"loaded_ms", r.limits.loaded_ms}, {"buckets", r.limits.buckets},
+                   {"version", r.limits.version},     {"store_error", r.limits.store_error}};
+    j["keys"] = keys_json(r.keys);
+    return daemon::json_text(j);
 }
 
 // ---------------------------------------------------------------------------------------------

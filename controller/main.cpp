@@ -8,7 +8,7 @@
 
 #include "config.h"
 #include "controller_daemon.h"
-#include "grl/daemon/json.h"
+#include "grl/daemon/files.h"
 
 using namespace grl;
 

@@ -13,12 +13,12 @@ namespace grl::controller {
 // one), mode and where limit and mode come from, override expiry, hosts and host_names (empty
 // unless the request asked for them), definitions, runtime (and its match), keyed and
 // keys_limited.
-void write_bucket_status(daemon::Json& j, const wire::BucketStatus& b);
+nlohmann::ordered_json bucket_status_json(const wire::BucketStatus& b);
 
 // One object: zone, collector, hosts, stale_hosts, age_ms, fresh.
-void write_zone_status(daemon::Json& j, const wire::ZoneStatus& z);
+nlohmann::ordered_json zone_status_json(const wire::ZoneStatus& z);
 
 // A run-time bucket's match: caller, procedure, their kinds (exact, prefix, regex) and scope.
-void write_match(daemon::Json& j, const wire::RuntimeMatch& m);
+nlohmann::ordered_json match_json(const wire::RuntimeMatch& m);
 
 }  // namespace grl::controller

@@ -42,24 +42,18 @@ std::string html_escape(const std::string& s) {
     return out;
 }
 
-void replay_json(daemon::Json& j, const std::optional<Replay>& r) {
-    if (!r) {
-        j.null();
-        return;
-    }
-    j.begin_object();
-    j.key("drop_fraction").num(r->drop_fraction);
-    j.key("would_drop_requests").num(r->would_drop);
-    j.key("offered_requests").num(r->offered);
-    j.key("minutes_over").num(r->minutes_over);
-    if (std::isinf(r->worst_overshoot))  // a limit of 0: any request is an infinite overshoot
-        j.key("worst_overshoot").null();
-    else
-        j.key("worst_overshoot").num(r->worst_overshoot);
-    j.key("worst_rps").num(r->worst_rps);
-    j.key("worst_at").str(r->worst_at_s ? format_utc(r->worst_at_s) : "");
-    j.key("worst_instance").str(r->worst_instance);
-    j.end_object();
+nlohmann::ordered_json replay_json(const std::optional<Replay>& r) {
+    using daemon::json_number;
+    if (!r) return nullptr;
+    return {{"drop_fraction", json_number(r->drop_fraction)},
+            {"would_drop_requests", json_number(r->would_drop)},
+            {"offered_requests", json_number(r->offered)},
+            {"minutes_over", json_number(r->minutes_over)},
+            // a limit of 0: any request is an infinite overshoot (json_number: null)
+            {"worst_overshoot", json_number(r->worst_overshoot)},
+            {"worst_rps", json_number(r->worst_rps)},
+            {"worst_at", r->worst_at_s ? format_utc(r->worst_at_s) : ""},
+            {"worst_instance", r->worst_instance}};
 }
 
 std::string summary(const std::optional<Replay>& r) {
@@ -241,34 +235,22 @@ std::string render_whatif_table(const WhatIf& w) {
 }
 
 std::string render_whatif_json(const WhatIf& w) {
-    daemon::Json j;
-    j.begin_object();
-    j.key("since").str(format_utc(w.since_s));
-    j.key("until").str(format_utc(w.until_s));
-    j.key("buckets").begin_array();
+    using Json = nlohmann::ordered_json;
+    auto limit = [](const std::optional<std::uint64_t>& m) {
+        return m ? Json(format_limit(*m)) : Json();
+    };
+    Json buckets = Json::array();
     for (const auto& r : w.rows) {
-        j.begin_object();
-        j.key("bucket").str(r.bucket);
-        j.key("scope").str(r.scope ? std::string(to_string(*r.scope)) : "");
-        j.key("old_limit");
-        if (r.old_mrps)
-            j.str(format_limit(*r.old_mrps));
-        else
-            j.null();
-        j.key("new_limit");
-        if (r.new_mrps)
-            j.str(format_limit(*r.new_mrps));
-        else
-            j.null();
-        j.key("old");
-        replay_json(j, r.old_replay);
-        j.key("new");
-        replay_json(j, r.new_replay);
-        j.end_object();
+        buckets.push_back({{"bucket", r.bucket},
+                           {"scope", r.scope ? std::string(to_string(*r.scope)) : ""},
+                           {"old_limit", limit(r.old_mrps)},
+                           {"new_limit", limit(r.new_mrps)},
+                           {"old", replay_json(r.old_replay)},
+                           {"new", replay_json(r.new_replay)}});
     }
-    j.end_array();
-    j.end_object();
-    return j.text() + "\n";
+    Json j{{"since", format_utc(w.since_s)}, {"until", format_utc(w.until_s)}};
+    j["buckets"] = std::move(buckets);
+    return daemon::json_text(j) + "\n";
 }
 
 std::string render_whatif_html(const WhatIf& w) {

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "grl/daemon/json.h"
+
 namespace grl::daemon {
 
 void write_file_atomically(const std::string& path, const std::string& text, mode_t mode) {
@@ -53,6 +55,13 @@ std::optional<std::string> read_file_if_exists(const std::string& path) {
     text << f.rdbuf();
     if (f.bad()) throw std::runtime_error(path + ": cannot read");
     return text.str();
+}
+
+void write_endpoints_file(const std::string& path,
+                          const std::vector<std::pair<std::string, std::string>>& endpoints) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (const auto& [name, ep] : endpoints) j[name] = ep;
+    write_file_atomically(path, json_text(j) + "\n", 0644);
 }
 
 }  // namespace grl::daemon

@@ -5,6 +5,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace grl::daemon {
 
@@ -18,5 +20,10 @@ void write_file_atomically(const std::string& path, const std::string& text, mod
 // The whole file, or nothing when it does not exist; throws std::runtime_error naming the
 // path when it exists but cannot be read.
 std::optional<std::string> read_file_if_exists(const std::string& path);
+
+// Writes {"name": "endpoint", ...} to `path` (write_file_atomically, mode 0644): what a daemon
+// bound, for whoever started it with --endpoints-file.
+void write_endpoints_file(const std::string& path,
+                          const std::vector<std::pair<std::string, std::string>>& endpoints);
 
 }  // namespace grl::daemon
