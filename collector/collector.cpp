@@ -35,7 +35,7 @@ std::string list_names(const std::vector<std::string>& names) {
 
 }  // namespace
 
-Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
+Collector::Collector(Config cfg, ::zmq::context_t& ctx, daemon::Loop& loop)
     : cfg_(std::move(cfg)),
       loop_(loop),
       zap_(std::make_unique<daemon::ZapHandler>(ctx)),
@@ -47,8 +47,8 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     if (std::string e = check(cfg_); !e.empty()) throw std::runtime_error(e);
     start_mono_ = mono_ms();
     early_ = EarlyUsage(cfg_.interval_ms, start_mono_);
-    daemon::Socket pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
-    daemon::Socket sub(ctx, ZMQ_SUB);
+    ::zmq::socket_t pub(ctx, ZMQ_XPUB);  // sees subscriptions: the relay answers them at once
+    ::zmq::socket_t sub(ctx, ZMQ_SUB);
     serve_nginx(ctx, pub);
     // CURVE towards the controllers is on when their public keys are given.
     const bool curve_up = curve_to_controllers(cfg_);
@@ -67,7 +67,7 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
     if (cfg_.batch_ms > 0) {
         loop_.every(cfg_.batch_ms, [this] { on_reports(); });
     } else {
-        loop_.on_socket(pull_.get(), [this] { on_reports(); });
+        loop_.on_socket(pull_.handle(), [this] { on_reports(); });
     }
     loop_.every(cfg_.interval_ms, [this] { tick(); });
     loop_.every(std::max<std::uint64_t>(cfg_.interval_ms / 8, 1), [this] { maybe_send_early(); });
@@ -80,20 +80,20 @@ Collector::Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
 
 // nginx -> collector: reports; collector -> nginx: relayed instructions (the relay's thread
 // owns `pub` once it starts). Both behind ZAP: CURVE keys and --max-connections.
-void Collector::serve_nginx(daemon::Context& ctx, daemon::Socket& pub) {
+void Collector::serve_nginx(::zmq::context_t& ctx, ::zmq::socket_t& pub) {
     // nginx -> collector: reports. The high-water mark is per connection (one per nginx),
     // and an nginx sends one report per interval, so a short queue holds many intervals of
     // a busy loop; it bounds what a flood can make the collector hold (docs/control-plane.md
     // "Memory under a flood"): 100000 per connection let one 8 s flood grow it to 900 MB.
-    pull_.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
-    pull_.set(ZMQ_RCVHWM, kReportQueue);
+    pull_.set(::zmq::sockopt::maxmsgsize, daemon::kTransportMaxBytes);
+    pull_.set(::zmq::sockopt::rcvhwm, kReportQueue);
     // collector -> nginx: relayed instructions. A tick relays at most 3 topics x 8 sources x 16
     // messages (Relay), one message each in most fleets; a newer message supersedes an older
     // one, so a subscriber that does not read gets no more than kPublishQueue messages queued
     // (10,000 let one that never read hold 500 MiB of the collector's memory).
-    pub.set(ZMQ_SNDHWM, kPublishQueue);
-    pub.set(ZMQ_XPUB_VERBOSE, 1);  // every subscription, also to topics others hold
-    loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+    pub.set(::zmq::sockopt::sndhwm, kPublishQueue);
+    pub.set(::zmq::sockopt::xpub_verbose, true);  // every subscription, also to topics others hold
+    loop_.on_socket(zap_->socket().handle(), [this] { zap_->handle(); });
     // ZAP domains: "nginx" for reports, "subscriber" for instructions (one per endpoint, so
     // that ZAP knows which endpoint a handshake is for).
     if (curve_) {
@@ -106,29 +106,29 @@ void Collector::serve_nginx(daemon::Context& ctx, daemon::Socket& pub) {
         // Without CURVE, ZAP runs (NULL mechanism) when the socket has a domain.
         zap_->allow_null("nginx");
         zap_->allow_null("subscriber");
-        pull_.set(ZMQ_ZAP_DOMAIN, std::string_view("nginx"));
-        pub.set(ZMQ_ZAP_DOMAIN, std::string_view("subscriber"));
+        pull_.set(::zmq::sockopt::zap_domain, "nginx");
+        pub.set(::zmq::sockopt::zap_domain, "subscriber");
     }
     report_limit_ =
-        std::make_unique<daemon::EndpointLimit>(ctx, pull_.get(), "report", cfg_.max_connections);
+        std::make_unique<daemon::EndpointLimit>(ctx, pull_, "report", cfg_.max_connections);
     publish_limit_ =
-        std::make_unique<daemon::EndpointLimit>(ctx, pub.get(), "publish", cfg_.max_connections);
+        std::make_unique<daemon::EndpointLimit>(ctx, pub, "publish", cfg_.max_connections);
     zap_->limit("nginx", report_limit_.get());
     zap_->limit("subscriber", publish_limit_.get());
     for (daemon::EndpointLimit* l : {report_limit_.get(), publish_limit_.get()})
         loop_.on_socket(l->monitor(), [l] { l->handle(); });
     daemon::bound_messages(loop_, {report_limit_.get()}, {publish_limit_.get()});
-    report_ep_ = pull_.bind(cfg_.report_bind);
-    publish_ep_ = pub.bind(cfg_.publish_bind);
+    report_ep_ = daemon::bind(pull_, cfg_.report_bind);
+    publish_ep_ = daemon::bind(pub, cfg_.publish_bind);
     report_limit_->set_address(report_ep_);
     publish_limit_->set_address(publish_ep_);
 }
 
 // controllers -> collector: one SUB connected to all of them, served by the relay.
-std::unique_ptr<daemon::HandshakeWatch> Collector::subscribe(daemon::Context& ctx,
-                                                             daemon::Socket& sub, bool curve_up) {
-    sub.set(ZMQ_MAXMSGSIZE, daemon::kTransportMaxBytes);
-    sub.set(ZMQ_RCVHWM, 10000);
+std::unique_ptr<daemon::HandshakeWatch> Collector::subscribe(::zmq::context_t& ctx,
+                                                             ::zmq::socket_t& sub, bool curve_up) {
+    sub.set(::zmq::sockopt::maxmsgsize, daemon::kTransportMaxBytes);
+    sub.set(::zmq::sockopt::rcvhwm, 10000);
     // One SUB socket connects to every controller: each connection takes the server key set
     // just before it.
     std::unique_ptr<daemon::HandshakeWatch> sub_watch;
@@ -138,41 +138,40 @@ std::unique_ptr<daemon::HandshakeWatch> Collector::subscribe(daemon::Context& ct
     if (curve_up) {
         daemon::make_curve_client(sub, *cfg_.keypair,
                                   publish_keys[cfg_.controller_publish.front()]);
-        sub_watch = std::make_unique<daemon::HandshakeWatch>(ctx, sub.get(), "controller",
+        sub_watch = std::make_unique<daemon::HandshakeWatch>(ctx, sub, "controller",
                                                              cfg_.controller_publish, publish_keys);
     }
     topics_[0] = wire::topic(Scope::Global, "", "");
     topics_[1] = wire::topic(Scope::Region, cfg_.region, "");
     topics_[2] = wire::topic(Scope::Zone, cfg_.region, cfg_.zone);
-    for (const std::string& t : topics_) sub.set(ZMQ_SUBSCRIBE, std::string_view(t));
+    for (const std::string& t : topics_) sub.set(::zmq::sockopt::subscribe, t);
     for (const std::string& ep : cfg_.controller_publish) {
-        if (curve_up) sub.set(ZMQ_CURVE_SERVERKEY, std::string_view(publish_keys[ep]));
-        sub.connect(ep);
+        if (curve_up) sub.set(::zmq::sockopt::curve_serverkey, publish_keys[ep]);
+        daemon::connect(sub, ep);
     }
     return sub_watch;
 }
 
 // collector -> controllers: one PUSH each, every controller gets every message.
-void Collector::push_to_controllers(daemon::Context& ctx, bool curve_up) {
+void Collector::push_to_controllers(::zmq::context_t& ctx, bool curve_up) {
     for (const std::string& ep : cfg_.controller_usage) {
-        auto c = std::make_unique<Upstream>(Upstream{ep, daemon::Socket(ctx, ZMQ_PUSH), nullptr});
+        auto c = std::make_unique<Upstream>(Upstream{ep, ::zmq::socket_t(ctx, ZMQ_PUSH), nullptr});
         // Only queue for a connected controller, and only a little: a usage message is
         // superseded by the next one, so an old one is worth nothing. A little is two whole
         // sets of the most parts a usage may have (docs/protocol.md "Usage in parts"): a set
         // is sent back to back, faster than the I/O thread takes it.
-        c->push.set(ZMQ_IMMEDIATE, 1);
-        c->push.set(ZMQ_SNDHWM, kUsageQueue);
+        c->push.set(::zmq::sockopt::immediate, true);
+        c->push.set(::zmq::sockopt::sndhwm, kUsageQueue);
         if (curve_up) daemon::make_curve_client(c->push, *cfg_.keypair, controller_key(cfg_, ep));
         std::map<std::string, std::string> own_key;  // for the wording of log lines
         if (curve_up && cfg_.controller_keys.count(ep) > 0) own_key[ep] = controller_key(cfg_, ep);
         // With CURVE, its handshakes; always, whether a connection is up (a dropped usage is
         // then "not reachable" or "queue full").
-        c->watch = std::make_unique<daemon::HandshakeWatch>(ctx, c->push.get(), "controller",
-                                                            std::vector<std::string>{ep},
-                                                            std::move(own_key), curve_up);
+        c->watch = std::make_unique<daemon::HandshakeWatch>(
+            ctx, c->push, "controller", std::vector<std::string>{ep}, std::move(own_key), curve_up);
         daemon::HandshakeWatch* w = c->watch.get();
         loop_.on_socket(w->monitor(), [w] { w->handle(daemon::mono_ms()); });
-        c->push.connect(ep);
+        daemon::connect(c->push, ep);
         upstreams_.push_back(std::move(c));
     }
 }
@@ -244,8 +243,7 @@ void Collector::reload_keys(const char* why) {
     if (cut_report) {
         daemon::cut_removed_keys(*zap_, "nginx", *report_limit_, "--curve-clients", why,
                                  [this](daemon::RebindDone done) {
-                                     daemon::rebind(loop_, pull_.get(), report_ep_,
-                                                    std::move(done));
+                                     daemon::rebind(loop_, pull_, report_ep_, std::move(done));
                                  });
     }
     if (cut_publish) {
@@ -268,7 +266,7 @@ void Collector::on_reports() {
         now = mono_ms();
         if (take_report(n, now, error)) accepted_in_batch = true;
     }
-    if (batch.cut() && pull_.readable()) {
+    if (batch.cut() && daemon::readable(pull_)) {
         // Reports come faster than they are handled (a flood): the rest waits in the queue,
         // at most kReportQueue per connection, while the loop serves its timers, /metrics and
         // the relay's subscribers.
@@ -480,7 +478,8 @@ void Collector::encode_cut(wire::ZoneUsage& u) {
 void Collector::push_usage() {
     for (auto& c : upstreams_) {
         std::size_t queued = 0;
-        for (const std::string& part : parts_) queued += c->push.send(part) ? 1 : 0;
+        for (const std::string& part : parts_)
+            queued += daemon::send_frames(c->push, {part}) ? 1 : 0;
         if (queued == parts_.size()) {
             ++c->sent;
             continue;

@@ -35,7 +35,7 @@ namespace grl::collector {
 
 class Collector {
   public:
-    Collector(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
+    Collector(Config cfg, ::zmq::context_t& ctx, daemon::Loop& loop);
     std::vector<std::pair<std::string, std::string>> endpoints() const;
     // SIGHUP: reads --curve-clients again; a bad file is refused whole (the old list stays).
     void reload_keys(const char* why);
@@ -44,7 +44,7 @@ class Collector {
     // A controller this collector pushes its zone usage to (one per --controller-usage).
     struct Upstream {
         std::string endpoint;
-        daemon::Socket push;
+        ::zmq::socket_t push;
         std::unique_ptr<daemon::HandshakeWatch> watch;  // CURVE handshakes; whether connected
         std::uint64_t sent = 0;
         std::uint64_t dropped = 0;      // usage messages (whole sets or parts of them) not queued
@@ -52,10 +52,10 @@ class Collector {
         std::uint64_t queue_full = 0;   // of those, while connected (the controller lags)
     };
     // Start-up: the nginx side (reports in, instructions out), the controllers' side.
-    void serve_nginx(daemon::Context& ctx, daemon::Socket& pub);
-    std::unique_ptr<daemon::HandshakeWatch> subscribe(daemon::Context& ctx, daemon::Socket& sub,
+    void serve_nginx(::zmq::context_t& ctx, ::zmq::socket_t& pub);
+    std::unique_ptr<daemon::HandshakeWatch> subscribe(::zmq::context_t& ctx, ::zmq::socket_t& sub,
                                                       bool curve_up);
-    void push_to_controllers(daemon::Context& ctx, bool curve_up);
+    void push_to_controllers(::zmq::context_t& ctx, bool curve_up);
     void log_start(bool curve_up) const;
     void on_reports();
     // One report, `n` frames in frames_: true when the rate table took it as news.
@@ -81,7 +81,7 @@ class Collector {
     std::unique_ptr<daemon::ZapHandler> zap_;
     bool curve_ = false;  // CURVE for nginx (--curve-clients)
     std::unique_ptr<daemon::EndpointLimit> report_limit_, publish_limit_;
-    daemon::Socket pull_;
+    ::zmq::socket_t pull_;
     std::unique_ptr<Relay> relay_;
     std::vector<std::unique_ptr<Upstream>> upstreams_;
     std::unique_ptr<daemon::MetricsServer> http_;

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     const collector::Config& c = *parsed.config;
     try {
         daemon::log_init("grl-collector[" + c.name + "]", c.log_level);
-        daemon::Context ctx;
+        ::zmq::context_t ctx = daemon::make_context();
         daemon::Loop loop;
         collector::Collector col(c, ctx, loop);
         if (!c.endpoints_file.empty())

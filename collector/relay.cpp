@@ -20,7 +20,7 @@ std::string ctl_endpoint(const void* self) {
 }
 }  // namespace
 
-Relay::Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3],
+Relay::Relay(::zmq::context_t& ctx, ::zmq::socket_t sub, ::zmq::socket_t pub, std::string topics[3],
              std::unique_ptr<daemon::HandshakeWatch> watch)
     : sub_(std::move(sub)),
       pub_(std::move(pub)),
@@ -28,8 +28,8 @@ Relay::Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::
       ctl_(ctx, ZMQ_PAIR),
       ctl_thread_(ctx, ZMQ_PAIR) {
     for (int i = 0; i < 3; ++i) topics_[i] = topics[i];
-    ctl_.bind(ctl_endpoint(this));
-    ctl_thread_.connect(ctl_endpoint(this));
+    daemon::bind(ctl_, ctl_endpoint(this));
+    daemon::connect(ctl_thread_, ctl_endpoint(this));
 }
 
 Relay::~Relay() {
@@ -42,7 +42,10 @@ void Relay::start() {
 
 void Relay::stop() {
     if (!thread_.joinable()) return;
-    zmq_send(ctl_.get(), "stop", 4, 0);
+    try {
+        ctl_.send(::zmq::str_buffer("stop"), ::zmq::send_flags::none);
+    } catch (const ::zmq::error_t&) {  // from ~Relay: nothing may escape
+    }
     thread_.join();
 }
 
@@ -52,7 +55,7 @@ void Relay::rebind_publish(const std::string& endpoint, daemon::RebindDone done,
                            std::uint64_t timeout_ms) {
     if (!thread_.joinable()) return done("the relay is not running", false);
     const std::uint64_t seq = ++rebind_seq_;
-    if (!ctl_.send("rebind " + std::to_string(seq) + " " + endpoint)) {
+    if (!daemon::send_frames(ctl_, {"rebind " + std::to_string(seq) + " " + endpoint})) {
         return done("the relay takes no command", false);
     }
     pending_.emplace(seq, std::move(done));
@@ -67,7 +70,7 @@ void Relay::rebind_publish(const std::string& endpoint, daemon::RebindDone done,
 
 void Relay::on_replies() {
     std::vector<zmq::Frame> frames;
-    for (int guard = 0; guard < 64 && ctl_.recv_frames(frames, 1) > 0; ++guard) {
+    for (int guard = 0; guard < 64 && zmq::recv_frames(ctl_.handle(), frames, 1) > 0; ++guard) {
         const std::string_view reply = frames[0].view();
         std::uint64_t seq = 0;
         const std::size_t space = reply.find(' ');
@@ -93,7 +96,7 @@ void Relay::on_replies() {
 
 bool Relay::on_command() {
     std::vector<zmq::Frame> frames;
-    if (ctl_thread_.recv_frames(frames, 1) == 0) return true;
+    if (zmq::recv_frames(ctl_thread_.handle(), frames, 1) == 0) return true;
     const std::string_view command = frames[0].view();
     constexpr std::string_view kRebind = "rebind ";
     if (command.substr(0, kRebind.size()) != kRebind) return false;  // "stop"
@@ -101,11 +104,11 @@ bool Relay::on_command() {
     const std::size_t space = args.find(' ');
     const std::string seq(args.substr(0, space));
     if (space == std::string_view::npos) {
-        ctl_thread_.send(seq + " 0 bad rebind command");
+        daemon::send_frames(ctl_thread_, {seq + " 0 bad rebind command"});
     } else if (rebind_) {
-        ctl_thread_.send(seq + " 0 a rebind of the publish socket is under way");
+        daemon::send_frames(ctl_thread_, {seq + " 0 a rebind of the publish socket is under way"});
     } else {
-        rebind_ = std::make_unique<daemon::Rebind>(pub_.get(), std::string(args.substr(space + 1)),
+        rebind_ = std::make_unique<daemon::Rebind>(pub_, std::string(args.substr(space + 1)),
                                                    daemon::mono_ms());
         rebind_for_ = seq;
         end_rebind();
@@ -115,7 +118,8 @@ bool Relay::on_command() {
 
 void Relay::end_rebind() {
     if (!rebind_ || rebind_->retry(daemon::mono_ms()) == daemon::Rebind::State::Waiting) return;
-    ctl_thread_.send(rebind_for_ + (rebind_->tries() > 1 ? " 1 " : " 0 ") + rebind_->error());
+    daemon::send_frames(ctl_thread_,
+                        {rebind_for_ + (rebind_->tries() > 1 ? " 1 " : " 0 ") + rebind_->error()});
     rebind_.reset();
 }
 
@@ -184,9 +188,9 @@ void Relay::run() {
     std::vector<zmq::Frame> frames;
     wire::Instructions msg;
     std::string error;
-    zmq_pollitem_t items[4] = {{sub_.get(), 0, ZMQ_POLLIN, 0},
-                               {ctl_thread_.get(), 0, ZMQ_POLLIN, 0},
-                               {pub_.get(), 0, ZMQ_POLLIN, 0},
+    zmq_pollitem_t items[4] = {{sub_.handle(), 0, ZMQ_POLLIN, 0},
+                               {ctl_thread_.handle(), 0, ZMQ_POLLIN, 0},
+                               {pub_.handle(), 0, ZMQ_POLLIN, 0},
                                {watch_ ? watch_->monitor() : nullptr, 0, ZMQ_POLLIN, 0}};
     for (;;) {
         long timeout = -1;  // until a message, or until a refused controller is due again
@@ -208,7 +212,7 @@ void Relay::run() {
         }
         if (zmq_poll(items, watch_ ? 4 : 3, timeout) < 0) {
             if (zmq_errno() == EINTR) continue;
-            daemon::log_error("relay: zmq_poll: " + daemon::zmq_error());
+            daemon::log_error(std::string("relay: zmq_poll: ") + ::zmq::error_t().what());
             return;
         }
         end_rebind();
@@ -216,7 +220,7 @@ void Relay::run() {
         if (items[2].revents & ZMQ_POLLIN) on_subscriptions();
         if (watch_) watch_->handle(daemon::mono_ms());
         for (int guard = 0; guard < 1024; ++guard) {
-            std::size_t n = sub_.recv_frames(frames, 2);
+            std::size_t n = zmq::recv_frames(sub_.handle(), frames, 2);
             if (n == 0) break;
             const std::uint64_t now = daemon::mono_ms();
             std::string_view topic = frames[0].view();
@@ -231,7 +235,7 @@ void Relay::run() {
                             "dropped malformed instruction message: " + error, now);
                 continue;
             }
-            if (pub_.send_frames({topic, frames[1].view()})) {
+            if (daemon::send_frames(pub_, {topic, frames[1].view()})) {
                 relayed.fetch_add(1, std::memory_order_relaxed);
             } else {
                 dropped.fetch_add(1, std::memory_order_relaxed);
@@ -252,7 +256,7 @@ void Relay::run() {
 void Relay::on_subscriptions() {
     std::vector<zmq::Frame> frames;
     for (int guard = 0; guard < 1024; ++guard) {
-        std::size_t n = pub_.recv_frames(frames, 1);
+        std::size_t n = zmq::recv_frames(pub_.handle(), frames, 1);
         if (n == 0) return;
         std::string_view m = frames[0].view();
         if (n != 1 || m.empty() || m[0] != 1) continue;
@@ -310,7 +314,8 @@ void Relay::replay(const std::string& topic, std::uint64_t now) {
         h.msg.ttl_ms = h.expires_mono - now;
         wire::encode(h.msg, body);
         h.msg.ttl_ms = ttl;
-        if (pub_.send_frames({topic, body})) replayed.fetch_add(1, std::memory_order_relaxed);
+        if (daemon::send_frames(pub_, {topic, body}))
+            replayed.fetch_add(1, std::memory_order_relaxed);
     }
 }
 

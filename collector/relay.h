@@ -30,7 +30,7 @@ class Relay {
     // any. The last messages relayed per topic (its newest tick's, see Set) are sent again
     // whenever an nginx subscribes to the topic, so that a host that (re)connects gets its
     // ratios at once, not at the controller's next tick.
-    Relay(daemon::Context& ctx, daemon::Socket sub, daemon::Socket pub, std::string topics[3],
+    Relay(::zmq::context_t& ctx, ::zmq::socket_t sub, ::zmq::socket_t pub, std::string topics[3],
           std::unique_ptr<daemon::HandshakeWatch> watch = nullptr);
     ~Relay();  // stops the thread
     Relay(const Relay&) = delete;
@@ -48,7 +48,7 @@ class Relay {
                         std::uint64_t timeout_ms = 5000);
     // The main thread's side of the relay's replies: the owner's loop calls on_replies() while
     // it is readable.
-    void* replies() const { return ctl_.get(); }
+    void* replies() { return ctl_.handle(); }
     void on_replies();
     std::uint64_t stale_replies() const { return stale_replies_; }
 
@@ -113,11 +113,11 @@ class Relay {
     void replay_due(std::uint64_t now, std::uint64_t& next_ms);
     bool on_command();  // false: stop
 
-    daemon::Socket sub_;
-    daemon::Socket pub_;
+    ::zmq::socket_t sub_;
+    ::zmq::socket_t pub_;
     std::unique_ptr<daemon::HandshakeWatch> watch_;
-    daemon::Socket ctl_;         // main thread side of the commands (stop, rebind)
-    daemon::Socket ctl_thread_;  // relay thread side
+    ::zmq::socket_t ctl_;         // main thread side of the commands (stop, rebind)
+    ::zmq::socket_t ctl_thread_;  // relay thread side
     std::string topics_[3];
     std::thread thread_;
     std::mutex mu_;  // last_ and spare_: written by the relay thread, read by entries()

@@ -102,7 +102,7 @@ void Daemon::on_admin() {
         std::vector<std::string_view> out = {identity};
         if (body == 2) out.emplace_back();
         out.emplace_back(buf_);
-        if (!net_.admin_.send_frames(out)) ++stats_.messages_dropped;
+        if (!daemon::send_frames(net_.admin_, out)) ++stats_.messages_dropped;
     }
     count_cut(batch, net_.admin_, kAdminRequest);
 }

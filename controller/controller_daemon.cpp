@@ -30,7 +30,7 @@ Config checked(Config c) {
 
 }  // namespace
 
-Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
+Daemon::Daemon(Config cfg, ::zmq::context_t& ctx, daemon::Loop& loop)
     : cfg_(checked(std::move(cfg))),
       loop_(loop),
       ctl_(cfg_.opts),
@@ -38,12 +38,12 @@ Daemon::Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop)
       intake_(ctl_, parts_timeout_ms()) {
     limits_.start();
     state_.restore();
-    loop_.on_socket(net_.pull_.get(), [this] { on_usage(); });
+    loop_.on_socket(net_.pull_.handle(), [this] { on_usage(); });
     for (auto& p : net_.peers_) {
         Peer* peer = p.get();
-        loop_.on_socket(peer->sock.get(), [this, peer] { on_peers(*peer); });
+        loop_.on_socket(peer->sock.handle(), [this, peer] { on_peers(*peer); });
     }
-    loop_.on_socket(net_.admin_.get(), [this] { on_admin(); });
+    loop_.on_socket(net_.admin_.handle(), [this] { on_admin(); });
     loop_.every(cfg_.opts.interval_ms, [this] { tick(); });
     loop_.every(std::max<std::uint64_t>(cfg_.opts.interval_ms / kAdminTickGapDivisor, 1), [this] {
         if (admin_tick_pending_) admin_tick();
@@ -227,7 +227,7 @@ void Daemon::publish_region_usage(const wire::RegionUsage& ru) {
     region_usage_parts_ = region_parts_.size();
     for (const std::string& part : region_parts_) {
         region_usage_bytes_ += part.size();
-        if (!net_.pub_.send_frames({wire::kPeerTopic, part})) ++stats_.messages_dropped;
+        if (!daemon::send_frames(net_.pub_, {wire::kPeerTopic, part})) ++stats_.messages_dropped;
     }
 }
 
@@ -235,11 +235,12 @@ void Daemon::publish(control::TickOutput& out) {
     for (const wire::Instructions& m : out.instructions) {
         wire::encode(m, buf_);
         std::string topic = wire::topic(m.scope, m.region, m.zone);
-        if (net_.pub_.send_frames({topic, buf_})) {
+        if (daemon::send_frames(net_.pub_, {topic, buf_})) {
             ++stats_.instructions_published;
         } else {
             ++stats_.messages_dropped;
-            send_log_.hit(LogLevel::Warn, {}, "instructions not queued: " + daemon::zmq_error(),
+            send_log_.hit(LogLevel::Warn, {},
+                          "instructions not queued: " + std::string(::zmq::error_t().what()),
                           mono_ms());
         }
     }

@@ -43,7 +43,7 @@ namespace grl::controller {
 
 class Daemon {
   public:
-    Daemon(Config cfg, daemon::Context& ctx, daemon::Loop& loop);
+    Daemon(Config cfg, ::zmq::context_t& ctx, daemon::Loop& loop);
     std::vector<std::pair<std::string, std::string>> endpoints() const;
     void reload_limits(const char* why) { limits_.reload(why); }  // SIGHUP
     // SIGHUP: reads --curve-clients and --curve-admin-clients again; a bad file is refused
@@ -73,7 +73,7 @@ class Daemon {
                             const std::string& region, const control::Clock& t);
     void on_peers(Peer& p);
     void log_refusal(control::Accepted a, const control::Clock& t);
-    void count_cut(const BatchBudget& b, const daemon::Socket& s, Kind kind);
+    void count_cut(const BatchBudget& b, ::zmq::socket_ref s, Kind kind);
     // Usage in parts (docs/protocol.md): counts and logs a part's result; true when taken.
     bool assembled(const control::UsageIntake::Taken& r, const char* kind, const control::Clock& t);
     void expire_parts(const control::Clock& t);

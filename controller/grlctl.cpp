@@ -326,32 +326,31 @@ void print_status(const wire::AdminReply& r) {
 
 // Sends `q` (stamped now) and waits for the reply: 0, or 3 with `err` saying why. A REQ socket
 // per request: after a timeout it cannot be used again.
-int ask(daemon::Context& ctx, const grlctl::Config& c, wire::AdminRequest& q, wire::AdminReply& r,
+int ask(::zmq::context_t& ctx, const grlctl::Config& c, wire::AdminRequest& q, wire::AdminReply& r,
         std::string& err) {
     q.ts_ms = now_ms();
     q.seq = q.ts_ms;
     const std::string& ep = c.controller;
     try {
-        daemon::Socket s(ctx, ZMQ_REQ);
-        s.set(ZMQ_LINGER, 0);
-        s.set(ZMQ_RCVTIMEO, static_cast<int>(c.timeout_ms));
-        s.set(ZMQ_SNDTIMEO, static_cast<int>(c.timeout_ms));
-        s.set(ZMQ_MAXMSGSIZE, static_cast<std::int64_t>(wire::kMaxMessageBytes));
+        ::zmq::socket_t s(ctx, ZMQ_REQ);
+        s.set(::zmq::sockopt::rcvtimeo, static_cast<int>(c.timeout_ms));
+        s.set(::zmq::sockopt::sndtimeo, static_cast<int>(c.timeout_ms));
+        s.set(::zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(wire::kMaxMessageBytes));
         if (c.keypair) daemon::make_curve_client(s, *c.keypair, c.server_key);
-        s.connect(ep);
+        daemon::connect(s, ep);
         std::string body;
         wire::encode(q, body);
-        if (zmq_send(s.get(), body.data(), body.size(), 0) < 0) {
-            err = "cannot send to " + ep + ": " + daemon::zmq_error();
+        if (!s.send(::zmq::buffer(body), ::zmq::send_flags::none)) {
+            err = "cannot send to " + ep + ": " + ::zmq::error_t().what();
             return 3;
         }
-        zmq::Frame reply;
-        if (zmq_msg_recv(reply.get(), s.get(), 0) < 0) {
+        ::zmq::message_t reply;
+        if (!s.recv(reply)) {
             err = "no answer from " + ep + " within " + daemon::cli::format_duration(c.timeout_ms);
             return 3;
         }
         std::string e;
-        if (!wire::decode(reply.view(), r, e)) {
+        if (!wire::decode(reply.to_string_view(), r, e)) {
             err = "malformed reply from " + ep + ": " + e;
             return 3;
         }
@@ -376,7 +375,7 @@ int top(const grlctl::Config& c) {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     const bool tty = isatty(STDOUT_FILENO) != 0;
-    daemon::Context ctx;
+    ::zmq::context_t ctx = daemon::make_context();
     for (std::uint32_t n = 0; !top_stop && (c.top_count == 0 || n < c.top_count); ++n) {
         const auto started = std::chrono::steady_clock::now();
         wire::AdminRequest qb = c.request;
@@ -414,7 +413,7 @@ int top(const grlctl::Config& c) {
 
 // The bucket's instances with hosts, then, for a key of a keyed bucket, its busiest keys.
 int explain(const grlctl::Config& c) {
-    daemon::Context ctx;
+    ::zmq::context_t ctx = daemon::make_context();
     wire::AdminRequest qb = c.request;
     wire::AdminReply buckets, keys;
     std::string err;
@@ -481,7 +480,7 @@ int main(int argc, char** argv) {
     wire::AdminReply r;
     std::string err;
     {
-        daemon::Context ctx;
+        ::zmq::context_t ctx = daemon::make_context();
         if (int rc = ask(ctx, c, q, r, err); rc != 0) {
             std::fprintf(stderr, "grlctl: %s\n", err.c_str());
             return rc;

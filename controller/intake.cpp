@@ -118,8 +118,8 @@ void Daemon::zone_usage_refused(control::Accepted a, const std::string& source,
 // A batch stopped at its time budget with messages still queued: messages come faster than
 // they are handled (a flood). The rest waits in the queue (at most 64 per connection) while
 // the loop ticks and serves /metrics and its other sockets.
-void Daemon::count_cut(const BatchBudget& b, const daemon::Socket& s, Kind kind) {
-    if (!b.cut() || !s.readable()) return;
+void Daemon::count_cut(const BatchBudget& b, ::zmq::socket_ref s, Kind kind) {
+    if (!b.cut() || !daemon::readable(s)) return;
     ++stats_.batches_cut[kind];
     batch_log_.hit(LogLevel::Warn, {},
                    std::string(kKinds[kind]) +
@@ -135,7 +135,7 @@ void Daemon::on_peers(Peer& p) {
     BatchBudget batch(kMaxPerWakeup, batch_budget_ms(cfg_.opts.interval_ms));
     batch.start(mono_ms());
     while (batch.more(mono_ms())) {
-        std::size_t n = p.sock.recv_frames(frames_, 2);
+        std::size_t n = zmq::recv_frames(p.sock.handle(), frames_, 2);
         if (n == 0) return;
         control::Clock t = now();
         bool ok = n == 2 && frames_[0].view() == wire::kPeerTopic;

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     const controller::Config& c = *parsed.config;
     try {
         daemon::log_init("grl-controller[" + c.opts.name + "]", c.log_level);
-        daemon::Context ctx;
+        ::zmq::context_t ctx = daemon::make_context();
         daemon::Loop loop;
         controller::Daemon d(c, ctx, loop);
         if (!c.endpoints_file.empty())

@@ -16,7 +16,7 @@ namespace {
 constexpr std::size_t kMaxZoneKeys = 10000;  // CURVE keys bound to zones
 }  // namespace
 
-Sockets::Sockets(Config& cfg, daemon::Context& ctx, daemon::Loop& loop)
+Sockets::Sockets(Config& cfg, ::zmq::context_t& ctx, daemon::Loop& loop)
     : cfg_(cfg),
       loop_(loop),
       zap_(std::make_unique<daemon::ZapHandler>(ctx)),
@@ -32,42 +32,42 @@ Sockets::Sockets(Config& cfg, daemon::Context& ctx, daemon::Loop& loop)
                     std::max(std::uint64_t{cfg_.opts.stale_intervals} * cfg_.opts.interval_ms,
                              cfg_.opts.peer_hold_ms)) {
     set_options(ctx);
-    loop_.on_socket(zap_->socket().get(), [this] { zap_->handle(); });
+    loop_.on_socket(zap_->socket().handle(), [this] { zap_->handle(); });
     limit_connections(ctx);
     if (curve_) start_curve(ctx);
     bind_and_connect();
 }
 
-void Sockets::set_options(daemon::Context& ctx) {
+void Sockets::set_options(::zmq::context_t& ctx) {
     const std::int64_t max = daemon::kTransportMaxBytes;
-    pull_.set(ZMQ_MAXMSGSIZE, max);
+    pull_.set(::zmq::sockopt::maxmsgsize, max);
     // Per collector connection: 16 s of usage at 250 ms in whole messages, 4 sets of 16 parts.
     // A controller that falls behind then drops at the collector (counted there) instead of
     // queueing without bound (10000 parts of 0.5 MB each grew it to 7 GB in
     // bench/control_plane/controller_scale.py); a backlog's old sets are ignored anyway.
-    pull_.set(ZMQ_RCVHWM, 64);
-    pub_.set(ZMQ_SNDHWM, 10000);
-    admin_.set(ZMQ_MAXMSGSIZE, max);
-    admin_.set(ZMQ_ROUTER_MANDATORY, 0);
+    pull_.set(::zmq::sockopt::rcvhwm, 64);
+    pub_.set(::zmq::sockopt::sndhwm, 10000);
+    admin_.set(::zmq::sockopt::maxmsgsize, max);
+    admin_.set(::zmq::sockopt::router_mandatory, false);
     // grlctl waits for each answer: a deep queue per client only holds a flood.
-    admin_.set(ZMQ_RCVHWM, 64);
+    admin_.set(::zmq::sockopt::rcvhwm, 64);
     for (const std::string& ep : cfg_.peers) {
-        auto p = std::make_unique<Peer>(Peer{ep, daemon::Socket(ctx, ZMQ_SUB), nullptr});
-        p->sock.set(ZMQ_MAXMSGSIZE, max);
+        auto p = std::make_unique<Peer>(Peer{ep, ::zmq::socket_t(ctx, ZMQ_SUB), nullptr});
+        p->sock.set(::zmq::sockopt::maxmsgsize, max);
         // A peer's usage (at most 16 parts) per interval: 64 holds four sets, and bounds what
         // one peer can make this controller hold (64 x 4 MiB; was 1000 x 4 MiB).
-        p->sock.set(ZMQ_RCVHWM, 64);
+        p->sock.set(::zmq::sockopt::rcvhwm, 64);
         peers_.push_back(std::move(p));
     }
 }
 
-void Sockets::limit_connections(daemon::Context& ctx) {
+void Sockets::limit_connections(::zmq::context_t& ctx) {
     usage_limit_ =
-        std::make_unique<daemon::EndpointLimit>(ctx, pull_.get(), "usage", cfg_.max_connections);
+        std::make_unique<daemon::EndpointLimit>(ctx, pull_, "usage", cfg_.max_connections);
     publish_limit_ =
-        std::make_unique<daemon::EndpointLimit>(ctx, pub_.get(), "publish", cfg_.max_connections);
+        std::make_unique<daemon::EndpointLimit>(ctx, pub_, "publish", cfg_.max_connections);
     admin_limit_ =
-        std::make_unique<daemon::EndpointLimit>(ctx, admin_.get(), "admin", cfg_.max_connections);
+        std::make_unique<daemon::EndpointLimit>(ctx, admin_, "admin", cfg_.max_connections);
     zap_->limit("collector", usage_limit_.get());
     zap_->limit("subscriber", publish_limit_.get());
     zap_->limit("admin", admin_limit_.get());
@@ -79,12 +79,12 @@ void Sockets::limit_connections(daemon::Context& ctx) {
         for (auto [sock, domain] : {std::pair{&pull_, "collector"}, std::pair{&pub_, "subscriber"},
                                     std::pair{&admin_, "admin"}}) {
             zap_->allow_null(domain);
-            sock->set(ZMQ_ZAP_DOMAIN, std::string_view(domain));
+            sock->set(::zmq::sockopt::zap_domain, domain);
         }
     }
 }
 
-void Sockets::start_curve(daemon::Context& ctx) {
+void Sockets::start_curve(::zmq::context_t& ctx) {
     zap_->allow("collector", curve::keys_of(cfg_.clients));
     zap_->allow("subscriber", curve::keys_of(cfg_.clients));
     zone_keys_.pin(cfg_.clients);
@@ -108,7 +108,7 @@ void Sockets::start_curve(daemon::Context& ctx) {
         std::map<std::string, std::string> own_key;  // names the =FILE in log lines
         if (cfg_.peer_keys.count(p->endpoint) > 0)
             own_key[p->endpoint] = peer_key(cfg_, p->endpoint);
-        p->watch = std::make_unique<daemon::HandshakeWatch>(ctx, p->sock.get(), "peer controller",
+        p->watch = std::make_unique<daemon::HandshakeWatch>(ctx, p->sock, "peer controller",
                                                             std::vector<std::string>{p->endpoint},
                                                             std::move(own_key));
         daemon::HandshakeWatch* w = p->watch.get();
@@ -118,15 +118,15 @@ void Sockets::start_curve(daemon::Context& ctx) {
 }
 
 void Sockets::bind_and_connect() {
-    usage_ep_ = pull_.bind(cfg_.usage_bind);
-    publish_ep_ = pub_.bind(cfg_.publish_bind);
-    admin_ep_ = admin_.bind(cfg_.admin_bind);
+    usage_ep_ = daemon::bind(pull_, cfg_.usage_bind);
+    publish_ep_ = daemon::bind(pub_, cfg_.publish_bind);
+    admin_ep_ = daemon::bind(admin_, cfg_.admin_bind);
     usage_limit_->set_address(usage_ep_);
     publish_limit_->set_address(publish_ep_);
     admin_limit_->set_address(admin_ep_);
     for (auto& p : peers_) {
-        p->sock.set(ZMQ_SUBSCRIBE, wire::kPeerTopic);
-        p->sock.connect(p->endpoint);
+        p->sock.set(::zmq::sockopt::subscribe, wire::kPeerTopic);
+        daemon::connect(p->sock, p->endpoint);
     }
 }
 
@@ -153,10 +153,10 @@ void Sockets::reload_keys(const char* why) {
     // which closes their connections; what it still had queued is refused (key_not_listed).
     // docs/control-plane.md "CURVE".
     auto cut = [&](bool removed_connected, const char* domain, daemon::EndpointLimit& limit,
-                   daemon::Socket& sock, const std::string& ep, const std::string& option) {
+                   ::zmq::socket_t& sock, const std::string& ep, const std::string& option) {
         if (!removed_connected) return;
         daemon::cut_removed_keys(*zap_, domain, limit, option, why, [&](daemon::RebindDone done) {
-            daemon::rebind(loop_, sock.get(), ep, std::move(done));
+            daemon::rebind(loop_, sock, ep, std::move(done));
         });
     };
     if (auto list = load(client_list_, [&] { return daemon::load_key_list(client_list_.path); })) {

@@ -24,13 +24,13 @@ namespace grl::controller {
 // controller it first speaks for and cannot speak for another (Sockets::peer_sources).
 struct Peer {
     std::string endpoint;
-    daemon::Socket sock;
+    ::zmq::socket_t sock;
     std::unique_ptr<daemon::HandshakeWatch> watch;  // with CURVE
 };
 
 struct Sockets {
     // Binds and connects; `cfg` must outlive it (a reload of the key lists writes its lists).
-    Sockets(Config& cfg, daemon::Context& ctx, daemon::Loop& loop);
+    Sockets(Config& cfg, ::zmq::context_t& ctx, daemon::Loop& loop);
     // SIGHUP: reads --curve-clients and --curve-admin-clients again; a bad file is refused
     // whole (its old list stays).
     void reload_keys(const char* why);
@@ -45,9 +45,9 @@ struct Sockets {
     std::unique_ptr<daemon::ZapHandler> zap_;
     bool curve_ = false;  // --curve-keypair
     std::unique_ptr<daemon::EndpointLimit> usage_limit_, publish_limit_, admin_limit_;
-    daemon::Socket pull_;
-    daemon::Socket pub_;
-    daemon::Socket admin_;
+    ::zmq::socket_t pull_;
+    ::zmq::socket_t pub_;
+    ::zmq::socket_t admin_;
     std::vector<std::unique_ptr<Peer>> peers_;
     std::string usage_ep_, publish_ep_, admin_ep_;
     // With CURVE: which zone each collector key sends usage for (first come, one to one).
@@ -58,9 +58,9 @@ struct Sockets {
     CurveKeyBindings peer_sources_;
 
   private:
-    void set_options(daemon::Context& ctx);
-    void limit_connections(daemon::Context& ctx);
-    void start_curve(daemon::Context& ctx);
+    void set_options(::zmq::context_t& ctx);
+    void limit_connections(::zmq::context_t& ctx);
+    void start_curve(::zmq::context_t& ctx);
     void bind_and_connect();
 };
 

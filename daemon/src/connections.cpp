@@ -21,28 +21,27 @@
 
 namespace grl::daemon {
 
-EndpointLimit::EndpointLimit(Context& ctx, void* socket, std::string name, std::size_t max)
+EndpointLimit::EndpointLimit(::zmq::context_t& ctx, ::zmq::socket_ref socket, std::string name,
+                             std::size_t max)
     : socket_(socket), monitor_(ctx, ZMQ_PAIR), name_(std::move(name)), count_(max, kHandshakeMs) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-endpoint-limit-" + std::to_string(next++);
     zmq::monitor_events(
-        socket, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
-    monitor_.connect(ep);
+        socket.handle(), ep,
+        ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
+    connect(monitor_, ep);
     // A handshake refused with ZAP's 300 (temporary) is not answered over NULL: the connection
     // would hang for libzmq's default 30 s. Closed after 2 s instead, the client connects again
     // by itself (libzmq reconnects after a connection error) and is admitted once there is
     // room. The same interval closes a connection that never starts its handshake (a bare TCP
     // connect): pending, it holds no slot, and this bounds how long it holds anything.
     // Genuine handshakes take milliseconds.
-    int handshake_ms = kHandshakeMs;
-    if (zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake_ms, sizeof(handshake_ms)) != 0) {
-        throw std::runtime_error("ZMQ_HANDSHAKE_IVL: " + zmq_error());
-    }
+    socket.set(::zmq::sockopt::handshake_ivl, kHandshakeMs);
 }
 
 void EndpointLimit::handle() {
     zmq::MonitorEvent e;
-    while (zmq::next_monitor_event(monitor_.get(), frames_, e)) {
+    while (zmq::next_monitor_event(monitor_.handle(), frames_, e)) {
         const std::uint64_t now = mono_ms();
         if (e.event == ZMQ_EVENT_ACCEPTED) {
             count_.accepted(static_cast<int>(e.value), now);
@@ -116,7 +115,7 @@ void EndpointLimit::bound_messages(std::uint64_t bytes, std::uint64_t behind_byt
 }
 
 std::size_t EndpointLimit::recv_frames(std::vector<zmq::Frame>& frames, std::size_t max_frames) {
-    const std::size_t n = zmq::recv_frames(socket_, frames, max_frames);
+    const std::size_t n = zmq::recv_frames(socket_.handle(), frames, max_frames);
     if (n > 0 && bound_) {
         // The connection's descriptor, as libzmq's metadata gives it (ZMQ_SRCFD).
         const int fd = zmq_msg_get(frames[0].get(), ZMQ_SRCFD);
@@ -171,10 +170,7 @@ void EndpointLimit::sweep() {
     // ready, so once as many were taken as there are connections, none of them is waiting.
     bool behind = false;
     if (receives_ && taken_ < count_.open()) {
-        int events = 0;
-        std::size_t len = sizeof(events);
-        behind =
-            zmq_getsockopt(socket_, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLIN) != 0;
+        behind = readable(socket_);
     }
     taken_ = 0;
     std::vector<std::pair<int, std::uint64_t>> over;  // fd, bytes since its last message
@@ -204,11 +200,14 @@ void EndpointLimit::sweep() {
     }
 }
 
-Rebind::Rebind(void* socket, std::string endpoint, std::uint64_t now_ms, bool unbind_first)
+Rebind::Rebind(::zmq::socket_ref socket, std::string endpoint, std::uint64_t now_ms,
+               bool unbind_first)
     : socket_(socket), endpoint_(std::move(endpoint)), start_ms_(now_ms) {
-    if (unbind_first && zmq_unbind(socket_, endpoint_.c_str()) != 0) {
+    try {
+        if (unbind_first) socket_.unbind(endpoint_);
+    } catch (const ::zmq::error_t& e) {
         state_ = State::Failed;
-        error_ = "unbind " + endpoint_ + ": " + zmq_error();
+        error_ = "unbind " + endpoint_ + ": " + e.what();
         return;
     }
     try_bind(now_ms);
@@ -216,20 +215,21 @@ Rebind::Rebind(void* socket, std::string endpoint, std::uint64_t now_ms, bool un
 
 void Rebind::try_bind(std::uint64_t now_ms) {
     ++tries_;
-    if (zmq_bind(socket_, endpoint_.c_str()) == 0) {
+    try {
+        socket_.bind(endpoint_);
         state_ = State::Bound;
-        return;
-    }
-    // libzmq closes the old listener on its I/O thread: the port may be held a moment longer.
-    if (zmq_errno() != EADDRINUSE || now_ms - start_ms_ >= kGiveUpMs) {
+    } catch (const ::zmq::error_t& e) {
+        // libzmq closes the old listener on its I/O thread: the port may be held a moment longer.
+        if (e.num() == EADDRINUSE && now_ms - start_ms_ < kGiveUpMs) {
+            next_ms_ = now_ms + kRetryMs;
+            return;
+        }
         state_ = State::Failed;
-        error_ = "bind " + endpoint_ + " again: " + zmq_error() +
+        error_ = "bind " + endpoint_ + " again: " + e.what() +
                  (tries_ > 1 ? " (" + std::to_string(tries_) + " tries in " +
                                    std::to_string(now_ms - start_ms_) + " ms)"
                              : std::string());
-        return;
     }
-    next_ms_ = now_ms + kRetryMs;
 }
 
 Rebind::State Rebind::retry(std::uint64_t now_ms) {
@@ -246,7 +246,7 @@ void finish_on(Loop& loop, const std::shared_ptr<Rebind>& r, RebindDone done) {
     done(r->error(), r->tries() > 1);
 }
 
-void rebind(Loop& loop, void* socket, const std::string& endpoint, RebindDone done) {
+void rebind(Loop& loop, ::zmq::socket_ref socket, const std::string& endpoint, RebindDone done) {
     finish_on(loop, std::make_shared<Rebind>(socket, endpoint, mono_ms()), std::move(done));
 }
 

@@ -51,7 +51,8 @@ curve::KeyList load_key_list(const std::string& path) {
 KeyPair generate_keypair() {
     char pub[41], sec[41];
     if (zmq_curve_keypair(pub, sec) != 0) {
-        throw std::runtime_error("zmq_curve_keypair: " + zmq_error() + " (libzmq without CURVE?)");
+        throw std::runtime_error("zmq_curve_keypair: " + std::string(::zmq::error_t().what()) +
+                                 " (libzmq without CURVE?)");
     }
     return {pub, sec};
 }
@@ -73,18 +74,19 @@ void write_keypair(const std::string& base, const KeyPair& k) {
         "#   grl CURVE public key\ncurve\n    public-key = \"" + k.public_key + "\"\n", 0644);
 }
 
-void make_curve_server(Socket& s, const KeyPair& server, const std::string& domain) {
-    s.set(ZMQ_CURVE_SERVER, 1);
-    s.set(ZMQ_CURVE_SECRETKEY, std::string_view(server.secret_key));
-    s.set(ZMQ_ZAP_DOMAIN, std::string_view(domain));
+void make_curve_server(::zmq::socket_ref s, const KeyPair& server, const std::string& domain) {
+    s.set(::zmq::sockopt::curve_server, true);
+    s.set(::zmq::sockopt::curve_secretkey, server.secret_key);
+    s.set(::zmq::sockopt::zap_domain, domain);
 }
 
-void make_curve_client(Socket& s, const KeyPair& client, const std::string& server_public) {
-    zmq::make_curve_client(s.get(), client, server_public);
+void make_curve_client(::zmq::socket_ref s, const KeyPair& client,
+                       const std::string& server_public) {
+    zmq::make_curve_client(s.handle(), client, server_public);
 }
 
-ZapHandler::ZapHandler(Context& ctx) : sock_(ctx, ZMQ_REP) {
-    sock_.bind("inproc://zeromq.zap.01");
+ZapHandler::ZapHandler(::zmq::context_t& ctx) : sock_(ctx, ZMQ_REP) {
+    bind(sock_, "inproc://zeromq.zap.01");
 }
 
 bool ZapHandler::allow(const std::string& domain, std::set<std::string> keys) {
@@ -123,7 +125,7 @@ void cut_removed_keys(ZapHandler& zap, const std::string& domain, EndpointLimit&
 
 void ZapHandler::handle() {
     for (int guard = 0; guard < 256; ++guard) {
-        std::size_t n = sock_.recv_frames(frames_, 8);
+        std::size_t n = zmq::recv_frames(sock_.handle(), frames_, 8);
         if (n == 0) return;
         // version, request id, domain, address, identity, mechanism, credentials...
         std::string version, request_id, domain, address, mechanism, key;
@@ -140,14 +142,14 @@ void ZapHandler::handle() {
             bool admitted = null_domains_.count(domain) > 0;
             auto l = limits_.find(domain);
             bool full = admitted && l != limits_.end() && !l->second->admit();
-            sock_.send_frames({"1.0", request_id,
-                               admitted && !full ? "200"
-                               : full            ? "300"
-                                                 : "400",
-                               admitted && !full ? "OK"
-                               : full            ? "connection limit reached"
-                                                 : "NULL not allowed",
-                               "", ""});
+            send_frames(sock_, {"1.0", request_id,
+                                admitted && !full ? "200"
+                                : full            ? "300"
+                                                  : "400",
+                                admitted && !full ? "OK"
+                                : full            ? "connection limit reached"
+                                                  : "NULL not allowed",
+                                "", ""});
             continue;
         }
         if (n >= 7 && version == "1.0" && mechanism == "CURVE" && frames_[6].view().size() == 32) {
@@ -162,7 +164,7 @@ void ZapHandler::handle() {
             // A listed key, but the endpoint is full: refused for now (not a key problem).
             auto l = limits_.find(domain);
             if (l != limits_.end() && !l->second->admit()) {
-                sock_.send_frames({"1.0", request_id, "300", "connection limit reached", "", ""});
+                send_frames(sock_, {"1.0", request_id, "300", "connection limit reached", "", ""});
                 continue;
             }
             admitted_[domain].insert(key);
@@ -177,12 +179,12 @@ void ZapHandler::handle() {
                                  (domain.empty() ? std::string("?") : domain),
                              mono_ms());
         }
-        sock_.send_frames({"1.0", request_id, ok ? "200" : "400",
-                           ok ? "OK" : "client key not authorised", ok ? key : "", ""});
+        send_frames(sock_, {"1.0", request_id, ok ? "200" : "400",
+                            ok ? "OK" : "client key not authorised", ok ? key : "", ""});
     }
 }
 
-HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
+HandshakeWatch::HandshakeWatch(::zmq::context_t& ctx, ::zmq::socket_ref socket, std::string peer,
                                std::vector<std::string> endpoints,
                                std::map<std::string, std::string> server_keys, bool curve)
     : socket_(socket),
@@ -193,16 +195,16 @@ HandshakeWatch::HandshakeWatch(Context& ctx, void* socket, std::string peer,
       curve_(curve) {
     static std::atomic<int> next{0};
     std::string ep = "inproc://grl-handshake-watch-" + std::to_string(next++);
-    zmq::monitor_events(socket_, ep,
+    zmq::monitor_events(socket_.handle(), ep,
                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED);
-    monitor_.connect(ep);
+    connect(monitor_, ep);
 }
 
 void HandshakeWatch::handle(std::uint64_t now_ms) {
     zmq::MonitorEvent m;
-    for (int guard = 0; guard < 1000 && zmq::next_monitor_event(monitor_.get(), frames_, m);
+    for (int guard = 0; guard < 1000 && zmq::next_monitor_event(monitor_.handle(), frames_, m);
          ++guard) {
         if (m.event == ZMQ_EVENT_DISCONNECTED) {
             up_ = false;
@@ -224,14 +226,15 @@ void HandshakeWatch::handle(std::uint64_t now_ms) {
         }
     }
     for (const std::string& e : handshakes_.due(now_ms)) {
-        zmq_disconnect(socket_, e.c_str());  // ENOENT when libzmq already dropped it
+        zmq_disconnect(socket_.handle(), e.c_str());  // ENOENT when libzmq already dropped it
         // A connection takes the socket's options as they are when it is made.
-        auto key = server_keys_.find(e);
-        if (key != server_keys_.end()) {
-            zmq_setsockopt(socket_, ZMQ_CURVE_SERVERKEY, key->second.data(), key->second.size());
-        }
-        if (zmq_connect(socket_, e.c_str()) != 0) {
-            log_error("connect " + e + ": " + zmq_error());
+        try {
+            auto key = server_keys_.find(e);
+            if (key != server_keys_.end())
+                socket_.set(::zmq::sockopt::curve_serverkey, key->second);
+            socket_.connect(e);
+        } catch (const ::zmq::error_t& x) {
+            log_error("connect " + e + ": " + x.what());
         }
     }
 }

@@ -24,7 +24,7 @@ namespace grl::daemon {
 namespace {
 
 // A rebind run to its end on this thread (the port is free at once here, or within 2 s).
-void rebind_now(void* socket, const std::string& ep, const RebindDone& done) {
+void rebind_now(::zmq::socket_ref socket, const std::string& ep, const RebindDone& done) {
     Rebind r(socket, ep, mono_ms());
     while (r.retry(mono_ms()) == Rebind::State::Waiting) {
         std::this_thread::sleep_for(std::chrono::milliseconds(Rebind::kRetryMs));
@@ -45,35 +45,36 @@ bool wait_for(EndpointLimit& l, const std::function<bool()>& done) {
 // The next event of the client's monitor, up to 5 s. The server socket is polled meanwhile, as
 // the daemons' loops poll theirs: a session closes its connection once the socket has taken
 // its termination (libzmq's commands are processed within a call on the socket).
-std::uint16_t next_event(Socket& pair, Socket& server, std::vector<zmq::Frame>& frames) {
+std::uint16_t next_event(::zmq::socket_t& pair, ::zmq::socket_t& server,
+                         std::vector<zmq::Frame>& frames) {
     zmq::MonitorEvent e;
     for (int i = 0; i < 500; ++i) {
-        zmq_pollitem_t items[2] = {{pair.get(), 0, ZMQ_POLLIN, 0},
-                                   {server.get(), 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{pair.handle(), 0, ZMQ_POLLIN, 0},
+                                   {server.handle(), 0, ZMQ_POLLIN, 0}};
         zmq_poll(items, 2, 10);
-        if (zmq::next_monitor_event(pair.get(), frames, e)) return e.event;
+        if (zmq::next_monitor_event(pair.handle(), frames, e)) return e.event;
     }
     return 0;
 }
 
 TEST(EndpointLimit, ACutClosesTheConnectionsAndClientsConnectAgain) {
-    Context ctx;
-    Socket server(ctx, ZMQ_PULL);
-    EndpointLimit limit(ctx, server.get(), "report", 10);
-    const std::string ep = server.bind("tcp://127.0.0.1:*");
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t server(ctx, ZMQ_PULL);
+    EndpointLimit limit(ctx, server, "report", 10);
+    const std::string ep = daemon::bind(server, "tcp://127.0.0.1:*");
     limit.set_address(ep);
-    Socket client(ctx, ZMQ_PUSH);
-    zmq::monitor_events(client.get(), "inproc://t-cut-client",
+    ::zmq::socket_t client(ctx, ZMQ_PUSH);
+    zmq::monitor_events(client.handle(), "inproc://t-cut-client",
                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
-    Socket pair(ctx, ZMQ_PAIR);
-    pair.connect("inproc://t-cut-client");
-    client.connect(ep);
+    ::zmq::socket_t pair(ctx, ZMQ_PAIR);
+    daemon::connect(pair, "inproc://t-cut-client");
+    daemon::connect(client, ep);
     std::vector<zmq::Frame> frames;
     ASSERT_EQ(next_event(pair, server, frames), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
     ASSERT_TRUE(wait_for(limit, [&] { return limit.count().established() == 1; }));
 
     std::string error = "not ended";
-    EXPECT_EQ(limit.cut([&](RebindDone done) { rebind_now(server.get(), ep, done); },
+    EXPECT_EQ(limit.cut([&](const RebindDone& done) { rebind_now(server, ep, done); },
                         [&](const std::string& e, bool) { error = e; }),
               1u);
     EXPECT_EQ(error, "");
@@ -82,18 +83,18 @@ TEST(EndpointLimit, ACutClosesTheConnectionsAndClientsConnectAgain) {
     // The client's connection was closed by the server, and it connects again by itself.
     EXPECT_EQ(next_event(pair, server, frames), ZMQ_EVENT_DISCONNECTED);
     EXPECT_EQ(next_event(pair, server, frames), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
-    ASSERT_TRUE(client.send("after the cut"));
-    zmq_pollitem_t item{server.get(), 0, ZMQ_POLLIN, 0};
+    ASSERT_TRUE(daemon::send_frames(client, {"after the cut"}));
+    zmq_pollitem_t item{server.handle(), 0, ZMQ_POLLIN, 0};
     ASSERT_EQ(zmq_poll(&item, 1, 5000), 1);
-    ASSERT_EQ(server.recv_frames(frames, 1), 1u);
+    ASSERT_EQ(zmq::recv_frames(server.handle(), frames, 1), 1u);
     EXPECT_EQ(frames[0].view(), "after the cut");
     EXPECT_TRUE(wait_for(limit, [&] { return limit.count().established() == 1; }));
 }
 
 TEST(EndpointLimit, ARebindOfAnEndpointNotBoundIsNamed) {
-    Context ctx;
-    Socket server(ctx, ZMQ_PULL);
-    Rebind r(server.get(), "tcp://127.0.0.1:1", mono_ms());
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t server(ctx, ZMQ_PULL);
+    Rebind r(server, "tcp://127.0.0.1:1", mono_ms());
     EXPECT_EQ(r.state(), Rebind::State::Failed);
     EXPECT_NE(r.error().find("unbind tcp://127.0.0.1:1"), std::string::npos) << r.error();
 }
@@ -125,13 +126,13 @@ struct HeldPort {
 // While the port is held the rebind waits on the loop, which goes on turning (a timer of
 // 1 ms keeps firing), and binds once the port is free; it would have given up after 2 s.
 TEST(Rebind, APortStillHeldIsBoundOnALaterLoopTurnWithoutBlockingTheLoop) {
-    Context ctx;
-    Socket server(ctx, ZMQ_PULL);
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t server(ctx, ZMQ_PULL);
     HeldPort held;
     Loop loop;
     std::uint64_t turns = 0, turns_at_release = 0;
     loop.every(1, [&] { ++turns; });
-    auto r = std::make_shared<Rebind>(server.get(), held.endpoint, mono_ms(), false);
+    auto r = std::make_shared<Rebind>(server, held.endpoint, mono_ms(), false);
     ASSERT_EQ(r->state(), Rebind::State::Waiting);
     std::string error = "not ended";
     bool delayed = false;
@@ -151,19 +152,19 @@ TEST(Rebind, APortStillHeldIsBoundOnALaterLoopTurnWithoutBlockingTheLoop) {
     EXPECT_GT(r->tries(), 1u);
     EXPECT_GT(turns_at_release, 0u);  // the loop turned while the rebind waited
     // Bound: a client's message arrives.
-    Socket client(ctx, ZMQ_PUSH);
-    client.connect(held.endpoint);
-    ASSERT_TRUE(client.send("bound again"));
-    zmq_pollitem_t item{server.get(), 0, ZMQ_POLLIN, 0};
+    ::zmq::socket_t client(ctx, ZMQ_PUSH);
+    daemon::connect(client, held.endpoint);
+    ASSERT_TRUE(daemon::send_frames(client, {"bound again"}));
+    zmq_pollitem_t item{server.handle(), 0, ZMQ_POLLIN, 0};
     ASSERT_EQ(zmq_poll(&item, 1, 5000), 1);
 }
 
 TEST(Rebind, APortHeldForTwoSecondsIsAFailureNamingTheEndpoint) {
-    Context ctx;
-    Socket server(ctx, ZMQ_PULL);
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t server(ctx, ZMQ_PULL);
     HeldPort held;
     const std::uint64_t t0 = 1000;
-    Rebind r(server.get(), held.endpoint, t0, false);
+    Rebind r(server, held.endpoint, t0, false);
     ASSERT_EQ(r.state(), Rebind::State::Waiting);
     EXPECT_EQ(r.next_ms(), t0 + Rebind::kRetryMs);
     EXPECT_EQ(r.retry(t0 + 1), Rebind::State::Waiting);  // not due: not tried
@@ -179,20 +180,20 @@ TEST(Rebind, APortHeldForTwoSecondsIsAFailureNamingTheEndpoint) {
 // a degraded mode: besides its error line, a counter says so; one that had to wait for the port
 // is counted too.
 TEST(EndpointLimit, ACutThatFailsIsCounted) {
-    Context ctx;
-    Socket server(ctx, ZMQ_PULL);
-    EndpointLimit limit(ctx, server.get(), "report", 10);
-    limit.set_address(server.bind("tcp://127.0.0.1:*"));
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t server(ctx, ZMQ_PULL);
+    EndpointLimit limit(ctx, server, "report", 10);
+    limit.set_address(daemon::bind(server, "tcp://127.0.0.1:*"));
     MetricsText before;
     write_connection_metrics(before, {&limit});
     EXPECT_NE(before.text().find("grl_curve_connections_cut_failures_total{endpoint=\"report\"} 0"),
               std::string::npos)
         << before.text();
     std::string error;
-    limit.cut([&](RebindDone done) { rebind_now(server.get(), "tcp://127.0.0.1:1", done); },
+    limit.cut([&](const RebindDone& done) { rebind_now(server, "tcp://127.0.0.1:1", done); },
               [&](const std::string& e, bool) { error = e; });
     EXPECT_NE(error.find("unbind tcp://127.0.0.1:1"), std::string::npos) << error;
-    limit.cut([](RebindDone done) { done("", true); }, nullptr);
+    limit.cut([](const RebindDone& done) { done("", true); }, nullptr);
     MetricsText after;
     write_connection_metrics(after, {&limit});
     EXPECT_NE(after.text().find("grl_curve_connections_cut_failures_total{endpoint=\"report\"} 1"),

@@ -23,17 +23,17 @@ namespace {
 // A handler that takes one message a call: the others stay queued, and their arrival was
 // signalled once, to the receive that took the first.
 TEST(Loop, AHandlerThatLeavesMessagesRunsAgainWithoutAnotherSignal) {
-    Context ctx;
-    Socket pull(ctx, ZMQ_PULL), push(ctx, ZMQ_PUSH);
-    pull.bind("inproc://loop-leaves");
-    push.connect("inproc://loop-leaves");
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t pull(ctx, ZMQ_PULL), push(ctx, ZMQ_PUSH);
+    daemon::bind(pull, "inproc://loop-leaves");
+    daemon::connect(push, "inproc://loop-leaves");
     // All five in the pull socket's queue, their arrival signalled, before the loop's first turn.
-    for (int i = 0; i < 5; ++i) ASSERT_TRUE(push.send("m" + std::to_string(i)));
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(daemon::send_frames(push, {"m" + std::to_string(i)}));
     Loop loop;
     std::vector<std::string> got;
     std::vector<zmq::Frame> frames;
-    loop.on_socket(pull.get(), [&] {
-        if (pull.recv_frames(frames, 1) == 1) got.emplace_back(frames[0].view());
+    loop.on_socket(pull.handle(), [&] {
+        if (zmq::recv_frames(pull.handle(), frames, 1) == 1) got.emplace_back(frames[0].view());
         if (got.size() == 5) loop.stop();
     });
     loop.after(5000, [&] { loop.stop(); });  // a bound, never a speed: the test fails below
@@ -45,28 +45,28 @@ TEST(Loop, AHandlerThatLeavesMessagesRunsAgainWithoutAnotherSignal) {
 // takes the command that would have made the socket's descriptor readable, so only reading its
 // ZMQ_EVENTS after that handler finds the message.
 TEST(Loop, AMessageWhoseSignalASendFromAnotherHandlerTookIsHandled) {
-    Context ctx;
-    Socket dealer(ctx, ZMQ_DEALER), router(ctx, ZMQ_ROUTER);
-    router.bind("inproc://loop-took");
-    dealer.connect("inproc://loop-took");
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t dealer(ctx, ZMQ_DEALER), router(ctx, ZMQ_ROUTER);
+    daemon::bind(router, "inproc://loop-took");
+    daemon::connect(dealer, "inproc://loop-took");
     // The router learns the dealer's identity from a first message.
-    ASSERT_TRUE(dealer.send("hello"));
+    ASSERT_TRUE(daemon::send_frames(dealer, {"hello"}));
     std::vector<zmq::Frame> frames;
-    ASSERT_EQ(router.recv_frames(frames, 2), 2u);
+    ASSERT_EQ(zmq::recv_frames(router.handle(), frames, 2), 2u);
     const std::string identity(frames[0].view());
 
     Loop loop;
     std::vector<std::string> got;
     std::vector<zmq::Frame> in;
-    loop.on_socket(dealer.get(), [&] {
-        while (dealer.recv_frames(in, 1) == 1) got.emplace_back(in[0].view());
+    loop.on_socket(dealer.handle(), [&] {
+        while (zmq::recv_frames(dealer.handle(), in, 1) == 1) got.emplace_back(in[0].view());
         if (!got.empty()) loop.stop();
     });
     loop.after(50, [&] {
         // The reply is in the dealer's queue when the router's send returns; then the dealer's
         // send takes the command that announced it (its descriptor is no longer readable).
-        ASSERT_TRUE(router.send_frames({identity, "reply"}));
-        ASSERT_TRUE(dealer.send("more"));
+        ASSERT_TRUE(daemon::send_frames(router, {identity, "reply"}));
+        ASSERT_TRUE(daemon::send_frames(dealer, {"more"}));
     });
     loop.after(5000, [&] { loop.stop(); });  // a bound, never a speed: the test fails below
     loop.run();
@@ -80,23 +80,23 @@ TEST(Loop, AMessageWhoseSignalASendFromAnotherHandlerTookIsHandled) {
 std::uint64_t worst_tick_delay(bool with_time_budget) {
     const std::uint64_t interval = 250, per_message = 5;
     std::uint64_t now = 1000;
-    Context ctx;
-    Socket pull(ctx, ZMQ_PULL), push(ctx, ZMQ_PUSH);
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t pull(ctx, ZMQ_PULL), push(ctx, ZMQ_PUSH);
     // No high-water mark: the sender learns of the receiver's reads only in batches, and the
     // flood must never find the queue full.
-    pull.set(ZMQ_RCVHWM, 0);
-    push.set(ZMQ_SNDHWM, 0);
-    pull.bind("inproc://loop-flood");
-    push.connect("inproc://loop-flood");
-    for (int i = 0; i < 8; ++i) EXPECT_TRUE(push.send("flood"));
+    pull.set(::zmq::sockopt::rcvhwm, 0);
+    push.set(::zmq::sockopt::sndhwm, 0);
+    daemon::bind(pull, "inproc://loop-flood");
+    daemon::connect(push, "inproc://loop-flood");
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(daemon::send_frames(push, {"flood"}));
     Loop loop([&] { return now; });
     BatchBudget batch(256, with_time_budget ? batch_budget_ms(interval) : UINT64_MAX / 2);
     std::vector<zmq::Frame> frames;
-    loop.on_socket(pull.get(), [&] {
+    loop.on_socket(pull.handle(), [&] {
         batch.start(now);
-        while (batch.more(now) && pull.recv_frames(frames, 1) == 1) {
+        while (batch.more(now) && zmq::recv_frames(pull.handle(), frames, 1) == 1) {
             now += per_message;
-            EXPECT_TRUE(push.send("flood"));  // the queue never empties
+            EXPECT_TRUE(daemon::send_frames(push, {"flood"}));  // the queue never empties
         }
     });
     std::uint64_t due = now + interval, worst = 0;

@@ -24,10 +24,10 @@ struct Result {
 };
 
 TEST(Relay, ALateRebindReplyIsNotTheAnswerToTheNextRequest) {
-    daemon::Context ctx;
-    daemon::Socket sub(ctx, ZMQ_SUB);
-    daemon::Socket pub(ctx, ZMQ_XPUB);
-    const std::string ep = pub.bind("tcp://127.0.0.1:*");
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t sub(ctx, ZMQ_SUB);
+    ::zmq::socket_t pub(ctx, ZMQ_XPUB);
+    const std::string ep = daemon::bind(pub, "tcp://127.0.0.1:*");
     std::string topics[3] = {"grl/g/", "grl/r/r1/", "grl/z/r1/z1/"};
     Relay relay(ctx, std::move(sub), std::move(pub), topics);
     relay.start();
@@ -89,15 +89,15 @@ wire::Instructions part(std::uint64_t ts_ms, const std::vector<std::string>& nam
 }
 
 // The bucket names of every message `s` receives until none comes within `wait_ms`.
-std::vector<std::string> names_received(daemon::Socket& s, int wait_ms) {
+std::vector<std::string> names_received(::zmq::socket_t& s, int wait_ms) {
     std::vector<std::string> names;
     std::vector<zmq::Frame> frames;
     wire::Instructions m;
     std::string error;
     for (;;) {
-        zmq_pollitem_t item{s.get(), 0, ZMQ_POLLIN, 0};
+        zmq_pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&item, 1, wait_ms) <= 0) return names;
-        const std::size_t n = s.recv_frames(frames, 2);
+        const std::size_t n = zmq::recv_frames(s.handle(), frames, 2);
         EXPECT_TRUE(
             zmq::read_instruction(n, frames[0].view(), n >= 2 ? frames[1].view() : "", m, error))
             << error;
@@ -106,21 +106,21 @@ std::vector<std::string> names_received(daemon::Socket& s, int wait_ms) {
 }
 
 TEST(Relay, ANewSubscriberGetsEveryMessageOfTheLastTick) {
-    daemon::Context ctx;
-    daemon::Socket controller(ctx, ZMQ_PUB);
-    const std::string publish = controller.bind("tcp://127.0.0.1:*");
-    daemon::Socket sub(ctx, ZMQ_SUB);
-    sub.set(ZMQ_SUBSCRIBE, std::string_view("grl/g/"));
-    sub.connect(publish);
-    daemon::Socket pub(ctx, ZMQ_XPUB);
-    const std::string relayed = pub.bind("tcp://127.0.0.1:*");
+    ::zmq::context_t ctx = daemon::make_context();
+    ::zmq::socket_t controller(ctx, ZMQ_PUB);
+    const std::string publish = daemon::bind(controller, "tcp://127.0.0.1:*");
+    ::zmq::socket_t sub(ctx, ZMQ_SUB);
+    sub.set(::zmq::sockopt::subscribe, "grl/g/");
+    daemon::connect(sub, publish);
+    ::zmq::socket_t pub(ctx, ZMQ_XPUB);
+    const std::string relayed = daemon::bind(pub, "tcp://127.0.0.1:*");
     std::string topics[3] = {"grl/g/", "grl/r/r1/", "grl/z/r1/z1/"};
     Relay relay(ctx, std::move(sub), std::move(pub), topics);
     relay.start();
     std::string body;
     auto send = [&](const wire::Instructions& m) {
         wire::encode(m, body);
-        ASSERT_TRUE(controller.send_frames({"grl/g/", body}));
+        ASSERT_TRUE(daemon::send_frames(controller, {"grl/g/", body}));
     };
     // Until the relay's subscription has reached the controller's socket (a bound of 5 s).
     for (int i = 0; i < 500 && relay.relayed.load() == 0; ++i) {
@@ -137,9 +137,9 @@ TEST(Relay, ANewSubscriberGetsEveryMessageOfTheLastTick) {
     ASSERT_EQ(relay.relayed.load(), before + 3);
 
     auto late_subscriber = [&] {
-        daemon::Socket s(ctx, ZMQ_SUB);
-        s.set(ZMQ_SUBSCRIBE, std::string_view("grl/g/"));
-        s.connect(relayed);
+        ::zmq::socket_t s(ctx, ZMQ_SUB);
+        s.set(::zmq::sockopt::subscribe, "grl/g/");
+        daemon::connect(s, relayed);
         return names_received(s, 1000);
     };
     EXPECT_EQ(late_subscriber(), (std::vector<std::string>{"a1", "a2", "b1", "c1", "c2"}));

@@ -36,14 +36,15 @@ class EndpointLimit {
     static constexpr int kHandshakeMs = 2000;
     // `name` labels the endpoint in metrics and log lines ("report", "usage"). Create it
     // before the socket binds.
-    EndpointLimit(Context& ctx, void* socket, std::string name, std::size_t max);
+    EndpointLimit(::zmq::context_t& ctx, ::zmq::socket_ref socket, std::string name,
+                  std::size_t max);
     EndpointLimit(const EndpointLimit&) = delete;
     EndpointLimit& operator=(const EndpointLimit&) = delete;
 
     void set_address(std::string address) { address_ = std::move(address); }  // after bind
     const std::string& address() const { return address_; }
-    void* monitor() const { return monitor_.get(); }  // readable when events are queued
-    void handle();                                    // takes the queued events
+    void* monitor() { return monitor_.handle(); }  // readable when events are queued
+    void handle();                                 // takes the queued events
     // A new connection's handshake: false (counted; one warning per burst of refusals) while
     // the endpoint holds its limit of handshaken connections.
     bool admit();
@@ -76,8 +77,8 @@ class EndpointLimit {
     std::uint64_t cut_delayed() const { return cut_delayed_; }
 
   private:
-    void* socket_;
-    Socket monitor_;
+    ::zmq::socket_ref socket_;
+    ::zmq::socket_t monitor_;
     std::string name_;
     std::string address_;
     ConnectionLimit count_;
@@ -106,7 +107,8 @@ class Rebind {
     static constexpr std::uint64_t kGiveUpMs = 2000;
     // Unbinds and tries to bind once (`unbind_first` false: only binds, for a socket not bound
     // there, e.g. one whose unbind already happened).
-    Rebind(void* socket, std::string endpoint, std::uint64_t now_ms, bool unbind_first = true);
+    Rebind(::zmq::socket_ref socket, std::string endpoint, std::uint64_t now_ms,
+           bool unbind_first = true);
     enum class State : std::uint8_t { Bound, Waiting, Failed };
     State state() const { return state_; }
     // Waiting: tries to bind again (when due); the new state.
@@ -119,7 +121,7 @@ class Rebind {
   private:
     void try_bind(std::uint64_t now_ms);
 
-    void* socket_;
+    ::zmq::socket_ref socket_;
     std::string endpoint_;
     std::uint64_t start_ms_;
     std::uint64_t next_ms_ = 0;
@@ -130,7 +132,7 @@ class Rebind {
 
 // A Rebind on `loop`'s thread, retried by loop turns: `done` runs when it ends (possibly before
 // rebind() returns).
-void rebind(Loop& loop, void* socket, const std::string& endpoint, RebindDone done);
+void rebind(Loop& loop, ::zmq::socket_ref socket, const std::string& endpoint, RebindDone done);
 // The same for a Rebind already started.
 void finish_on(Loop& loop, const std::shared_ptr<Rebind>& rebind, RebindDone done);
 

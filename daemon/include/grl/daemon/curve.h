@@ -32,9 +32,10 @@ void write_keypair(const std::string& base, const KeyPair& k);
 
 // A CURVE server socket: clients must know `server`'s public key, and the ZAP handler decides
 // which client keys are admitted (by `domain`).
-void make_curve_server(Socket& s, const KeyPair& server, const std::string& domain);
+void make_curve_server(::zmq::socket_ref s, const KeyPair& server, const std::string& domain);
 // A CURVE client socket that talks only to the server holding `server_public`'s secret.
-void make_curve_client(Socket& s, const KeyPair& client, const std::string& server_public);
+void make_curve_client(::zmq::socket_ref s, const KeyPair& client,
+                       const std::string& server_public);
 
 // The ZAP handler (RFC 27) of one context: a REP socket on inproc://zeromq.zap.01, served by
 // the daemon's loop. A CURVE handshake is admitted when the client's key is listed for the
@@ -43,7 +44,7 @@ void make_curve_client(Socket& s, const KeyPair& client, const std::string& serv
 // any handshake while its endpoint is full.
 class ZapHandler {
   public:
-    explicit ZapHandler(Context& ctx);
+    explicit ZapHandler(::zmq::context_t& ctx);
     // The keys admitted for `domain` (replaces the domain's earlier list: a reload). True when
     // a key it removes was admitted for `domain` since the domain's last forget_admitted():
     // its connection may still be open (ZAP only runs at the handshake).
@@ -53,7 +54,7 @@ class ZapHandler {
     // A domain of a socket without CURVE: its handshakes reach ZAP only for the limit.
     void allow_null(const std::string& domain) { null_domains_.insert(domain); }
     void limit(const std::string& domain, EndpointLimit* l) { limits_[domain] = l; }
-    Socket& socket() { return sock_; }
+    ::zmq::socket_t& socket() { return sock_; }
     void handle();  // when the socket is readable
     const std::map<std::string, std::uint64_t>& accepted() const { return accepted_; }
     const std::map<std::string, std::uint64_t>& denied() const { return denied_; }
@@ -61,7 +62,7 @@ class ZapHandler {
     void write_metrics(MetricsText& m) const;
 
   private:
-    Socket sock_;
+    ::zmq::socket_t sock_;
     std::map<std::string, std::set<std::string>> keys_;
     std::map<std::string, std::set<std::string>> admitted_;  // listed keys, so bounded
     std::set<std::string> null_domains_;
@@ -92,12 +93,13 @@ class HandshakeWatch {
     // `peer` names the other side in log lines ("controller", "peer controller").
     // `server_keys` (endpoint -> public key) for a socket connected to servers with keys of
     // their own: each is set again before its endpoint is connected again.
-    HandshakeWatch(Context& ctx, void* socket, std::string peer, std::vector<std::string> endpoints,
+    HandshakeWatch(::zmq::context_t& ctx, ::zmq::socket_ref socket, std::string peer,
+                   std::vector<std::string> endpoints,
                    std::map<std::string, std::string> server_keys = {}, bool curve = true);
     HandshakeWatch(const HandshakeWatch&) = delete;
     HandshakeWatch& operator=(const HandshakeWatch&) = delete;
 
-    void* monitor() const { return monitor_.get(); }  // readable when events are queued
+    void* monitor() { return monitor_.handle(); }  // readable when events are queued
     // Takes the queued events, then connects again whatever is due.
     void handle(std::uint64_t now_ms);
     // When handle() next has an endpoint to connect again (0: none pending).
@@ -109,8 +111,8 @@ class HandshakeWatch {
     std::atomic<std::uint64_t> failed{0};
 
   private:
-    void* socket_;
-    Socket monitor_;
+    ::zmq::socket_ref socket_;
+    ::zmq::socket_t monitor_;
     std::string peer_;
     std::map<std::string, std::string> server_keys_;
     Handshakes handshakes_;

@@ -1,14 +1,13 @@
-// A thin RAII layer over the ZeroMQ C API (cppzmq is not a dependency) for the daemons; what
-// the nginx module does alike (frames, CURVE clients, handshake monitors) is grl_zmq's.
+// The daemons' contexts and sockets are cppzmq's (zmq.hpp: ownership, options, sends); these
+// few helpers say what a daemon means by them. Receiving goes through grl::zmq::recv_frames()
+// (whole messages, bounded frames), which the nginx module shares.
 #pragma once
 
-#include <zmq.h>
-
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+#include <zmq.hpp>
 
 #include "grl/zmq/socket.h"
 
@@ -19,52 +18,21 @@ namespace grl::daemon {
 // transport and let the decoders refuse (and count) anything over the protocol's 1 MiB.
 inline constexpr std::int64_t kTransportMaxBytes = 4 << 20;
 
-class Context {
-  public:
-    Context();
-    ~Context();  // zmq_ctx_term: every socket must be closed first
-    Context(const Context&) = delete;
-    Context& operator=(const Context&) = delete;
-    void* get() const { return ctx_; }
+// A context whose sockets drop what they have not sent when closed (ZMQ_BLOCKY off: ZMQ_LINGER
+// 0 on every new socket), so that a daemon that stops never waits for an absent peer.
+::zmq::context_t make_context();
 
-  private:
-    void* ctx_;
-};
+// Binds and returns the resolved endpoint (tcp://127.0.0.1:* becomes the real port).
+// Throws std::runtime_error naming the endpoint.
+std::string bind(::zmq::socket_ref s, const std::string& endpoint);
+// Throws std::runtime_error naming the endpoint.
+void connect(::zmq::socket_ref s, const std::string& endpoint);
 
-class Socket {
-  public:
-    Socket(Context& ctx, int type);  // LINGER 0
-    ~Socket();
-    Socket(Socket&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
-    Socket& operator=(Socket&&) = delete;
-    Socket(const Socket&) = delete;
-    void* get() const { return s_; }
+// Sends `frames` as one message without blocking; false when it could not be queued (HWM, no
+// peer).
+bool send_frames(::zmq::socket_ref s, const std::vector<std::string_view>& frames);
 
-    void set(int option, int value);
-    void set(int option, std::int64_t value);
-    void set(int option, std::string_view value);
-    // Binds and returns the resolved endpoint (tcp://127.0.0.1:* becomes the real port).
-    // Throws std::runtime_error naming the endpoint.
-    std::string bind(const std::string& endpoint);
-    void connect(const std::string& endpoint);
-
-    // Sends without blocking; false when the message could not be queued (HWM, no peer).
-    bool send(std::string_view body, bool more = false);
-    bool send_frames(const std::vector<std::string_view>& frames);
-
-    // grl::zmq::recv_frames() on this socket.
-    std::size_t recv_frames(std::vector<zmq::Frame>& frames, std::size_t max_frames) {
-        return zmq::recv_frames(s_, frames, max_frames);
-    }
-    // True when a message is pending (ZMQ_EVENTS): a batch stopped at its budget with more
-    // to take.
-    bool readable() const;
-
-  private:
-    void* s_;
-};
-
-// The current ZeroMQ error as text.
-std::string zmq_error();
+// True when a message is pending (ZMQ_EVENTS): a batch stopped at its budget with more to take.
+bool readable(::zmq::socket_ref s);
 
 }  // namespace grl::daemon

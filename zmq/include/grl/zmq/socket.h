@@ -1,6 +1,7 @@
 // What the nginx module and the daemons do alike with a ZeroMQ socket: receive a message's
 // frames, check an instruction message's frames (the reporter and the collector's relay), and
 // make a CURVE client.
+// The C API, not cppzmq as in the daemons: cppzmq throws, and the nginx module never does.
 #pragma once
 
 #include <zmq.h>
