@@ -43,6 +43,11 @@ bool has_candidate(const Instance& i) {
     return i.candidate_mrps.has_value();
 }
 
+// Only quota instances (grl_bucket quota=, docs/design/008-quotas.md).
+bool has_quota(const Instance& i) {
+    return i.quota != 0;
+}
+
 const InstanceGauge kInstanceGauges[] = {
     {"grl_bucket_offered_rps",
      "Requests per second offered to the bucket (smoothed), per scope instance.",
@@ -66,6 +71,11 @@ const InstanceGauge kInstanceGauges[] = {
     {"grl_bucket_definitions",
      "Distinct definitions of the bucket among its hosts (more than 1: they disagree).",
      [](const Instance& i) { return static_cast<double>(i.definitions.size()); }},
+    {"grl_bucket_quota_limit", "The bucket's quota= per window (units), per scope instance.",
+     [](const Instance& i) { return static_cast<double>(i.quota); }, has_quota},
+    {"grl_bucket_quota_used",
+     "Units the instance's hosts admitted in the quota's current window, fleet-wide.",
+     [](const Instance& i) { return static_cast<double>(i.quota_used); }, has_quota},
     // Keyed buckets (docs/per-key.md): per instance, never per key.
     {"grl_bucket_keys_limited",
      "Keys of a keyed bucket with a drop ratio (over their per-key limit), per instance.",

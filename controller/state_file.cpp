@@ -11,8 +11,9 @@
 
 namespace grl::controller {
 
-// The state file holds the override table (run-time buckets included) as a region_usage
-// message (docs/protocol.md) with no usage: one codec, one source of truth. A controller
+// The state file holds the override table (run-time buckets included) and the use of each
+// quota instance as a region_usage message (docs/protocol.md) with no usage: one codec, one
+// source of truth. A controller
 // with no peer to learn them from gets its emergency limits back after a restart.
 void StateFile::restore() {
     if (cfg_.state_file.empty()) return;
@@ -41,10 +42,12 @@ void StateFile::restore() {
         return;
     }
     const std::size_t n = ctl_.restore_overrides(saved.overrides, now());
+    ctl_.restore_quotas(saved.quotas);
     state_saved_ = *text;
     daemon::log_info("state file " + cfg_.state_file + ": " + std::to_string(n) + " of " +
                      std::to_string(saved.overrides.size()) +
-                     " overrides restored (expired ones lapse at the first tick)");
+                     " overrides restored (expired ones lapse at the first tick), " +
+                     std::to_string(saved.quotas.size()) + " quota uses");
 }
 
 void StateFile::save() {
@@ -57,6 +60,7 @@ void StateFile::save() {
     state.ts_ms = 1;  // fixed, so that the bytes change only when the table does
     state.seq = 1;
     for (const auto& [name, o] : ctl_.overrides()) state.overrides.push_back(o);
+    ctl_.quotas().own_use(state.quotas);  // the window's use, so that a restart keeps it
     std::string bytes;
     wire::encode(state, bytes);
     if (bytes == state_saved_) return;

@@ -190,6 +190,35 @@ bool take_cost(ngx_conf_t* cf, ngx_str_t arg, Config::Cost& c, std::string& erro
     return true;
 }
 
+// Takes a quota=N/PERIOD or window_offset=DURATION argument; returns an error naming the value.
+std::string take_quota(std::string_view arg, QuotaSpec& quota, std::string_view& offset) {
+    if (arg.substr(0, 14) == "window_offset=") {
+        if (!offset.empty()) return "duplicate " + quoted(arg);
+        offset = arg.substr(14);
+        return offset.empty() ? "invalid window_offset \"\", expected e.g. 30s, 5m or 2h" : "";
+    }
+    if (quota) return "duplicate " + quoted(arg);
+    auto q = parse_quota(arg.substr(6));
+    if (!q) return q.error;
+    quota = q.value;
+    return {};
+}
+
+// The checks that need every argument: window_offset= against quota='s period; no quota on a
+// keyed bucket (per-key quotas are not implemented: docs/per-key.md).
+std::string settle_quota(QuotaSpec& quota, std::string_view offset, bool keyed) {
+    if (!offset.empty() && !quota) return "window_offset=" + std::string(offset) + " needs quota=";
+    if (quota && keyed) {
+        return "quota=" + std::to_string(quota.n) + "/" + std::string(to_string(quota.period)) +
+               " with key=: per-key quotas are not supported";
+    }
+    if (offset.empty()) return {};
+    auto o = parse_window_offset(offset, quota.period);
+    if (!o) return o.error;
+    quota.offset_ms = o.value;
+    return {};
+}
+
 char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return guarded(cf, [&]() -> char* {
         auto* m = static_cast<MainConf*>(conf);
@@ -206,6 +235,8 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         }
         d += " " + quoted(def.name);
         bool has_rate = false, has_scope = false, has_mode = false;
+        QuotaSpec quota;
+        std::string_view offset;  // window_offset=, checked against the quota's period
         KeyedSpec keyed;
         Source key_source = {nullptr, NGX_CONF_UNSET};
         Config::Cost cost;
@@ -251,6 +282,11 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
                 has_rate = true;
                 continue;
             }
+            if (arg.substr(0, 6) == "quota=" || arg.substr(0, 14) == "window_offset=") {
+                std::string err = take_quota(arg, quota, offset);
+                if (!err.empty()) return conf_error(cf, d + ": " + err);
+                continue;
+            }
             if (arg.substr(0, 6) == "scope=") {
                 auto s = parse_scope(arg.substr(6));
                 if (has_scope || !s) {
@@ -273,7 +309,12 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             }
             return conf_error(cf, d + ": invalid parameter " + quoted(arg));
         }
-        if (!has_rate) return conf_error(cf, d + " must have \"rate\" parameter");
+        std::string quota_err = settle_quota(quota, offset, keyed.keyed);
+        if (!quota_err.empty()) return conf_error(cf, d + ": " + quota_err);
+        if (!has_rate && !quota) {
+            return conf_error(cf, d + " must have \"rate\" or \"quota\" parameter");
+        }
+        if (!has_rate) def.limit_mrps = kNoRateMrps;  // the quota alone limits it
         if (keyed.given && !keyed.keyed) {
             return conf_error(cf, d + ": keys=, report_keys= and hash_keys= need key=");
         }
@@ -286,6 +327,7 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         m->cpp->table.defs.push_back(def);
         m->cpp->any_keyed = m->cpp->any_keyed || keyed.keyed;
         m->cpp->table.keyed.push_back(std::move(keyed));
+        m->cpp->table.quotas.push_back(quota);
         m->cpp->key_sources.push_back(key_source);
         m->cpp->any_cost = m->cpp->any_cost || cost.units != 1 || cost.var.index >= 0;
         if (cost.after.index >= 0) {

@@ -39,6 +39,29 @@ ngx_int_t push_header(ngx_http_request_t* r, ngx_str_t key, const char* begin, c
     return NGX_OK;
 }
 
+// A quota bucket's members, named "NAME.quota": its policy (q=N, w= the window's length) and,
+// while its instruction is live, what is left of it (as of that instruction) and the seconds
+// until its window ends. False when the policy does not fit.
+bool add_quota_fields(const shm::BucketSlot& s, bool live, std::uint64_t now, std::string_view name,
+                      const QuotaSpec& quota, char* policy, char*& pp, char* limit, char*& lp) {
+    char qname[kMaxNameLen + 8];
+    std::memcpy(qname, name.data(), name.size());
+    std::memcpy(qname + name.size(), ".quota", 6);
+    const std::string_view qn(qname, name.size() + 6);
+    const Window w = window_at(quota, static_cast<std::uint64_t>(ngx_time()) * 1000);
+    char* np = fields::append_quota_policy(policy, pp, policy + kFieldMax, qn, quota.n,
+                                           (w.end_ms - w.start_ms) / 1000);
+    if (np == nullptr) return false;
+    pp = np;
+    const std::uint64_t reset = s.quota_reset_ms.load(std::memory_order_relaxed);
+    if (!live || reset == 0) return true;
+    const std::uint64_t t = reset > now ? (reset - now + 999) / 1000 : 0;
+    np = fields::append_remaining(limit, lp, limit + kFieldMax, qn,
+                                  s.quota_left.load(std::memory_order_relaxed), t);
+    if (np != nullptr) lp = np;
+    return true;
+}
+
 // RateLimit-Policy for every matched bucket that enforces (effective mode deny), with its
 // limit in force: the control plane's while its instruction is live, else rate=. RateLimit
 // only where grl knows the answer: a bucket whose ratio in force is above 0 is over its
@@ -73,6 +96,12 @@ ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx&
         }
         if (mode != Mode::Deny) continue;
         std::string_view name = slot_name(shm, slot);
+        const std::vector<int>& of = m->cpp->def_of_slot;
+        const int d = slot < of.size() ? of[slot] : -1;
+        const QuotaSpec quota =
+            d >= 0 ? m->cpp->table.quota(static_cast<std::size_t>(d)) : QuotaSpec{};
+        if (quota && !add_quota_fields(s, live, now, name, quota, policy, pp, limit, lp)) break;
+        if (limit_mrps == kNoRateMrps) continue;  // quota= alone: no rate to state
         char* np = fields::append_policy(policy, pp, policy + kFieldMax, name, limit_mrps);
         if (np == nullptr) break;
         pp = np;

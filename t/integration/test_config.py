@@ -38,6 +38,21 @@ SHORT = key_file("short.pub", 'curve\n    public-key = "short"\n')
 # (id, http-level lines, expected message, text of the line the message must point at;
 #  None when the error is found at the end of the http block)
 BAD = [
+    ("quota-period", [ZONE, "grl_bucket api quota=10/fortnight;"],
+     '"grl_bucket" "api": invalid quota "10/fortnight", expected N/minute, N/hour, N/day or '
+     'N/month with N in 1-1099511627776', "quota=10/fortnight"),
+    ("quota-zero", [ZONE, "grl_bucket api rate=10r/s quota=0/day;"],
+     '"grl_bucket" "api": invalid quota "0/day"', "quota=0/day"),
+    ("quota-offset", [ZONE, "grl_bucket api quota=10/hour window_offset=soon;"],
+     '"grl_bucket" "api": invalid window_offset "soon", expected e.g. 30s, 5m or 2h', "soon"),
+    ("quota-offset-long", [ZONE, "grl_bucket api quota=10/hour window_offset=2h;"],
+     '"grl_bucket" "api": window_offset "2h" is not shorter than a hour', "window_offset=2h"),
+    ("quota-keyed", [ZONE, "grl_bucket api key=$remote_addr rate=10r/s quota=10/day;"],
+     '"grl_bucket" "api": quota=10/day with key=: per-key quotas are not supported', "quota=10/day"),
+    ("offset-no-quota", [ZONE, "grl_bucket api rate=10r/s window_offset=5m;"],
+     '"grl_bucket" "api": window_offset=5m needs quota=', "window_offset=5m"),
+    ("no-rate-no-quota", [ZONE, "grl_bucket api scope=zone;"],
+     '"grl_bucket" "api" must have "rate" or "quota" parameter', "grl_bucket api"),
     ("invalid-rate", [ZONE, "grl_bucket api rate=fast;"],
      '"grl_bucket" "api": invalid rate "fast", expected e.g. 100r/s or 600r/m', "rate=fast"),
     ("zero-rate", [ZONE, "grl_bucket api rate=0r/s;"],
@@ -79,7 +94,7 @@ BAD = [
     ("bad-regex", [ZONE, "grl_bucket api procedure_regex=^/(a rate=10r/s;"],
      '"grl_bucket" "api": invalid regex "^/(a": missing closing parenthesis', "procedure_regex"),
     ("missing-rate", [ZONE, "grl_bucket api procedure=/api;"],
-     '"grl_bucket" "api" must have "rate" parameter', "procedure=/api;"),
+     '"grl_bucket" "api" must have "rate" or "quota" parameter', "procedure=/api;"),
     ("bucket-before-zone", ["grl_bucket api rate=10r/s;", ZONE],
      '"grl_bucket" needs "grl_zone" before it', "grl_bucket api"),
     ("caller-bucket-without-grl_caller", [ZONE, "grl_bucket api caller=alice rate=10r/s;"],

@@ -178,12 +178,31 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
         inst.keys = KeyTable{};  // no longer keyed (a reload): nginx drops its key ratios
     }
     evaluate_candidate(inst, rule);
+    apply_quota(inst, it->first, now);
     announce(inst, before, conf, events);
     if (inst.ratio_ppm == 0) {
         inst.dropping_since_ms = 0;
     } else if (before.is_new || before.ratio_ppm == 0) {
         inst.dropping_since_ms = now.wall_ms;
     }
+}
+
+// A used-up quota rejects everything until its window ends: the ratio of a zero limit, and no
+// surge basis (the damper would ease the ratio towards the host's share of the rate limit).
+// Shadow mode keeps its mode: nginx then counts would-be rejections.
+void Controller::apply_quota(Instance& inst, const InstanceKey& key, const Clock& now) const {
+    QuotaLedger::Answer q;
+    if (inst.keyed || !quotas_.at(key, now.wall_ms, q)) {
+        inst.quota = inst.quota_used = inst.quota_reset_ms = 0;
+        return;
+    }
+    inst.quota = q.spec.n;
+    inst.quota_used = q.used;
+    inst.quota_reset_ms = q.window.end_ms;
+    if (q.used < q.spec.n) return;
+    inst.ratio_ppm = kPpmOne;
+    inst.basis_ms = 0;
+    inst.basis_offered_mrps = 0;
 }
 
 // The definition in force: nginx.conf's as the instance's hosts vote (resolve()), then the

@@ -100,6 +100,9 @@ void Controller::write_instruction(wire::Instruction& e, const Instance& inst) {
     e.has_basis = inst.basis_ms != 0 && !inst.keyed;
     e.basis_offered_mrps = round_mrps(inst.basis_offered_mrps);
     e.basis_ms = inst.basis_ms;
+    e.quota = inst.quota;
+    e.quota_used = inst.quota_used;
+    e.quota_reset_ms = inst.quota_reset_ms;
     e.keyed = inst.keyed;
     if (inst.keyed) {
         e.ratio_ppm = 0;
@@ -205,6 +208,7 @@ void Controller::region_usage(const Inputs& in, const Usage& usage, const Clock&
         if (n == wire::kMaxUsageBuckets) break;
     }
     ru.buckets.resize(n);
+    quotas_.own_use(ru.quotas);
     ru.overrides.clear();
     for (const auto& [name, o] : overrides_) {
         if (ru.overrides.size() == wire::kMaxOverrides) break;

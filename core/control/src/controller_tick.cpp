@@ -57,6 +57,7 @@ void Controller::tick(const Clock& now, TickOutput& out) {
                       : "every bucket read from its running sums again"});
     }
     instructions(in, now, out.instructions);  // forgets and notes the instances too
+    quotas_.forget(now.wall_ms);
     region_usage(in, usage, now, out.region_usage);
 }
 

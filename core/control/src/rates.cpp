@@ -153,6 +153,7 @@ void Table::baseline(Host& h, const wire::ReportView& r, std::uint64_t now_ms, b
         b.scope = rb.scope;
         b.mode = rb.mode;
         b.limit_mrps = rb.limit_mrps;
+        b.quota = rb.quota;
         counters_of(rb, b.c);
         take_keys(r, rb, b);
         if (recent_rates(r, rb, b)) {
@@ -326,6 +327,7 @@ void Table::rate_buckets(Host& h, const wire::ReportView& r, std::uint64_t dt) {
         b.scope = rb.scope;
         b.mode = rb.mode;
         b.limit_mrps = rb.limit_mrps;
+        b.quota = rb.quota;
         counters_of(rb, b.c);
         take_keys(r, rb, b);
         if (j == h.buckets.size()) {
@@ -466,6 +468,10 @@ struct BucketSum {
     std::vector<wire::DefinitionCount> defs;
     std::unordered_map<std::uint64_t, std::size_t> key_index;  // keyed: hash -> index into keys
     std::vector<wire::KeyRate> keys;
+    // The first fresh host's quota= stands for the zone; hosts that disagree on the rest of
+    // the definition show as several definitions.
+    QuotaSpec quota;
+    Scope quota_scope = Scope::Global;
 };
 
 void add_keys(BucketSum& a, const std::vector<wire::KeyRate>& keys) {
@@ -524,6 +530,7 @@ void Table::usage(wire::ZoneUsage& out) const {
     std::vector<BucketSum> acc(names_.size());
     std::size_t fresh = 0;
     out.host_names.clear();
+    out.quotas.clear();
     for (const auto& kv : hosts_) {
         const Host& h = kv.second;
         if (h.stale) continue;
@@ -538,6 +545,10 @@ void Table::usage(wire::ZoneUsage& out) const {
             ++a.hosts;
             add_keys(a, b.keys);
             add_definition(a.defs, wire::Definition{b.scope, b.mode, b.limit_mrps, b.keyed});
+            if (b.quota && !a.quota) {
+                a.quota = b.quota;
+                a.quota_scope = b.scope;
+            }
         }
     }
     std::sort(out.host_names.begin(), out.host_names.end());
@@ -554,7 +565,11 @@ void Table::usage(wire::ZoneUsage& out) const {
             partial = true;
         }
         out.buckets.push_back(usage_bucket(names_[id], acc[id]));
+        if (acc[id].quota && out.quotas.size() < wire::kMaxQuotas)
+            out.quotas.push_back({names_[id], acc[id].quota_scope, acc[id].quota});
     }
+    std::sort(out.quotas.begin(), out.quotas.end(),
+              [](const wire::QuotaDef& x, const wire::QuotaDef& y) { return x.name < y.name; });
     if (partial) name_hosts(out, slot_of);
     std::sort(
         out.buckets.begin(), out.buckets.end(),

@@ -221,6 +221,7 @@ void build_report(const shm::View& shm, const BucketTable& t, const Identity& id
         b.scope = d.scope;
         b.mode = d.mode;
         b.limit_mrps = d.limit_mrps;
+        b.quota = t.quota(i);
         b.offered = tot.offered;
         b.admitted = tot.admitted;
         b.dropped = tot.dropped;
@@ -324,7 +325,18 @@ std::size_t apply_instructions(const shm::View& shm, const BucketTable& t,
         s.limit_mrps.store(in.limit_mrps, std::memory_order_relaxed);
         s.issued_ts_ms.store(m.ts_ms, std::memory_order_relaxed);
         s.received_ms.store(now_ms, std::memory_order_relaxed);
-        s.expires_ms.store(now_ms + ttl, std::memory_order_release);
+        std::uint64_t expires = now_ms + ttl;
+        // The window's end on the sender's clock (no host clock involved). A used-up quota is
+        // rejected until then; the entry then expires and the bucket fails open until the next
+        // instruction.
+        const std::uint64_t to_reset =
+            in.quota_reset_ms > m.ts_ms ? in.quota_reset_ms - m.ts_ms : 0;
+        if (in.quota && in.quota_used >= in.quota) expires = std::min(expires, now_ms + to_reset);
+        s.quota_left.store(in.quota > in.quota_used ? in.quota - in.quota_used : 0,
+                           std::memory_order_relaxed);
+        s.quota_reset_ms.store(in.quota ? std::max<std::uint64_t>(now_ms + to_reset, 1) : 0,
+                               std::memory_order_relaxed);
+        s.expires_ms.store(expires, std::memory_order_release);
         ++applied;
         // A keyed bucket: each key's ratio goes into the key's entry, when the key is in this
         // host's table (a key not there has no traffic here to drop); ratio 0 clears.

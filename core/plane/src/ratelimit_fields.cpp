@@ -56,6 +56,24 @@ char* append_exhausted(char* begin, char* p, char* end, std::string_view name,
     return put_uint(p, end, t_seconds);
 }
 
+char* append_quota_policy(char* begin, char* p, char* end, std::string_view name, std::uint64_t q,
+                          std::uint64_t w) {
+    p = member(begin, p, end, name);
+    p = put(p, end, ";q=");
+    p = put_uint(p, end, q);
+    p = put(p, end, ";w=");
+    return put_uint(p, end, w);
+}
+
+char* append_remaining(char* begin, char* p, char* end, std::string_view name, std::uint64_t r,
+                       std::uint64_t t) {
+    p = member(begin, p, end, name);
+    p = put(p, end, ";r=");
+    p = put_uint(p, end, r);
+    p = put(p, end, ";t=");
+    return put_uint(p, end, t);
+}
+
 std::string_view problem_type(unsigned status) {
     return status == 503
                ? "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"

@@ -287,12 +287,15 @@ enum BucketKey {
     kBShadow,
     kBKeyed,  // optional
     kBKeys,   // optional, keyed only
+    kBQuota,  // optional, the three together
+    kBQuotaPeriod,
+    kBQuotaOffset,
     kBucketKeys
 };
 constexpr int kRequiredBucketKeys = kBKeyed;
 constexpr std::string_view kBucketKeyNames[kBucketKeys] = {
-    "name",     "scope",   "mode",           "limit_mrps", "offered",
-    "admitted", "dropped", "shadow_dropped", "keyed",      "keys"};
+    "name",           "scope", "mode", "limit_mrps", "offered",      "admitted",       "dropped",
+    "shadow_dropped", "keyed", "keys", "quota",      "quota_period", "quota_offset_ms"};
 
 // The index of a bucket entry key, or -1: dispatch on length first (this is the hot loop of
 // the collector: 8 keys per bucket, 100 buckets per report, 10,000 reports per second).
@@ -311,6 +314,7 @@ int bucket_key(std::string_view k) {
         case 5:
             if (is(k, "scope")) return kBScope;
             if (is(k, "keyed")) return kBKeyed;
+            if (is(k, "quota")) return kBQuota;
             return -1;
         case 7:
             if (is(k, "offered")) return kBOffered;
@@ -318,7 +322,9 @@ int bucket_key(std::string_view k) {
             return -1;
         case 8: return is(k, "admitted") ? kBAdmitted : -1;
         case 10: return is(k, "limit_mrps") ? kBLimit : -1;
+        case 12: return is(k, "quota_period") ? kBQuotaPeriod : -1;
         case 14: return is(k, "shadow_dropped") ? kBShadow : -1;
+        case 15: return is(k, "quota_offset_ms") ? kBQuotaOffset : -1;
         default: return -1;
     }
 }
@@ -329,6 +335,7 @@ int bucket_key(std::string_view k) {
 bool fast_bucket(Reader& r, ReportBucketView& b) {
     const std::size_t start = r.mark();
     b.keyed = false;
+    b.quota = {};
     b.keys_count = 0;
     std::string_view s;
     auto fallback = [&] {
@@ -451,6 +458,16 @@ bool read_keys(Reader& r, std::string_view key, std::size_t depth, std::vector<K
     return true;
 }
 
+// The quota keys: all three or none, as wire::decode's report_quota() wants them.
+bool quota_ok(Reader& r, std::uint32_t mask, const QuotaSpec& q) {
+    constexpr std::uint32_t kAll = (1u << kBQuota) | (1u << kBQuotaPeriod) | (1u << kBQuotaOffset);
+    if ((mask & kAll) == 0) return true;
+    if ((mask & kAll) != kAll) return r.fail("missing one of the \"quota\" keys");
+    if (q.n == 0) return r.fail("\"quota\" 0");
+    if (q.offset_ms >= max_offset_ms(q.period)) return r.fail("bad \"quota_offset_ms\"");
+    return true;
+}
+
 bool read_bucket(Reader& r, std::size_t depth, ReportBucketView& b,
                  std::vector<KeyRateView>& keys) {
     if (fast_bucket(r, b)) return true;
@@ -502,9 +519,19 @@ bool read_bucket(Reader& r, std::size_t depth, ReportBucketView& b,
                 break;
             }
             case kBKeys: ok = read_keys(r, key, depth + 1, keys, b.keys_first, b.keys_count); break;
+            case kBQuota: ok = read_uint(r, key, b.quota.n); break;
+            case kBQuotaPeriod: {
+                ok = read_str(r, key, s);
+                auto v = parse_period(s);
+                if (ok && !v) return r.fail("bad \"quota_period\"");
+                if (ok) b.quota.period = *v;
+                break;
+            }
+            case kBQuotaOffset: ok = read_uint(r, key, b.quota.offset_ms); break;
         }
         if (!ok) return false;
     }
+    if (!quota_ok(r, mask, b.quota)) return false;
     if ((mask & (1u << kBKeys)) && !b.keyed) return r.fail("\"keys\" without \"keyed\"");
     constexpr std::uint32_t kRequired = (1u << kRequiredBucketKeys) - 1;
     if ((mask & kRequired) != kRequired) {

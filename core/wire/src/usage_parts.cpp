@@ -14,9 +14,11 @@ namespace {
 // What only part 0 carries; the other parts leave it empty.
 void clear_head_extra(ZoneUsage& m) {
     m.host_names.clear();
+    m.quotas.clear();
 }
 void clear_head_extra(RegionUsage& m) {
     m.overrides.clear();
+    m.quotas.clear();
 }
 
 // The fields every part of a set repeats (the set's identity and what the receiver sums by).
@@ -62,9 +64,11 @@ void assign_head(RegionUsage& head, const RegionUsage& m) {
 // gets the head's old ones to read the next into); the other parts have none.
 void keep_head_extra(ZoneUsage& head, ZoneUsage& part0) {
     head.host_names.swap(part0.host_names);
+    head.quotas.swap(part0.quotas);
 }
 void keep_head_extra(RegionUsage& head, RegionUsage& part0) {
     head.overrides.swap(part0.overrides);
+    head.quotas.swap(part0.quotas);
 }
 
 // Heap bytes of a string beyond its own object (none within the small-string buffer).
@@ -114,6 +118,7 @@ ZoneUsage head_of(const ZoneUsage& m) {
     h.hosts = m.hosts;
     h.stale_hosts = m.stale_hosts;
     h.host_names = m.host_names;
+    h.quotas = m.quotas;
     return h;
 }
 RegionUsage head_of(const RegionUsage& m) {
@@ -128,6 +133,7 @@ RegionUsage head_of(const RegionUsage& m) {
     h.hosts = m.hosts;
     h.limits_digest = m.limits_digest;
     h.overrides = m.overrides;
+    h.quotas = m.quotas;
     return h;
 }
 

@@ -459,6 +459,7 @@ template <class Usage>
 bool read(std::string_view bytes, Usage& out, std::string& error, UsageRead* how) {
     UsageRest rest;
     std::size_t n = 0, copied = 0;
+    out.quotas.clear();  // the one-pass reader takes no message with "quotas"
     if (head(bytes, out, rest) && rest_of(rest, out, out.buckets, 0, n, copied)) {
         out.buckets.resize(n);
         if (how) *how = UsageRead::Fast;
@@ -478,10 +479,14 @@ bool read_usage(std::string_view bytes, RegionUsage& out, std::string& error, Us
     return read(bytes, out, error, how);
 }
 
+// The one-pass reader takes no "quotas" (a message with them is wire::decode's): a message it
+// takes has none, whatever `out` held.
 bool read_usage_head(std::string_view bytes, ZoneUsage& out, UsageRest& rest) {
+    out.quotas.clear();
     return head(bytes, out, rest);
 }
 bool read_usage_head(std::string_view bytes, RegionUsage& out, UsageRest& rest) {
+    out.quotas.clear();
     return head(bytes, out, rest);
 }
 bool read_usage_rest(const UsageRest& rest, ZoneUsage& out, std::vector<UsageBucket>& into,

@@ -154,9 +154,9 @@ bool recent_counts(const MapReader& f, Report& m, std::string& error) {
     return true;
 }
 
-constexpr std::array<std::string_view, 10> kReportBucketKeys = {
-    "name",     "scope",   "mode",           "limit_mrps", "offered",
-    "admitted", "dropped", "shadow_dropped", "keyed",      "keys",
+constexpr std::array<std::string_view, 13> kReportBucketKeys = {
+    "name",           "scope", "mode", "limit_mrps", "offered",      "admitted",        "dropped",
+    "shadow_dropped", "keyed", "keys", "quota",      "quota_period", "quota_offset_ms",
 };
 constexpr std::size_t kReportBucketRequiredKeys = 8;  // all but the optional keyed and keys
 static_assert(kReportBucketKeys[kReportBucketRequiredKeys] == "keyed");
@@ -171,6 +171,26 @@ bool report_keys(const MapReader& bf, std::uint32_t index, ReportBucket& b, std:
     codec::Path bucket{nullptr, "buckets", static_cast<long>(index)};
     codec::Path keys{&bucket, "keys", -1};
     return codec::read_key_rates(*arr, keys, kMaxReportKeys, false, b.keys, error);
+}
+
+// The optional "quota", "quota_period", "quota_offset_ms" of a report bucket entry (all three
+// or none), checked as nginx -t checks quota= and window_offset=.
+bool report_quota(const MapReader& bf, QuotaSpec& q) {
+    if (!bf.present("quota")) return true;
+    std::string_view period;
+    if (!bf.u64("quota", q.n) || !bf.str("quota_period", period) ||
+        !bf.u64("quota_offset_ms", q.offset_ms)) {
+        return false;
+    }
+    std::optional<Period> p = parse_period(period);
+    if (!p) return bf.fail("bad \"quota_period\" " + quote(period));
+    q.period = *p;
+    if (q.n == 0) return bf.fail("\"quota\" 0 (want 1 or more)");
+    if (q.offset_ms >= max_offset_ms(q.period)) {
+        return bf.fail("\"quota_offset_ms\" " + std::to_string(q.offset_ms) +
+                       " not shorter than a " + std::string(period));
+    }
+    return true;
 }
 
 bool decode_report(std::string_view bytes, Report& out, std::string& error) {
@@ -198,7 +218,8 @@ bool decode_report(std::string_view bytes, Report& out, std::string& error) {
         if (!bf.scope("scope", b.scope) || !bf.mode("mode", b.mode) ||
             !bf.u64("limit_mrps", b.limit_mrps) || !bf.u64("offered", b.offered) ||
             !bf.u64("admitted", b.admitted) || !bf.u64("dropped", b.dropped) ||
-            !bf.u64("shadow_dropped", b.shadow_dropped) || !report_keys(bf, i, b, error)) {
+            !bf.u64("shadow_dropped", b.shadow_dropped) || !report_keys(bf, i, b, error) ||
+            !report_quota(bf, b.quota)) {
             return false;
         }
         m.buckets.push_back(std::move(b));
@@ -215,9 +236,9 @@ bool decode_report(std::string_view bytes, Report& out, std::string& error) {
 constexpr std::array<std::string_view, 10> kInstructionsKeys = {
     "v", "type", "ts_ms", "seq", "source", "ttl_ms", "scope", "region", "zone", "buckets",
 };
-constexpr std::array<std::string_view, 9> kInstructionKeys = {
-    "name",     "ratio_ppm", "limit_mrps", "mode", "match", "basis_offered_mrps",
-    "basis_ms", "keyed",     "keys",
+constexpr std::array<std::string_view, 12> kInstructionKeys = {
+    "name",     "ratio_ppm", "limit_mrps", "mode",  "match",      "basis_offered_mrps",
+    "basis_ms", "keyed",     "keys",       "quota", "quota_used", "quota_reset_ms",
 };
 constexpr std::array<std::string_view, 5> kMatchKeys = {
     "caller", "caller_kind", "procedure", "procedure_kind", "scope",
@@ -313,6 +334,24 @@ bool instruction_keys(const MapReader& bf, Instruction& b) {
     return true;
 }
 
+// The optional "quota", "quota_used", "quota_reset_ms" of an instruction entry (all three or
+// none; docs/protocol.md "Quotas"). A used-up quota rejects everything: ratio_ppm 1'000'000.
+bool instruction_quota(const MapReader& bf, Instruction& b) {
+    if (!bf.present("quota")) return true;
+    if (!bf.u64("quota", b.quota) || !bf.u64("quota_used", b.quota_used) ||
+        !bf.u64("quota_reset_ms", b.quota_reset_ms)) {
+        return false;
+    }
+    if (b.quota == 0) return bf.fail("\"quota\" 0 (want 1 or more)");
+    if (b.keyed) return bf.fail("quota of a keyed bucket");
+    if (b.quota_used >= b.quota && b.ratio_ppm != kMaxRatioPpm) {
+        return bf.fail("\"quota_used\" " + std::to_string(b.quota_used) + " of " +
+                       std::to_string(b.quota) + " with \"ratio_ppm\" " +
+                       std::to_string(b.ratio_ppm) + " (want 1000000)");
+    }
+    return true;
+}
+
 // "region"/"zone" of an instructions message: a valid name when the scope needs it, otherwise
 // empty or a valid name.
 bool locality(std::string_view key, std::string_view v, bool required, Scope scope,
@@ -354,7 +393,8 @@ bool decode_instructions(std::string_view bytes, Instructions& out, std::string&
         }
         b.ratio_ppm = static_cast<std::uint32_t>(ratio);
         if (!bf.u64("limit_mrps", b.limit_mrps) || !bf.mode("mode", b.mode) ||
-            !runtime_match(bf, b, error) || !surge_basis(bf, b) || !instruction_keys(bf, b)) {
+            !runtime_match(bf, b, error) || !surge_basis(bf, b) || !instruction_keys(bf, b) ||
+            !instruction_quota(bf, b)) {
             return false;
         }
         m.buckets.push_back(std::move(b));
@@ -400,7 +440,7 @@ void encode(const Report& m, std::string& out) {
     p.str("buckets");
     p.array(m.buckets.size());
     for (const ReportBucket& b : m.buckets) {
-        p.map(kReportBucketRequiredKeys + (b.keyed ? 2 : 0));
+        p.map(kReportBucketRequiredKeys + (b.keyed ? 2 : 0) + (b.quota ? 3 : 0));
         p.kv("name", b.name);
         p.kv("scope", to_string(b.scope));
         p.kv("mode", to_string(b.mode));
@@ -412,6 +452,11 @@ void encode(const Report& m, std::string& out) {
         if (b.keyed) {
             p.kv_bool("keyed", true);
             codec::pack_key_rates(p, "keys", b.keys, false);
+        }
+        if (b.quota) {
+            p.kv("quota", b.quota.n);
+            p.kv("quota_period", to_string(b.quota.period));
+            p.kv("quota_offset_ms", b.quota.offset_ms);
         }
     }
     if (m.recent_ms) {
@@ -444,7 +489,7 @@ void encode(const Instructions& m, std::string& out) {
     p.array(m.buckets.size());
     for (const Instruction& b : m.buckets) {
         p.map(kInstructionKeys.size() - (b.has_match ? 0 : 1) - (b.has_basis ? 0 : 2) -
-              (b.keyed ? 0 : 2));
+              (b.keyed ? 0 : 2) - (b.quota ? 0 : 3));
         p.kv("name", b.name);
         p.kv("ratio_ppm", b.ratio_ppm);
         p.kv("limit_mrps", b.limit_mrps);
@@ -466,6 +511,11 @@ void encode(const Instructions& m, std::string& out) {
                 p.u64(k.hash);
                 p.u64(k.ratio_ppm);
             }
+        }
+        if (b.quota) {
+            p.kv("quota", b.quota);
+            p.kv("quota_used", b.quota_used);
+            p.kv("quota_reset_ms", b.quota_reset_ms);
         }
     }
     p.finish();

@@ -377,6 +377,74 @@ bool read_part(const MapReader& r, std::uint32_t& part, std::uint32_t& parts,
 // ---------------------------------------------------------------------------------------------
 // zone_usage
 
+// The optional "quotas" of a usage message (docs/protocol.md "Quotas"): maps, at most
+// kMaxQuotas, checked as a report's quota keys are; only part 0 of a set carries them.
+bool read_quota_spec(const MapReader& e, QuotaSpec& q) {
+    std::string_view period;
+    if (!e.u64("n", q.n) || !e.str("period", period) || !e.u64("offset_ms", q.offset_ms)) {
+        return false;
+    }
+    std::optional<Period> p = parse_period(period);
+    if (!p) return e.fail("bad \"period\" \"" + std::string(period) + "\"");
+    q.period = *p;
+    if (q.n == 0) return e.fail("\"n\" 0 (want 1 or more)");
+    if (q.offset_ms >= max_offset_ms(q.period)) {
+        return e.fail("\"offset_ms\" " + std::to_string(q.offset_ms) + " not shorter than a " +
+                      std::string(period));
+    }
+    return true;
+}
+
+template <typename Entry, typename ReadOne>
+bool read_quotas(const MapReader& r, std::vector<Entry>& out, std::string& error, ReadOne one) {
+    out.clear();
+    if (!r.present("quotas")) return true;
+    const msgpack_object* arr = nullptr;
+    if (!r.array("quotas", arr, kMaxQuotas)) return false;
+    out.resize(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        Path p{&r.path(), "quotas", static_cast<long>(i)};
+        MapReader e(arr->via.array.ptr[i], p, error);
+        if (!e.ok() || !e.name("name", out[i].name) || !e.scope("scope", out[i].scope) ||
+            !read_quota_spec(e, out[i].spec) || !one(e, out[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void pack_quota_spec(Packer& p, const QuotaSpec& q) {
+    p.kv("n", q.n);
+    p.kv("period", to_string(q.period));
+    p.kv("offset_ms", q.offset_ms);
+}
+
+void pack_quotas(Packer& p, const std::vector<QuotaDef>& qs) {
+    p.str("quotas");
+    p.array(qs.size());
+    for (const QuotaDef& q : qs) {
+        p.map(5);
+        p.kv("name", q.name);
+        p.kv("scope", to_string(q.scope));
+        pack_quota_spec(p, q.spec);
+    }
+}
+
+void pack_quotas(Packer& p, const std::vector<QuotaUse>& qs) {
+    p.str("quotas");
+    p.array(qs.size());
+    for (const QuotaUse& q : qs) {
+        p.map(9);
+        p.kv("name", q.name);
+        p.kv("scope", to_string(q.scope));
+        p.kv("zone", q.zone);
+        pack_quota_spec(p, q.spec);
+        p.kv("window_ms", q.window_ms);
+        p.kv("use_mu", q.use_mu);
+        p.kv("at_ms", q.at_ms);
+    }
+}
+
 bool decode_zone_usage(std::string_view bytes, ZoneUsage& out, std::string& error) {
     codec::Body body;
     if (!body.parse(bytes, error)) return false;
@@ -396,7 +464,8 @@ bool decode_zone_usage(std::string_view bytes, ZoneUsage& out, std::string& erro
                       " hosts, more than \"hosts\" " + std::to_string(m.hosts));
     }
     if (!read_usage_buckets(r, usage_form(m.v), m.buckets, true, m.hosts, error) ||
-        !read_part(r, m.part, m.parts, m.host_names.size(), "host_names")) {
+        !read_quotas(r, m.quotas, error, [](const MapReader&, QuotaDef&) { return true; }) ||
+        !read_part(r, m.part, m.parts, m.host_names.size() + m.quotas.size(), "host_names")) {
         return false;
     }
     out = std::move(m);
@@ -455,7 +524,13 @@ bool decode_region_usage(std::string_view bytes, RegionUsage& out, std::string& 
         !r.str("limits_digest", m.limits_digest, kMaxDigestLen) ||
         !read_usage_buckets(r, usage_form(m.v), m.buckets, false, m.hosts, error) ||
         !read_overrides(r, m.overrides, error) ||
-        !read_part(r, m.part, m.parts, m.overrides.size(), "overrides")) {
+        !read_quotas(r, m.quotas, error,
+                     [](const MapReader& e, QuotaUse& q) {
+                         return e.name_or_empty("zone", q.zone) &&
+                                e.u64("window_ms", q.window_ms) && e.u64("use_mu", q.use_mu) &&
+                                e.u64("at_ms", q.at_ms);
+                     }) ||
+        !read_part(r, m.part, m.parts, m.overrides.size() + m.quotas.size(), "overrides")) {
         return false;
     }
     out = std::move(m);
@@ -769,7 +844,7 @@ namespace codec {
 
 void encode_usage(const ZoneUsage& m, const UsageBucket* first, std::size_t n, std::string& out) {
     Packer p(out);
-    p.map(m.parts > 1 ? 14 : 12);
+    p.map((m.parts > 1 ? 14 : 12) + (m.quotas.empty() ? 0 : 1));
     p.kv("v", m.v == 1 ? 1 : kUsageVersion);
     p.kv("type", "zone_usage");
     p.kv("ts_ms", m.ts_ms);
@@ -782,13 +857,14 @@ void encode_usage(const ZoneUsage& m, const UsageBucket* first, std::size_t n, s
     p.kv("stale_hosts", m.stale_hosts);
     pack_names(p, "host_names", m.host_names);
     pack_usage_buckets(p, usage_form(m.v), first, n, true);
+    if (!m.quotas.empty()) pack_quotas(p, m.quotas);
     pack_part(p, m.part, m.parts);
     p.finish();
 }
 
 void encode_usage(const RegionUsage& m, const UsageBucket* first, std::size_t n, std::string& out) {
     Packer p(out);
-    p.map(m.parts > 1 ? 14 : 12);
+    p.map((m.parts > 1 ? 14 : 12) + (m.quotas.empty() ? 0 : 1));
     p.kv("v", m.v == 1 ? 1 : kUsageVersion);
     p.kv("type", "region_usage");
     p.kv("ts_ms", m.ts_ms);
@@ -803,6 +879,7 @@ void encode_usage(const RegionUsage& m, const UsageBucket* first, std::size_t n,
     p.str("overrides");
     p.array(m.overrides.size());
     for (const Override& o : m.overrides) pack_override(p, o);
+    if (!m.quotas.empty()) pack_quotas(p, m.quotas);
     pack_part(p, m.part, m.parts);
     p.finish();
 }

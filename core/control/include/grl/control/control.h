@@ -30,6 +30,7 @@
 #include "grl/control/early.h"
 #include "grl/control/instance_key.h"
 #include "grl/control/key_limits.h"
+#include "grl/control/quota_ledger.h"
 #include "grl/wire/wire.h"
 #include "grl/wire/wire_control.h"
 
@@ -225,6 +226,12 @@ struct Instance {
     bool keyed = false;
     KeyTable keys;
     bool keys_refusing = false;  // the key table was full last tick (logged on change)
+    // A bucket with quota= (docs/design/008-quotas.md): N, its use in the window in force
+    // (units) and the window's end (wall ms); quota 0: none. A used-up quota sets ratio_ppm
+    // to 1'000'000 (reject until quota_reset_ms) and drops the surge basis.
+    std::uint64_t quota = 0;
+    std::uint64_t quota_used = 0;
+    std::uint64_t quota_reset_ms = 0;
 };
 
 struct TickOutput {
@@ -274,6 +281,10 @@ class Controller {
     // Merges saved entries (the daemon's state file, at start) as if a peer had sent them:
     // last writer wins per bucket, stamps from the future refused. Returns how many merged.
     std::size_t restore_overrides(const std::vector<wire::Override>& entries, const Clock& now);
+    // The quota use the state file saved (QuotaLedger::restore), at start.
+    void restore_quotas(const std::vector<wire::QuotaUse>& saved) { quotas_.restore(saved); }
+    // The use of every quota instance (docs/design/008-quotas.md).
+    const QuotaLedger& quotas() const { return quotas_; }
 
     // Recomputes every instance and returns what to publish. Call once per interval (and after
     // an admin change, so that a new run-time bucket reaches nginx at once).
@@ -625,6 +636,9 @@ class Controller {
     Limits limits_;
     std::string limits_digest_;
     std::map<std::string, wire::Override> overrides_;
+    QuotaLedger quotas_;
+    // Sets the quota fields of a quota instance and, when its quota is used up, its ratio.
+    void apply_quota(Instance& inst, const InstanceKey& key, const Clock& now) const;
     std::set<std::string> announced_expired_;
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick

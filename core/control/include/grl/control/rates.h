@@ -120,6 +120,7 @@ class Table {
         std::uint64_t c[4] = {0, 0, 0, 0};  // offered, admitted, dropped, shadow_dropped
         float rate[4] = {0, 0, 0, 0};       // mrps, same order
         bool keyed = false;                 // the host's definition: a keyed bucket
+        QuotaSpec quota;                    // the host's quota= (n 0: none)
         // keyed: the host's heavy hitters of its latest report that carried rates (at most
         // wire::kMaxReportKeys, as the codec bounds them); gone with the host.
         std::vector<wire::KeyRate> keys;

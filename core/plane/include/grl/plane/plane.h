@@ -9,6 +9,7 @@
 
 #include "grl/common/bucket.h"
 #include "grl/plane/keyed_spec.h"
+#include "grl/common/quota.h"
 #include "grl/wire/wire.h"
 #include "grl/plane/shm_layout.h"
 
@@ -30,6 +31,9 @@ struct BucketTable {
     const KeyedSpec* keyed_spec(std::size_t i) const {
         return i < keyed.size() && keyed[i].keyed ? &keyed[i] : nullptr;
     }
+    // quotas[i]: defs[i]'s quota= (n 0: none); may be shorter than defs.
+    std::vector<QuotaSpec> quotas;
+    QuotaSpec quota(std::size_t i) const { return i < quotas.size() ? quotas[i] : QuotaSpec{}; }
     // Index into defs of `name`, or -1.
     int find(std::string_view name) const;
 };

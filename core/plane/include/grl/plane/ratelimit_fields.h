@@ -29,6 +29,13 @@ char* append_policy(char* begin, char* p, char* end, std::string_view name,
 char* append_exhausted(char* begin, char* p, char* end, std::string_view name,
                        std::uint64_t t_seconds);
 
+// A quota= member: `"NAME";q=Q;w=W` (Q units per window of W seconds).
+char* append_quota_policy(char* begin, char* p, char* end, std::string_view name, std::uint64_t q,
+                          std::uint64_t w);
+// `"NAME";r=R;t=T`: R units left, T seconds until the window ends (a quota= member).
+char* append_remaining(char* begin, char* p, char* end, std::string_view name, std::uint64_t r,
+                       std::uint64_t t);
+
 // The problem type of a rejection with `status`: 503 is temporary-reduced-capacity, any
 // other status quota-exceeded (the draft's registrations).
 std::string_view problem_type(unsigned status);

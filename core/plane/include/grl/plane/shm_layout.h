@@ -108,6 +108,12 @@ struct alignas(64) BucketSlot {
     // Written by the master at configuration time; read per request by the workers.
     std::atomic<std::int64_t> key_table;
     std::uint64_t key_sig;
+    // A quota bucket's last instruction (docs/design/008-quotas.md): monotonic ms when its
+    // window ends (0: no quota in it) and the quota left then. A used-up quota's instruction
+    // expires at quota_reset_ms. Read for the RateLimit header field only; both fit the
+    // slot's padding, so the layout's size is unchanged.
+    std::atomic<std::uint64_t> quota_reset_ms;
+    std::atomic<std::uint64_t> quota_left;
 };
 static_assert(sizeof(BucketSlot) == 192, "BucketSlot grew: bump kLayoutVersion");
 

@@ -10,6 +10,7 @@
 
 #include "grl/common/bucket.h"
 #include "grl/common/bucket_types.h"
+#include "grl/common/quota.h"
 
 namespace grl::wire {
 
@@ -63,6 +64,9 @@ struct ReportCounts {
     // baseline for the host (it just started) derive rates from one report.
     bool has_recent = false;
     std::array<std::uint64_t, 4> recent{};
+    // The bucket's quota= (docs/directives.md), n == 0 without: optional keys "quota",
+    // "quota_period", "quota_offset_ms" of the entry.
+    QuotaSpec quota;
 };
 
 struct ReportFields {
@@ -118,6 +122,12 @@ struct Instruction {
     // ratios of the keys over their limit (at most kMaxInstructionKeys).
     bool keyed = false;
     std::vector<KeyRatio> keys{};
+    // A bucket with quota= (docs/protocol.md "Quotas"): N, the use of the window so far
+    // (units, fleet-wide for the instance) and when the window ends (wall clock, Unix ms).
+    // quota == 0: absent. ratio_ppm is 1'000'000 while quota_used >= quota.
+    std::uint64_t quota = 0;
+    std::uint64_t quota_used = 0;
+    std::uint64_t quota_reset_ms = 0;
 };
 
 struct Instructions {

@@ -73,6 +73,34 @@ struct UsageBucket {
     std::vector<KeyRate> keys{};  // a keyed bucket: its busiest keys summed (at most kMaxUsageKeys)
 };
 
+// A quota bucket of a zone (`zone_usage` "quotas", docs/protocol.md "Quotas"): the quota= its
+// hosts report, and the scope the quota's instance is summed over.
+struct QuotaDef {
+    std::string name;
+    Scope scope = Scope::Global;
+    QuotaSpec spec;
+    bool operator==(const QuotaDef& o) const {
+        return name == o.name && scope == o.scope && spec == o.spec;
+    }
+};
+
+// The use of one quota instance in its window (`region_usage` "quotas"): what this region's
+// hosts admitted since window_ms (milli-units), as of at_ms (the newest zone usage in it).
+struct QuotaUse {
+    std::string name;
+    Scope scope = Scope::Global;
+    std::string zone;  // zone scope only
+    QuotaSpec spec;
+    std::uint64_t window_ms = 0;  // the window's start (wall clock, Unix ms)
+    std::uint64_t use_mu = 0;     // milli-units
+    std::uint64_t at_ms = 0;
+    bool operator==(const QuotaUse& o) const {
+        return name == o.name && scope == o.scope && zone == o.zone && spec == o.spec &&
+               window_ms == o.window_ms && use_mu == o.use_mu && at_ms == o.at_ms;
+    }
+};
+inline constexpr std::size_t kMaxQuotas = 4096;  // entries of one "quotas" list
+
 // `zone_usage`: one collector's view of its zone, every collector interval.
 struct ZoneUsage {
     // The message's "v": encode() writes this version's layout (1: map entries, else 2),
@@ -88,6 +116,7 @@ struct ZoneUsage {
     std::uint64_t stale_hosts = 0;        // silent hosts, no longer in the sums
     std::vector<std::string> host_names;  // the hosts in the sums (at most kMaxHostNames)
     std::vector<UsageBucket> buckets;
+    std::vector<QuotaDef> quotas;  // optional key: the zone's quota buckets, sorted by name
     // One part of a usage too large for one message (grl/usage_parts.h): part `part` of
     // `parts`, all parts sharing `seq`. parts = 1: the message is whole (the keys are absent).
     std::uint32_t part = 0;
@@ -127,7 +156,8 @@ struct RegionUsage {
     std::string limits_digest;         // of the controller's limits file, "" when none
     std::vector<UsageBucket> buckets;  // host_names always empty
     std::vector<Override> overrides;
-    std::uint32_t part = 0;  // as in ZoneUsage
+    std::vector<QuotaUse> quotas;  // optional key: the region's use of each quota instance
+    std::uint32_t part = 0;        // as in ZoneUsage
     std::uint32_t parts = 1;
 };
 

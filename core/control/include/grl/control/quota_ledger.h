@@ -1,0 +1,70 @@
+// The use of each quota instance in its current window (docs/design/008-quotas.md): what the
+// instance's hosts admitted since the window began, integrated from the admitted rates of the
+// usage messages taken in. Pure logic: time comes from the messages' own stamps, so two
+// controllers that take the same usages hold the same use (active-active), whatever their tick.
+//
+// Rules a caller keeps: take_zone() once per accepted zone_usage (the controller refuses
+// repeats and older ones, so no usage is integrated twice); take_peer() once per accepted
+// region_usage; restore() before the first usage.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "grl/common/quota.h"
+#include "grl/control/instance_key.h"
+#include "grl/wire/wire_control.h"
+
+namespace grl::control {
+
+// The longest span one zone usage may stand for: its zone's previous usage (or the state
+// file's save) further back than this counts only this far back at the usage's rate.
+inline constexpr std::uint64_t kMaxQuotaSpanMs = 60000;
+
+class QuotaLedger {
+  public:
+    explicit QuotaLedger(std::string region) : region_(std::move(region)) {}
+
+    // Integrates each quota bucket of `u` over [its zone's previous usage, u.ts_ms), split at
+    // the window's start; the first usage of a zone counts its interval.
+    void take_zone(const wire::ZoneUsage& u);
+    // A peer's use: another region's part of a global quota, or the use an active-active twin
+    // of this region holds (the larger of the two stands: both integrate the same usages).
+    void take_peer(const wire::RegionUsage& u);
+    // The state file's entries (this controller's last published use).
+    void restore(const std::vector<wire::QuotaUse>& saved);
+
+    struct Answer {
+        QuotaSpec spec;
+        Window window;           // the window in force at `wall_ms`
+        std::uint64_t used = 0;  // units, fleet-wide for the instance
+    };
+    // The instance's quota at `wall_ms`, or false when it has none. A window no usage has
+    // reached yet has used 0.
+    bool at(const InstanceKey& k, std::uint64_t wall_ms, Answer& out) const;
+    // This region's own use of every instance, for region_usage and the state file.
+    void own_use(std::vector<wire::QuotaUse>& out) const;
+    // Instances whose window ended more than a window ago and that no usage names any more.
+    void forget(std::uint64_t wall_ms);
+    std::size_t size() const { return entries_.size(); }
+
+  private:
+    struct Entry {
+        QuotaSpec spec;
+        std::uint64_t window_ms = 0;    // start of the window the use is of
+        double own_mu = 0;              // this region's use, milli-units
+        std::uint64_t at_ms = 0;        // the newest usage stamp integrated
+        std::uint64_t restored_ms = 0;  // the state file's stamp: where a zone's first usage starts
+        std::map<std::string, std::uint64_t> zone_ms;  // each zone's last usage stamp
+        std::map<std::string, std::uint64_t> peer_mu;  // other regions' use (global only)
+    };
+    Entry& entry(const InstanceKey& k, const QuotaSpec& spec);
+    static void roll(Entry& e, std::uint64_t window_ms);
+
+    std::string region_;
+    std::map<InstanceKey, Entry> entries_;
+};
+
+}  // namespace grl::control

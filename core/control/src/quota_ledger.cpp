@@ -1,0 +1,119 @@
+#include "grl/control/quota_ledger.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace grl::control {
+namespace {
+
+InstanceKey key_of(const std::string& name, Scope scope, const std::string& zone) {
+    return {name, scope, "", scope == Scope::Zone ? zone : std::string()};
+}
+
+const wire::UsageBucket* find_bucket(const wire::ZoneUsage& u, const std::string& name) {
+    auto it = std::lower_bound(
+        u.buckets.begin(), u.buckets.end(), name,
+        [](const wire::UsageBucket& b, const std::string& n) { return b.name < n; });
+    return it != u.buckets.end() && it->name == name ? &*it : nullptr;
+}
+
+}  // namespace
+
+QuotaLedger::Entry& QuotaLedger::entry(const InstanceKey& k, const QuotaSpec& spec) {
+    Entry& e = entries_[k];
+    if (e.spec != spec) {  // a new quota= starts afresh
+        e = Entry{};
+        e.spec = spec;
+    }
+    return e;
+}
+
+void QuotaLedger::roll(Entry& e, std::uint64_t window_ms) {
+    e.window_ms = window_ms;
+    e.own_mu = 0;
+    e.peer_mu.clear();
+}
+
+void QuotaLedger::take_zone(const wire::ZoneUsage& u) {
+    for (const wire::QuotaDef& q : u.quotas) {
+        Entry& e = entry(key_of(q.name, q.scope, u.zone), q.spec);
+        const Window w = window_at(q.spec, u.ts_ms);
+        if (w.start_ms < e.window_ms) continue;  // a late usage of a window that ended
+        if (w.start_ms > e.window_ms) roll(e, w.start_ms);
+        auto z = e.zone_ms.find(u.zone);
+        std::uint64_t from = z != e.zone_ms.end()      ? z->second
+                             : e.restored_ms != 0      ? e.restored_ms
+                             : u.ts_ms > u.interval_ms ? u.ts_ms - u.interval_ms
+                                                       : 0;
+        from =
+            std::max({from, w.start_ms, u.ts_ms > kMaxQuotaSpanMs ? u.ts_ms - kMaxQuotaSpanMs : 0});
+        const wire::UsageBucket* b = find_bucket(u, q.name);
+        if (b && u.ts_ms > from) {
+            e.own_mu += static_cast<double>(b->admitted_mrps) *
+                        static_cast<double>(u.ts_ms - from) / 1000.0;
+        }
+        e.zone_ms[u.zone] = std::max(z != e.zone_ms.end() ? z->second : 0, u.ts_ms);
+        e.at_ms = std::max(e.at_ms, u.ts_ms);
+    }
+}
+
+void QuotaLedger::take_peer(const wire::RegionUsage& u) {
+    const bool twin = u.region == region_;
+    for (const wire::QuotaUse& q : u.quotas) {
+        if (!twin && q.scope != Scope::Global) continue;  // another region's own instance
+        Entry& e = entry(key_of(q.name, q.scope, q.zone), q.spec);
+        if (q.window_ms < e.window_ms) continue;
+        if (q.window_ms > e.window_ms) roll(e, q.window_ms);
+        const auto mu = static_cast<double>(q.use_mu);
+        if (twin) {
+            e.own_mu = std::max(e.own_mu, mu);
+            e.at_ms = std::max(e.at_ms, q.at_ms);
+        } else {
+            std::uint64_t& held = e.peer_mu[u.region];
+            held = std::max(held, q.use_mu);
+        }
+    }
+}
+
+void QuotaLedger::restore(const std::vector<wire::QuotaUse>& saved) {
+    for (const wire::QuotaUse& q : saved) {
+        Entry& e = entry(key_of(q.name, q.scope, q.zone), q.spec);
+        roll(e, q.window_ms);
+        e.own_mu = static_cast<double>(q.use_mu);
+        e.at_ms = e.restored_ms = q.at_ms;
+    }
+}
+
+bool QuotaLedger::at(const InstanceKey& k, std::uint64_t wall_ms, Answer& out) const {
+    auto it = entries_.find(k);
+    if (it == entries_.end()) return false;
+    const Entry& e = it->second;
+    out.spec = e.spec;
+    out.window = window_at(e.spec, wall_ms);
+    out.used = 0;
+    if (e.window_ms < out.window.start_ms) return true;  // no usage of this window yet
+    double mu = e.own_mu;
+    for (const auto& [region, peer] : e.peer_mu) mu += static_cast<double>(peer);
+    out.used = static_cast<std::uint64_t>(std::floor(mu / 1000.0));
+    return true;
+}
+
+void QuotaLedger::own_use(std::vector<wire::QuotaUse>& out) const {
+    out.clear();
+    for (const auto& [k, e] : entries_) {
+        if (out.size() == wire::kMaxQuotas) break;
+        out.push_back({k.bucket, k.scope, k.zone, e.spec, e.window_ms,
+                       static_cast<std::uint64_t>(std::llround(e.own_mu)), e.at_ms});
+    }
+}
+
+void QuotaLedger::forget(std::uint64_t wall_ms) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        const Window w = window_at(it->second.spec, wall_ms);
+        const std::uint64_t len = w.end_ms - w.start_ms;
+        const bool stale = it->second.window_ms + 2 * len < w.end_ms;
+        it = stale ? entries_.erase(it) : std::next(it);
+    }
+}
+
+}  // namespace grl::control

@@ -1,0 +1,228 @@
+// Quotas over long windows: the windows (UTC boundaries, months, offsets) and the controller's
+// running use (docs/design/008-quotas.md).
+#include <gtest/gtest.h>
+
+#include "grl/common/quota.h"
+#include "grl/control/quota_ledger.h"
+#include "grl/wire/wire.h"
+#include "grl/wire/wire_control.h"
+
+namespace grl {
+namespace {
+
+constexpr std::uint64_t kDay = 86400000;
+// 2026-02-10T13:45:30.250Z
+constexpr std::uint64_t kT = 1770731130250;
+
+QuotaSpec spec(std::uint64_t n, Period p, std::uint64_t off = 0) {
+    return {n, p, off};
+}
+
+TEST(QuotaParse, AcceptsThePeriodsAndRefusesTheRest) {
+    auto q = parse_quota("600/hour");
+    ASSERT_TRUE(q) << q.error;
+    EXPECT_EQ(q.value.n, 600u);
+    EXPECT_EQ(q.value.period, Period::Hour);
+    EXPECT_TRUE(parse_quota("1/month"));
+    EXPECT_EQ(parse_quota("10/fortnight").error,
+              "invalid quota \"10/fortnight\", expected N/minute, N/hour, N/day or N/month with N "
+              "in 1-1099511627776");
+    EXPECT_FALSE(parse_quota("0/day"));
+    EXPECT_FALSE(parse_quota("day"));
+    EXPECT_FALSE(parse_quota("-1/day"));
+    EXPECT_FALSE(parse_quota("5/"));
+    EXPECT_EQ(parse_window_offset("90m", Period::Hour).error,
+              "window_offset \"90m\" is not shorter than a hour");
+    EXPECT_EQ(parse_window_offset("5x", Period::Hour).error,
+              "invalid window_offset \"5x\", expected e.g. 30s, 5m or 2h");
+    EXPECT_EQ(parse_window_offset("30s", Period::Minute).value, 30000u);
+}
+
+TEST(QuotaWindow, MinuteHourDayOnUtcBoundaries) {
+    EXPECT_EQ(window_at(spec(1, Period::Minute), kT), (Window{kT - 30250, kT - 30250 + 60000}));
+    EXPECT_EQ(window_at(spec(1, Period::Hour), kT).start_ms, kT - (45 * 60000 + 30250));
+    const Window d = window_at(spec(1, Period::Day), kT);
+    EXPECT_EQ(d.start_ms % kDay, 0u);
+    EXPECT_EQ(d.end_ms - d.start_ms, kDay);
+    EXPECT_LE(d.start_ms, kT);
+    EXPECT_GT(d.end_ms, kT);
+    // The end is the next window's start.
+    EXPECT_EQ(
+        window_at(spec(1, Period::Hour), window_at(spec(1, Period::Hour), kT).end_ms).start_ms,
+        window_at(spec(1, Period::Hour), kT).end_ms);
+}
+
+TEST(QuotaWindow, MonthsHaveTheirLengthsLeapYearsIncluded) {
+    // 2026-02-10: February of a common year, 28 days from 2026-02-01 (day 20485).
+    const Window feb = window_at(spec(1, Period::Month), kT);
+    EXPECT_EQ(feb.start_ms, 20485 * kDay);
+    EXPECT_EQ(feb.end_ms - feb.start_ms, 28 * kDay);
+    // 2024-02-29 (leap): February 2024 has 29 days, from day 19754.
+    const Window leap = window_at(spec(1, Period::Month), 19782 * kDay + 5);
+    EXPECT_EQ(leap.start_ms, 19754 * kDay);
+    EXPECT_EQ(leap.end_ms - leap.start_ms, 29 * kDay);
+    // December rolls into January of the next year: 2025-12-31 -> 2026-01-01 (day 20454).
+    const Window dec = window_at(spec(1, Period::Month), 20453 * kDay + 1);
+    EXPECT_EQ(dec.end_ms, 20454 * kDay);
+    EXPECT_EQ(dec.end_ms - dec.start_ms, 31 * kDay);
+}
+
+TEST(QuotaWindow, OffsetShiftsTheBoundaries) {
+    // A day starting at 06:00 UTC: at 05:00 the window is the one that began yesterday 06:00.
+    const std::uint64_t six = 6 * 3600000;
+    const std::uint64_t day0 = 20494 * kDay;
+    EXPECT_EQ(window_at(spec(1, Period::Day, six), day0 + 5 * 3600000),
+              (Window{day0 - kDay + six, day0 + six}));
+    EXPECT_EQ(window_at(spec(1, Period::Day, six), day0 + six),
+              (Window{day0 + six, day0 + kDay + six}));
+    // A month starting on the 2nd at 00:00 UTC.
+    const Window m = window_at(spec(1, Period::Month, kDay), 20485 * kDay + 1);  // 2026-02-01
+    EXPECT_EQ(m.start_ms, 20455 * kDay);                                         // 2026-01-02
+    EXPECT_EQ(m.end_ms, 20486 * kDay);                                           // 2026-02-02
+}
+
+wire::ZoneUsage usage(const std::string& zone, std::uint64_t ts, std::uint64_t admitted_mrps,
+                      const QuotaSpec& q, std::uint64_t interval = 1000) {
+    wire::ZoneUsage u;
+    u.zone = zone;
+    u.region = "r1";
+    u.ts_ms = ts;
+    u.interval_ms = interval;
+    wire::UsageBucket b;
+    b.name = "api";
+    b.admitted_mrps = admitted_mrps;
+    u.buckets.push_back(b);
+    u.quotas.push_back({"api", Scope::Global, q});
+    return u;
+}
+
+const control::InstanceKey kApi{"api", Scope::Global, "", ""};
+
+std::uint64_t used(const control::QuotaLedger& l, std::uint64_t wall) {
+    control::QuotaLedger::Answer a;
+    EXPECT_TRUE(l.at(kApi, wall, a));
+    return a.used;
+}
+
+TEST(QuotaLedger, IntegratesAdmittedRatesPerZoneAndRollsAtTheWindow) {
+    const QuotaSpec q = spec(1000, Period::Minute);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger l("r1");
+    // Two zones at 10 r/s each, a usage a second: 20 units a second once both are seen.
+    for (std::uint64_t s = 1; s <= 10; ++s) {
+        l.take_zone(usage("a", w0 + s * 1000, 10000, q));
+        l.take_zone(usage("b", w0 + s * 1000 + 300, 10000, q));
+    }
+    EXPECT_EQ(used(l, w0 + 11000), 200u);  // each zone's first usage counts its interval
+    // The next window starts from 0, also before any usage of it arrived.
+    EXPECT_EQ(used(l, w0 + 60000), 0u);
+    l.take_zone(usage("a", w0 + 60500, 10000, q));
+    EXPECT_EQ(used(l, w0 + 61000), 5u);  // only the part of the span inside the new window
+    // A late usage of the window that ended changes nothing.
+    l.take_zone(usage("b", w0 + 59000, 10000, q));
+    EXPECT_EQ(used(l, w0 + 61000), 5u);
+}
+
+TEST(QuotaLedger, TwoControllersTakingTheSameUsagesAgreeWhateverTheOrder) {
+    const QuotaSpec q = spec(100000, Period::Hour);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger one("r1"), two("r1");
+    std::vector<wire::ZoneUsage> a, b;
+    for (std::uint64_t s = 1; s <= 50; ++s) {
+        a.push_back(usage("a", w0 + s * 250, 7000 + s * 13, q, 250));
+        b.push_back(usage("b", w0 + s * 250 + 90, 3000 + s * 7, q, 250));
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        one.take_zone(a[i]);
+        one.take_zone(b[i]);
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) two.take_zone(b[i]);  // zone b's first
+    for (std::size_t i = 0; i < a.size(); ++i) two.take_zone(a[i]);
+    EXPECT_EQ(used(one, w0 + 20000), used(two, w0 + 20000));
+    std::vector<wire::QuotaUse> u1, u2;
+    one.own_use(u1);
+    two.own_use(u2);
+    EXPECT_EQ(u1, u2);
+}
+
+TEST(QuotaLedger, ARestartKeepsTheUseAndFillsTheGapOnce) {
+    const QuotaSpec q = spec(100000, Period::Hour);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger before("r1");
+    for (std::uint64_t s = 1; s <= 30; ++s) before.take_zone(usage("a", w0 + s * 1000, 10000, q));
+    EXPECT_EQ(used(before, w0 + 30000), 300u);
+    std::vector<wire::QuotaUse> saved;
+    before.own_use(saved);
+    // Through the state file's codec, as the daemon saves it.
+    wire::RegionUsage state;
+    state.source = "c1";
+    state.region = "r1";
+    state.quotas = saved;
+    std::string bytes, error;
+    wire::encode(state, bytes);
+    wire::RegionUsage read;
+    ASSERT_TRUE(wire::decode(bytes, read, error)) << error;
+    ASSERT_EQ(read.quotas, saved);
+    // Down 5 s; the first usage after the restart counts from the save, at its rate.
+    control::QuotaLedger after("r1");
+    after.restore(read.quotas);
+    EXPECT_EQ(used(after, w0 + 31000), 300u);
+    after.take_zone(usage("a", w0 + 35000, 10000, q));
+    EXPECT_EQ(used(after, w0 + 35000), 350u);
+    after.take_zone(usage("a", w0 + 36000, 10000, q));
+    EXPECT_EQ(used(after, w0 + 36000), 360u);
+}
+
+TEST(QuotaLedger, PeersAddOtherRegionsAndTwinsDoNotDoubleCount) {
+    const QuotaSpec q = spec(1000, Period::Day);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger l("r1");
+    for (std::uint64_t s = 1; s <= 10; ++s) l.take_zone(usage("a", w0 + s * 1000, 10000, q));
+    wire::RegionUsage peer;
+    peer.region = "r2";
+    peer.quotas.push_back({"api", Scope::Global, "", q, w0, 40000, w0 + 10000});
+    l.take_peer(peer);
+    l.take_peer(peer);  // the same again, or from r2's second controller: max, not a sum
+    EXPECT_EQ(used(l, w0 + 10000), 140u);
+    wire::RegionUsage twin;
+    twin.region = "r1";
+    twin.quotas.push_back({"api", Scope::Global, "", q, w0, 120000, w0 + 10000});
+    l.take_peer(twin);  // this region's other controller held more (this one restarted)
+    EXPECT_EQ(used(l, w0 + 10000), 160u);
+}
+
+TEST(QuotaWire, ReportAndInstructionCarryTheQuota) {
+    wire::Report r;
+    r.host = "h";
+    r.zone = "z";
+    r.region = "r";
+    wire::ReportBucket b;
+    b.name = "api";
+    b.quota = spec(600, Period::Hour, 60000);
+    r.buckets.push_back(b);
+    std::string bytes, error;
+    wire::encode(r, bytes);
+    wire::Report back;
+    ASSERT_TRUE(wire::decode(bytes, back, error)) << error;
+    EXPECT_EQ(back.buckets[0].quota, b.quota);
+
+    wire::Instructions m;
+    m.source = "c";
+    wire::Instruction in;
+    in.name = "api";
+    in.quota = 600;
+    in.quota_used = 600;
+    in.quota_reset_ms = kT;
+    in.ratio_ppm = 500000;
+    m.buckets.push_back(in);
+    wire::encode(m, bytes);
+    wire::Instructions got;
+    EXPECT_FALSE(wire::decode(bytes, got, error));  // used up needs ratio 1
+    m.buckets[0].ratio_ppm = 1000000;
+    wire::encode(m, bytes);
+    ASSERT_TRUE(wire::decode(bytes, got, error)) << error;
+    EXPECT_EQ(got.buckets[0].quota_reset_ms, kT);
+}
+
+}  // namespace
+}  // namespace grl
