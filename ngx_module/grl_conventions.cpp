@@ -3,6 +3,7 @@
 // (grl_problem_json). The values are formatted by core's grl/plane/ratelimit_fields.h; this file
 // only reads the request's record and the shm, and talks to nginx.
 
+#include <algorithm>
 #include <cstring>
 
 #include "grl/plane/ratelimit_fields.h"
@@ -44,10 +45,11 @@ ngx_int_t push_header(ngx_http_request_t* r, ngx_str_t key, const char* begin, c
 // until its window ends. False when the policy does not fit.
 bool add_quota_fields(const shm::BucketSlot& s, bool live, std::uint64_t now, std::string_view name,
                       const QuotaSpec& quota, char* policy, char*& pp, char* limit, char*& lp) {
-    char qname[kMaxNameLen + 8];
-    std::memcpy(qname, name.data(), name.size());
-    std::memcpy(qname + name.size(), ".quota", 6);
-    const std::string_view qn(qname, name.size() + 6);
+    constexpr std::string_view kSuffix = ".quota";
+    char qname[kMaxNameLen + kSuffix.size()];
+    char* q = std::copy_n(name.data(), std::min(name.size(), kMaxNameLen), qname);
+    q = std::copy_n(kSuffix.data(), kSuffix.size(), q);
+    const std::string_view qn(qname, static_cast<std::size_t>(q - qname));
     const Window w = window_at(quota, static_cast<std::uint64_t>(ngx_time()) * 1000);
     char* np = fields::append_quota_policy(policy, pp, policy + kFieldMax, qn, quota.n,
                                            (w.end_ms - w.start_ms) / 1000);
