@@ -880,6 +880,34 @@ def load_result(name):
         return json.load(f)
 
 
+def integration_fleet():
+    """t/integration/fleet.py, the fleet tests' harness (real grl-controller, grl-collectors and
+    nginx with the module, grl_loadgen), set to run this build's binaries (GRL_BUILD_DIR and
+    GRL_MODULE, unless already set)."""
+    import sys
+    os.environ.setdefault("GRL_BUILD_DIR", BUILD)
+    os.environ.setdefault("GRL_MODULE", GRL_MODULE)
+    sys.path.insert(0, os.path.join(ROOT, "t", "integration"))
+    import fleet
+    return fleet
+
+
+def seconds(text):
+    """A duration as the daemons and nginx take it ("250ms", "1s"), in seconds."""
+    return float(text[:-2]) / 1000 if text.endswith("ms") else float(text.rstrip("s"))
+
+
+def utc_now():
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+def stamp(argv):
+    """When (UTC), at which commit and with which command a result was made."""
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                            stdout=subprocess.PIPE, text=True).stdout.strip()
+    return {"when": utc_now(), "commit": commit, "command": command_line(argv)}
+
+
 def command_line(argv):
     import sys
     return " ".join([os.path.relpath(os.path.abspath(argv[0]), ROOT)] + argv[1:]) \

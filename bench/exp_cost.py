@@ -15,15 +15,12 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("GRL_BUILD_DIR", os.path.join(ROOT, "build"))
-os.environ.setdefault("GRL_MODULE", os.path.join(os.environ["GRL_BUILD_DIR"], "ngx_module",
-                                                  "ngx_http_grl_module.so"))
-sys.path.insert(0, os.path.join(ROOT, "t", "integration"))
-import fleet as fl  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as bl  # noqa: E402
+
+fl = bl.integration_fleet()
 
 
 def main():
@@ -47,11 +44,8 @@ def main():
     offered = w1["offered"] + 10 * w10["offered"]
     admitted = w1["ok"] + 10 * w10["ok"]
     errors = w1["errors"] + w1["other"] + w10["errors"] + w10["other"]
-    res = {
-        "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                 stdout=subprocess.PIPE, text=True).stdout.strip(),
-        "command": "bench/exp_cost.py " + " ".join(sys.argv[1:]),
+    res = bl.stamp(sys.argv)
+    res.update({
         "limit_units_per_s": args.limit, "offered_units_per_s": round(offered, 1),
         "admitted_units_per_s": round(admitted, 1),
         "admitted_over_limit": round(admitted / args.limit, 4),
@@ -59,14 +53,13 @@ def main():
         "offered_requests_per_s": {"cost_1": round(w1["offered"], 1),
                                    "cost_10": round(w10["offered"], 1)},
         "errors_per_s": round(errors, 2), "judged_seconds": [t0, t1],
-    }
+    })
     print(json.dumps(res, indent=2))
-    out = os.path.join(ROOT, "bench", "results",
-                       "cost-%s.json" % datetime.date.today().isoformat())
+    out = os.path.join(bl.RESULTS, "cost-%s.json" % datetime.date.today().isoformat())
     with open(out, "w") as fh:
         json.dump(res, fh, indent=2)
         fh.write("\n")
-    print("written to", os.path.relpath(out, ROOT))
+    print("written to", os.path.relpath(out, bl.ROOT))
 
 
 if __name__ == "__main__":

@@ -32,10 +32,6 @@ import benchlib as bl  # noqa: E402
 BIN_S = 0.25  # analysis bins: 250 requests at L = 1,000 r/s, about 6% Poisson noise
 
 
-def seconds(text):
-    return float(text[:-2]) / 1000 if text.endswith("ms") else float(text.rstrip("s"))
-
-
 def run_hosts(ports, schedules):
     """One grl_loadgen per host, started together; returns their results in host order."""
     out = [None] * len(ports)
@@ -95,7 +91,7 @@ def one(variant, backend, args):
         schedules = [[(total * a, args.before), (total * b, args.after)]
                      for a, b in zip(first, then)]
         results = run_hosts(fleet.ports, schedules)
-        return analyse(results, args.limit, total, args.before, seconds(args.interval))
+        return analyse(results, args.limit, total, args.before, bl.seconds(args.interval))
     finally:
         fleet.stop()
 

@@ -251,16 +251,19 @@ def start_nginx(host, zone, region, collector, buckets, made, location_extra=KEE
 
 
 @contextlib.contextmanager
-def two_zones_of_two(buckets, location_extra=KEEPALIVE, taps=False):
+def two_zones_of_two(buckets, location_extra=KEEPALIVE, taps=False, interval="250ms", ttl="2s",
+                     nginx_ttl="2s"):
     """One controller, collectors for zones z1 and z2 of region r1, and nginx h1, h2 (z1) and
     h3, h4 (z2) with `buckets`, once all 4 hosts report; stopped afterwards. With `taps`, each
-    zone's reports pass through a ReportTap ("taps": [z1's, z2's])."""
+    zone's reports pass through a ReportTap ("taps": [z1's, z2's]). `interval`: nginx's report
+    interval and the collector's and controller's; `ttl`: the controller's --ttl; `nginx_ttl`:
+    grl_instruction_ttl (None: nginx's default)."""
     made, daemons, tapped = [], [], []
     try:
-        ctl = Controller().start()
+        ctl = Controller(interval=interval, ttl=ttl).start()
         daemons.append(ctl)
-        z1 = Collector("z1", [ctl]).start()
-        z2 = Collector("z2", [ctl]).start()
+        z1 = Collector("z1", [ctl], interval=interval).start()
+        z2 = Collector("z2", [ctl], interval=interval).start()
         daemons += [z1, z2]
         if taps:
             tapped += [ReportTap(z1), ReportTap(z2)]
@@ -268,7 +271,7 @@ def two_zones_of_two(buckets, location_extra=KEEPALIVE, taps=False):
         for host, zone, col in (("h1", "z1", z1), ("h2", "z1", z1), ("h3", "z2", z2), ("h4", "z2", z2)):
             report_to = tapped[col is z2].endpoint if taps else None
             hosts.append(start_nginx(host, zone, "r1", col, buckets, made, location_extra=location_extra,
-                                     report_to=report_to))
+                                     report_to=report_to, interval=interval, ttl=nginx_ttl))
         h.wait_until(lambda: metric(ctl.metrics(), "grl_controller_hosts", state="fresh") == 4,
                      15, what="4 hosts reporting to the controller")
         yield {"ctl": ctl, "collectors": [z1, z2], "nginx": hosts, "taps": tapped}
