@@ -10,7 +10,9 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "podman-setup: needs root (installs packages, writes /etc/containers/containers.conf)" >&2
   exit 77
 fi
-pkgs=(podman runc netavark aardvark-dns debootstrap podman-compose)
+# iptables: netavark's firewall driver, only recommended by its package (without it every
+# container with a network fails: "netavark: No such file or directory").
+pkgs=(podman runc netavark aardvark-dns iptables debootstrap podman-compose)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
