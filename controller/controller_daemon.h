@@ -68,6 +68,7 @@ class Daemon {
     // intake.cpp
     void on_usage();
     bool zone_key_refused(const wire::ZoneUsage& zone_usage, const control::Clock& t);
+    void log_quota_refusals(std::uint64_t before, const control::Clock& t);
     void tick_early(bool new_rates, Change change, const control::Clock& t);
     void zone_usage_refused(control::Accepted a, const std::string& source,
                             const std::string& region, const control::Clock& t);
@@ -156,6 +157,7 @@ class Daemon {
     daemon::LogLimiter hosts_log_;      // messages claiming too many hosts
     daemon::LogLimiter full_log_;       // a new zone or peer while the table is full
     daemon::LogLimiter overrides_log_;  // override entries stamped too far ahead
+    daemon::LogLimiter quota_log_;      // quota entries refused (control::QuotaLedger)
     daemon::LogLimiter send_log_;
     daemon::LogLimiter batch_log_;       // batches cut at their time budget: a flood
     daemon::LogLimiter parts_log_;       // usage parts that could not be assembled

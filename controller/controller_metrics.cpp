@@ -245,6 +245,18 @@ const daemon::Family<Daemon::Scrape> Daemon::kFleetFamilies[] = {
      [](daemon::Samples& o, const Scrape& s) {
          o(static_cast<double>(s.d.ctl_.overrides_rejected()));
      }},
+    {"grl_controller_quota_entries_refused_total", "counter",
+     "Quota entries of usages not taken (docs/design/008-quotas.md): unlisted (a zone's quota "
+     "for a bucket its usage does not list), not_ours (a peer's entry for an instance no zone "
+     "here defines), other_window (a peer's period, offset or window start that is not ours), "
+     "too_many_regions (more other regions for one instance than --max-peers).",
+     [](daemon::Samples& o, const Scrape& s) {
+         const control::QuotaLedger::Refused& r = s.d.ctl_.quotas().refused();
+         o({{"reason", "unlisted"}}, static_cast<double>(r.unlisted));
+         o({{"reason", "not_ours"}}, static_cast<double>(r.not_ours));
+         o({{"reason", "other_window"}}, static_cast<double>(r.other_window));
+         o({{"reason", "too_many_regions"}}, static_cast<double>(r.too_many_regions));
+     }},
     {"grl_controller_peer_regions_held", "gauge",
      "Other regions whose peers all went silent, their last usage held in the global sums "
      "(--peer-hold).",

@@ -48,7 +48,9 @@ void Daemon::on_usage() {
         const std::uint64_t v = zone_usage.v;
         const std::string zone = zone_usage.zone, source = zone_usage.source,
                           region = zone_usage.region;
+        const std::uint64_t quotas_refused = ctl_.quotas().refused().total();
         const control::UsageIntake::Taken taken = intake_.take_zone(t, &why_);
+        log_quota_refusals(quotas_refused, t);
         if (!assembled(taken, "zone_usage", t)) continue;
         const control::Accepted a = taken.accepted;
         const bool new_rates = taken.early.new_rates;
@@ -62,6 +64,19 @@ void Daemon::on_usage() {
         if (a != control::Accepted::Yes) zone_usage_refused(a, source, region, t);
     }
     count_cut(batch, net_.pull_, kZoneUsage);
+}
+
+// Quota entries a usage brought that the ledger refused (counted there by reason): one line,
+// rate-limited, naming the last one.
+void Daemon::log_quota_refusals(std::uint64_t before, const control::Clock& t) {
+    const std::uint64_t now = ctl_.quotas().refused().total();
+    if (now == before) return;
+    quota_log_.hit(
+        LogLevel::Warn, {},
+        ctl_.quotas().last_refused() +
+            (now - before > 1 ? " (" + std::to_string(now - before - 1) + " more in that message)"
+                              : std::string()),
+        t.mono_ms);
 }
 
 // CURVE: a collector's key may speak for one zone only.
@@ -176,9 +191,11 @@ void Daemon::on_peers(Peer& p) {
             continue;
         }
         const std::uint64_t refused_before = ctl_.overrides_rejected();
+        const std::uint64_t quotas_refused = ctl_.quotas().refused().total();
         const std::uint64_t v = region_usage.v;
         const std::string source = region_usage.source, region = region_usage.region;
         const control::UsageIntake::Taken taken = intake_.take_region(t, &why_);
+        log_quota_refusals(quotas_refused, t);
         if (!assembled(taken, "region_usage", t)) continue;
         const control::Accepted a = taken.accepted;
         if (a == control::Accepted::Yes) {

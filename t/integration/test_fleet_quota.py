@@ -96,3 +96,70 @@ def test_a_controller_restart_mid_window_keeps_the_use(fleet, tmp_path):
     # Forgotten, the fleet would admit another N after the restart.
     assert n - 10 <= first + second <= n + 2 * RPS, (first, second)
     assert rejected.headers["x-grl-status"] == "REJECTED"
+
+
+def test_fleet_hostile_quota_entries_are_refused_counted_and_logged(fleet):
+    """A peer (or anyone who reaches the peer port) adds its region's use to the quota
+    instances this controller's zones define, in their window, and nothing else: entries for
+    made-up buckets, another period, a window start ahead (which would move the instance to a
+    new window and zero its use) and more regions than --max-peers are refused, counted by
+    reason and logged (rate-limited); the instance keeps its N and its use."""
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    rogue = ctx.socket(zmq.PUB)
+    rogue.setsockopt(zmq.LINGER, 0)
+    rogue.bind("tcp://127.0.0.1:*")
+    offset, start = window_ahead(-5)  # the minute window began 5 s ago
+    bucket = "q procedure_prefix=/q quota=1000/minute window_offset=%ds" % offset
+    ctl = fleet.controller(peers=[rogue.getsockopt_string(zmq.LAST_ENDPOINT)],
+                           extra=["--max-peers", "4"])
+    col = fleet.collector("z1", [ctl])
+    fleet.nginx("h1", "z1", col, [bucket], location_extra=LOCATION)
+    fleet.wait_hosts(ctl, 1)
+    f.h.wait_until(lambda: f.metric(ctl.metrics(), "grl_bucket_quota_limit", bucket="q",
+                                    scope="global") == 1000, 5, what="the quota instance")
+    seq = [0]
+
+    def send_peer(region, quotas):
+        seq[0] += 1
+        now_ms = int(time.time() * 1000)
+        m = {"v": f.USAGE_VERSION, "type": "region_usage", "ts_ms": now_ms, "seq": seq[0],
+             "source": "evil", "region": region, "interval_ms": 250, "zones": 1, "hosts": 1,
+             "limits_digest": "", "buckets": [], "overrides": [],
+             "quotas": [dict(dict(name="q", scope="global", zone="", n=1000, period="minute",
+                                  offset_ms=offset * 1000, window_ms=start * 1000, use_mu=0,
+                                  at_ms=now_ms), **q) for q in quotas]}
+        rogue.send_multipart([b"grl/p/", msgpack.packb(m, use_bin_type=True)])
+
+    def used():
+        return f.metric(ctl.metrics(), "grl_bucket_quota_used", bucket="q", scope="global")
+
+    # The genuine path first: region r2's 100 units count (sent until the SUB is connected).
+    f.h.wait_until(lambda: send_peer("r2", [{"use_mu": 100000}]) or used() == 100, 5,
+                   interval=0.2, what="a peer region's use counted")
+    send_peer("r2", [{"name": "made-up-%d" % i, "use_mu": 10 ** 12} for i in range(1000)])
+    send_peer("r2", [{"n": 1, "use_mu": 100000}])  # N is ours: the use counts, the N does not
+    send_peer("r2", [{"period": "hour", "window_ms": start * 1000 - start * 1000 % 3600000}])
+    send_peer("r2", [{"window_ms": (start + 60) * 1000}])  # ahead: would zero our use
+    for r in ("r3", "r4", "r5", "r6", "r7", "r8"):  # 4 other regions at most
+        send_peer(r, [{"use_mu": 1000}])
+
+    def counted():
+        m = ctl.metrics()
+        return [f.metric(m, "grl_controller_quota_entries_refused_total", reason=r)
+                for r in ("not_ours", "other_window", "too_many_regions")]
+    f.h.wait_until(lambda: counted() == [1000, 2, 3], 5, what="every refused entry counted")
+    # r2's 100, and r3..r5's 1 each (published at the next tick); N stays ours.
+    f.h.wait_until(lambda: used() == 103, 3, what="the use of r2..r5 and no more")
+    time.sleep(0.6)
+    m = ctl.metrics()
+    assert f.metric(m, "grl_bucket_quota_used", bucket="q", scope="global") == 103
+    assert f.metric(m, "grl_bucket_quota_limit", bucket="q", scope="global") == 1000
+    assert f.metric(m, "grl_controller_quota_entries_refused_total", reason="unlisted") == 0
+    log = ctl.log()
+    assert 'quota of bucket "made-up-999" (global) from peer evil (region r2) refused: no zone' \
+        in log, log[-2000:]
+    assert log.count("quota of bucket") <= 2, log.count("quota of bucket")  # rate-limited
+    ctx.destroy(0)

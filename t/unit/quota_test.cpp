@@ -107,7 +107,7 @@ std::uint64_t used(const control::QuotaLedger& l, std::uint64_t wall) {
 TEST(QuotaLedger, IntegratesAdmittedRatesPerZoneAndRollsAtTheWindow) {
     const QuotaSpec q = spec(1000, Period::Minute);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
-    control::QuotaLedger l("r1");
+    control::QuotaLedger l("r1", 4);
     // Two zones at 10 r/s each, a usage a second: 20 units a second once both are seen.
     for (std::uint64_t s = 1; s <= 10; ++s) {
         l.take_zone(usage("a", w0 + s * 1000, 10000, q));
@@ -126,7 +126,7 @@ TEST(QuotaLedger, IntegratesAdmittedRatesPerZoneAndRollsAtTheWindow) {
 TEST(QuotaLedger, TwoControllersTakingTheSameUsagesAgreeWhateverTheOrder) {
     const QuotaSpec q = spec(100000, Period::Hour);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
-    control::QuotaLedger one("r1"), two("r1");
+    control::QuotaLedger one("r1", 4), two("r1", 4);
     std::vector<wire::ZoneUsage> a, b;
     for (std::uint64_t s = 1; s <= 50; ++s) {
         a.push_back(usage("a", w0 + s * 250, 7000 + s * 13, q, 250));
@@ -148,7 +148,7 @@ TEST(QuotaLedger, TwoControllersTakingTheSameUsagesAgreeWhateverTheOrder) {
 TEST(QuotaLedger, ARestartKeepsTheUseAndFillsTheGapOnce) {
     const QuotaSpec q = spec(100000, Period::Hour);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
-    control::QuotaLedger before("r1");
+    control::QuotaLedger before("r1", 4);
     for (std::uint64_t s = 1; s <= 30; ++s) before.take_zone(usage("a", w0 + s * 1000, 10000, q));
     EXPECT_EQ(used(before, w0 + 30000), 300u);
     std::vector<wire::QuotaUse> saved;
@@ -164,7 +164,7 @@ TEST(QuotaLedger, ARestartKeepsTheUseAndFillsTheGapOnce) {
     ASSERT_TRUE(wire::decode(bytes, read, error)) << error;
     ASSERT_EQ(read.quotas, saved);
     // Down 5 s; the first usage after the restart counts from the save, at its rate.
-    control::QuotaLedger after("r1");
+    control::QuotaLedger after("r1", 4);
     after.restore(read.quotas);
     EXPECT_EQ(used(after, w0 + 31000), 300u);
     after.take_zone(usage("a", w0 + 35000, 10000, q));
@@ -176,19 +176,86 @@ TEST(QuotaLedger, ARestartKeepsTheUseAndFillsTheGapOnce) {
 TEST(QuotaLedger, PeersAddOtherRegionsAndTwinsDoNotDoubleCount) {
     const QuotaSpec q = spec(1000, Period::Day);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
-    control::QuotaLedger l("r1");
+    control::QuotaLedger l("r1", 4);
     for (std::uint64_t s = 1; s <= 10; ++s) l.take_zone(usage("a", w0 + s * 1000, 10000, q));
     wire::RegionUsage peer;
     peer.region = "r2";
+    peer.ts_ms = w0 + 10000;
     peer.quotas.push_back({"api", Scope::Global, "", q, w0, 40000, w0 + 10000});
     l.take_peer(peer);
     l.take_peer(peer);  // the same again, or from r2's second controller: max, not a sum
     EXPECT_EQ(used(l, w0 + 10000), 140u);
     wire::RegionUsage twin;
     twin.region = "r1";
+    twin.ts_ms = w0 + 10000;
     twin.quotas.push_back({"api", Scope::Global, "", q, w0, 120000, w0 + 10000});
     l.take_peer(twin);  // this region's other controller held more (this one restarted)
     EXPECT_EQ(used(l, w0 + 10000), 160u);
+}
+
+// A peer (or anyone who reaches the peer port) adds use to instances this controller's zones
+// define, in their window: it cannot create instances, move one to another window, set N, or
+// grow one instance's list of regions without bound. Each refusal is counted and described.
+TEST(QuotaLedger, APeerOnlyAddsUseToOurInstancesInOurWindow) {
+    const QuotaSpec q = spec(1000, Period::Day);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger l("r1", 2);
+    l.take_zone(usage("a", w0 + 1000, 10000, q));
+    ASSERT_EQ(l.size(), 1u);
+    auto from = [&](const std::string& region, std::vector<wire::QuotaUse> qs) {
+        wire::RegionUsage p;
+        p.source = "ctl-" + region;
+        p.region = region;
+        p.ts_ms = w0 + 2000;
+        p.quotas = std::move(qs);
+        l.take_peer(p);
+    };
+    std::vector<wire::QuotaUse> strangers;
+    for (int i = 0; i < 100; ++i) {
+        strangers.push_back({"b" + std::to_string(i), Scope::Global, "", q, w0, 5000, w0 + 2000});
+    }
+    from("r2", strangers);
+    EXPECT_EQ(l.size(), 1u);
+    EXPECT_EQ(l.refused().not_ours, 100u);
+    EXPECT_NE(l.last_refused().find("\"b99\""), std::string::npos) << l.last_refused();
+    EXPECT_NE(l.last_refused().find("peer ctl-r2 (region r2)"), std::string::npos);
+    // Another N is ours to set, not the peer's; another period, or a window that is not one of
+    // ours (a start off the boundary, or one that has not begun by the message), is refused.
+    from("r2", {{"api", Scope::Global, "", spec(1, Period::Day), w0, 7000, w0 + 2000}});
+    from("r2", {{"api", Scope::Global, "", spec(1000, Period::Hour), w0, 7000, w0 + 2000}});
+    from("r2", {{"api", Scope::Global, "", q, w0 + 5, 7000, w0 + 2000}});
+    from("r2", {{"api", Scope::Global, "", q, w0 + 86400000, 0, w0 + 2000}});
+    EXPECT_EQ(l.refused().other_window, 3u);
+    control::QuotaLedger::Answer a;
+    ASSERT_TRUE(l.at(kApi, w0 + 2000, a));
+    EXPECT_EQ(a.spec, q);
+    EXPECT_EQ(a.used, 17u);  // ours (10) + r2's 7 taken with our N: the window was not moved
+    // Two other regions at most per instance.
+    from("r3", {{"api", Scope::Global, "", q, w0, 1000, w0 + 2000}});
+    from("r4", {{"api", Scope::Global, "", q, w0, 1000, w0 + 2000}});
+    EXPECT_EQ(l.refused().too_many_regions, 1u);
+    ASSERT_TRUE(l.at(kApi, w0 + 2000, a));
+    EXPECT_EQ(a.used, 18u);
+    EXPECT_EQ(l.refused().total(), 104u);
+}
+
+TEST(QuotaLedger, AZoneDefinesOnlyItsOwnBucketsAndANewNKeepsTheUse) {
+    const QuotaSpec q = spec(1000, Period::Hour);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger l("r1", 4);
+    wire::ZoneUsage u = usage("a", w0 + 1000, 10000, q);
+    u.quotas.push_back({"zzz", Scope::Global, q});  // no such bucket in the usage
+    l.take_zone(u);
+    EXPECT_EQ(l.size(), 1u);
+    EXPECT_EQ(l.refused().unlisted, 1u);
+    l.take_zone(usage("a", w0 + 2000, 10000, spec(500, Period::Hour)));
+    control::QuotaLedger::Answer a;
+    ASSERT_TRUE(l.at(kApi, w0 + 2000, a));
+    EXPECT_EQ(a.spec.n, 500u);
+    EXPECT_EQ(a.used, 20u);
+    l.take_zone(usage("a", w0 + 3000, 10000, spec(500, Period::Day)));  // another window
+    ASSERT_TRUE(l.at(kApi, w0 + 3000, a));
+    EXPECT_EQ(a.used, 10u);
 }
 
 TEST(QuotaWire, ReportAndInstructionCarryTheQuota) {

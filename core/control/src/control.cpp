@@ -23,7 +23,7 @@ namespace grl::control {
 using namespace detail;  // NOLINT(google-build-using-namespace): this library's own helpers
 
 Controller::Controller(Options o)
-    : opt_(std::move(o)), quotas_(opt_.region), ids_(opt_.max_bucket_names) {
+    : opt_(std::move(o)), quotas_(opt_.region, opt_.max_peers), ids_(opt_.max_bucket_names) {
     if (opt_.window == 0) opt_.window = 1;
     if (opt_.stale_intervals == 0) opt_.stale_intervals = 1;
     if (opt_.forget_intervals < opt_.stale_intervals) opt_.forget_intervals = opt_.stale_intervals;

@@ -17,15 +17,31 @@ const wire::UsageBucket* find_bucket(const wire::ZoneUsage& u, const std::string
     return it != u.buckets.end() && it->name == name ? &*it : nullptr;
 }
 
+bool same_window(const QuotaSpec& a, const QuotaSpec& b) {
+    return a.period == b.period && a.offset_ms == b.offset_ms;
+}
+
+std::string describe(const std::string& name, Scope scope, const std::string& zone) {
+    std::string s = "quota of bucket \"" + name + "\" (" + std::string(to_string(scope));
+    if (scope == Scope::Zone) s += " " + zone;
+    return s + ")";
+}
+
 }  // namespace
 
+// A definition with another window starts the instance afresh: its use was of other windows.
+// Another N keeps the use (the units admitted in the window are the same) and takes the N.
 QuotaLedger::Entry& QuotaLedger::entry(const InstanceKey& k, const QuotaSpec& spec) {
     Entry& e = entries_[k];
-    if (e.spec != spec) {  // a new quota= starts afresh
-        e = Entry{};
-        e.spec = spec;
-    }
+    if (!same_window(e.spec, spec)) e = Entry{};
+    e.spec = spec;
     return e;
+}
+
+void QuotaLedger::refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
+                         const std::string& why) {
+    ++reason;
+    last_refused_ = what + " from " + from + " refused: " + why;
 }
 
 void QuotaLedger::roll(Entry& e, std::uint64_t window_ms) {
@@ -36,6 +52,12 @@ void QuotaLedger::roll(Entry& e, std::uint64_t window_ms) {
 
 void QuotaLedger::take_zone(const wire::ZoneUsage& u) {
     for (const wire::QuotaDef& q : u.quotas) {
+        const wire::UsageBucket* b = find_bucket(u, q.name);
+        if (b == nullptr) {
+            refuse(refused_.unlisted, describe(q.name, q.scope, u.zone), "zone " + u.zone,
+                   "the usage lists no such bucket");
+            continue;
+        }
         Entry& e = entry(key_of(q.name, q.scope, u.zone), q.spec);
         const Window w = window_at(q.spec, u.ts_ms);
         if (w.start_ms < e.window_ms) continue;  // a late usage of a window that ended
@@ -47,8 +69,7 @@ void QuotaLedger::take_zone(const wire::ZoneUsage& u) {
                                                        : 0;
         from =
             std::max({from, w.start_ms, u.ts_ms > kMaxQuotaSpanMs ? u.ts_ms - kMaxQuotaSpanMs : 0});
-        const wire::UsageBucket* b = find_bucket(u, q.name);
-        if (b && u.ts_ms > from) {
+        if (u.ts_ms > from) {
             e.own_mu += static_cast<double>(b->admitted_mrps) *
                         static_cast<double>(u.ts_ms - from) / 1000.0;
         }
@@ -59,9 +80,31 @@ void QuotaLedger::take_zone(const wire::ZoneUsage& u) {
 
 void QuotaLedger::take_peer(const wire::RegionUsage& u) {
     const bool twin = u.region == region_;
+    const std::string from = "peer " + u.source + " (region " + u.region + ")";
     for (const wire::QuotaUse& q : u.quotas) {
         if (!twin && q.scope != Scope::Global) continue;  // another region's own instance
-        Entry& e = entry(key_of(q.name, q.scope, q.zone), q.spec);
+        auto it = entries_.find(key_of(q.name, q.scope, q.zone));
+        if (it == entries_.end()) {
+            refuse(refused_.not_ours, describe(q.name, q.scope, q.zone), from,
+                   "no zone of this controller defines it");
+            continue;
+        }
+        Entry& e = it->second;
+        // A window of ours that has begun by the message's stamp (which the controller checks
+        // against its clock): a peer cannot move the instance to another window.
+        if (!same_window(e.spec, q.spec) || q.window_ms > u.ts_ms ||
+            window_at(e.spec, q.window_ms).start_ms != q.window_ms) {
+            refuse(refused_.other_window, describe(q.name, q.scope, q.zone), from,
+                   "window_ms " + std::to_string(q.window_ms) + " of " +
+                       std::string(to_string(q.spec.period)) +
+                       " windows is not one of ours (a period or window_offset change?)");
+            continue;
+        }
+        if (!twin && e.peer_mu.size() >= max_regions_ && e.peer_mu.count(u.region) == 0) {
+            refuse(refused_.too_many_regions, describe(q.name, q.scope, q.zone), from,
+                   "it already holds " + std::to_string(max_regions_) + " other regions");
+            continue;
+        }
         if (q.window_ms < e.window_ms) continue;
         if (q.window_ms > e.window_ms) roll(e, q.window_ms);
         const auto mu = static_cast<double>(q.use_mu);

@@ -6,6 +6,12 @@
 // Rules a caller keeps: take_zone() once per accepted zone_usage (the controller refuses
 // repeats and older ones, so no usage is integrated twice); take_peer() once per accepted
 // region_usage; restore() before the first usage.
+//
+// Bounded by what this controller's own zones define: an instance is created only by a zone
+// usage's definition of one of the usage's own buckets (whose names the controller bounds,
+// --max-bucket-names) or by the state file; a peer only adds its use to instances held here,
+// never defines one or sets N, and one instance holds at most max_regions other regions.
+// Every entry refused is counted by reason, the last one described (refused(), last_refused()).
 #pragma once
 
 #include <cstdint>
@@ -25,13 +31,16 @@ inline constexpr std::uint64_t kMaxQuotaSpanMs = 60000;
 
 class QuotaLedger {
   public:
-    explicit QuotaLedger(std::string region) : region_(std::move(region)) {}
+    QuotaLedger(std::string region, std::size_t max_regions)
+        : region_(std::move(region)), max_regions_(max_regions) {}
 
     // Integrates each quota bucket of `u` over [its zone's previous usage, u.ts_ms), split at
-    // the window's start; the first usage of a zone counts its interval.
+    // the window's start; the first usage of a zone counts its interval. A definition sets
+    // the instance's N; one with another period or offset starts the instance afresh.
     void take_zone(const wire::ZoneUsage& u);
     // A peer's use: another region's part of a global quota, or the use an active-active twin
     // of this region holds (the larger of the two stands: both integrate the same usages).
+    // Only for instances held here with the same window (period and offset).
     void take_peer(const wire::RegionUsage& u);
     // The state file's entries (this controller's last published use).
     void restore(const std::vector<wire::QuotaUse>& saved);
@@ -50,6 +59,20 @@ class QuotaLedger {
     void forget(std::uint64_t wall_ms);
     std::size_t size() const { return entries_.size(); }
 
+    // Entries refused, by reason: a zone's definition of a bucket its usage does not list
+    // (unlisted); a peer's entry for an instance not held here (not_ours) or with another
+    // window (other_window: a period or offset change rolling out, or a window start that is
+    // not one of ours or has not begun by the message's stamp); a peer region beyond
+    // max_regions for one instance (too_many_regions).
+    struct Refused {
+        std::uint64_t unlisted = 0, not_ours = 0, other_window = 0, too_many_regions = 0;
+        std::uint64_t total() const {
+            return unlisted + not_ours + other_window + too_many_regions;
+        }
+    };
+    const Refused& refused() const { return refused_; }
+    const std::string& last_refused() const { return last_refused_; }
+
   private:
     struct Entry {
         QuotaSpec spec;
@@ -62,9 +85,14 @@ class QuotaLedger {
     };
     Entry& entry(const InstanceKey& k, const QuotaSpec& spec);
     static void roll(Entry& e, std::uint64_t window_ms);
+    void refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
+                const std::string& why);
 
     std::string region_;
+    std::size_t max_regions_;
     std::map<InstanceKey, Entry> entries_;
+    Refused refused_;
+    std::string last_refused_;
 };
 
 }  // namespace grl::control
