@@ -26,10 +26,14 @@
 #include "grl/wire/wire_control.h"
 #include "grlctl_config.h"
 #include "grlctl_explain.h"
+#include "grlctl_format.h"
 #include "grlctl_top.h"
 #include "status_json.h"
 
 using namespace grl;
+using grlctl::ratio;
+using grlctl::rps;
+using grlctl::utc;
 
 namespace {
 
@@ -38,28 +42,6 @@ std::uint64_t now_ms() {
     gettimeofday(&tv, nullptr);
     return static_cast<std::uint64_t>(tv.tv_sec) * 1000 +
            static_cast<std::uint64_t>(tv.tv_usec) / 1000;
-}
-
-std::string rps(std::uint64_t mrps) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%.1f", static_cast<double>(mrps) / 1000.0);
-    return b;
-}
-
-std::string ratio(std::uint32_t ppm) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%.4f", ppm / 1e6);
-    return b;
-}
-
-std::string when(std::uint64_t wall_ms) {
-    if (wall_ms == 0) return "-";
-    time_t t = static_cast<time_t>(wall_ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char b[32];
-    std::strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return b;
 }
 
 std::string kind_suffix(MatchKind k) {
@@ -184,7 +166,7 @@ void print_buckets(const wire::AdminReply& r, bool hosts) {
         std::string from =
             b.limit_source == b.mode_source ? b.limit_source : b.limit_source + "/" + b.mode_source;
         if (b.has_match) from += ",runtime";
-        if (b.expires_ms) from += ",until " + when(b.expires_ms);
+        if (b.expires_ms) from += ",until " + utc(b.expires_ms);
         std::string mode(to_string(b.mode));
         if (b.mode == Mode::Shadow && b.shadow_dropped_mrps)
             mode += " (" + rps(b.shadow_dropped_mrps) + " r/s)";
@@ -259,7 +241,7 @@ void print_show(const wire::AdminReply& r, const std::string& name) {
                     rps(b.limit_mrps).c_str(), b.limit_source.c_str(),
                     std::string(to_string(b.mode)).c_str(), b.mode_source.c_str(),
                     ratio(b.ratio_ppm).c_str());
-        if (b.expires_ms) std::printf("  override expires %s\n", when(b.expires_ms).c_str());
+        if (b.expires_ms) std::printf("  override expires %s\n", utc(b.expires_ms).c_str());
         if (b.limit_source == "removed")
             std::printf(
                 "  removed    a run-time bucket no longer published; its hosts drop it "
@@ -288,7 +270,7 @@ void print_status(const wire::AdminReply& r) {
             "limits file: %s: %" PRIu64 " buckets, version %s, digest %s, loaded %s%s%s%s%s\n",
             r.limits.file.c_str(), r.limits.buckets,
             r.limits.version.empty() ? "-" : r.limits.version.c_str(), r.limits.digest.c_str(),
-            r.limits.loaded_ms ? when(r.limits.loaded_ms).c_str() : "never",
+            r.limits.loaded_ms ? utc(r.limits.loaded_ms).c_str() : "never",
             r.limits.ok ? "" : "\n  LAST RELOAD REJECTED (the limits above stay in force): ",
             r.limits.ok ? "" : r.limits.error.c_str(),
             r.limits.store_error.empty()

@@ -1,30 +1,18 @@
 #include "grlctl_explain.h"
 
 #include <cstdio>
-#include <ctime>
+
+#include "grlctl_format.h"
 
 namespace grl::grlctl {
 namespace {
 
-std::string rps(std::uint64_t mrps) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%.1f r/s", static_cast<double>(mrps) / 1000.0);
-    return b;
-}
-
-std::string percent(std::uint32_t ppm) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%.1f%%", ppm / 1e4);
-    return b;
+std::string rate(std::uint64_t mrps) {
+    return rps(mrps) + " r/s";
 }
 
 // "2026-12-05T22:40:29Z (1m 12s ago)"
 std::string since(std::uint64_t wall_ms, std::uint64_t now_ms) {
-    const time_t t = static_cast<time_t>(wall_ms / 1000);
-    struct tm tm {};
-    gmtime_r(&t, &tm);
-    char at[32];
-    std::strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &tm);
     const std::uint64_t s = now_ms > wall_ms ? (now_ms - wall_ms) / 1000 : 0;
     char ago[48];
     if (s >= 3600) {
@@ -35,7 +23,7 @@ std::string since(std::uint64_t wall_ms, std::uint64_t now_ms) {
         std::snprintf(ago, sizeof(ago), "%llum %llus ago", static_cast<unsigned long long>(s / 60),
                       static_cast<unsigned long long>(s % 60));
     }
-    return std::string(at) + " (" + ago + ")";
+    return utc(wall_ms) + " (" + ago + ")";
 }
 
 std::string instance(const wire::BucketStatus& b) {
@@ -48,25 +36,25 @@ std::string instance(const wire::BucketStatus& b) {
 // Why the instance drops what it drops: the verdict and the numbers behind it.
 std::string verdict(const wire::BucketStatus& b, std::uint64_t now_ms) {
     const std::string limit =
-        rps(b.limit_mrps) + (b.keyed ? " per key" : "") + " (from " + b.limit_source + ")";
+        rate(b.limit_mrps) + (b.keyed ? " per key" : "") + " (from " + b.limit_source + ")";
     if (b.keyed) {
         return "  keyed: each key is limited to " + limit + "; " + std::to_string(b.keys_limited) +
                " key(s) over it have a drop ratio; all keys "
                "together offer " +
-               rps(b.offered_mrps) + "\n";
+               rate(b.offered_mrps) + "\n";
     }
     if (b.ratio_ppm == 0) {
-        return "  not dropping: offered " + rps(b.offered_mrps) + " is within the limit " + limit +
+        return "  not dropping: offered " + rate(b.offered_mrps) + " is within the limit " + limit +
                "\n";
     }
     std::string out = b.mode == Mode::Shadow
                           ? "  WOULD DROP " + percent(b.ratio_ppm) + " (shadow mode, from " +
                                 b.mode_source + ": every request is admitted, " +
-                                rps(b.shadow_dropped_mrps) + " counted as would-drops)"
+                                rate(b.shadow_dropped_mrps) + " counted as would-drops)"
                           : "  DROPPING " + percent(b.ratio_ppm) + " of requests";
     if (b.dropping_since_ms) out += " since " + since(b.dropping_since_ms, now_ms);
-    out += "\n  offered " + rps(b.offered_mrps) + " exceeds the limit " + limit +
-           ": each nginx drops a request with that probability; admitted " + rps(b.admitted_mrps) +
+    out += "\n  offered " + rate(b.offered_mrps) + " exceeds the limit " + limit +
+           ": each nginx drops a request with that probability; admitted " + rate(b.admitted_mrps) +
            "\n";
     return out;
 }
@@ -76,7 +64,7 @@ std::string load(const wire::BucketStatus& b) {
     if (!b.zone_load.empty()) {
         out += "  load by zone (this region):";
         for (const wire::ZoneLoad& z : b.zone_load) {
-            out += " " + z.zone + " " + rps(z.offered_mrps) + " from " + std::to_string(z.hosts) +
+            out += " " + z.zone + " " + rate(z.offered_mrps) + " from " + std::to_string(z.hosts) +
                    " host(s);";
         }
         out.back() = '\n';
@@ -97,11 +85,11 @@ std::string key_line(const wire::BucketStatus& b, const wire::AdminReply& keys,
         ++listed;
         if (k.key.text != key) continue;
         if (k.ratio_ppm == 0) {
-            return "  key \"" + key + "\": offered " + rps(k.key.offered_mrps) +
-                   ", within its limit " + rps(k.limit_mrps) + ": not dropped\n";
+            return "  key \"" + key + "\": offered " + rate(k.key.offered_mrps) +
+                   ", within its limit " + rate(k.limit_mrps) + ": not dropped\n";
         }
         return "  key \"" + key + "\": DROPPING " + percent(k.ratio_ppm) + ": offered " +
-               rps(k.key.offered_mrps) + " over its limit " + rps(k.limit_mrps) + " from " +
+               rate(k.key.offered_mrps) + " over its limit " + rate(k.limit_mrps) + " from " +
                std::to_string(k.key.hosts) + " host(s)\n";
     }
     return "  key \"" + key + "\": not among the " + std::to_string(listed) +

@@ -2,27 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <tuple>
+
+#include "grlctl_format.h"
 
 namespace grl::grlctl {
 
 namespace {
-
-std::string rps(std::uint64_t mrps) {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%.1f", static_cast<double>(mrps) / 1000.0);
-    return b;
-}
-
-std::string utc(std::uint64_t wall_ms) {
-    const auto t = static_cast<time_t>(wall_ms / 1000);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    char b[32];
-    std::strftime(b, sizeof(b), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return b;
-}
 
 std::string where(const wire::BucketStatus& b) {
     switch (b.scope) {
