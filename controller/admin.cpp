@@ -154,7 +154,7 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& 
     if (change) {
         ++stats_.admin_requests[kChanges];
         daemon::log(LogLevel::Info, q.bucket, "admin " + describe(q) + " by " + who);
-        state_.save();  // durable before the operator hears "done"
+        state_.save(t.mono_ms);  // durable before the operator hears "done"
         admin_tick();
     }
     r.buckets = ctl_.status(q.bucket, false);

@@ -100,8 +100,8 @@ void add_bounds(CLI::App& app, Config& c) {
 
 void add_limits_options(CLI::App& app, Config& c, std::string& password_file) {
     cli::add_text(app, "--state-file", c.state_file, "FILE",
-                  "keep overrides and run-time buckets here across restarts (written atomically "
-                  "at each change)");
+                  "keep overrides, run-time buckets and quota use here across restarts (written "
+                  "atomically at each change; quota use alone at most every 5 s)");
     cli::add_text(app, "--limits", c.limits_file, "FILE|etcd://HOST:PORT/KEY",
                   "YAML limits file (reloaded on SIGHUP and when it changes), or an etcd v3 key "
                   "holding it (watched)");

@@ -118,9 +118,14 @@ void Daemon::tick() {
                                                std::chrono::steady_clock::now() - t0)
                                                .count()),
                 thread_cpu_us() - cpu0);
-    state_.save();  // admin changes, peers' changes and expiries all pass through a tick
+    state_.save(
+        now().mono_ms);  // admin changes, peers' changes and expiries all pass through a tick
     record_accuracy();
     publish_dashboard();
+}
+
+void Daemon::stopped() {
+    state_.save(now().mono_ms, true);
 }
 
 // One sample a second of every instance (ticks come 4 a second, and early): accuracy is judged

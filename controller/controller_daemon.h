@@ -49,6 +49,8 @@ class Daemon {
     // SIGHUP: reads --curve-clients and --curve-admin-clients again; a bad file is refused
     // whole (its old list stays).
     void reload_keys(const char* why) { net_.reload_keys(why); }
+    // The loop has stopped (SIGTERM): the quotas' use goes to the state file, whatever its age.
+    void stopped();
 
   private:
     // Messages taken per wakeup of a socket, at most (and at most a time budget).

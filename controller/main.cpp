@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
             d.reload_keys("SIGHUP");
         });
         loop.run();
+        d.stopped();
         daemon::log_info("stopped");
     } catch (const std::exception& e) {
         std::fprintf(stderr, "grl-controller: %s\n", e.what());

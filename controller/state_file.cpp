@@ -48,9 +48,11 @@ void StateFile::restore() {
                      std::to_string(saved.overrides.size()) +
                      " overrides restored (expired ones lapse at the first tick), " +
                      std::to_string(saved.quotas.size()) + " quota uses");
+    saved.quotas.clear();
+    wire::encode(saved, table_saved_);  // the table as it is in the file
 }
 
-void StateFile::save() {
+void StateFile::save(std::uint64_t mono_ms, bool final) {
     if (cfg_.state_file.empty()) return;
     wire::RegionUsage state;
     state.v = cfg_.usage_version;  // readable by the release before during an upgrade
@@ -60,6 +62,12 @@ void StateFile::save() {
     state.ts_ms = 1;  // fixed, so that the bytes change only when the table does
     state.seq = 1;
     for (const auto& [name, o] : ctl_.overrides()) state.overrides.push_back(o);
+    std::string table;
+    wire::encode(state, table);
+    const bool table_changed = table != table_saved_;
+    if (!table_changed && !final && saved_mono_ != 0 && mono_ms < saved_mono_ + kQuotaSaveMs) {
+        return;
+    }
     ctl_.quotas().own_use(state.quotas);  // the window's use, so that a restart keeps it
     std::string bytes;
     wire::encode(state, bytes);
@@ -67,6 +75,8 @@ void StateFile::save() {
     try {
         daemon::write_file_atomically(cfg_.state_file, bytes, 0600);
         state_saved_ = std::move(bytes);
+        table_saved_ = std::move(table);
+        saved_mono_ = mono_ms;
         ++state_writes_;
         if (!state_ok_) daemon::log_info("state file " + cfg_.state_file + " written again");
         state_ok_ = true;
@@ -83,7 +93,8 @@ void StateFile::write_metrics(daemon::MetricsText& m) const {
          "rejected file at start or a failed write.",
          [](daemon::Samples& o, const StateFile& s) { o(s.state_ok_ ? 1.0 : 0.0); }},
         {"grl_controller_state_file_writes_total", "counter",
-         "Times the override table was written to the state file.",
+         "Times the state file was written (a change of the override table; the quotas' use "
+         "at most every 5 s).",
          [](daemon::Samples& o, const StateFile& s) { o(static_cast<double>(s.state_writes_)); }},
     };
     if (!cfg_.state_file.empty()) daemon::write(m, families, *this);

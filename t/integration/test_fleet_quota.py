@@ -84,12 +84,18 @@ def test_a_controller_restart_mid_window_keeps_the_use(fleet, tmp_path):
     state = str(tmp_path / "state")
     ctl, hosts, start = start_fleet(fleet, n, 14, ["--state-file", state])
     wait_for(start)
+    writes = f.metric(ctl.metrics(), "grl_controller_state_file_writes_total")
     first, rejected = send(hosts, 6)
     assert rejected is None and first >= 150, first
     time.sleep(0.6)  # a tick or two: the state file has the use
     assert os.path.exists(state)
+    # The use changes every tick under load; it is written at most every 5 s (and at a stop),
+    # not at every tick (about 26 in these 6.6 s).
+    writes = f.metric(ctl.metrics(), "grl_controller_state_file_writes_total") - writes
+    assert 1 <= writes <= 2, writes
     ctl.stop()
     ctl.start()
+    assert ", 1 quota uses" in ctl.log()
     second, rejected = send(hosts, 30)
     print("admitted %d before and %d after the restart (quota %d)" % (first, second, n))
     assert rejected is not None
