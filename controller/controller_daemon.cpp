@@ -118,8 +118,8 @@ void Daemon::tick() {
                                                std::chrono::steady_clock::now() - t0)
                                                .count()),
                 thread_cpu_us() - cpu0);
-    state_.save(
-        now().mono_ms);  // admin changes, peers' changes and expiries all pass through a tick
+    // Admin changes, peers' changes and expiries all pass through a tick.
+    state_.save(now().mono_ms);
     record_accuracy();
     publish_dashboard();
 }
