@@ -10,14 +10,16 @@ leaves the instructions spent per request. Variants as in nginx_overhead.py:
 plain, grl (10 buckets, ratio-0 instructions in force, the request matches
 one), limit_req.
 
-Usage: bench/instructions_per_request.py [--module ...] [--requests 20000]
-       [--variants plain,grl,limit_req]  (grl_headers: grl with grl_ratelimit_headers on;
+Usage: bench/instructions_per_request.py [--module ...] [--requests 20000] [--save]
+       [--variants plain,grl,limit_req]  (--save: the table also to
+       bench/results/instructions-DATE.md, the file the docs cite)  (grl_headers: grl with grl_ratelimit_headers on;
        grl_noplane: grl without a control plane, i.e. no ZeroMQ thread, as in workers but 0;
        grl=PATH: grl with the module at PATH, e.g. another branch's build, in the same run;
        grl_keyed: grl with the matched bucket keyed on $binary_remote_addr, docs/per-key.md;
        grl_keyed1: one keyed bucket alone, on $binary_remote_addr, as limit_req is set up)
 """
 import argparse
+import datetime
 import http.client
 import os
 import re
@@ -143,6 +145,8 @@ def main():
     ap.add_argument("--module", default=os.path.join(ov.ROOT, "build/ngx_module/ngx_http_grl_module.so"))
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--keep", action="store_true", help="keep the callgrind files")
+    ap.add_argument("--save", action="store_true",
+                    help="write the table to bench/results/instructions-DATE.md")
     ap.add_argument("--instr", action="store_true",
                     help="count per instruction (--dump-instr=yes), for bench/callgrind_lines.py")
     ap.add_argument("--variants", default="plain,grl,limit_req",
@@ -170,14 +174,25 @@ def main():
         pub.join()
     plain, plain_heap = rows[0][1], rows[0][2]  # the first variant is the baseline
     cmd = " ".join([os.path.relpath(sys.argv[0], ov.ROOT)] + sys.argv[1:])
-    print(f"\nCommand: `{cmd}`\n")
-    print(f"| variant | instructions/request | added over {rows[0][0]} | of which malloc/free "
-          "| added without malloc/free |")
-    print("|---|---|---|---|---|")
+    lines = [f"Command: `{cmd}`", "",
+             f"| variant | instructions/request | added over {rows[0][0]} | of which malloc/free "
+             "| added without malloc/free |",
+             "|---|---|---|---|---|"]
     for v, ipr, heap in rows:
-        print(f"| {v} | {ipr:.0f} | {ipr - plain:+.0f} ({(ipr - plain) / plain * 100:+.1f}%) "
-              f"| {heap - plain_heap:+.0f} | {ipr - heap - (plain - plain_heap):+.0f} |")
-
+        lines.append(f"| {v} | {ipr:.0f} | {ipr - plain:+.0f} ({(ipr - plain) / plain * 100:+.1f}%) "
+                     f"| {heap - plain_heap:+.0f} | {ipr - heap - (plain - plain_heap):+.0f} |")
+    print("\n" + "\n".join(lines))
+    if args.save:
+        commit = subprocess.run(["git", "-C", ov.ROOT, "rev-parse", "--short", "HEAD"],
+                                stdout=subprocess.PIPE, text=True).stdout.strip()
+        now = datetime.datetime.now(datetime.timezone.utc)
+        out = os.path.join(ov.ROOT, "bench", "results", f"instructions-{now.date().isoformat()}.md")
+        with open(out, "w") as fh:
+            fh.write("# Instructions per request (`bench/instructions_per_request.py`)\n\n"
+                     f"{now:%Y-%m-%d %H:%M} UTC, commit {commit}, callgrind, {args.requests} "
+                     "requests on keep-alive connections, one nginx process; malloc/free apart "
+                     "(docs/design/004-request-path-cost.md).\n\n" + "\n".join(lines) + "\n")
+        print("written to", os.path.relpath(out, ov.ROOT))
 
 if __name__ == "__main__":
     main()
