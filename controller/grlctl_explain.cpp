@@ -1,7 +1,6 @@
 #include "grlctl_explain.h"
 
-#include <cstdio>
-
+#include "grl/common/quota.h"
 #include "grlctl_format.h"
 
 namespace grl::grlctl {
@@ -11,19 +10,21 @@ std::string rate(std::uint64_t mrps) {
     return rps(mrps) + " r/s";
 }
 
+// A span of seconds to the minute or hour: "1m 12s", "3h 5m".
+std::string span(std::uint64_t s) {
+    return s >= 3600 ? std::to_string(s / 3600) + "h " + std::to_string(s % 3600 / 60) + "m"
+                     : std::to_string(s / 60) + "m " + std::to_string(s % 60) + "s";
+}
+
 // "2026-12-05T22:40:29Z (1m 12s ago)"
 std::string since(std::uint64_t wall_ms, std::uint64_t now_ms) {
-    const std::uint64_t s = now_ms > wall_ms ? (now_ms - wall_ms) / 1000 : 0;
-    char ago[48];
-    if (s >= 3600) {
-        std::snprintf(ago, sizeof(ago), "%lluh %llum ago",
-                      static_cast<unsigned long long>(s / 3600),
-                      static_cast<unsigned long long>(s % 3600 / 60));
-    } else {
-        std::snprintf(ago, sizeof(ago), "%llum %llus ago", static_cast<unsigned long long>(s / 60),
-                      static_cast<unsigned long long>(s % 60));
-    }
-    return utc(wall_ms) + " (" + ago + ")";
+    return utc(wall_ms) + " (" + span(now_ms > wall_ms ? (now_ms - wall_ms) / 1000 : 0) + " ago)";
+}
+
+// "2026-12-06T03:00:00Z (in 4m 10s)"
+std::string until(std::uint64_t wall_ms, std::uint64_t now_ms) {
+    return utc(wall_ms) + " (in " + span(wall_ms > now_ms ? (wall_ms - now_ms + 999) / 1000 : 0) +
+           ")";
 }
 
 std::string instance(const wire::BucketStatus& b) {
@@ -33,8 +34,26 @@ std::string instance(const wire::BucketStatus& b) {
     return s + ", " + std::string(to_string(b.mode)) + ")";
 }
 
+// A quota instance (quota=): what is left of the window, or that it is used up.
+std::string quota_line(const wire::BucketStatus& b, std::uint64_t now_ms) {
+    const std::string window = "the window ends at " + until(b.quota_reset_ms, now_ms);
+    if (b.quota_used >= b.quota) {
+        return std::string(b.mode == Mode::Shadow ? "  WOULD REJECT (shadow mode)"
+                                                  : "  REJECTING") +
+               " every request: the quota of " + std::to_string(b.quota) + " is used up (" +
+               std::to_string(b.quota_used) + " used); " + window + "\n";
+    }
+    return "  quota " + std::to_string(b.quota) + ": " + std::to_string(b.quota_used) + " used, " +
+           std::to_string(b.quota - b.quota_used) + " left; " + window + "\n";
+}
+
 // Why the instance drops what it drops: the verdict and the numbers behind it.
 std::string verdict(const wire::BucketStatus& b, std::uint64_t now_ms) {
+    if (b.quota && b.quota_used >= b.quota) return quota_line(b, now_ms);
+    const std::string q = b.quota ? quota_line(b, now_ms) : std::string();
+    if (b.limit_mrps == kNoRateMrps) {
+        return q + "  no rate limit (quota only): offered " + rate(b.offered_mrps) + "\n";
+    }
     const std::string limit =
         rate(b.limit_mrps) + (b.keyed ? " per key" : "") + " (from " + b.limit_source + ")";
     if (b.keyed) {
@@ -44,14 +63,15 @@ std::string verdict(const wire::BucketStatus& b, std::uint64_t now_ms) {
                rate(b.offered_mrps) + "\n";
     }
     if (b.ratio_ppm == 0) {
-        return "  not dropping: offered " + rate(b.offered_mrps) + " is within the limit " + limit +
-               "\n";
+        return q + "  not dropping: offered " + rate(b.offered_mrps) + " is within the limit " +
+               limit + "\n";
     }
-    std::string out = b.mode == Mode::Shadow
-                          ? "  WOULD DROP " + percent(b.ratio_ppm) + " (shadow mode, from " +
-                                b.mode_source + ": every request is admitted, " +
-                                rate(b.shadow_dropped_mrps) + " counted as would-drops)"
-                          : "  DROPPING " + percent(b.ratio_ppm) + " of requests";
+    std::string out = q;
+    out += b.mode == Mode::Shadow
+               ? "  WOULD DROP " + percent(b.ratio_ppm) + " (shadow mode, from " + b.mode_source +
+                     ": every request is admitted, " + rate(b.shadow_dropped_mrps) +
+                     " counted as would-drops)"
+               : "  DROPPING " + percent(b.ratio_ppm) + " of requests";
     if (b.dropping_since_ms) out += " since " + since(b.dropping_since_ms, now_ms);
     out += "\n  offered " + rate(b.offered_mrps) + " exceeds the limit " + limit +
            ": each nginx drops a request with that probability; admitted " + rate(b.admitted_mrps) +

@@ -4,6 +4,7 @@ rejects with $grl_status REJECTED and RateLimit fields saying nothing is left, u
 ends; a controller restart mid-window keeps the window's use (its state file)."""
 
 import os
+import re
 import time
 
 import fleet as f
@@ -73,6 +74,13 @@ def test_quota_holds_fleet_wide_then_rejects_until_the_window_ends(fleet):
     m = ctl.metrics()
     assert f.metric(m, "grl_bucket_quota_limit", bucket="q", scope="global") == n
     assert f.metric(m, "grl_bucket_quota_used", bucket="q", scope="global") >= n
+    # `grlctl explain` says why: used up, until when.
+    rc, text, err = f.grlctl(ctl, "explain", "q", json_out=False)
+    print(text)
+    m = re.search(r"REJECTING every request: the quota of %d is used up \((\d+) used\); the window "
+                  r"ends at \S+Z \(in 0m (\d+)s\)" % n, text)
+    assert rc == 0 and m, (text, err)
+    assert int(m.group(1)) >= n and abs(int(m.group(2)) - (start + 60 - time.time())) <= 2, text
     # The next window admits again.
     wait_for(start + 60)
     f.h.wait_until(lambda: all(h.get("/q/x").status == 200 for h in hosts), 5,
@@ -87,6 +95,10 @@ def test_a_controller_restart_mid_window_keeps_the_use(fleet, tmp_path):
     writes = f.metric(ctl.metrics(), "grl_controller_state_file_writes_total")
     first, rejected = send(hosts, 6)
     assert rejected is None and first >= 150, first
+    rc, text, _ = f.grlctl(ctl, "explain", "q", json_out=False)
+    m = re.search(r"quota %d: (\d+) used, (\d+) left; the window ends at" % n, text)
+    assert m and int(m.group(1)) + int(m.group(2)) == n and int(m.group(1)) >= 150, text
+    assert "no rate limit (quota only)" in text, text
     time.sleep(0.6)  # a tick or two: the state file has the use
     assert os.path.exists(state)
     # The use changes every tick under load; it is written at most every 5 s (and at a stop),

@@ -286,6 +286,9 @@ AdminReply sample_reply() {
     r.candidate_would_drop_mrps = 12345;
     r.dropping_since_ms = 1764000000000;
     r.zone_load = {{"eu-1a", 90000, 2}, {"eu-1b", 60000, 1}};
+    r.quota = 600;
+    r.quota_used = 601;
+    r.quota_reset_ms = 1764003600000;
     m.buckets = {b, r};
     m.zones = {{"eu-1a", "col-a", 2, 0, 120, true, 1}, {"eu-1b", "col-b", 1, 0, 90, true, 0}};
     m.peers = {{"ctl-us-1", "us", 800, "abcd", true, 2}};
@@ -394,6 +397,10 @@ TEST(WireControl, AdminRoundTrips) {
     EXPECT_EQ(dr.buckets[0].dropping_since_ms, 0u);  // optional keys, absent
     EXPECT_TRUE(dr.buckets[0].zone_load.empty());
     EXPECT_EQ(dr.buckets[1].dropping_since_ms, 1764000000000u);
+    EXPECT_EQ(dr.buckets[0].quota, 0u);  // no quota: the keys are absent
+    EXPECT_EQ(dr.buckets[1].quota, 600u);
+    EXPECT_EQ(dr.buckets[1].quota_used, 601u);
+    EXPECT_EQ(dr.buckets[1].quota_reset_ms, 1764003600000u);
     ASSERT_EQ(dr.buckets[1].zone_load.size(), 2u);
     EXPECT_EQ(dr.buckets[1].zone_load[1].zone, "eu-1b");
     EXPECT_EQ(dr.buckets[1].zone_load[1].offered_mrps, 60000u);

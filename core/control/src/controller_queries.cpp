@@ -55,6 +55,9 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
         s.keyed = inst.keyed;
         s.keys_limited = inst.keys.limited();
         s.dropping_since_ms = inst.dropping_since_ms;
+        s.quota = inst.quota;
+        s.quota_used = inst.quota_used;
+        s.quota_reset_ms = inst.quota_reset_ms;
         if (with_hosts) {
             for (const std::string_view zname : inst.own_zones_all ? tick_zones_ : inst.own_zones) {
                 auto z = zones_.find(std::string(zname));

@@ -579,7 +579,7 @@ bool decode_admin_request(std::string_view bytes, AdminRequest& out, std::string
 
 void pack_bucket_status(Packer& p, const BucketStatus& b) {
     p.map(16 + (b.has_match ? 1 : 0) + (b.candidate_limit_mrps ? 2 : 0) + (b.keyed ? 2 : 0) +
-          (b.dropping_since_ms ? 1 : 0) + (b.zone_load.empty() ? 0 : 1));
+          (b.dropping_since_ms ? 1 : 0) + (b.zone_load.empty() ? 0 : 1) + (b.quota ? 3 : 0));
     p.kv("name", b.name);
     p.kv("scope", to_string(b.scope));
     p.kv("region", b.region);
@@ -609,6 +609,11 @@ void pack_bucket_status(Packer& p, const BucketStatus& b) {
         p.kv("keys_limited", b.keys_limited);
     }
     if (b.dropping_since_ms) p.kv("dropping_since_ms", b.dropping_since_ms);
+    if (b.quota) {
+        p.kv("quota", b.quota);
+        p.kv("quota_used", b.quota_used);
+        p.kv("quota_reset_ms", b.quota_reset_ms);
+    }
     if (!b.zone_load.empty()) {
         p.str("zone_load");
         p.array(b.zone_load.size());
@@ -706,6 +711,17 @@ bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus&
     std::optional<std::uint64_t> since;
     if (!r.opt_u64("dropping_since_ms", since)) return false;
     b.dropping_since_ms = since.value_or(0);
+    std::optional<std::uint64_t> quota, used, reset;
+    if (!r.opt_u64("quota", quota) || !r.opt_u64("quota_used", used) ||
+        !r.opt_u64("quota_reset_ms", reset)) {
+        return false;
+    }
+    if (quota.value_or(0) == 0 && (used || reset)) {
+        return r.fail("\"quota_used\" or \"quota_reset_ms\" without \"quota\"");
+    }
+    b.quota = quota.value_or(0);
+    b.quota_used = used.value_or(0);
+    b.quota_reset_ms = reset.value_or(0);
     return read_zone_load(r, b.zone_load, error);
 }
 

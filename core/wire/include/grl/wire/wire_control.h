@@ -238,6 +238,11 @@ struct BucketStatus {
     // is 0), and, when asked with hosts, the load of each of the region's zones.
     std::uint64_t dropping_since_ms = 0;
     std::vector<ZoneLoad> zone_load;
+    // Optional, a quota instance only (quota > 0): N, the units used in the window in force
+    // (fleet-wide) and its end (wall ms), as the instruction entry carries them.
+    std::uint64_t quota = 0;
+    std::uint64_t quota_used = 0;
+    std::uint64_t quota_reset_ms = 0;
 };
 
 struct ZoneStatus {
