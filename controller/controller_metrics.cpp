@@ -247,12 +247,16 @@ const daemon::Family<Daemon::Scrape> Daemon::kFleetFamilies[] = {
      }},
     {"grl_controller_quota_entries_refused_total", "counter",
      "Quota entries of usages not taken (docs/design/008-quotas.md): unlisted (a zone's quota "
-     "for a bucket its usage does not list), not_ours (a peer's entry for an instance no zone "
-     "here defines), other_window (a peer's period, offset or window start that is not ours), "
-     "too_many_regions (more other regions for one instance than --max-peers).",
+     "for a bucket its usage does not list), full (a new instance while 4096 are held), "
+     "other_region (a peer speaking for another region than it did), not_ours (a peer's entry "
+     "for an instance no zone here defines), other_window (a peer's period, offset or window "
+     "start that is not ours), too_many_regions (more other regions for one instance than "
+     "--max-peers).",
      [](daemon::Samples& o, const Scrape& s) {
          const control::QuotaLedger::Refused& r = s.d.ctl_.quotas().refused();
          o({{"reason", "unlisted"}}, static_cast<double>(r.unlisted));
+         o({{"reason", "full"}}, static_cast<double>(r.full));
+         o({{"reason", "other_region"}}, static_cast<double>(r.other_region));
          o({{"reason", "not_ours"}}, static_cast<double>(r.not_ours));
          o({{"reason", "other_window"}}, static_cast<double>(r.other_window));
          o({{"reason", "too_many_regions"}}, static_cast<double>(r.too_many_regions));

@@ -189,17 +189,18 @@ def test_collector_killed_and_restarted(fleet):
     # usage partial: the controller awaits the zone's hosts and ticks when they are back
     # (docs/control-plane.md "short of hosts"; with two busy loops pinned to both cores
     # 0.16-0.34 s in 10 of 10 runs, 0.70 s once in 10 before). The issue asks for two report
-    # intervals (0.5 s), met with room on a quiet machine; the bound is four (1 s) because a
-    # loaded CI machine stalls whole processes (0.61 s once). What it catches: recovery that
-    # waits for a stale-host sweep, a full window or the ratios' TTL (2 s).
-    assert resumed < 1.0, resumed
+    # intervals (0.5 s), met with room on a quiet machine; the bound is three (0.75 s) because
+    # a loaded CI machine stalls whole processes (0.61 s once, counted from the spawn). It
+    # catches recovery that waits for the ratios' TTL (2 s) and, mostly, for a stale-host
+    # sweep (0.75 s and more); not one that waits a window more (about 0.5 s in all).
+    assert resumed < 0.75, resumed
 
 
 def test_controller_killed_and_restarted(fleet):
     resumed = outage_test(fleet, "controller")
     # Collectors keep their rates: the first zone usage after the restart (within one
     # collector interval) is published at once (measured ~0.2 s). Bound as above.
-    assert resumed < 1.0, resumed
+    assert resumed < 0.75, resumed
 
 
 def test_active_active_controllers_killing_one_changes_nothing(fleet):

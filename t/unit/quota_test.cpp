@@ -98,6 +98,11 @@ wire::ZoneUsage usage(const std::string& zone, std::uint64_t ts, std::uint64_t a
 
 const control::InstanceKey kApi{"api", Scope::Global, "", ""};
 
+// A usage taken when this controller's clock reads its stamp.
+void take(control::QuotaLedger& l, const wire::ZoneUsage& u) {
+    l.take_zone(u, u.ts_ms);
+}
+
 std::uint64_t used(const control::QuotaLedger& l, std::uint64_t wall) {
     control::QuotaLedger::Answer a;
     EXPECT_TRUE(l.at(kApi, wall, a));
@@ -110,16 +115,16 @@ TEST(QuotaLedger, IntegratesAdmittedRatesPerZoneAndRollsAtTheWindow) {
     control::QuotaLedger l("r1", 4);
     // Two zones at 10 r/s each, a usage a second: 20 units a second once both are seen.
     for (std::uint64_t s = 1; s <= 10; ++s) {
-        l.take_zone(usage("a", w0 + s * 1000, 10000, q));
-        l.take_zone(usage("b", w0 + s * 1000 + 300, 10000, q));
+        take(l, usage("a", w0 + s * 1000, 10000, q));
+        take(l, usage("b", w0 + s * 1000 + 300, 10000, q));
     }
     EXPECT_EQ(used(l, w0 + 11000), 200u);  // each zone's first usage counts its interval
     // The next window starts from 0, also before any usage of it arrived.
     EXPECT_EQ(used(l, w0 + 60000), 0u);
-    l.take_zone(usage("a", w0 + 60500, 10000, q));
+    take(l, usage("a", w0 + 60500, 10000, q));
     EXPECT_EQ(used(l, w0 + 61000), 5u);  // only the part of the span inside the new window
     // A late usage of the window that ended changes nothing.
-    l.take_zone(usage("b", w0 + 59000, 10000, q));
+    take(l, usage("b", w0 + 59000, 10000, q));
     EXPECT_EQ(used(l, w0 + 61000), 5u);
 }
 
@@ -133,11 +138,11 @@ TEST(QuotaLedger, TwoControllersTakingTheSameUsagesAgreeWhateverTheOrder) {
         b.push_back(usage("b", w0 + s * 250 + 90, 3000 + s * 7, q, 250));
     }
     for (std::size_t i = 0; i < a.size(); ++i) {
-        one.take_zone(a[i]);
-        one.take_zone(b[i]);
+        take(one, a[i]);
+        take(one, b[i]);
     }
-    for (std::size_t i = 0; i < a.size(); ++i) two.take_zone(b[i]);  // zone b's first
-    for (std::size_t i = 0; i < a.size(); ++i) two.take_zone(a[i]);
+    for (std::size_t i = 0; i < a.size(); ++i) take(two, b[i]);  // zone b's first
+    for (std::size_t i = 0; i < a.size(); ++i) take(two, a[i]);
     EXPECT_EQ(used(one, w0 + 20000), used(two, w0 + 20000));
     std::vector<wire::QuotaUse> u1, u2;
     one.own_use(u1);
@@ -149,7 +154,7 @@ TEST(QuotaLedger, ARestartKeepsTheUseAndFillsTheGapOnce) {
     const QuotaSpec q = spec(100000, Period::Hour);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
     control::QuotaLedger before("r1", 4);
-    for (std::uint64_t s = 1; s <= 30; ++s) before.take_zone(usage("a", w0 + s * 1000, 10000, q));
+    for (std::uint64_t s = 1; s <= 30; ++s) take(before, usage("a", w0 + s * 1000, 10000, q));
     EXPECT_EQ(used(before, w0 + 30000), 300u);
     std::vector<wire::QuotaUse> saved;
     before.own_use(saved);
@@ -167,9 +172,9 @@ TEST(QuotaLedger, ARestartKeepsTheUseAndFillsTheGapOnce) {
     control::QuotaLedger after("r1", 4);
     after.restore(read.quotas);
     EXPECT_EQ(used(after, w0 + 31000), 300u);
-    after.take_zone(usage("a", w0 + 35000, 10000, q));
+    take(after, usage("a", w0 + 35000, 10000, q));
     EXPECT_EQ(used(after, w0 + 35000), 350u);
-    after.take_zone(usage("a", w0 + 36000, 10000, q));
+    take(after, usage("a", w0 + 36000, 10000, q));
     EXPECT_EQ(used(after, w0 + 36000), 360u);
 }
 
@@ -177,19 +182,22 @@ TEST(QuotaLedger, PeersAddOtherRegionsAndTwinsDoNotDoubleCount) {
     const QuotaSpec q = spec(1000, Period::Day);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
     control::QuotaLedger l("r1", 4);
-    for (std::uint64_t s = 1; s <= 10; ++s) l.take_zone(usage("a", w0 + s * 1000, 10000, q));
+    for (std::uint64_t s = 1; s <= 10; ++s) take(l, usage("a", w0 + s * 1000, 10000, q));
     wire::RegionUsage peer;
+    peer.source = "ctl-r2";
     peer.region = "r2";
     peer.ts_ms = w0 + 10000;
     peer.quotas.push_back({"api", Scope::Global, "", q, w0, 40000, w0 + 10000});
-    l.take_peer(peer);
-    l.take_peer(peer);  // the same again, or from r2's second controller: max, not a sum
+    l.take_peer(peer, peer.ts_ms);
+    l.take_peer(peer,
+                peer.ts_ms);  // the same again, or from r2's second controller: max, not a sum
     EXPECT_EQ(used(l, w0 + 10000), 140u);
     wire::RegionUsage twin;
+    twin.source = "ctl-r1-b";
     twin.region = "r1";
     twin.ts_ms = w0 + 10000;
     twin.quotas.push_back({"api", Scope::Global, "", q, w0, 120000, w0 + 10000});
-    l.take_peer(twin);  // this region's other controller held more (this one restarted)
+    l.take_peer(twin, twin.ts_ms);  // this region's other controller held more (this one restarted)
     EXPECT_EQ(used(l, w0 + 10000), 160u);
 }
 
@@ -200,7 +208,7 @@ TEST(QuotaLedger, APeerOnlyAddsUseToOurInstancesInOurWindow) {
     const QuotaSpec q = spec(1000, Period::Day);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
     control::QuotaLedger l("r1", 2);
-    l.take_zone(usage("a", w0 + 1000, 10000, q));
+    take(l, usage("a", w0 + 1000, 10000, q));
     ASSERT_EQ(l.size(), 1u);
     auto from = [&](const std::string& region, std::vector<wire::QuotaUse> qs) {
         wire::RegionUsage p;
@@ -208,7 +216,7 @@ TEST(QuotaLedger, APeerOnlyAddsUseToOurInstancesInOurWindow) {
         p.region = region;
         p.ts_ms = w0 + 2000;
         p.quotas = std::move(qs);
-        l.take_peer(p);
+        l.take_peer(p, p.ts_ms);
     };
     std::vector<wire::QuotaUse> strangers;
     for (int i = 0; i < 100; ++i) {
@@ -224,7 +232,10 @@ TEST(QuotaLedger, APeerOnlyAddsUseToOurInstancesInOurWindow) {
     from("r2", {{"api", Scope::Global, "", spec(1, Period::Day), w0, 7000, w0 + 2000}});
     from("r2", {{"api", Scope::Global, "", spec(1000, Period::Hour), w0, 7000, w0 + 2000}});
     from("r2", {{"api", Scope::Global, "", q, w0 + 5, 7000, w0 + 2000}});
-    from("r2", {{"api", Scope::Global, "", q, w0 + 86400000, 0, w0 + 2000}});
+    from("r2", {{"api", Scope::Global, "", q, w0 + 2 * 86400000ULL, 0, w0 + 2000}});
+    // The next window, from a peer whose clock is a little ahead: left for later, not refused,
+    // and the window in force stays.
+    from("r2", {{"api", Scope::Global, "", q, w0 + 86400000ULL, 0, w0 + 2000}});
     EXPECT_EQ(l.refused().other_window, 3u);
     control::QuotaLedger::Answer a;
     ASSERT_TRUE(l.at(kApi, w0 + 2000, a));
@@ -239,21 +250,65 @@ TEST(QuotaLedger, APeerOnlyAddsUseToOurInstancesInOurWindow) {
     EXPECT_EQ(l.refused().total(), 104u);
 }
 
+// Windows follow this controller's clock: a usage stamped in the next window (a collector's
+// clock ahead, or a sender stamping up to the skew allowed) cannot end the one in force.
+TEST(QuotaLedger, NoSenderEndsTheWindowInForceEarly) {
+    const QuotaSpec q = spec(1000, Period::Minute);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger l("r1", 4);
+    for (std::uint64_t s = 1; s <= 10; ++s) take(l, usage("a", w0 + s * 1000, 10000, q));
+    l.take_zone(usage("b", w0 + 60500, 10000, q), w0 + 10500);  // 50 s ahead of our clock
+    EXPECT_EQ(used(l, w0 + 10500), 100u);
+    take(l, usage("a", w0 + 11000, 10000, q));
+    EXPECT_EQ(used(l, w0 + 11000), 110u);
+    // Once our clock is there, the next window counts from its start.
+    take(l, usage("a", w0 + 60500, 10000, q));
+    EXPECT_EQ(used(l, w0 + 60500), 5u);
+}
+
+TEST(QuotaLedger, APeerSpeaksForTheRegionItFirstNamedAndItsUseSaturates) {
+    const QuotaSpec q = spec(1000, Period::Day);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger l("r1", 4);
+    take(l, usage("a", w0 + 1000, 10000, q));
+    wire::RegionUsage p;
+    p.source = "ctl-x";
+    p.region = "r2";
+    p.ts_ms = w0 + 2000;
+    p.quotas.push_back({"api", Scope::Global, "", q, w0, 5000, w0 + 2000});
+    l.take_peer(p, p.ts_ms);
+    for (const char* other : {"r3", "r4", "r5"}) {
+        p.region = other;
+        l.take_peer(p, p.ts_ms);
+    }
+    EXPECT_EQ(l.refused().other_region, 3u);
+    EXPECT_NE(l.last_refused().find("it spoke for region r2 before"), std::string::npos)
+        << l.last_refused();
+    EXPECT_EQ(used(l, w0 + 2000), 15u);  // ours 10 + r2's 5, not r3..r5's
+    p.region = "r2";
+    p.quotas[0].use_mu = ~std::uint64_t{0};
+    l.take_peer(p, p.ts_ms);
+    EXPECT_GE(used(l, w0 + 2000), 1000u);  // saturated, not wrapped
+    std::vector<wire::QuotaUse> own;
+    l.own_use(own);
+    EXPECT_EQ(own[0].use_mu, 10000u);
+}
+
 TEST(QuotaLedger, AZoneDefinesOnlyItsOwnBucketsAndANewNKeepsTheUse) {
     const QuotaSpec q = spec(1000, Period::Hour);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
     control::QuotaLedger l("r1", 4);
     wire::ZoneUsage u = usage("a", w0 + 1000, 10000, q);
     u.quotas.push_back({"zzz", Scope::Global, q});  // no such bucket in the usage
-    l.take_zone(u);
+    take(l, u);
     EXPECT_EQ(l.size(), 1u);
     EXPECT_EQ(l.refused().unlisted, 1u);
-    l.take_zone(usage("a", w0 + 2000, 10000, spec(500, Period::Hour)));
+    take(l, usage("a", w0 + 2000, 10000, spec(500, Period::Hour)));
     control::QuotaLedger::Answer a;
     ASSERT_TRUE(l.at(kApi, w0 + 2000, a));
     EXPECT_EQ(a.spec.n, 500u);
     EXPECT_EQ(a.used, 20u);
-    l.take_zone(usage("a", w0 + 3000, 10000, spec(500, Period::Day)));  // another window
+    take(l, usage("a", w0 + 3000, 10000, spec(500, Period::Day)));  // another window
     ASSERT_TRUE(l.at(kApi, w0 + 3000, a));
     EXPECT_EQ(a.used, 10u);
 }

@@ -117,7 +117,7 @@ Accepted Controller::take_zone_usage(wire::ZoneUsage& u, const Clock& now, std::
     } else if (e.in_run) {
         run_add(e.ids, e.sums, &e);
     }
-    quotas_.take_zone(e.usage);
+    quotas_.take_zone(e.usage, now.wall_ms);
     return Accepted::Yes;
 }
 
@@ -317,7 +317,7 @@ Accepted Controller::keep_region_usage(wire::RegionUsage& u, const Clock& now, s
     PeerEntry& e = held == peers_.end() ? peers_[u.source] : held->second;
     if (e.in_run) run_sub(e.ids, e.sums, false);
     std::swap(e.usage, u);
-    quotas_.take_peer(e.usage);
+    quotas_.take_peer(e.usage, now.wall_ms);
     std::swap(e.ids, ids_scratch_);
     keep_or_release(ids_scratch_, same_places);
     if (!same_places) e.repeats = repeats(e.ids);

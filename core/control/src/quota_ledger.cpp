@@ -17,6 +17,12 @@ const wire::UsageBucket* find_bucket(const wire::ZoneUsage& u, const std::string
     return it != u.buckets.end() && it->name == name ? &*it : nullptr;
 }
 
+// Milli-units as a count, saturating: a peer's use near 2^64 must not overflow a conversion.
+constexpr double kMaxMu = 4.0e18;
+std::uint64_t to_mu(double mu) {
+    return mu <= 0 ? 0 : mu >= kMaxMu ? static_cast<std::uint64_t>(kMaxMu) : std::llround(mu);
+}
+
 bool same_window(const QuotaSpec& a, const QuotaSpec& b) {
     return a.period == b.period && a.offset_ms == b.offset_ms;
 }
@@ -31,11 +37,18 @@ std::string describe(const std::string& name, Scope scope, const std::string& zo
 
 // A definition with another window starts the instance afresh: its use was of other windows.
 // Another N keeps the use (the units admitted in the window are the same) and takes the N.
-QuotaLedger::Entry& QuotaLedger::entry(const InstanceKey& k, const QuotaSpec& spec) {
-    Entry& e = entries_[k];
+// Null when the instance is new and the ledger holds wire::kMaxQuotas instances already (all
+// it holds fit one region_usage and the state file).
+QuotaLedger::Entry* QuotaLedger::entry(const InstanceKey& k, const QuotaSpec& spec) {
+    auto it = entries_.find(k);
+    if (it == entries_.end()) {
+        if (entries_.size() >= wire::kMaxQuotas) return nullptr;
+        it = entries_.emplace(k, Entry{}).first;
+    }
+    Entry& e = it->second;
     if (!same_window(e.spec, spec)) e = Entry{};
     e.spec = spec;
-    return e;
+    return &e;
 }
 
 void QuotaLedger::refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
@@ -50,7 +63,7 @@ void QuotaLedger::roll(Entry& e, std::uint64_t window_ms) {
     e.peer_mu.clear();
 }
 
-void QuotaLedger::take_zone(const wire::ZoneUsage& u) {
+void QuotaLedger::take_zone(const wire::ZoneUsage& u, std::uint64_t now_wall_ms) {
     for (const wire::QuotaDef& q : u.quotas) {
         const wire::UsageBucket* b = find_bucket(u, q.name);
         if (b == nullptr) {
@@ -58,9 +71,19 @@ void QuotaLedger::take_zone(const wire::ZoneUsage& u) {
                    "the usage lists no such bucket");
             continue;
         }
-        Entry& e = entry(key_of(q.name, q.scope, u.zone), q.spec);
+        Entry* held = entry(key_of(q.name, q.scope, u.zone), q.spec);
+        if (held == nullptr) {
+            refuse(refused_.full, describe(q.name, q.scope, u.zone), "zone " + u.zone,
+                   "the ledger holds " + std::to_string(wire::kMaxQuotas) + " instances");
+            continue;
+        }
+        Entry& e = *held;
         const Window w = window_at(q.spec, u.ts_ms);
         if (w.start_ms < e.window_ms) continue;  // a late usage of a window that ended
+        // Stamped in a window that has not begun by this controller's clock (a collector's
+        // clock ahead, up to the skew allowed): counted by the zone's next usage instead, so
+        // that no sender can end the window in force early.
+        if (w.start_ms > window_at(q.spec, now_wall_ms).start_ms) continue;
         if (w.start_ms > e.window_ms) roll(e, w.start_ms);
         auto z = e.zone_ms.find(u.zone);
         std::uint64_t from = z != e.zone_ms.end()      ? z->second
@@ -78,9 +101,31 @@ void QuotaLedger::take_zone(const wire::ZoneUsage& u) {
     }
 }
 
-void QuotaLedger::take_peer(const wire::RegionUsage& u) {
+void QuotaLedger::take_peer(const wire::RegionUsage& u, std::uint64_t now_wall_ms) {
     const bool twin = u.region == region_;
     const std::string from = "peer " + u.source + " (region " + u.region + ")";
+    // A peer controller speaks for the region it first named (its connection speaks for its
+    // name: controller/intake.cpp), so one peer cannot fill instances with made-up regions.
+    // Pins are as many as peers, the least recently heard one making room.
+    auto pinned = region_of_.find(u.source);
+    if (pinned == region_of_.end()) {
+        if (region_of_.size() >= max_regions_) {
+            auto oldest = std::min_element(
+                region_of_.begin(), region_of_.end(),
+                [](const auto& a, const auto& b) { return a.second.heard_ms < b.second.heard_ms; });
+            region_of_.erase(oldest);
+        }
+        pinned = region_of_.emplace(u.source, Pin{u.region, 0}).first;
+    }
+    pinned->second.heard_ms = now_wall_ms;
+    if (pinned->second.region != u.region) {
+        if (!u.quotas.empty()) {
+            refused_.other_region += u.quotas.size();
+            last_refused_ = std::to_string(u.quotas.size()) + " quota entries from " + from +
+                            " refused: it spoke for region " + pinned->second.region + " before";
+        }
+        return;
+    }
     for (const wire::QuotaUse& q : u.quotas) {
         if (!twin && q.scope != Scope::Global) continue;  // another region's own instance
         auto it = entries_.find(key_of(q.name, q.scope, q.zone));
@@ -90,9 +135,12 @@ void QuotaLedger::take_peer(const wire::RegionUsage& u) {
             continue;
         }
         Entry& e = it->second;
-        // A window of ours that has begun by the message's stamp (which the controller checks
-        // against its clock): a peer cannot move the instance to another window.
-        if (!same_window(e.spec, q.spec) || q.window_ms > u.ts_ms ||
+        // A window of ours that has begun by this controller's clock: a peer cannot move the
+        // instance to another window. The next window from a peer whose clock is a little
+        // ahead is left for its next messages, not counted as refused.
+        const Window now = window_at(e.spec, now_wall_ms);
+        if (same_window(e.spec, q.spec) && q.window_ms == now.end_ms) continue;
+        if (!same_window(e.spec, q.spec) || q.window_ms > now.start_ms ||
             window_at(e.spec, q.window_ms).start_ms != q.window_ms) {
             refuse(refused_.other_window, describe(q.name, q.scope, q.zone), from,
                    "window_ms " + std::to_string(q.window_ms) + " of " +
@@ -107,20 +155,22 @@ void QuotaLedger::take_peer(const wire::RegionUsage& u) {
         }
         if (q.window_ms < e.window_ms) continue;
         if (q.window_ms > e.window_ms) roll(e, q.window_ms);
-        const auto mu = static_cast<double>(q.use_mu);
+        const auto mu = std::min(static_cast<double>(q.use_mu), kMaxMu);
         if (twin) {
             e.own_mu = std::max(e.own_mu, mu);
-            e.at_ms = std::max(e.at_ms, q.at_ms);
+            e.at_ms = std::max(e.at_ms, std::min(q.at_ms, u.ts_ms));
         } else {
             std::uint64_t& held = e.peer_mu[u.region];
-            held = std::max(held, q.use_mu);
+            held = std::max(held, to_mu(mu));
         }
     }
 }
 
 void QuotaLedger::restore(const std::vector<wire::QuotaUse>& saved) {
     for (const wire::QuotaUse& q : saved) {
-        Entry& e = entry(key_of(q.name, q.scope, q.zone), q.spec);
+        Entry* held = entry(key_of(q.name, q.scope, q.zone), q.spec);
+        if (held == nullptr) return;  // the file was written from at most as many
+        Entry& e = *held;
         roll(e, q.window_ms);
         e.own_mu = static_cast<double>(q.use_mu);
         e.at_ms = e.restored_ms = q.at_ms;
@@ -137,16 +187,14 @@ bool QuotaLedger::at(const InstanceKey& k, std::uint64_t wall_ms, Answer& out) c
     if (e.window_ms < out.window.start_ms) return true;  // no usage of this window yet
     double mu = e.own_mu;
     for (const auto& [region, peer] : e.peer_mu) mu += static_cast<double>(peer);
-    out.used = static_cast<std::uint64_t>(std::floor(mu / 1000.0));
+    out.used = to_mu(std::floor(std::min(mu, kMaxMu) / 1000.0));
     return true;
 }
 
 void QuotaLedger::own_use(std::vector<wire::QuotaUse>& out) const {
     out.clear();
     for (const auto& [k, e] : entries_) {
-        if (out.size() == wire::kMaxQuotas) break;
-        out.push_back({k.bucket, k.scope, k.zone, e.spec, e.window_ms,
-                       static_cast<std::uint64_t>(std::llround(e.own_mu)), e.at_ms});
+        out.push_back({k.bucket, k.scope, k.zone, e.spec, e.window_ms, to_mu(e.own_mu), e.at_ms});
     }
 }
 

@@ -716,8 +716,8 @@ bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus&
         !r.opt_u64("quota_reset_ms", reset)) {
         return false;
     }
-    if (quota.value_or(0) == 0 && (used || reset)) {
-        return r.fail("\"quota_used\" or \"quota_reset_ms\" without \"quota\"");
+    if ((quota.value_or(0) != 0) != (used && reset)) {
+        return r.fail("\"quota\", \"quota_used\" and \"quota_reset_ms\" go together");
     }
     b.quota = quota.value_or(0);
     b.quota_used = used.value_or(0);

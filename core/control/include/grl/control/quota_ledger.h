@@ -10,7 +10,9 @@
 // Bounded by what this controller's own zones define: an instance is created only by a zone
 // usage's definition of one of the usage's own buckets (whose names the controller bounds,
 // --max-bucket-names) or by the state file; a peer only adds its use to instances held here,
-// never defines one or sets N, and one instance holds at most max_regions other regions.
+// never defines one, sets N or ends the window in force early (windows follow this controller's
+// clock); one instance holds at most max_regions other regions, and a peer speaks for the
+// region it first named. At most wire::kMaxQuotas instances (all fit one region_usage).
 // Every entry refused is counted by reason, the last one described (refused(), last_refused()).
 #pragma once
 
@@ -37,11 +39,12 @@ class QuotaLedger {
     // Integrates each quota bucket of `u` over [its zone's previous usage, u.ts_ms), split at
     // the window's start; the first usage of a zone counts its interval. A definition sets
     // the instance's N; one with another period or offset starts the instance afresh.
-    void take_zone(const wire::ZoneUsage& u);
+    // `now_wall_ms`: this controller's clock, which decides the window in force.
+    void take_zone(const wire::ZoneUsage& u, std::uint64_t now_wall_ms);
     // A peer's use: another region's part of a global quota, or the use an active-active twin
     // of this region holds (the larger of the two stands: both integrate the same usages).
     // Only for instances held here with the same window (period and offset).
-    void take_peer(const wire::RegionUsage& u);
+    void take_peer(const wire::RegionUsage& u, std::uint64_t now_wall_ms);
     // The state file's entries (this controller's last published use).
     void restore(const std::vector<wire::QuotaUse>& saved);
 
@@ -60,14 +63,17 @@ class QuotaLedger {
     std::size_t size() const { return entries_.size(); }
 
     // Entries refused, by reason: a zone's definition of a bucket its usage does not list
-    // (unlisted); a peer's entry for an instance not held here (not_ours) or with another
+    // (unlisted); a new instance while kMaxQuotas are held (full); a peer's entries for a
+    // region other than the one it first named (other_region); a peer's entry for an
+    // instance not held here (not_ours) or with another
     // window (other_window: a period or offset change rolling out, or a window start that is
     // not one of ours or has not begun by the message's stamp); a peer region beyond
     // max_regions for one instance (too_many_regions).
     struct Refused {
-        std::uint64_t unlisted = 0, not_ours = 0, other_window = 0, too_many_regions = 0;
+        std::uint64_t unlisted = 0, full = 0, other_region = 0, not_ours = 0, other_window = 0,
+                      too_many_regions = 0;
         std::uint64_t total() const {
-            return unlisted + not_ours + other_window + too_many_regions;
+            return unlisted + full + other_region + not_ours + other_window + too_many_regions;
         }
     };
     const Refused& refused() const { return refused_; }
@@ -83,7 +89,7 @@ class QuotaLedger {
         std::map<std::string, std::uint64_t> zone_ms;  // each zone's last usage stamp
         std::map<std::string, std::uint64_t> peer_mu;  // other regions' use (global only)
     };
-    Entry& entry(const InstanceKey& k, const QuotaSpec& spec);
+    Entry* entry(const InstanceKey& k, const QuotaSpec& spec);
     static void roll(Entry& e, std::uint64_t window_ms);
     void refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
                 const std::string& why);
@@ -91,6 +97,11 @@ class QuotaLedger {
     std::string region_;
     std::size_t max_regions_;
     std::map<InstanceKey, Entry> entries_;
+    struct Pin {
+        std::string region;
+        std::uint64_t heard_ms = 0;
+    };
+    std::map<std::string, Pin> region_of_;  // peer controller -> the region it speaks for
     Refused refused_;
     std::string last_refused_;
 };
