@@ -98,6 +98,17 @@ wire::ZoneUsage usage(const std::string& zone, std::uint64_t ts, std::uint64_t a
 
 const control::InstanceKey kApi{"api", Scope::Global, "", ""};
 
+// A peer's region_usage with one quota entry for "api" (global) in window w0.
+wire::RegionUsage peer_use(const std::string& source, const std::string& region, std::uint64_t ts,
+                           const QuotaSpec& q, std::uint64_t w0, std::uint64_t use_mu) {
+    wire::RegionUsage p;
+    p.source = source;
+    p.region = region;
+    p.ts_ms = ts;
+    p.quotas.push_back({"api", Scope::Global, "", q, w0, use_mu, ts});
+    return p;
+}
+
 // A usage taken when this controller's clock reads its stamp.
 void take(control::QuotaLedger& l, const wire::ZoneUsage& u) {
     l.take_zone(u, u.ts_ms);
@@ -183,21 +194,14 @@ TEST(QuotaLedger, PeersAddOtherRegionsAndTwinsDoNotDoubleCount) {
     const std::uint64_t w0 = window_at(q, kT).start_ms;
     control::QuotaLedger l("r1", 4);
     for (std::uint64_t s = 1; s <= 10; ++s) take(l, usage("a", w0 + s * 1000, 10000, q));
-    wire::RegionUsage peer;
-    peer.source = "ctl-r2";
-    peer.region = "r2";
-    peer.ts_ms = w0 + 10000;
-    peer.quotas.push_back({"api", Scope::Global, "", q, w0, 40000, w0 + 10000});
+    const wire::RegionUsage peer = peer_use("ctl-r2", "r2", w0 + 10000, q, w0, 40000);
     l.take_peer(peer, peer.ts_ms);
-    l.take_peer(peer,
-                peer.ts_ms);  // the same again, or from r2's second controller: max, not a sum
+    // The same again, or from r2's second controller: max, not a sum.
+    l.take_peer(peer, peer.ts_ms);
     EXPECT_EQ(used(l, w0 + 10000), 140u);
-    wire::RegionUsage twin;
-    twin.source = "ctl-r1-b";
-    twin.region = "r1";
-    twin.ts_ms = w0 + 10000;
-    twin.quotas.push_back({"api", Scope::Global, "", q, w0, 120000, w0 + 10000});
-    l.take_peer(twin, twin.ts_ms);  // this region's other controller held more (this one restarted)
+    // This region's other controller held more (this one restarted).
+    const wire::RegionUsage twin = peer_use("ctl-r1-b", "r1", w0 + 10000, q, w0, 120000);
+    l.take_peer(twin, twin.ts_ms);
     EXPECT_EQ(used(l, w0 + 10000), 160u);
 }
 
@@ -271,11 +275,7 @@ TEST(QuotaLedger, APeerSpeaksForTheRegionItFirstNamedAndItsUseSaturates) {
     const std::uint64_t w0 = window_at(q, kT).start_ms;
     control::QuotaLedger l("r1", 4);
     take(l, usage("a", w0 + 1000, 10000, q));
-    wire::RegionUsage p;
-    p.source = "ctl-x";
-    p.region = "r2";
-    p.ts_ms = w0 + 2000;
-    p.quotas.push_back({"api", Scope::Global, "", q, w0, 5000, w0 + 2000});
+    wire::RegionUsage p = peer_use("ctl-x", "r2", w0 + 2000, q, w0, 5000);
     l.take_peer(p, p.ts_ms);
     for (const char* other : {"r3", "r4", "r5"}) {
         p.region = other;
