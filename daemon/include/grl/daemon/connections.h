@@ -89,7 +89,6 @@ class EndpointLimit {
     LogLimiter pending_log_;
     std::unique_ptr<MessageBound> bound_;  // null: no bound (bound_messages() not called)
     bool receives_ = false;
-    std::size_t taken_ = 0;  // messages taken since the last sweep
     std::uint64_t oversize_cut_ = 0;
     LogLimiter oversize_log_;
 };
