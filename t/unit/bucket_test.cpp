@@ -90,6 +90,13 @@ TEST(Matcher, CatchAllBucketMatchesEverything) {
     Matcher m;
     ASSERT_EQ(m.add(make("all", {}, {})), "");
     EXPECT_EQ(run(m, "", false, ""), V({0}));
+    ASSERT_EQ(m.add(make("all too", {}, {})), "");
+    EXPECT_EQ(run(m, "c", true, "/x"), V({0, 1}));
+    // One bucket with a matcher: the others still match everything, it only its requests.
+    ASSERT_EQ(m.add(make("api", {}, {MatchKind::Prefix, "/a"})), "");
+    ASSERT_EQ(m.add(make("also all", {}, {})), "");
+    EXPECT_EQ(run(m, "c", true, "/x"), V({0, 1, 3}));
+    EXPECT_EQ(run(m, "", false, "/a"), V({0, 1, 2, 3}));
 }
 
 // A pathological pattern (exponential backtracking) stops at kRegexMatchLimit steps: no

@@ -126,6 +126,9 @@ std::string Matcher::add(const BucketDef& def) {
                               literal_only(h.procedure, h.procedure.head)});
         hot_.push_back(h);
     }
+    all_match_every_request_ = std::all_of(hot_.begin(), hot_.end(), [](const Hot& h) {
+        return h.caller.kind == MatchKind::Any && h.procedure.kind == MatchKind::Any;
+    });
     build_index();
     return {};
 }
@@ -335,6 +338,11 @@ inline __attribute__((always_inline)) std::size_t Matcher::probe(Tag exact, Tag 
 }
 
 std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_t max) const {
+    if (all_match_every_request_) {
+        const std::size_t n = std::min(entries_.size(), max);
+        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint16_t>(i);
+        return n;
+    }
     if (entries_.size() <= kLinearMatchBuckets) return match_linear(key, out, max);
     // The lists of the keys the request's values have (each in definition order).
     const List* found[kMaxFoundLists];

@@ -165,6 +165,9 @@ class Matcher {
     std::vector<Entry> entries_;
     std::vector<Hot> hot_;              // parallel to entries_, rebuilt by add()
     std::vector<Prefilter> prefilter_;  // parallel to entries_
+    // No bucket has caller= or procedure=: every request matches them all (limit_req's usual
+    // setup), and match() only counts them out.
+    bool all_match_every_request_ = false;
 };
 
 // Backtracking steps one regex match may take (pcre2_set_match_limit; PCRE2's own default
