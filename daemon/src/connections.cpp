@@ -167,7 +167,7 @@ void EndpointLimit::sweep() {
     // Messages wait that the daemon has not taken: a connection's whole queued messages count
     // too, so the larger bound holds. How many were taken since the last sweep says nothing:
     // under a flood of whole messages each connection keeps up to 64 queued however many the
-    // daemon took (counting them as a sign of none waiting cut a flood of 200 KB reports).
+    // daemon took.
     const bool behind = receives_ && readable(socket_);
     std::vector<std::pair<int, std::uint64_t>> over;  // fd, bytes since its last message
     std::vector<int> gone;

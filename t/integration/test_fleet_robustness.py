@@ -187,10 +187,8 @@ def test_collector_killed_and_restarted(fleet):
     # after starting, and the controller publishes a returning zone's rates at once
     # (measured 0.13-0.16 s). A host that reconnects late (0.3 s under load) makes the first
     # usage partial: the controller awaits the zone's hosts and ticks when they are back
-    # (docs/control-plane.md "short of hosts"; with two busy loops pinned to both cores
-    # 0.16-0.34 s in 10 of 10 runs, 0.70 s once in 10 before). The issue asks for two report
-    # intervals (0.5 s), met with room on a quiet machine; the bound is three (0.75 s) because
-    # a loaded CI machine stalls whole processes (0.61 s once, counted from the spawn). It
+    # (docs/control-plane.md "short of hosts"). The target is two report intervals (0.5 s);
+    # the bound is three (0.75 s) because a loaded machine stalls whole processes. It
     # catches recovery that waits for the ratios' TTL (2 s) and, mostly, for a stale-host
     # sweep (0.75 s and more); not one that waits a window more (about 0.5 s in all).
     assert resumed < 0.75, resumed
