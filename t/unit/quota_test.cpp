@@ -308,9 +308,82 @@ TEST(QuotaLedger, AZoneDefinesOnlyItsOwnBucketsAndANewNKeepsTheUse) {
     ASSERT_TRUE(l.at(kApi, w0 + 2000, a));
     EXPECT_EQ(a.spec.n, 500u);
     EXPECT_EQ(a.used, 20u);
-    take(l, usage("a", w0 + 3000, 10000, spec(500, Period::Day)));  // another window
+    // Another window that holds the old one's start (the hour lies in its day): the use stays.
+    take(l, usage("a", w0 + 3000, 10000, spec(500, Period::Day)));
     ASSERT_TRUE(l.at(kApi, w0 + 3000, a));
-    EXPECT_EQ(a.used, 10u);
+    EXPECT_EQ(a.spec.period, Period::Day);
+    EXPECT_EQ(a.used, 30u);
+}
+
+// A change of window rolling out zone by zone: the instance keeps the window most zones send,
+// its use growing with every zone's admitted units whichever window each zone sends, and
+// switches once; two controllers taking the usages in another order hold the same.
+TEST(QuotaLedger, AWindowChangeRollingOutSwitchesOnceWhenMostZonesHaveIt) {
+    const QuotaSpec hour = spec(100000, Period::Hour), day = spec(100000, Period::Day);
+    const std::uint64_t w0 = window_at(hour, kT).start_ms;
+    const std::uint64_t d0 = window_at(day, kT).start_ms;
+    ASSERT_LT(d0, w0);
+    control::QuotaLedger one("r1", 4), two("r1", 4);
+    std::uint64_t s = 0;
+    // Zones a, b, c at 10 r/s each, a usage a second each; the first `changed` send `to`.
+    auto second = [&](std::size_t changed, const QuotaSpec& to, const QuotaSpec& from) {
+        ++s;
+        std::vector<wire::ZoneUsage> u;
+        for (std::size_t z = 0; z < 3; ++z) {
+            u.push_back(usage(std::string(1, static_cast<char>('a' + z)), w0 + s * 1000 + z * 10,
+                              10000, z < changed ? to : from));
+        }
+        for (const auto& x : u) take(one, x);
+        for (auto x = u.rbegin(); x != u.rend(); ++x) take(two, *x);
+    };
+    auto in_force = [&](const control::QuotaLedger& l) {
+        control::QuotaLedger::Answer a;
+        EXPECT_TRUE(l.at(kApi, w0 + s * 1000 + 100, a));
+        return a;
+    };
+    for (int i = 0; i < 5; ++i) second(0, day, hour);
+    EXPECT_EQ(in_force(one).used, 150u);
+    for (int i = 0; i < 5; ++i) {  // a alone: the hour stays, and a's units count in it
+        second(1, day, hour);
+        EXPECT_EQ(in_force(one).spec.period, Period::Hour);
+        EXPECT_EQ(in_force(two).spec.period, Period::Hour);
+    }
+    EXPECT_EQ(in_force(one).used, 300u);
+    second(2, day, hour);  // most zones send the day now: its window, keeping the hour's use
+    for (const auto* l : {&one, &two}) {
+        const control::QuotaLedger::Answer a = in_force(*l);
+        EXPECT_EQ(a.spec.period, Period::Day);
+        EXPECT_EQ(a.window.start_ms, d0);
+        EXPECT_EQ(a.used, 330u);
+    }
+    second(3, day, hour);
+    EXPECT_EQ(in_force(one).used, 360u);
+    // Back to the hour: the day's use began before this hour, so the hour's starts afresh at
+    // the switch. Which usage of that second made the switch depends on the order: the twins
+    // differ by a usage's units at most, and their region_usage brings both to the larger.
+    second(2, hour, day);
+    EXPECT_EQ(in_force(one).spec.period, Period::Hour);
+    EXPECT_EQ(in_force(two).spec.period, Period::Hour);
+    EXPECT_LE(in_force(one).used, 10u);
+    EXPECT_LE(in_force(two).used, 10u);
+    second(2, hour, day);
+    EXPECT_GE(in_force(one).used, 30u);
+    EXPECT_LE(in_force(one).used, 40u);
+}
+
+// A zone that fell silent for longer than kMaxQuotaSpanMs no longer votes for its definition.
+TEST(QuotaLedger, ASilentZoneNoLongerHoldsItsDefinitionInForce) {
+    const QuotaSpec hour = spec(1000, Period::Hour), day = spec(1000, Period::Day);
+    const std::uint64_t w0 = window_at(hour, kT).start_ms;
+    control::QuotaLedger l("r1", 4);
+    take(l, usage("a", w0 + 1000, 10000, hour));  // a tie, to the hour (the shorter period)
+    take(l, usage("b", w0 + 1100, 10000, day));
+    control::QuotaLedger::Answer a;
+    ASSERT_TRUE(l.at(kApi, w0 + 2000, a));
+    EXPECT_EQ(a.spec.period, Period::Hour);
+    take(l, usage("b", w0 + 1100 + control::kMaxQuotaSpanMs + 1000, 10000, day));
+    ASSERT_TRUE(l.at(kApi, w0 + 70000, a));
+    EXPECT_EQ(a.spec.period, Period::Day);
 }
 
 TEST(QuotaWire, ReportAndInstructionCarryTheQuota) {

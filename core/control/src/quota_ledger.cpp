@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 namespace grl::control {
 namespace {
@@ -35,20 +37,60 @@ std::string describe(const std::string& name, Scope scope, const std::string& zo
 
 }  // namespace
 
-// A definition with another window starts the instance afresh: its use was of other windows.
-// Another N keeps the use (the units admitted in the window are the same) and takes the N.
 // Null when the instance is new and the ledger holds wire::kMaxQuotas instances already (all
-// it holds fit one region_usage and the state file).
+// it holds fit one region_usage and the state file). A new instance takes `spec`.
 QuotaLedger::Entry* QuotaLedger::entry(const InstanceKey& k, const QuotaSpec& spec) {
     auto it = entries_.find(k);
     if (it == entries_.end()) {
         if (entries_.size() >= wire::kMaxQuotas) return nullptr;
         it = entries_.emplace(k, Entry{}).first;
+        it->second.spec = spec;
     }
-    Entry& e = it->second;
-    if (!same_window(e.spec, spec)) e = Entry{};
+    return &it->second;
+}
+
+namespace {
+
+// The order that breaks a tie between definitions, the same on every controller.
+bool before(const QuotaSpec& a, const QuotaSpec& b) {
+    return std::tie(a.period, a.offset_ms, a.n) < std::tie(b.period, b.offset_ms, b.n);
+}
+
+}  // namespace
+
+// The definition in force is the one most zones sent in their last usage, of the zones whose
+// last usage is within kMaxQuotaSpanMs of the newest; a tie goes to the first by before(). So
+// while a change rolls out zone by zone, the instance keeps one window, and two controllers
+// holding the same usages hold the same definition. Another N keeps the use (the units admitted
+// in the window are the same). Another window keeps it too when the old window began inside
+// the new one (e.g. an hour's use within its day); else the use starts afresh at the switch.
+void QuotaLedger::settle(Entry& e, std::uint64_t newest_ms) {
+    std::vector<std::pair<QuotaSpec, std::size_t>> votes;
+    for (const auto& named : e.zones) {
+        const Entry::ZoneSeen& z = named.second;
+        if (z.ms + kMaxQuotaSpanMs < newest_ms) continue;
+        auto v = std::find_if(votes.begin(), votes.end(),
+                              [&](const auto& t) { return t.first == z.spec; });
+        if (v == votes.end()) {
+            votes.emplace_back(z.spec, 1);
+        } else {
+            ++v->second;
+        }
+    }
+    if (votes.empty()) return;
+    auto won = std::min_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {
+        return a.second != b.second ? a.second > b.second : before(a.first, b.first);
+    });
+    const QuotaSpec& spec = won->first;
+    if (!same_window(e.spec, spec)) {
+        const std::uint64_t start = window_at(spec, newest_ms).start_ms;
+        if (e.window_ms >= start) {
+            e.window_ms = start;
+        } else {
+            roll(e, start);
+        }
+    }
     e.spec = spec;
-    return &e;
 }
 
 void QuotaLedger::refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
@@ -78,15 +120,16 @@ void QuotaLedger::take_zone(const wire::ZoneUsage& u, std::uint64_t now_wall_ms)
             continue;
         }
         Entry& e = *held;
-        const Window w = window_at(q.spec, u.ts_ms);
+        // The window of the definition in force, whichever this zone sent.
+        const Window w = window_at(e.spec, u.ts_ms);
         if (w.start_ms < e.window_ms) continue;  // a late usage of a window that ended
         // Stamped in a window that has not begun by this controller's clock (a collector's
         // clock ahead, up to the skew allowed): counted by the zone's next usage instead, so
         // that no sender can end the window in force early.
-        if (w.start_ms > window_at(q.spec, now_wall_ms).start_ms) continue;
+        if (w.start_ms > window_at(e.spec, now_wall_ms).start_ms) continue;
         if (w.start_ms > e.window_ms) roll(e, w.start_ms);
-        auto z = e.zone_ms.find(u.zone);
-        std::uint64_t from = z != e.zone_ms.end()      ? z->second
+        auto z = e.zones.find(u.zone);
+        std::uint64_t from = z != e.zones.end()        ? z->second.ms
                              : e.restored_ms != 0      ? e.restored_ms
                              : u.ts_ms > u.interval_ms ? u.ts_ms - u.interval_ms
                                                        : 0;
@@ -96,8 +139,14 @@ void QuotaLedger::take_zone(const wire::ZoneUsage& u, std::uint64_t now_wall_ms)
             e.own_mu += static_cast<double>(b->admitted_mrps) *
                         static_cast<double>(u.ts_ms - from) / 1000.0;
         }
-        e.zone_ms[u.zone] = std::max(z != e.zone_ms.end() ? z->second : 0, u.ts_ms);
+        Entry::ZoneSeen& seen = e.zones[u.zone];
+        seen.ms = std::max(seen.ms, u.ts_ms);
         e.at_ms = std::max(e.at_ms, u.ts_ms);
+        // Usually every zone sends the definition in force: nothing to count.
+        if (seen.spec != q.spec || q.spec != e.spec) {
+            seen.spec = q.spec;
+            settle(e, e.at_ms);
+        }
     }
 }
 
@@ -171,6 +220,7 @@ void QuotaLedger::restore(const std::vector<wire::QuotaUse>& saved) {
         Entry* held = entry(key_of(q.name, q.scope, q.zone), q.spec);
         if (held == nullptr) return;  // the file was written from at most as many
         Entry& e = *held;
+        e.spec = q.spec;
         roll(e, q.window_ms);
         e.own_mu = static_cast<double>(q.use_mu);
         e.at_ms = e.restored_ms = q.at_ms;

@@ -37,8 +37,9 @@ class QuotaLedger {
         : region_(std::move(region)), max_regions_(max_regions) {}
 
     // Integrates each quota bucket of `u` over [its zone's previous usage, u.ts_ms), split at
-    // the window's start; the first usage of a zone counts its interval. A definition sets
-    // the instance's N; one with another period or offset starts the instance afresh.
+    // the window's start; the first usage of a zone counts its interval. The definition in
+    // force (N, period, offset) is the one most zones send (settle(): a change rolling out
+    // switches once, when most zones have it).
     // `now_wall_ms`: this controller's clock, which decides the window in force.
     void take_zone(const wire::ZoneUsage& u, std::uint64_t now_wall_ms);
     // A peer's use: another region's part of a global quota, or the use an active-active twin
@@ -86,10 +87,15 @@ class QuotaLedger {
         double own_mu = 0;              // this region's use, milli-units
         std::uint64_t at_ms = 0;        // the newest usage stamp integrated
         std::uint64_t restored_ms = 0;  // the state file's stamp: where a zone's first usage starts
-        std::map<std::string, std::uint64_t> zone_ms;  // each zone's last usage stamp
+        struct ZoneSeen {
+            std::uint64_t ms = 0;  // the zone's last usage stamp
+            QuotaSpec spec;        // the definition it sent
+        };
+        std::map<std::string, ZoneSeen> zones;
         std::map<std::string, std::uint64_t> peer_mu;  // other regions' use (global only)
     };
     Entry* entry(const InstanceKey& k, const QuotaSpec& spec);
+    static void settle(Entry& e, std::uint64_t newest_ms);
     static void roll(Entry& e, std::uint64_t window_ms);
     void refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
                 const std::string& why);
