@@ -16,6 +16,18 @@
 namespace grl {
 namespace {
 
+// Keys are one hash fleet-wide (docs/protocol.md): every build must hash as every other, so
+// these values are fixed. Lengths around the four-byte step: empty, 1, 4, 16 and 46 bytes.
+TEST(KeyHash, IsTheSameOnEveryBuild) {
+    using std::string_view;
+    EXPECT_EQ(keyed::hash_key(string_view("", 0)), 0xefd01f60ba992926ULL);
+    EXPECT_EQ(keyed::hash_key("a"), 0x82a2a958a9bece5bULL);
+    EXPECT_EQ(keyed::hash_key(string_view("\x7f\x00\x00\x01", 4)), 0xe2b8dcd14d0de18aULL);
+    EXPECT_EQ(keyed::hash_key("2001:db8::1-ipv6"), 0x87463fe6e1a04d2fULL);
+    EXPECT_EQ(keyed::hash_key("an-api-key-of-some-length-0123456789abcdefghij"),
+              0x26e2ece7821230f7ULL);
+}
+
 TEST(KeyedParams, DefaultsAndValues) {
     KeyedSpec k;
     EXPECT_EQ(k.keys, 10000u);

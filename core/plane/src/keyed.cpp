@@ -9,8 +9,6 @@ namespace grl::keyed {
 
 namespace {
 
-constexpr int kClaimAttempts = 4;
-
 // Which entry of a full set a newcomer takes: a key idle for kIdleMs first, then a key seen
 // once (a flood of one-request keys churns among its own kind), then any key; the least
 // recently used within a rank. Pure LRU is not enough: workers stamp entries with their own
@@ -24,21 +22,6 @@ int victim_rank(std::uint64_t last_ms, std::uint64_t offered, std::uint64_t now_
 }
 
 }  // namespace
-
-std::uint64_t hash_key(std::string_view key) {
-    std::uint64_t h = 0xcbf29ce484222325ULL;
-    for (unsigned char c : key) {
-        h ^= c;
-        h *= 0x100000001b3ULL;
-    }
-    // FNV-1a's low bits mix poorly; the set index and the check both need all of them.
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h < 2 ? h + 2 : h;
-}
 
 std::size_t key_for_log(std::string_view key, bool hashed, char* out) {
     if (hashed) {
@@ -88,9 +71,8 @@ void Table::format(std::uint32_t keys) {
 }
 
 Entry* Table::find(std::uint64_t hash) const {
-    const std::uint32_t sets = capacity() / kWays;
-    if (sets == 0) return nullptr;
-    const std::uint32_t base = static_cast<std::uint32_t>((hash >> 32) % sets) * kWays;
+    if (capacity() < kWays) return nullptr;
+    const std::uint32_t base = set_of(hash);
     for (std::uint32_t w = 0; w < kWays; ++w) {
         Entry& e = entry(base + w);
         if (e.hash.load(std::memory_order_acquire) == hash) return &e;
@@ -98,10 +80,9 @@ Entry* Table::find(std::uint64_t hash) const {
     return nullptr;
 }
 
-Entry& Table::touch(std::uint64_t hash, std::string_view key, std::uint64_t now_ms) const {
-    const std::uint32_t sets = capacity() / kWays;
-    const std::uint32_t base = static_cast<std::uint32_t>((hash >> 32) % sets) * kWays;
-    for (int attempt = 0; attempt < kClaimAttempts; ++attempt) {
+Entry& Table::claim(std::uint64_t hash, std::string_view key, std::uint64_t now_ms) const {
+    const std::uint32_t base = set_of(hash);
+    for (int attempt = 0; attempt < kRaceAttempts; ++attempt) {
         std::uint32_t victim = kWays;
         std::uint64_t victim_hash = 0, oldest = UINT64_MAX;
         int victim_rank_ = 3;
@@ -162,38 +143,6 @@ Entry& Table::touch(std::uint64_t hash, std::string_view key, std::uint64_t now_
     return entry(base + static_cast<std::uint32_t>(hash % kWays));
 }
 
-Verdict Table::admit(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps,
-                     std::uint64_t burst_ms, std::uint32_t rand32, std::uint32_t cost) const {
-    e.offered.fetch_add(cost, std::memory_order_relaxed);
-    if (e.expires_ms.load(std::memory_order_acquire) > now_ms &&
-        rand32 < e.threshold.load(std::memory_order_relaxed)) {
-        e.dropped.fetch_add(cost, std::memory_order_relaxed);
-        return Verdict::Ratio;
-    }
-    if (rate_mrps == 0) {
-        e.dropped.fetch_add(cost, std::memory_order_relaxed);
-        return Verdict::LocalCap;
-    }
-    // GCRA: each admitted unit pushes the key's theoretical arrival time one emission interval
-    // further; a request arriving more than the burst tolerance before it is over the rate. In
-    // any window of t seconds this host admits at most rate x t + the burst (+ one request).
-    const std::uint64_t emission_us = std::max<std::uint64_t>(1, 1000000000ULL / rate_mrps);
-    const std::uint64_t now_us = now_ms * 1000;
-    const std::uint64_t tolerance_us = burst_ms * 1000;
-    std::uint64_t tat = e.tat_us.load(std::memory_order_relaxed);
-    for (int attempt = 0; attempt < kClaimAttempts; ++attempt) {
-        const std::uint64_t start = std::max(tat, now_us);
-        if (start - now_us > tolerance_us) {
-            e.dropped.fetch_add(cost, std::memory_order_relaxed);
-            return Verdict::LocalCap;
-        }
-        if (e.tat_us.compare_exchange_weak(tat, start + emission_us * cost,
-                                           std::memory_order_relaxed))
-            return Verdict::Pass;
-    }
-    return Verdict::Pass;  // lost every race to other workers admitting the same key: admit
-}
-
 void Table::charge(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps,
                    std::uint32_t units) const {
     e.offered.fetch_add(units, std::memory_order_relaxed);
@@ -201,7 +150,7 @@ void Table::charge(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps,
     const std::uint64_t emission_us = std::max<std::uint64_t>(1, 1000000000ULL / rate_mrps);
     const std::uint64_t now_us = now_ms * 1000;
     std::uint64_t tat = e.tat_us.load(std::memory_order_relaxed);
-    for (int attempt = 0; attempt < kClaimAttempts; ++attempt) {
+    for (int attempt = 0; attempt < kRaceAttempts; ++attempt) {
         if (e.tat_us.compare_exchange_weak(tat, std::max(tat, now_us) + emission_us * units,
                                            std::memory_order_relaxed))
             return;
