@@ -337,12 +337,8 @@ inline __attribute__((always_inline)) std::size_t Matcher::probe(Tag exact, Tag 
     return n;
 }
 
-std::size_t Matcher::match(const RequestKey& key, std::uint16_t* out, std::size_t max) const {
-    if (all_match_every_request_) {
-        const std::size_t n = std::min(entries_.size(), max);
-        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint16_t>(i);
-        return n;
-    }
+std::size_t Matcher::match_indexed(const RequestKey& key, std::uint16_t* out,
+                                   std::size_t max) const {
     if (entries_.size() <= kLinearMatchBuckets) return match_linear(key, out, max);
     // The lists of the keys the request's values have (each in definition order).
     const List* found[kMaxFoundLists];

@@ -1,6 +1,7 @@
 // Bucket definitions and the matcher that finds the buckets a request belongs to.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -66,7 +67,13 @@ class Matcher {
     // of buckets: exact values and prefixes are looked up in a hash index, and
     // only buckets matching on neither caller nor procedure literally (regexes,
     // catch-alls) are tried one by one.
-    std::size_t match(const RequestKey& key, std::uint16_t* out, std::size_t max) const;
+    // Inline for the case of no matchers at all (limit_req's usual setup).
+    std::size_t match(const RequestKey& key, std::uint16_t* out, std::size_t max) const {
+        if (!all_match_every_request_) return match_indexed(key, out, max);
+        const std::size_t n = std::min(entries_.size(), max);
+        for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint16_t>(i);
+        return n;
+    }
 
     // The same answer by trying every bucket in turn: the reference match() must
     // equal (t/unit/bucket_test.cpp), and its fallback.
@@ -105,6 +112,7 @@ class Matcher {
         CompiledPtr caller_re;
         CompiledPtr procedure_re;
     };
+    std::size_t match_indexed(const RequestKey& key, std::uint16_t* out, std::size_t max) const;
     static CompiledPtr compile(std::string_view pattern, std::string& error);
     static bool matches(const Literal& lit, std::string_view v, std::uint64_t v_head);
     static bool regex_matches(const Compiled& re, std::string_view v);
