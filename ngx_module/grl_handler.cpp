@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "grl/common/ratio.h"
+#include "grl_keyed.h"
 #include "grl_module.h"
 
 namespace grl::ngx {
@@ -50,19 +51,7 @@ void for_each_flushed(ngx_http_request_t* r, const ngx_uint_t* flushes, F&& f) {
 
 }  // namespace
 
-// Values other modules change later in the request (realip's $remote_addr, a
-// `set` in a later phase) must not stay frozen: what this read cached, it flushes.
-bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) {
-    if (s.index >= 0) {
-        const auto index = static_cast<ngx_uint_t>(s.index);
-        ngx_http_variable_value_t& slot = r->variables[index];
-        const bool was_cached = slot.valid || slot.not_found;
-        ngx_http_variable_value_t* v = ngx_http_get_indexed_variable(r, index);
-        const bool ok = v != nullptr && !v->not_found && v->len != 0;
-        if (ok) out = {reinterpret_cast<const char*>(v->data), v->len};
-        if (!was_cached) slot.valid = slot.not_found = 0;  // the data stays where it is
-        return ok;
-    }
+bool read_complex(ngx_http_request_t* r, const Source& s, std::string_view& out) {
     if (s.cv == nullptr) return false;
     // ngx_http_complex_value() flushes non-cacheable variables before evaluating
     // but leaves cacheable ones cached: remember which of them we evaluate first.
@@ -151,7 +140,7 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     shm::View shm(m->shm_base);
     std::uint32_t worker = static_cast<std::uint32_t>(ngx_worker);
     RequestKey key;
-    // Without grl_caller there is nothing to read (and read_source is a call, not inlined).
+    // Without grl_caller there is nothing to read.
     const bool caller_set = m->caller.cv != nullptr || m->caller.index >= 0;
     key.has_caller = caller_set && read_source(r, m->caller, key.caller);
     if (!key.has_caller && caller_set) {
@@ -194,13 +183,15 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
     // Keyed buckets (docs/per-key.md): each key's own verdict, folded into the outcome.
     KeyedRequest keys;
     keys.n = 0;
-    if (m->cpp->any_keyed) {
+    keys.dropped = false;
+    if (m->cpp->any_keyed)
         admit_keys(r, m, shm, idx, slots, configured, l->dry_run != 0, cost, keys);
-        fold_keyed(shm, slots, n, keys.verdicts, keys.n, worker, out, cost);
-    }
     const KeyedVerdict* by_key = nullptr;  // the keyed verdict that decided, if one did
-    for (std::size_t k = 0; k < keys.n; ++k) {
-        if (keys.verdicts[k].at == out.decided_by) by_key = &keys.verdicts[k];
+    if (keys.dropped) {
+        fold_keyed(shm, slots, n, keys.verdicts, keys.n, worker, out, cost);
+        for (std::size_t k = 0; k < keys.n; ++k) {
+            if (keys.verdicts[k].at == out.decided_by) by_key = &keys.verdicts[k];
+        }
     }
     const KeyedVerdict* shown = by_key ? by_key : keys.n ? &keys.verdicts[0] : nullptr;
     const std::string_view request_key =

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "grl/common/ratio.h"
+#include "grl_keyed.h"
 #include "grl_module.h"
 
 extern "C" {

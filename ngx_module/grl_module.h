@@ -130,10 +130,11 @@ struct RequestCtx {
 };
 static_assert(kMaxMatchesPerRequest <= 16, "RequestCtx::keyed holds one bit per matched bucket");
 
-// The keys of the keyed buckets a request matched, and their verdicts (grl_keyed.cpp).
+// The keys of the keyed buckets a request matched, and their verdicts (grl_keyed.h).
 struct KeyedRequest {
     KeyedVerdict verdicts[kMaxMatchesPerRequest];  // the first n are set
     std::size_t n;
+    bool dropped;  // some verdict is not Pass: only then is there anything to fold
 };
 
 inline shm::View shm_view(const MainConf* m) {
@@ -157,22 +158,25 @@ char* merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
 
 // grl_handler.cpp
 ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept;
-// Reads a request attribute; false when the variable is not found or empty.
-bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out);
+// Reads a request attribute; false when the variable is not found or empty. Values other
+// modules change later in the request (realip's $remote_addr, a `set` in a later phase) must
+// not stay frozen: what this read cached, it flushes. Inline: a single variable (the usual
+// key=) costs no call; a complex value is read_complex's.
+bool read_complex(ngx_http_request_t* r, const Source& s, std::string_view& out);
+inline bool read_source(ngx_http_request_t* r, const Source& s, std::string_view& out) {
+    if (s.index < 0) return read_complex(r, s, out);
+    const auto index = static_cast<ngx_uint_t>(s.index);
+    ngx_http_variable_value_t& slot = r->variables[index];
+    const bool was_cached = slot.valid || slot.not_found;
+    ngx_http_variable_value_t* v = ngx_http_get_indexed_variable(r, index);
+    const bool ok = v != nullptr && !v->not_found && v->len != 0;
+    if (ok) out = {reinterpret_cast<const char*>(v->data), v->len};
+    if (!was_cached) slot.valid = slot.not_found = 0;  // the data stays where it is
+    return ok;
+}
 
-// grl_keyed.cpp: the keyed branch of the request path. For each matched configured keyed
-// bucket (idx: indices into table.defs; slots: their shm slots), reads its key (empty:
-// kEmptyKey), finds or claims the key's entry and decides it (keyed::Table::admit).
+// grl_keyed.h: the keyed branch of the request path (admit_keys, and admit_key for Lua).
 inline constexpr std::string_view kEmptyKey = "-";  // the one key of empty or missing values
-// `cost`: the request's units per matched bucket (null: 1 each).
-void admit_keys(ngx_http_request_t* r, const MainConf* m, const shm::View& shm,
-                const std::uint16_t* idx, const std::uint16_t* slots, std::size_t n, bool dry_run,
-                const std::uint32_t* cost, KeyedRequest& out) noexcept;
-// One keyed bucket's verdict for `key` (configured bucket table.defs[idx] in shm slot `slot`,
-// `at` its index in the request's matched buckets); false when the bucket has no key table.
-bool admit_key(const MainConf* m, const shm::View& shm, std::uint16_t idx, std::uint16_t slot,
-               std::uint16_t at, std::string_view key, bool dry_run, std::uint32_t cost,
-               KeyedVerdict& v) noexcept;
 
 // grl_cost.cpp: what a request counts as (docs/directives.md, grl_bucket cost=, cost_after=;
 // the arguments are parsed in grl_conf.cpp).
