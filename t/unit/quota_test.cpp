@@ -303,16 +303,20 @@ TEST(QuotaLedger, AZoneDefinesOnlyItsOwnBucketsAndANewNKeepsTheUse) {
     take(l, u);
     EXPECT_EQ(l.size(), 1u);
     EXPECT_EQ(l.refused().unlisted, 1u);
+    // Another N, once every zone had kQuotaVoteHoldMs to send its own: the use stays.
     take(l, usage("a", w0 + 2000, 10000, spec(500, Period::Hour)));
     control::QuotaLedger::Answer a;
     ASSERT_TRUE(l.at(kApi, w0 + 2000, a));
+    EXPECT_EQ(a.spec.n, 1000u);
+    take(l, usage("a", w0 + 1000 + control::kQuotaVoteHoldMs, 10000, spec(500, Period::Hour)));
+    ASSERT_TRUE(l.at(kApi, w0 + 12000, a));
     EXPECT_EQ(a.spec.n, 500u);
-    EXPECT_EQ(a.used, 20u);
+    EXPECT_EQ(a.used, 110u);
     // Another window that holds the old one's start (the hour lies in its day): the use stays.
-    take(l, usage("a", w0 + 3000, 10000, spec(500, Period::Day)));
-    ASSERT_TRUE(l.at(kApi, w0 + 3000, a));
+    take(l, usage("a", w0 + 12000, 10000, spec(500, Period::Day)));
+    ASSERT_TRUE(l.at(kApi, w0 + 12000, a));
     EXPECT_EQ(a.spec.period, Period::Day);
-    EXPECT_EQ(a.used, 30u);
+    EXPECT_EQ(a.used, 120u);
 }
 
 // A change of window rolling out zone by zone: the instance keeps the window most zones send,
@@ -343,21 +347,21 @@ TEST(QuotaLedger, AWindowChangeRollingOutSwitchesOnceWhenMostZonesHaveIt) {
     };
     for (int i = 0; i < 5; ++i) second(0, day, hour);
     EXPECT_EQ(in_force(one).used, 150u);
-    for (int i = 0; i < 5; ++i) {  // a alone: the hour stays, and a's units count in it
+    for (int i = 0; i < 10; ++i) {  // a alone: the hour stays, and a's units count in it
         second(1, day, hour);
         EXPECT_EQ(in_force(one).spec.period, Period::Hour);
         EXPECT_EQ(in_force(two).spec.period, Period::Hour);
     }
-    EXPECT_EQ(in_force(one).used, 300u);
+    EXPECT_EQ(in_force(one).used, 450u);
     second(2, day, hour);  // most zones send the day now: its window, keeping the hour's use
     for (const auto* l : {&one, &two}) {
         const control::QuotaLedger::Answer a = in_force(*l);
         EXPECT_EQ(a.spec.period, Period::Day);
         EXPECT_EQ(a.window.start_ms, d0);
-        EXPECT_EQ(a.used, 330u);
+        EXPECT_EQ(a.used, 480u);
     }
     second(3, day, hour);
-    EXPECT_EQ(in_force(one).used, 360u);
+    EXPECT_EQ(in_force(one).used, 510u);
     // Back to the hour: the day's use began before this hour, so the hour's starts afresh at
     // the switch. Which usage of that second made the switch depends on the order: the twins
     // differ by a usage's units at most, and their region_usage brings both to the larger.
@@ -369,6 +373,38 @@ TEST(QuotaLedger, AWindowChangeRollingOutSwitchesOnceWhenMostZonesHaveIt) {
     second(2, hour, day);
     EXPECT_GE(in_force(one).used, 30u);
     EXPECT_LE(in_force(one).used, 40u);
+}
+
+// One zone cannot decide the definition: not with its clock ahead (a stamp up to the skew
+// allowed in the future), nor as the first heard after a restart.
+TEST(QuotaLedger, OneZoneAheadOrHeardFirstDoesNotDecideTheDefinition) {
+    const QuotaSpec day = spec(1000000, Period::Day), minute = spec(1, Period::Minute);
+    const std::uint64_t d0 = window_at(day, kT).start_ms;
+    control::QuotaLedger l("r1", 4);
+    std::uint64_t now = kT;
+    for (int s = 0; s < 20; ++s, now += 1000) {
+        for (const char* z : {"a", "b", "c", "d", "e"}) l.take_zone(usage(z, now, 10000, day), now);
+        l.take_zone(usage("evil", now + control::kMaxQuotaSpanMs, 10000, minute), now);
+    }
+    control::QuotaLedger::Answer a;
+    ASSERT_TRUE(l.at(kApi, now, a));
+    EXPECT_EQ(a.spec, day);
+    EXPECT_EQ(a.window.start_ms, d0);
+    EXPECT_GE(a.used, 5 * 10 * 19u);
+    // Restored with a day's use, then the one zone still on the hour is heard first.
+    std::vector<wire::QuotaUse> saved;
+    l.own_use(saved);
+    control::QuotaLedger after("r1", 4);
+    after.restore(saved);
+    const QuotaSpec hour = spec(1000000, Period::Hour);
+    for (int s = 0; s < 20; ++s, now += 1000) {
+        after.take_zone(usage("a", now, 10000, hour), now);
+        after.take_zone(usage("b", now, 10000, day), now);
+        after.take_zone(usage("c", now, 10000, day), now);
+    }
+    ASSERT_TRUE(after.at(kApi, now, a));
+    EXPECT_EQ(a.spec, day);
+    EXPECT_GE(a.used, 5 * 10 * 19u + 3 * 10 * 19u);
 }
 
 // A zone that fell silent for longer than kMaxQuotaSpanMs no longer votes for its definition.

@@ -58,17 +58,23 @@ bool before(const QuotaSpec& a, const QuotaSpec& b) {
 
 }  // namespace
 
-// The definition in force is the one most zones sent in their last usage, of the zones whose
-// last usage is within kMaxQuotaSpanMs of the newest; a tie goes to the first by before(). So
-// while a change rolls out zone by zone, the instance keeps one window, and two controllers
-// holding the same usages hold the same definition. Another N keeps the use (the units admitted
-// in the window are the same). Another window keeps it too when the old window began inside
-// the new one (e.g. an hour's use within its day); else the use starts afresh at the switch.
-void QuotaLedger::settle(Entry& e, std::uint64_t newest_ms) {
+// The definition in force is the one most zones sent in their last usage, of the zones heard
+// within kMaxQuotaSpanMs by this controller's clock: it takes more votes than the one in force
+// has to replace it (a tie keeps it), and among several with as many, the first by before() wins,
+// the same on every controller. So while a change rolls out zone by zone, the instance keeps
+// one window and switches once. For kQuotaVoteHoldMs after an instance's first usage here (a
+// new one, or one restored from the state file) nothing switches: every zone votes first, so
+// the first zone heard cannot decide alone. Another N keeps the use (the units admitted in the
+// window are the same). Another window keeps it too when the old window began inside the new
+// one (e.g. an hour's use within its day); else the use starts afresh at the switch.
+void QuotaLedger::settle(Entry& e, std::uint64_t now_wall_ms) {
+    if (now_wall_ms < e.first_ms + kQuotaVoteHoldMs) return;
     std::vector<std::pair<QuotaSpec, std::size_t>> votes;
+    std::size_t in_force = 0;
     for (const auto& named : e.zones) {
         const Entry::ZoneSeen& z = named.second;
-        if (z.ms + kMaxQuotaSpanMs < newest_ms) continue;
+        if (z.ms + kMaxQuotaSpanMs < now_wall_ms) continue;
+        if (z.spec == e.spec) ++in_force;
         auto v = std::find_if(votes.begin(), votes.end(),
                               [&](const auto& t) { return t.first == z.spec; });
         if (v == votes.end()) {
@@ -81,9 +87,11 @@ void QuotaLedger::settle(Entry& e, std::uint64_t newest_ms) {
     auto won = std::min_element(votes.begin(), votes.end(), [](const auto& a, const auto& b) {
         return a.second != b.second ? a.second > b.second : before(a.first, b.first);
     });
+    if (won->second <= in_force) return;
     const QuotaSpec& spec = won->first;
     if (!same_window(e.spec, spec)) {
-        const std::uint64_t start = window_at(spec, newest_ms).start_ms;
+        // The window in force by this controller's clock: no sender moves it ahead.
+        const std::uint64_t start = window_at(spec, now_wall_ms).start_ms;
         if (e.window_ms >= start) {
             e.window_ms = start;
         } else {
@@ -142,10 +150,11 @@ void QuotaLedger::take_zone(const wire::ZoneUsage& u, std::uint64_t now_wall_ms)
         Entry::ZoneSeen& seen = e.zones[u.zone];
         seen.ms = std::max(seen.ms, u.ts_ms);
         e.at_ms = std::max(e.at_ms, u.ts_ms);
+        if (e.first_ms == 0) e.first_ms = now_wall_ms;
         // Usually every zone sends the definition in force: nothing to count.
         if (seen.spec != q.spec || q.spec != e.spec) {
             seen.spec = q.spec;
-            settle(e, e.at_ms);
+            settle(e, now_wall_ms);
         }
     }
 }
@@ -250,6 +259,11 @@ void QuotaLedger::own_use(std::vector<wire::QuotaUse>& out) const {
 
 void QuotaLedger::forget(std::uint64_t wall_ms) {
     for (auto it = entries_.begin(); it != entries_.end();) {
+        // A zone silent this long is gone (or back later with one interval counted).
+        auto& zones = it->second.zones;
+        for (auto z = zones.begin(); z != zones.end();) {
+            z = z->second.ms + kForgetZoneMs < wall_ms ? zones.erase(z) : std::next(z);
+        }
         const Window w = window_at(it->second.spec, wall_ms);
         const std::uint64_t len = w.end_ms - w.start_ms;
         const bool stale = it->second.window_ms + 2 * len < w.end_ms;

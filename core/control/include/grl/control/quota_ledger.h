@@ -30,6 +30,11 @@ namespace grl::control {
 // The longest span one zone usage may stand for: its zone's previous usage (or the state
 // file's save) further back than this counts only this far back at the usage's rate.
 inline constexpr std::uint64_t kMaxQuotaSpanMs = 60000;
+// After an instance's first usage here, how long every zone has to send its definition before
+// the one in force may switch (QuotaLedger::settle); many report intervals.
+inline constexpr std::uint64_t kQuotaVoteHoldMs = 10000;
+// A zone silent this long no longer has a place in an instance's entry.
+inline constexpr std::uint64_t kForgetZoneMs = 10 * kMaxQuotaSpanMs;
 
 class QuotaLedger {
   public:
@@ -59,7 +64,8 @@ class QuotaLedger {
     bool at(const InstanceKey& k, std::uint64_t wall_ms, Answer& out) const;
     // This region's own use of every instance, for region_usage and the state file.
     void own_use(std::vector<wire::QuotaUse>& out) const;
-    // Instances whose window ended more than a window ago and that no usage names any more.
+    // Instances whose window ended more than a window ago and that no usage names any more,
+    // and zones silent for kForgetZoneMs (so an instance holds as many zones as are alive).
     void forget(std::uint64_t wall_ms);
     std::size_t size() const { return entries_.size(); }
 
@@ -87,6 +93,7 @@ class QuotaLedger {
         double own_mu = 0;              // this region's use, milli-units
         std::uint64_t at_ms = 0;        // the newest usage stamp integrated
         std::uint64_t restored_ms = 0;  // the state file's stamp: where a zone's first usage starts
+        std::uint64_t first_ms = 0;     // this controller's clock at the first usage taken
         struct ZoneSeen {
             std::uint64_t ms = 0;  // the zone's last usage stamp
             QuotaSpec spec;        // the definition it sent
@@ -95,7 +102,7 @@ class QuotaLedger {
         std::map<std::string, std::uint64_t> peer_mu;  // other regions' use (global only)
     };
     Entry* entry(const InstanceKey& k, const QuotaSpec& spec);
-    static void settle(Entry& e, std::uint64_t newest_ms);
+    static void settle(Entry& e, std::uint64_t now_wall_ms);
     static void roll(Entry& e, std::uint64_t window_ms);
     void refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
                 const std::string& why);
