@@ -301,10 +301,26 @@ bool Collector::take_report(std::size_t n, std::uint64_t now, std::string& error
     if (wrong_zone()) return false;
     rates::Verdict v = table_.add(report_, now);
     ++stats_.reports[daemon::index_of(kVerdicts, v)];
+    if (rates::is_new(v)) take_quota_use(now);
     last_report_mono_ = now;
     log_verdict(v, now);
     // A first report with recent counts is rated at once (a collector that just started).
     return v == rates::Verdict::Accepted || (v == rates::Verdict::First && report_.recent_ms > 0);
+}
+
+// A new report's per-key quota use (docs/design/009-per-key-quotas.md), until the next usage;
+// keys beyond the table's bound are refused with their units, counted and logged.
+void Collector::take_quota_use(std::uint64_t now) {
+    const std::uint64_t refused = pending_use_.refused().keys;
+    pending_use_.add(report_);
+    if (pending_use_.refused().keys == refused) return;
+    pending_log_.hit(LogLevel::Warn, {},
+                     "per-key quota use of " +
+                         std::to_string(pending_use_.refused().keys - refused) +
+                         " key(s) from host " + std::string(report_.host) +
+                         " refused: " + std::to_string(rates::kMaxPendingKeys) +
+                         " keys wait for the next zone usage already (the units are lost)",
+                     now);
 }
 
 // CURVE: the key ZAP admitted may speak for one host only.
@@ -428,6 +444,7 @@ void Collector::send_usage() {
     u.ts_ms = wall_ms();
     u.interval_ms = cfg_.interval_ms;
     if (rates::keep_busiest(u.buckets, wire::kMaxUsageBuckets) > 0) ++stats_.usage_truncated;
+    pending_use_.take(u);
     // In parts when it does not fit one message (docs/protocol.md "Usage in parts").
     if (!wire::encode_parts(u, parts_)) encode_cut(u);
     usage_bytes_ = 0;

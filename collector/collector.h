@@ -23,6 +23,7 @@
 #include "grl/daemon/zmq.h"
 #include "grl/control/curve_key_bindings.h"
 #include "grl/control/early.h"
+#include "grl/control/pending_use.h"
 #include "grl/control/rates.h"
 #include "grl/wire/report_reader.h"
 #include "grl/wire/wire.h"
@@ -60,6 +61,7 @@ class Collector {
     void on_reports();
     // One report, `n` frames in frames_: true when the rate table took it as news.
     bool take_report(std::size_t n, std::uint64_t now, std::string& error);
+    void take_quota_use(std::uint64_t now);
     bool refused_key(std::uint64_t now);
     bool wrong_zone();
     void log_verdict(rates::Verdict v, std::uint64_t now);
@@ -89,6 +91,8 @@ class Collector {
     std::string topics_[3];
 
     rates::Table table_;
+    // Per-key quota use of the reports accepted, until a zone usage carries it.
+    rates::PendingUse pending_use_{rates::kMaxPendingKeys};
     wire::ReportView report_;  // zero-copy view into the frame being handled
     wire::ZoneUsage usage_;    // the last one sent
     std::vector<zmq::Frame> frames_;
@@ -109,6 +113,7 @@ class Collector {
     daemon::LogLimiter batch_log_;  // batches cut short: reports come faster than handled
     daemon::LogLimiter epoch_conflict_log_;
     daemon::LogLimiter full_log_;
+    daemon::LogLimiter pending_log_;  // per-key quota use refused
     // With CURVE for nginx: which host each client key reports for (first come, one to
     // one); a report for another host is refused and counted by reason.
     CurveKeyBindings host_keys_;

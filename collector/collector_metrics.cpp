@@ -146,6 +146,21 @@ const daemon::Family<Collector::Scrape> Collector::kCollectorFamilies[] = {
     {"grl_collector_usage_build_seconds", "gauge",
      "Time the last zone usage took to sum and encode.",
      [](daemon::Samples& o, const Scrape& s) { o(s.c.usage_build_us_ / 1e6); }},
+    {"grl_collector_quota_keys_pending", "gauge",
+     "Keys whose per-key quota use waits for the next zone usage.",
+     [](daemon::Samples& o, const Scrape& s) { o(static_cast<double>(s.c.pending_use_.keys())); }},
+    {"grl_collector_quota_keys_refused_total", "counter",
+     "Keys whose per-key quota use was refused: more keys waited for the next zone usage than "
+     "the collector holds.",
+     [](daemon::Samples& o, const Scrape& s) {
+         o(static_cast<double>(s.c.pending_use_.refused().keys));
+     }},
+    {"grl_collector_quota_units_lost_total", "counter",
+     "Units of per-key quota use lost here: of keys refused, and of buckets that no fresh host "
+     "reports any more.",
+     [](daemon::Samples& o, const Scrape& s) {
+         o(static_cast<double>(s.c.pending_use_.refused().units));
+     }},
     {"grl_collector_host_buckets", "gauge", "Host-bucket entries held (hosts x their buckets).",
      [](daemon::Samples& o, const Scrape& s) { o(static_cast<double>(s.c.table_.entries())); }},
 };

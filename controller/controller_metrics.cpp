@@ -251,7 +251,8 @@ const daemon::Family<Daemon::Scrape> Daemon::kFleetFamilies[] = {
      "other_region (a peer speaking for another region than it did), not_ours (a peer's entry "
      "for an instance no zone here defines), other_window (a peer's period, offset or window "
      "start that is not ours), too_many_regions (more other regions for one instance than "
-     "--max-peers).",
+     "--max-peers), keys (a key of a per-key quota while 16384 keys are held: its use is not "
+     "counted).",
      [](daemon::Samples& o, const Scrape& s) {
          const control::QuotaLedger::Refused& r = s.d.ctl_.quotas().refused();
          o({{"reason", "unlisted"}}, static_cast<double>(r.unlisted));
@@ -260,6 +261,7 @@ const daemon::Family<Daemon::Scrape> Daemon::kFleetFamilies[] = {
          o({{"reason", "not_ours"}}, static_cast<double>(r.not_ours));
          o({{"reason", "other_window"}}, static_cast<double>(r.other_window));
          o({{"reason", "too_many_regions"}}, static_cast<double>(r.too_many_regions));
+         o({{"reason", "keys"}}, static_cast<double>(r.keys));
      }},
     {"grl_controller_peer_regions_held", "gauge",
      "Other regions whose peers all went silent, their last usage held in the global sums "

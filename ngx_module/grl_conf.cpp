@@ -204,13 +204,13 @@ std::string take_quota(std::string_view arg, QuotaSpec& quota, std::string_view&
     return {};
 }
 
-// The checks that need every argument: window_offset= against quota='s period; no quota on a
-// keyed bucket (per-key quotas are not implemented: docs/per-key.md).
-std::string settle_quota(QuotaSpec& quota, std::string_view offset, bool keyed) {
+// The checks that need every argument: window_offset= against quota='s period. With key=, the
+// quota is each key's (docs/design/009-per-key-quotas.md), and reports list as many keys as
+// they can unless report_keys= says otherwise: every key's use has to reach the control plane.
+std::string settle_quota(QuotaSpec& quota, std::string_view offset, KeyedSpec& keyed) {
     if (!offset.empty() && !quota) return "window_offset=" + std::string(offset) + " needs quota=";
-    if (quota && keyed) {
-        return "quota=" + std::to_string(quota.n) + "/" + std::string(to_string(quota.period)) +
-               " with key=: per-key quotas are not supported";
+    if (quota && keyed.keyed && (keyed.given & kReportKeysGiven) == 0) {
+        keyed.report_keys = static_cast<std::uint32_t>(wire::kMaxReportKeys);
     }
     if (offset.empty()) return {};
     auto o = parse_window_offset(offset, quota.period);
@@ -309,7 +309,7 @@ char* set_bucket(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
             }
             return conf_error(cf, d + ": invalid parameter " + quoted(arg));
         }
-        std::string quota_err = settle_quota(quota, offset, keyed.keyed);
+        std::string quota_err = settle_quota(quota, offset, keyed);
         if (!quota_err.empty()) return conf_error(cf, d + ": " + quota_err);
         if (!has_rate && !quota) {
             return conf_error(cf, d + " must have \"rate\" or \"quota\" parameter");

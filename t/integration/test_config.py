@@ -47,8 +47,8 @@ BAD = [
      '"grl_bucket" "api": invalid window_offset "soon", expected e.g. 30s, 5m or 2h', "soon"),
     ("quota-offset-long", [ZONE, "grl_bucket api quota=10/hour window_offset=2h;"],
      '"grl_bucket" "api": window_offset "2h" is not shorter than a hour', "window_offset=2h"),
-    ("quota-keyed", [ZONE, "grl_bucket api key=$remote_addr rate=10r/s quota=10/day;"],
-     '"grl_bucket" "api": quota=10/day with key=: per-key quotas are not supported', "quota=10/day"),
+    ("quota-keyed-offset", [ZONE, "grl_bucket api key=$remote_addr quota=10/day window_offset=25h;"],
+     '"grl_bucket" "api": window_offset "25h" is not shorter than a day', "window_offset=25h"),
     ("offset-no-quota", [ZONE, "grl_bucket api rate=10r/s window_offset=5m;"],
      '"grl_bucket" "api": window_offset=5m needs quota=', "window_offset=5m"),
     ("no-rate-no-quota", [ZONE, "grl_bucket api scope=zone;"],
@@ -255,6 +255,7 @@ grl_bucket teams caller_regex=^team[0-9]+$ rate=5r/s mode=deny;
 grl_bucket users procedure=/api/users rate=1r/s;
 grl_bucket rx procedure_regex=^/rx/[0-9]+$ rate=2r/s;
 grl_bucket odd-name_1.x:y procedure=/odd rate=1r/m;
+grl_bucket per-key-day key=$http_x_api_key keys=64 procedure=/keyed quota=1000/day;
 """ % (PAIR, SERVER)
 
 
@@ -271,8 +272,11 @@ def test_valid_configuration_starts_and_serves(nginx_factory):
     st = n.status()
     assert (st["host"], st["zone"], st["region"]) == ("host-1.a", "eu-west-1a", "eu-west-1")
     names = [b["name"] for b in st["buckets"]]
-    assert names == ["all", "alice", "svc", "teams", "users", "rx", "odd-name_1.x:y"]
+    assert names == ["all", "alice", "svc", "teams", "users", "rx", "odd-name_1.x:y", "per-key-day"]
     by = {b["name"]: b for b in st["buckets"]}
+    # A quota per key lists up to 256 keys a report (docs/design/009-per-key-quotas.md).
+    assert by["per-key-day"]["keyed"]["report_keys"] == 256
+    assert by["per-key-day"]["keyed"]["quota_units_evicted"] == 0
     assert by["alice"]["configured_limit_rps"] == 10.0 and by["alice"]["scope"] == "zone"
     assert by["svc"]["configured_mode"] == "shadow" and by["svc"]["scope"] == "region"
     assert by["odd-name_1.x:y"]["configured_limit_rps"] == pytest.approx(1 / 60, abs=0.001)

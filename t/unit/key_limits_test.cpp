@@ -335,6 +335,47 @@ TEST(KeyLimits, ControllerSumsKeysOverTheScopeAndPublishesRatios) {
     EXPECT_EQ(e->keys[0].ratio_ppm, drop_ratio_ppm(150000, 100000));
 }
 
+// A keyed bucket with quota= (docs/design/009-per-key-quotas.md): the zones' per-key use adds
+// up, and a key that used its quota is published with ratio 1 before the keys over their rate,
+// with each key's N and the window's end; the region usage carries each key's use.
+TEST(KeyLimits, ControllerPublishesKeysThatUsedTheirQuotaFirst) {
+    Controller c(copts());
+    Clock now{100000, kWall0};
+    QuotaSpec q;
+    q.n = 100;
+    q.period = Period::Hour;
+    auto quota_zone = [&](const std::string& name, std::uint64_t seq,
+                          std::vector<wire::KeyRate> keys) {
+        wire::ZoneUsage u = zone(name, seq, now, {keyed_entry(std::move(keys), 2)});
+        u.quotas.push_back({"per-client", Scope::Global, q});
+        return u;
+    };
+    wire::KeyRate a = kr(kA, 150, 2, "alpha");  // over its rate of 50 r/s
+    wire::KeyRate b = kr(kB, 1, 1);
+    b.used = 60;
+    c.on_zone_usage(quota_zone("z1", 1, {a, b}), now);
+    wire::KeyRate b2 = kr(kB, 1, 1);
+    b2.used = 45;
+    c.on_zone_usage(quota_zone("z2", 1, {b2}), now);
+    TickOutput out = c.tick(now);
+    const wire::Instruction* e = keyed_instruction(out, Scope::Global);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->key_quota, 100u);
+    EXPECT_EQ(e->key_quota_reset_ms, window_at(q, kWall0).end_ms);
+    EXPECT_EQ(e->quota, 0u);  // the bucket itself has no quota of its own
+    ASSERT_EQ(e->keys.size(), 2u);
+    EXPECT_EQ(e->keys[0].hash, kB);  // 105 of 100 used
+    EXPECT_EQ(e->keys[0].ratio_ppm, 1000000u);
+    EXPECT_EQ(e->keys[1].hash, kA);
+    EXPECT_EQ(e->keys[1].ratio_ppm, 666666u);
+    std::string bytes, err;
+    wire::encode(out.instructions[0], bytes);
+    wire::Instructions back;
+    ASSERT_TRUE(wire::decode(bytes, back, err)) << err;
+    ASSERT_EQ(out.region_usage.quotas.size(), 1u);
+    EXPECT_EQ(out.region_usage.quotas[0].keys, (std::vector<wire::KeyUse>{{kB, 105}}));
+}
+
 TEST(KeyLimits, ControllerZoneScopeAndAQuietKey) {
     Controller c(copts());
     Clock now{100000, kWall0};

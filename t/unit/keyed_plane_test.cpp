@@ -212,6 +212,38 @@ TEST_F(KeyedZone, ReportLeavesOutKeysUnderOneSixtyFourthOfTheLimit) {
     EXPECT_EQ(r.buckets[0].keys[0].text, "at");
 }
 
+// With quota=, a key under 1/64 of the limit is listed too, with the units it used
+// (docs/design/009-per-key-quotas.md); keys beyond report_keys wait for the next report.
+TEST_F(KeyedZone, AQuotaBucketsReportListsEveryKeysUse) {
+    table.defs[0].limit_mrps = 640000;
+    QuotaSpec day;
+    day.n = 1000;
+    day.period = Period::Day;
+    table.quotas = {day};
+    wire::Report r;
+    build_report(z, table, id, 1000, 5, r);
+    add_key_rates(z, table, 1000, r);
+    for (int i = 0; i < 5; ++i) offer("k" + std::to_string(i), i + 1, 1500);
+    build_report(z, table, id, 1000, 6, r);
+    add_key_rates(z, table, 2000, r);
+    ASSERT_EQ(r.buckets[0].keys.size(), 3u);  // report_keys
+    EXPECT_EQ(r.buckets[0].keys[0].text, "k4");
+    EXPECT_EQ(r.buckets[0].keys[0].used, 5u);
+    EXPECT_EQ(r.buckets[0].keys[0].offered_mrps, 5000u);
+    build_report(z, table, id, 1000, 7, r);
+    add_key_rates(z, table, 3000, r);
+    ASSERT_EQ(r.buckets[0].keys.size(), 2u);
+    EXPECT_EQ(r.buckets[0].keys[0].text, "k1");
+    EXPECT_EQ(r.buckets[0].keys[0].used, 2u);
+    EXPECT_EQ(r.buckets[0].keys[1].used, 1u);
+    // A bucket without quota= lists neither.
+    table.quotas.clear();
+    offer("k0", 1, 3500);
+    build_report(z, table, id, 1000, 8, r);
+    add_key_rates(z, table, 4000, r);
+    EXPECT_TRUE(r.buckets[0].keys.empty());
+}
+
 TEST_F(KeyedZone, KeyedInstructionsSetEachKeysRatioWithTheTtlAndZeroClears) {
     offer("a", 1, 100);
     offer("b", 1, 100);

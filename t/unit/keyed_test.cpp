@@ -52,8 +52,8 @@ TEST(Keyed, SizesRoundToWholeSets) {
     EXPECT_EQ(capacity_for(bytes_for(1000)), 1000u);
     EXPECT_EQ(capacity_for(bytes_for(1001)), 1008u);
     EXPECT_EQ(capacity_for(10), 0u);
-    // 120 bytes a key: 1 MiB holds about 8,700 keys (docs/per-key.md).
-    EXPECT_EQ(capacity_for(1 << 20), 8736u);
+    // 128 bytes a key: 1 MiB holds 8,184 keys (docs/per-key.md).
+    EXPECT_EQ(capacity_for(1 << 20), 8184u);
 }
 
 TEST(Keyed, AKeyKeepsItsEntryAndItsText) {
@@ -254,6 +254,88 @@ TEST(Keyed, HeavyHittersCarryTheirDropsSinceTheLastReport) {
     ASSERT_EQ(top.size(), 1u);
     EXPECT_EQ(top[0].offered, 5u);
     EXPECT_EQ(top[0].dropped, 0u);
+}
+
+// A quota bucket's report lists every key's use (docs/design/009-per-key-quotas.md): more keys
+// with use than a report holds are listed over several reports, the most use first, and every
+// admitted unit is listed exactly once; a key listed before is listed again with its new units
+// only.
+TEST(Keyed, AQuotaBucketListsEveryKeysUseLateButNeverTwice) {
+    TableFixture f(256);
+    std::uint64_t admitted = 0;
+    auto hit = [&](const std::string& k, int n, std::uint32_t cost = 1) {
+        Entry& e = f.t.touch(hash_key(k), k, 1);
+        for (int i = 0; i < n; ++i) {
+            admitted += f.t.admit(e, 1, 1000000000, 1000, 0, cost) == Verdict::Pass ? cost : 0;
+        }
+    };
+    for (int i = 0; i < 10; ++i) hit("key" + std::to_string(i), i + 1);
+    const std::uint64_t kNoHitter = ~0ULL;  // a quota bucket without rate=: no heavy hitter
+    std::vector<Hitter> first = f.t.take_quota_keys(kNoHitter, 3);
+    ASSERT_EQ(first.size(), 3u);
+    EXPECT_EQ(first[0].text, "key9");
+    EXPECT_EQ(first[0].used, 10u);
+    EXPECT_EQ(first[2].text, "key7");
+    std::uint64_t listed = 0;
+    std::set<std::string> names;
+    for (const Hitter& h : first) listed += h.used, names.insert(std::string(h.text));
+    for (int call = 0; call < 3; ++call) {
+        for (const Hitter& h : f.t.take_quota_keys(kNoHitter, 3)) {
+            EXPECT_TRUE(names.insert(std::string(h.text)).second) << h.text << " listed twice";
+            listed += h.used;
+        }
+    }
+    EXPECT_EQ(names.size(), 10u);
+    EXPECT_EQ(listed, admitted);
+    EXPECT_TRUE(f.t.take_quota_keys(kNoHitter, 3).empty());
+    // New units of a key listed before, costs counted as units.
+    hit("key9", 2, 5);
+    std::vector<Hitter> again = f.t.take_quota_keys(kNoHitter, 3);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].used, 10u);
+}
+
+// With rate= too, the heavy hitters go first (their rates hold the keys' ratios), even a key
+// whose requests were mostly dropped; dropped units are no use.
+TEST(Keyed, AQuotaBucketListsItsHeavyHittersFirstAndUseWithoutDrops) {
+    TableFixture f(64);
+    Entry& busy = f.t.touch(hash_key("busy"), "busy", 1);
+    f.t.set_ratio(hash_key("busy"), kThresholdOne, 1000);  // everything dropped
+    for (int i = 0; i < 100; ++i) f.t.admit(busy, 1, 1000000000, 1000, 0);
+    Entry& used = f.t.touch(hash_key("used"), "used", 1);
+    for (int i = 0; i < 50; ++i) f.t.admit(used, 1, 1000000000, 1000, 0);
+    std::vector<Hitter> top = f.t.take_quota_keys(60, 1);
+    ASSERT_EQ(top.size(), 1u);
+    EXPECT_EQ(top[0].text, "busy");
+    EXPECT_EQ(top[0].offered, 100u);
+    EXPECT_EQ(top[0].used, 0u);
+    top = f.t.take_quota_keys(60, 1);
+    ASSERT_EQ(top.size(), 1u);
+    EXPECT_EQ(top[0].text, "used");
+    EXPECT_EQ(top[0].offered, 0u);  // its rate was taken with the first call
+    EXPECT_EQ(top[0].used, 50u);
+}
+
+// A key evicted before its use was listed loses it on this host: counted in the table header.
+TEST(Keyed, UseNotListedWhenItsKeyIsEvictedIsCounted) {
+    TableFixture f(8);  // one set
+    for (int i = 0; i < 8; ++i) {
+        const std::string k = "k" + std::to_string(i);
+        Entry& e = f.t.touch(hash_key(k), k, 1);
+        for (int n = 0; n < 3; ++n) f.t.admit(e, 1, 1000000000, 1000, 0);
+    }
+    ASSERT_EQ(f.t.take_quota_keys(~0ULL, 4).size(), 4u);  // 4 keys' 12 units listed
+    // 8 newcomers, 10 s later: every old key is evicted, 4 of them with 3 unlisted units.
+    for (int i = 0; i < 8; ++i) {
+        const std::string k = "new" + std::to_string(i);
+        f.t.admit(f.t.touch(hash_key(k), k, 10000), 10000, 1000000000, 1000, 0);
+    }
+    EXPECT_EQ(f.t.header().evictions.load(), 8u);
+    EXPECT_EQ(f.t.header().quota_units_evicted.load(), 12u);
+    // The newcomers start with nothing listed: their own request each.
+    std::vector<Hitter> fresh = f.t.take_quota_keys(~0ULL, 8);
+    ASSERT_EQ(fresh.size(), 8u);
+    for (const Hitter& h : fresh) EXPECT_EQ(h.used, 1u) << h.text;
 }
 
 }  // namespace

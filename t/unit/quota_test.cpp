@@ -120,6 +120,20 @@ std::uint64_t used(const control::QuotaLedger& l, std::uint64_t wall) {
     return a.used;
 }
 
+// Quota uses through the state file's codec, as the daemon saves and reads them.
+std::vector<wire::QuotaUse> through_state_file(const std::vector<wire::QuotaUse>& saved) {
+    wire::RegionUsage state;
+    state.source = "c1";
+    state.region = "r1";
+    state.quotas = saved;
+    std::string bytes, error;
+    wire::encode(state, bytes);
+    wire::RegionUsage read;
+    EXPECT_TRUE(wire::decode(bytes, read, error)) << error;
+    EXPECT_EQ(read.quotas, saved);
+    return read.quotas;
+}
+
 TEST(QuotaLedger, IntegratesAdmittedRatesPerZoneAndRollsAtTheWindow) {
     const QuotaSpec q = spec(1000, Period::Minute);
     const std::uint64_t w0 = window_at(q, kT).start_ms;
@@ -169,19 +183,9 @@ TEST(QuotaLedger, ARestartKeepsTheUseAndFillsTheGapOnce) {
     EXPECT_EQ(used(before, w0 + 30000), 300u);
     std::vector<wire::QuotaUse> saved;
     before.own_use(saved);
-    // Through the state file's codec, as the daemon saves it.
-    wire::RegionUsage state;
-    state.source = "c1";
-    state.region = "r1";
-    state.quotas = saved;
-    std::string bytes, error;
-    wire::encode(state, bytes);
-    wire::RegionUsage read;
-    ASSERT_TRUE(wire::decode(bytes, read, error)) << error;
-    ASSERT_EQ(read.quotas, saved);
     // Down 5 s; the first usage after the restart counts from the save, at its rate.
     control::QuotaLedger after("r1", 4);
-    after.restore(read.quotas);
+    after.restore(through_state_file(saved));
     EXPECT_EQ(used(after, w0 + 31000), 300u);
     take(after, usage("a", w0 + 35000, 10000, q));
     EXPECT_EQ(used(after, w0 + 35000), 350u);
@@ -420,6 +424,101 @@ TEST(QuotaLedger, ASilentZoneNoLongerHoldsItsDefinitionInForce) {
     take(l, usage("b", w0 + 1100 + control::kMaxQuotaSpanMs + 1000, 10000, day));
     ASSERT_TRUE(l.at(kApi, w0 + 70000, a));
     EXPECT_EQ(a.spec.period, Period::Day);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-key quotas (docs/design/009-per-key-quotas.md)
+
+// A zone usage of the keyed quota bucket "api" whose keys used `units` each since the zone's
+// previous usage.
+wire::ZoneUsage key_usage(const std::string& zone, std::uint64_t ts, const QuotaSpec& q,
+                          const std::vector<std::pair<std::uint64_t, std::uint64_t>>& units) {
+    wire::ZoneUsage u = usage(zone, ts, 0, q);
+    for (const auto& [hash, n] : units) {
+        wire::KeyRate k;
+        k.hash = hash;
+        k.used = n;
+        u.buckets[0].keys.push_back(k);
+    }
+    return u;
+}
+
+std::vector<std::uint64_t> used_up(const control::QuotaLedger& l, std::uint64_t wall) {
+    std::vector<std::uint64_t> out;
+    l.used_up(kApi, wall, out);
+    return out;
+}
+
+TEST(QuotaLedger, EachKeysUseAddsUpOverZonesAndUsedUpKeysAreListed) {
+    const QuotaSpec q = spec(10, Period::Hour);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger l("r1", 4);
+    take(l, key_usage("a", w0 + 1000, q, {{100, 4}, {101, 1}}));
+    take(l, key_usage("b", w0 + 1100, q, {{100, 5}, {102, 12}}));
+    EXPECT_EQ(l.key_used(kApi, 100, w0 + 2000), 9u);
+    EXPECT_EQ(used_up(l, w0 + 2000), std::vector<std::uint64_t>({102}));
+    take(l, key_usage("a", w0 + 2000, q, {{100, 1}}));
+    EXPECT_EQ(used_up(l, w0 + 2000), std::vector<std::uint64_t>({102, 100}));  // most used first
+    EXPECT_EQ(l.keys(), 3u);
+    // A usage stamped in the next window by a clock ahead of this controller's still counts
+    // its units, in the window in force.
+    l.take_zone(key_usage("b", w0 + 3600000 + 100, q, {{101, 2}}), w0 + 3599950);
+    EXPECT_EQ(l.key_used(kApi, 101, w0 + 3599990), 3u);
+    // The next window: nothing used, nothing held; a late usage of the window that ended
+    // counts nothing.
+    take(l, key_usage("a", w0 + 3600000 + 500, q, {{101, 1}}));
+    take(l, key_usage("b", w0 + 3599000, q, {{101, 50}}));
+    EXPECT_TRUE(used_up(l, w0 + 3600000 + 500).empty());
+    EXPECT_EQ(l.key_used(kApi, 101, w0 + 3600000 + 500), 1u);
+    EXPECT_EQ(l.keys(), 1u);
+}
+
+TEST(QuotaLedger, KeysSurviveARestartAndPeersAddTheirRegionsOnce) {
+    const QuotaSpec q = spec(100, Period::Day);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger before("r1", 4);
+    take(before, key_usage("a", w0 + 1000, q, {{100, 40}, {101, 3}}));
+    std::vector<wire::QuotaUse> saved;
+    before.own_use(saved);
+    ASSERT_EQ(saved.size(), 1u);
+    EXPECT_EQ(saved[0].keys, (std::vector<wire::KeyUse>{{100, 40}, {101, 3}}));
+    control::QuotaLedger after("r1", 4);
+    after.restore(through_state_file(saved));
+    take(after, key_usage("a", w0 + 2000, q, {{100, 10}}));
+    EXPECT_EQ(after.key_used(kApi, 100, w0 + 2000), 50u);
+    // Region r2's use of key 100, twice (its two controllers): added once. A twin of r1 that
+    // holds more raises ours to it.
+    wire::RegionUsage r2 = peer_use("ctl-r2", "r2", w0 + 2000, q, w0, 0);
+    r2.quotas[0].keys = {{100, 30}, {102, 100}};
+    after.take_peer(r2, r2.ts_ms);
+    after.take_peer(r2, r2.ts_ms);
+    EXPECT_EQ(after.key_used(kApi, 100, w0 + 2000), 80u);
+    wire::RegionUsage twin = peer_use("ctl-r1-b", "r1", w0 + 2000, q, w0, 0);
+    twin.quotas[0].keys = {{100, 60}};
+    after.take_peer(twin, twin.ts_ms);
+    EXPECT_EQ(after.key_used(kApi, 100, w0 + 2000), 90u);
+    EXPECT_EQ(used_up(after, w0 + 2000), std::vector<std::uint64_t>({102}));
+    // What this region publishes is its own use only.
+    after.own_use(saved);
+    EXPECT_EQ(saved[0].keys, (std::vector<wire::KeyUse>{{100, 60}, {101, 3}}));
+}
+
+TEST(QuotaLedger, KeysBeyondTheBoundAreRefusedButKeysWithUseAreNeverDropped) {
+    const QuotaSpec q = spec(5, Period::Day);
+    const std::uint64_t w0 = window_at(q, kT).start_ms;
+    control::QuotaLedger l("r1", 4, 2);
+    take(l, key_usage("a", w0 + 1000, q, {{100, 5}, {101, 1}, {102, 9}}));
+    EXPECT_EQ(l.keys(), 2u);
+    EXPECT_EQ(l.refused().keys, 1u);
+    EXPECT_EQ(l.refused().key_units, 9u);
+    EXPECT_NE(l.last_refused().find("1 key(s) of quota of bucket \"api\" (global) from zone a "
+                                    "refused: the ledger holds 2 keys"),
+              std::string::npos)
+        << l.last_refused();
+    // Hours later in the same day, the used-up key is still held and still rejected.
+    l.forget(w0 + 5 * 3600000);
+    take(l, key_usage("a", w0 + 5 * 3600000, q, {{101, 1}}));
+    EXPECT_EQ(used_up(l, w0 + 5 * 3600000), std::vector<std::uint64_t>({100}));
 }
 
 TEST(QuotaWire, ReportAndInstructionCarryTheQuota) {

@@ -74,7 +74,8 @@ Report keyed_report() {
     k.keyed = true;
     k.keys = {key(0xfeedfacecafebeefULL, "api-key-1", 150000, 50000),
               key(2, std::string(kMaxKeyTextLen, 'x'), 20000, 0), key(~0ULL, "", 7, 7)};
-    ReportBucket quiet;  // keyed, no heavy hitter this interval
+    k.keys[1].used = 37;  // a quota bucket's use (docs/design/009-per-key-quotas.md)
+    ReportBucket quiet;   // keyed, no heavy hitter this interval
     quiet.name = "per-ip";
     quiet.keyed = true;
     r.buckets = {plain, k, quiet};
@@ -116,6 +117,7 @@ TEST(WireKeyed, ReportReaderSeesTheKeys) {
         EXPECT_EQ(k.first[i].text, r.buckets[1].keys[i].text);
         EXPECT_EQ(k.first[i].offered_mrps, r.buckets[1].keys[i].offered_mrps);
         EXPECT_EQ(k.first[i].dropped_mrps, r.buckets[1].keys[i].dropped_mrps);
+        EXPECT_EQ(k.first[i].used, r.buckets[1].keys[i].used);
     }
     EXPECT_TRUE(v.buckets[2].keyed);
     EXPECT_EQ(keys_of(v, v.buckets[2]).size(), 0u);
@@ -174,6 +176,10 @@ TEST(WireKeyed, ReportRejections) {
     std::string keyed_as_uint =
         patched(enc(keyed_report()), kKeyedTrue, std::string("\xa5keyed\x01"));
     both_refuse(keyed_as_uint, "bad \"keyed\" type");
+    // A key's "used" is a uint.
+    both_refuse(
+        patched(enc(keyed_report()), std::string("\xa4used\x25"), std::string("\xa4used\xa1x")),
+        "bad \"used\" type");
 }
 
 Instructions keyed_instructions() {

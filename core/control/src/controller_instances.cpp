@@ -192,8 +192,14 @@ void Controller::update_instance(std::string_view name, const std::string& zone,
 // Shadow mode keeps its mode: nginx then counts would-be rejections.
 void Controller::apply_quota(Instance& inst, const InstanceKey& key, const Clock& now) const {
     QuotaLedger::Answer q;
-    if (inst.keyed || !quotas_.at(key, now.wall_ms, q)) {
-        inst.quota = inst.quota_used = inst.quota_reset_ms = 0;
+    inst.quota = inst.quota_used = inst.quota_reset_ms = 0;
+    inst.key_quota = inst.key_quota_reset_ms = 0;
+    inst.used_up_keys.clear();
+    if (!quotas_.at(key, now.wall_ms, q)) return;
+    if (inst.keyed) {  // per key: the instance's own use means nothing
+        inst.key_quota = q.spec.n;
+        inst.key_quota_reset_ms = q.window.end_ms;
+        quotas_.used_up(key, now.wall_ms, inst.used_up_keys);
         return;
     }
     inst.quota = q.spec.n;

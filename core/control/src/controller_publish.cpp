@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iterator>
 #include <tuple>
+#include <unordered_set>
 #include <utility>
 
 #include "controller_detail.h"
@@ -104,11 +105,32 @@ void Controller::write_instruction(wire::Instruction& e, const Instance& inst) {
     e.quota_used = inst.quota_used;
     e.quota_reset_ms = inst.quota_reset_ms;
     e.keyed = inst.keyed;
+    e.key_quota = inst.key_quota;
+    e.key_quota_reset_ms = inst.key_quota_reset_ms;
     if (inst.keyed) {
         e.ratio_ppm = 0;
-        e.keys = inst.keys.ratios();
+        write_keys(e, inst);
     } else {
         e.keys.clear();
+    }
+}
+
+// A keyed entry's keys: those that used their quota up first (ratio 1 until the window ends,
+// so that the cut at wire::kMaxInstructionKeys leaves out keys over their rate before any of
+// them), then the keys over their rate (Instance::keys).
+void Controller::write_keys(wire::Instruction& e, const Instance& inst) {
+    e.keys = inst.keys.ratios();
+    if (inst.used_up_keys.empty()) return;
+    std::vector<wire::KeyRatio> rates;
+    rates.swap(e.keys);
+    const std::size_t n = std::min(inst.used_up_keys.size(), wire::kMaxInstructionKeys);
+    std::unordered_set<std::uint64_t> up(
+        inst.used_up_keys.begin(), inst.used_up_keys.begin() + static_cast<std::ptrdiff_t>(n));
+    e.keys.reserve(std::min(n + rates.size(), wire::kMaxInstructionKeys));
+    for (std::size_t i = 0; i < n; ++i) e.keys.push_back({inst.used_up_keys[i], kPpmOne});
+    for (const wire::KeyRatio& k : rates) {
+        if (e.keys.size() == wire::kMaxInstructionKeys) break;
+        if (up.count(k.hash) == 0) e.keys.push_back(k);
     }
 }
 // Entries are cut into messages of at most kMaxBucketsPerMessage and about 1 MiB, each part a

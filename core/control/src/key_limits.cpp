@@ -48,9 +48,13 @@ std::vector<wire::KeyRate> sum_keys(const std::vector<const std::vector<wire::Ke
     std::unordered_map<std::uint64_t, std::size_t> at;
     for (const std::vector<wire::KeyRate>* list : lists) {
         for (const wire::KeyRate& k : *list) {
+            // Rates only: a key listed for its quota use alone has none, and its use goes
+            // to the quota ledger from the zone's own usage.
+            if (k.offered_mrps == 0) continue;
             auto [it, added] = at.emplace(k.hash, out.size());
             if (added) {
                 out.push_back(k);
+                out.back().used = 0;
                 continue;
             }
             wire::KeyRate& s = out[it->second];
@@ -72,6 +76,7 @@ std::size_t KeyTable::update(const std::vector<wire::KeyRate>& sum, bool hold, b
     for (const wire::KeyRate& k : sum) {
         auto it = keys_.find(k.hash);
         if (it == keys_.end()) {
+            if (k.offered_mrps == 0) continue;  // nothing to limit (listed for its quota use)
             if (keys_.size() >= o.max_keys) {
                 ++refused;
                 continue;

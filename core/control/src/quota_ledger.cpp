@@ -19,6 +19,10 @@ const wire::UsageBucket* find_bucket(const wire::ZoneUsage& u, const std::string
     return it != u.buckets.end() && it->name == name ? &*it : nullptr;
 }
 
+std::uint64_t sat_add(std::uint64_t a, std::uint64_t b) {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 // Milli-units as a count, saturating: a peer's use near 2^64 must not overflow a conversion.
 constexpr double kMaxMu = 4.0e18;
 std::uint64_t to_mu(double mu) {
@@ -111,6 +115,65 @@ void QuotaLedger::roll(Entry& e, std::uint64_t window_ms) {
     e.window_ms = window_ms;
     e.own_mu = 0;
     e.peer_mu.clear();
+    keys_ -= e.keys.size();
+    e.keys.clear();
+    e.key_regions.clear();
+}
+
+std::uint64_t QuotaLedger::Entry::KeyUse::total() const {
+    std::uint64_t t = own;
+    for (std::uint64_t p : peer) t = sat_add(t, p);
+    return t;
+}
+
+QuotaLedger::Entry::KeyUse* QuotaLedger::key_use(Entry& e, std::uint64_t hash,
+                                                 std::uint64_t units) {
+    auto it = e.keys.find(hash);
+    if (it != e.keys.end()) return &it->second;
+    if (keys_ >= max_keys_) {
+        ++refused_.keys;
+        refused_.key_units = sat_add(refused_.key_units, units);
+        return nullptr;
+    }
+    ++keys_;
+    return &e.keys[hash];
+}
+
+// A zone usage's keys: the units each admitted since the zone's previous usage.
+void QuotaLedger::take_keys(Entry& e, const wire::UsageBucket& b, const std::string& what,
+                            const std::string& zone) {
+    const std::uint64_t before = refused_.keys;
+    for (const wire::KeyRate& k : b.keys) {
+        if (k.used == 0) continue;
+        if (Entry::KeyUse* ku = key_use(e, k.hash, k.used)) ku->own = sat_add(ku->own, k.used);
+    }
+    if (refused_.keys != before) {
+        last_refused_ = std::to_string(refused_.keys - before) + " key(s) of " + what +
+                        " from zone " + zone + " refused: the ledger holds " +
+                        std::to_string(max_keys_) + " keys (their units are not counted)";
+    }
+}
+
+// A peer's keys: its region's use of each (the larger stands, as for the instance's use).
+void QuotaLedger::take_peer_keys(Entry& e, const wire::QuotaUse& q, bool twin,
+                                 const std::string& region) {
+    if (q.keys.empty()) return;
+    std::size_t r = 0;
+    if (!twin) {  // at most max_regions: take_peer refused the others
+        auto it = std::find(e.key_regions.begin(), e.key_regions.end(), region);
+        r = static_cast<std::size_t>(it - e.key_regions.begin());
+        if (it == e.key_regions.end()) e.key_regions.push_back(region);
+    }
+    for (const wire::KeyUse& k : q.keys) {
+        Entry::KeyUse* ku = key_use(e, k.hash, 0);
+        if (ku == nullptr) continue;
+        if (twin) {
+            ku->own = std::max(ku->own, k.used);
+            continue;
+        }
+        if (ku->peer.size() <= r) ku->peer.resize(r + 1, 0);
+        ku->peer[r] = std::max(ku->peer[r], k.used);
+    }
 }
 
 void QuotaLedger::take_zone(const wire::ZoneUsage& u, std::uint64_t now_wall_ms) {
@@ -132,10 +195,17 @@ void QuotaLedger::take_zone(const wire::ZoneUsage& u, std::uint64_t now_wall_ms)
         const Window w = window_at(e.spec, u.ts_ms);
         if (w.start_ms < e.window_ms) continue;  // a late usage of a window that ended
         // Stamped in a window that has not begun by this controller's clock (a collector's
-        // clock ahead, up to the skew allowed): counted by the zone's next usage instead, so
-        // that no sender can end the window in force early.
-        if (w.start_ms > window_at(e.spec, now_wall_ms).start_ms) continue;
+        // clock ahead, up to the skew allowed): its rate is counted by the zone's next usage
+        // instead, so that no sender can end the window in force early; its keys' units are
+        // counts, taken into the window in force.
+        const std::uint64_t now_start = window_at(e.spec, now_wall_ms).start_ms;
+        if (w.start_ms > now_start) {
+            if (now_start > e.window_ms) roll(e, now_start);
+            take_keys(e, *b, describe(q.name, q.scope, u.zone), u.zone);
+            continue;
+        }
         if (w.start_ms > e.window_ms) roll(e, w.start_ms);
+        if (!b->keys.empty()) take_keys(e, *b, describe(q.name, q.scope, u.zone), u.zone);
         auto z = e.zones.find(u.zone);
         std::uint64_t from = z != e.zones.end()        ? z->second.ms
                              : e.restored_ms != 0      ? e.restored_ms
@@ -221,6 +291,7 @@ void QuotaLedger::take_peer(const wire::RegionUsage& u, std::uint64_t now_wall_m
             std::uint64_t& held = e.peer_mu[u.region];
             held = std::max(held, to_mu(mu));
         }
+        take_peer_keys(e, q, twin, u.region);
     }
 }
 
@@ -233,7 +304,39 @@ void QuotaLedger::restore(const std::vector<wire::QuotaUse>& saved) {
         roll(e, q.window_ms);
         e.own_mu = static_cast<double>(q.use_mu);
         e.at_ms = e.restored_ms = q.at_ms;
+        for (const wire::KeyUse& k : q.keys) {
+            if (Entry::KeyUse* ku = key_use(e, k.hash, 0)) ku->own = k.used;
+        }
     }
+}
+
+void QuotaLedger::used_up(const InstanceKey& k, std::uint64_t wall_ms,
+                          std::vector<std::uint64_t>& out) const {
+    out.clear();
+    auto it = entries_.find(k);
+    if (it == entries_.end()) return;
+    const Entry& e = it->second;
+    if (e.keys.empty() || e.window_ms < window_at(e.spec, wall_ms).start_ms) return;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> up;  // (use, hash)
+    for (const auto& [hash, use] : e.keys) {
+        const std::uint64_t t = use.total();
+        if (t >= e.spec.n) up.emplace_back(t, hash);
+    }
+    std::sort(up.begin(), up.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    out.reserve(up.size());
+    for (const auto& u : up) out.push_back(u.second);
+}
+
+std::uint64_t QuotaLedger::key_used(const InstanceKey& k, std::uint64_t hash,
+                                    std::uint64_t wall_ms) const {
+    auto it = entries_.find(k);
+    if (it == entries_.end()) return 0;
+    const Entry& e = it->second;
+    if (e.window_ms < window_at(e.spec, wall_ms).start_ms) return 0;
+    auto key = e.keys.find(hash);
+    return key == e.keys.end() ? 0 : key->second.total();
 }
 
 bool QuotaLedger::at(const InstanceKey& k, std::uint64_t wall_ms, Answer& out) const {
@@ -254,6 +357,12 @@ void QuotaLedger::own_use(std::vector<wire::QuotaUse>& out) const {
     out.clear();
     for (const auto& [k, e] : entries_) {
         out.push_back({k.bucket, k.scope, k.zone, e.spec, e.window_ms, to_mu(e.own_mu), e.at_ms});
+        std::vector<wire::KeyUse>& keys = out.back().keys;
+        for (const auto& [hash, use] : e.keys) {
+            if (use.own != 0) keys.push_back({hash, use.own});
+        }
+        std::sort(keys.begin(), keys.end(),
+                  [](const wire::KeyUse& a, const wire::KeyUse& b) { return a.hash < b.hash; });
     }
 }
 
@@ -267,6 +376,7 @@ void QuotaLedger::forget(std::uint64_t wall_ms) {
         const Window w = window_at(it->second.spec, wall_ms);
         const std::uint64_t len = w.end_ms - w.start_ms;
         const bool stale = it->second.window_ms + 2 * len < w.end_ms;
+        if (stale) keys_ -= it->second.keys.size();
         it = stale ? entries_.erase(it) : std::next(it);
     }
 }

@@ -135,11 +135,13 @@ bool Table::recent_rates(const wire::ReportView& r, const wire::ReportBucketView
     return true;
 }
 
-// A keyed bucket's heavy hitters, as reported (the reporter measured their rates itself).
+// A keyed bucket's heavy hitters, as reported (the reporter measured their rates itself). A key
+// listed for its quota use alone (no rate) goes to PendingUse only.
 void Table::take_keys(const wire::ReportView& r, const wire::ReportBucketView& rb, BucketState& b) {
     b.keyed = rb.keyed;
     b.keys.clear();
     for (const wire::KeyRateView& k : wire::keys_of(r, rb)) {
+        if (k.offered_mrps == 0) continue;
         b.keys.push_back({k.hash, std::string(k.text), k.offered_mrps, k.dropped_mrps, 1});
     }
 }

@@ -120,6 +120,16 @@ Entry& Table::claim(std::uint64_t hash, std::string_view key, std::uint64_t now_
             continue;  // another worker took it first: look again
         }
         // Held: no other worker uses or claims this entry until the key's hash is published.
+        KeyText& t = text(base + victim);
+        if (victim_hash != kFree) {
+            const std::uint64_t admitted = e.offered.load(std::memory_order_relaxed) -
+                                           e.dropped.load(std::memory_order_relaxed);
+            const std::uint64_t listed = t.listed.load(std::memory_order_relaxed);
+            if (admitted > listed) {
+                header().quota_units_evicted.fetch_add(admitted - listed,
+                                                       std::memory_order_relaxed);
+            }
+        }
         e.last_ms.store(now_ms, std::memory_order_relaxed);
         e.offered.store(0, std::memory_order_relaxed);
         e.dropped.store(0, std::memory_order_relaxed);
@@ -127,7 +137,7 @@ Entry& Table::claim(std::uint64_t hash, std::string_view key, std::uint64_t now_
         e.threshold.store(0, std::memory_order_relaxed);
         e.expires_ms.store(0, std::memory_order_relaxed);
         e.reported.store(0, std::memory_order_relaxed);
-        KeyText& t = text(base + victim);
+        t.listed.store(0, std::memory_order_relaxed);
         t.hash.store(0, std::memory_order_relaxed);
         t.len = static_cast<std::uint8_t>(std::min(key.size(), kMaxKeyText));
         std::memcpy(t.text, key.data(), t.len);
@@ -157,33 +167,97 @@ void Table::charge(Entry& e, std::uint64_t now_ms, std::uint64_t rate_mrps,
     }
 }
 
+namespace {
+
+// Entry i's traffic since the previous take_hitters or take_quota_keys (its `reported` snapshot
+// moves on), false when the entry holds no key.
+struct Traffic {
+    Hitter h;                    // hash, text, offered and dropped since the previous call
+    std::uint64_t admitted = 0;  // units admitted since the entry was claimed
+};
+bool traffic_of(const Table& t, std::uint32_t i, Traffic& out) {
+    Entry& e = t.entry(i);
+    const std::uint64_t h = e.hash.load(std::memory_order_acquire);
+    if (h == kFree || h == kClaiming) return false;
+    const std::uint64_t offered = e.offered.load(std::memory_order_relaxed);
+    const std::uint64_t dropped = e.dropped.load(std::memory_order_relaxed);
+    const std::uint64_t now = (dropped << 32) | (offered & 0xffffffffULL);
+    const std::uint64_t before = e.reported.exchange(now, std::memory_order_relaxed);
+    // A claim resets the counters and `reported` together, so the deltas never go back;
+    // modulo 2^32 they survive the low halves wrapping.
+    const std::uint64_t delta = (offered - before) & 0xffffffffULL;
+    const std::uint64_t dropped_delta = (dropped - (before >> 32)) & 0xffffffffULL;
+    out.h = {h, t.text_of(i), delta, std::min(dropped_delta, delta), 0};
+    out.admitted = offered > dropped ? offered - dropped : 0;
+    return true;
+}
+
+bool busier(const Hitter& a, const Hitter& b) {
+    return a.offered != b.offered ? a.offered > b.offered : a.hash < b.hash;
+}
+
+// Keeps the first `k` of `v` in the order `before`, sorted.
+template <typename T, typename Before>
+void keep_first(std::vector<T>& v, std::size_t k, Before before) {
+    if (v.size() > k) {
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end(), before);
+        v.resize(k);
+    }
+    std::sort(v.begin(), v.end(), before);
+}
+
+}  // namespace
+
 std::vector<Hitter> Table::take_hitters(std::uint64_t min_offered, std::size_t k) const {
     std::vector<Hitter> out;
     const std::uint32_t n = capacity();
+    Traffic t;
     for (std::uint32_t i = 0; i < n; ++i) {
-        Entry& e = entry(i);
-        const std::uint64_t h = e.hash.load(std::memory_order_acquire);
-        if (h == kFree || h == kClaiming) continue;
-        const std::uint64_t offered = e.offered.load(std::memory_order_relaxed);
-        const std::uint64_t dropped = e.dropped.load(std::memory_order_relaxed);
-        const std::uint64_t now = (dropped << 32) | (offered & 0xffffffffULL);
-        const std::uint64_t before = e.reported.exchange(now, std::memory_order_relaxed);
-        // A claim resets the counters and `reported` together, so the deltas never go back;
-        // modulo 2^32 they survive the low halves wrapping.
-        const std::uint64_t delta = (offered - before) & 0xffffffffULL;
-        if (delta == 0 || delta < min_offered) continue;
-        const std::uint64_t dropped_delta = (dropped - (before >> 32)) & 0xffffffffULL;
-        out.push_back({h, text_of(i), delta, std::min(dropped_delta, delta)});
+        if (!traffic_of(*this, i, t) || t.h.offered == 0 || t.h.offered < min_offered) continue;
+        out.push_back(t.h);
     }
-    auto busier = [](const Hitter& a, const Hitter& b) {
-        return a.offered != b.offered ? a.offered > b.offered : a.hash < b.hash;
+    keep_first(out, k, busier);
+    return out;
+}
+
+std::vector<Hitter> Table::take_quota_keys(std::uint64_t min_offered, std::size_t k) const {
+    struct Listed {
+        Hitter h;
+        bool hitter = false;
+        std::uint32_t i = 0;
+        std::uint64_t listed = 0;  // KeyText::listed as read
     };
-    if (out.size() > k) {
-        std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(k), out.end(),
-                         busier);
-        out.resize(k);
+    std::vector<Listed> c;
+    const std::uint32_t n = capacity();
+    Traffic t;
+    for (std::uint32_t i = 0; i < n; ++i) {
+        if (!traffic_of(*this, i, t)) continue;
+        const std::uint64_t listed = text(i).listed.load(std::memory_order_relaxed);
+        t.h.used = t.admitted > listed ? t.admitted - listed : 0;
+        const bool hitter = t.h.offered != 0 && t.h.offered >= min_offered;
+        if (hitter || t.h.used != 0) c.push_back({t.h, hitter, i, listed});
     }
-    std::sort(out.begin(), out.end(), busier);
+    keep_first(c, k, [](const Listed& a, const Listed& b) {
+        if (a.hitter != b.hitter) return a.hitter;
+        if (a.hitter) return busier(a.h, b.h);
+        return a.h.used != b.h.used ? a.h.used > b.h.used : a.h.hash < b.h.hash;
+    });
+    std::vector<Hitter> out;
+    out.reserve(c.size());
+    for (Listed& l : c) {
+        std::atomic<std::uint64_t>& listed = text(l.i).listed;
+        std::uint64_t expected = l.listed;
+        if (l.h.used != 0 && !listed.compare_exchange_strong(expected, l.listed + l.h.used,
+                                                             std::memory_order_relaxed)) {
+            l.h.used = 0;  // a claim reset it: the entry is another key's now
+        } else if (l.h.used != 0 && entry(l.i).hash.load(std::memory_order_acquire) != l.h.hash) {
+            // Claimed since the scan, the reset perhaps before the exchange above: the new
+            // key starts from nothing listed (the use listed here was the old key's).
+            expected = l.listed + l.h.used;
+            listed.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+        }
+        out.push_back(l.h);
+    }
     return out;
 }
 

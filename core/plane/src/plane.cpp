@@ -264,13 +264,18 @@ void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now
         // 1/64 of the limit over the span, in requests; at least one request.
         const std::uint64_t min_offered =
             std::max<std::uint64_t>(1, b.limit_mrps * span_ms / 1000 / 1000 / 64);
-        for (const keyed::Hitter& h : table.take_hitters(min_offered, spec->report_keys)) {
+        // A quota bucket lists every key with use too (docs/design/009-per-key-quotas.md).
+        const std::vector<keyed::Hitter> hitters =
+            t.quota(i).n != 0 ? table.take_quota_keys(min_offered, spec->report_keys)
+                              : table.take_hitters(min_offered, spec->report_keys);
+        for (const keyed::Hitter& h : hitters) {
             wire::KeyRate k;
             k.hash = h.hash;
             if (!spec->hash_keys) k.text = std::string(h.text);
             k.offered_mrps = h.offered * 1000 * 1000 / span_ms;
             k.dropped_mrps = h.dropped * 1000 * 1000 / span_ms;
             k.hosts = 1;
+            k.used = h.used;
             b.keys.push_back(std::move(k));
         }
     }
@@ -339,12 +344,19 @@ std::size_t apply_instructions(const shm::View& shm, const BucketTable& t,
         s.expires_ms.store(expires, std::memory_order_release);
         ++applied;
         // A keyed bucket: each key's ratio goes into the key's entry, when the key is in this
-        // host's table (a key not there has no traffic here to drop); ratio 0 clears.
+        // host's table (a key not there has no traffic here to drop); ratio 0 clears. A key
+        // that used its quota up (ratio 1 with key_quota) is rejected until the window ends at
+        // the latest, as a bucket's used-up quota.
         const keyed::Table table = shm.key_table(static_cast<std::uint32_t>(slot));
         if (!in.keyed || !table.valid()) continue;
+        const std::uint64_t key_reset =
+            in.key_quota_reset_ms > m.ts_ms ? in.key_quota_reset_ms - m.ts_ms : 0;
         for (const wire::KeyRatio& k : in.keys) {
-            table.set_ratio(k.hash, ppm_to_threshold(k.ratio_ppm),
-                            k.ratio_ppm == 0 ? 0 : now_ms + ttl);
+            std::uint64_t until = k.ratio_ppm == 0 ? 0 : now_ms + ttl;
+            if (in.key_quota != 0 && k.ratio_ppm == kPpmOne) {
+                until = std::min(until, now_ms + key_reset);
+            }
+            table.set_ratio(k.hash, ppm_to_threshold(k.ratio_ppm), until);
         }
     }
     return applied;
@@ -427,6 +439,7 @@ std::vector<BucketView> all_views(const StatusInput& in, std::vector<RuntimeBuck
     for (std::size_t i = 0; i < in.table->defs.size(); ++i) {
         views.push_back(view_of(in, in.table->defs[i], in.table->slots[i], false));
         views.back().keyed = in.table->keyed_spec(i);
+        views.back().key_quota = views.back().keyed != nullptr && in.table->quota(i);
     }
     std::uint64_t gen = 0;
     rt = load_runtime(*in.shm, gen);
@@ -505,12 +518,18 @@ void render_keyed_json(const StatusInput& in, const BucketView& v, std::string& 
     append_json_string(out, v.keyed->key);
     append(out,
            ",\"capacity\":%u,\"in_use\":%llu,\"claims\":%llu,\"evictions\":%llu,"
-           "\"races\":%llu,\"report_keys\":%u,\"hash_keys\":%s,\"top\":[",
+           "\"races\":%llu,\"report_keys\":%u,\"hash_keys\":%s",
            t.capacity(), static_cast<unsigned long long>(in_use),
            static_cast<unsigned long long>(h.claims.load()),
            static_cast<unsigned long long>(h.evictions.load()),
            static_cast<unsigned long long>(h.races.load()), v.keyed->report_keys,
            v.keyed->hash_keys ? "true" : "false");
+    // A quota bucket's use lost with evicted keys before a report listed it.
+    if (v.key_quota) {
+        append(out, ",\"quota_units_evicted\":%llu",
+               static_cast<unsigned long long>(h.quota_units_evicted.load()));
+    }
+    out += ",\"top\":[";
     for (std::size_t k = 0; k < top; ++k) {
         const keyed::Entry& e = t.entry(rows[k].i);
         const std::uint64_t offered = e.offered.load(std::memory_order_relaxed);

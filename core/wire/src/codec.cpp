@@ -689,13 +689,25 @@ std::string key_name(std::uint64_t hash) {
     return s;
 }
 
+bool uint_pair(const msgpack_object& o, std::uint64_t& first, std::uint64_t& second) {
+    if (o.type != MSGPACK_OBJECT_ARRAY || o.via.array.size != 2 ||
+        o.via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+        o.via.array.ptr[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        return false;
+    }
+    first = o.via.array.ptr[0].via.u64;
+    second = o.via.array.ptr[1].via.u64;
+    return true;
+}
+
 void pack_key_rate(Packer& p, const KeyRate& k, bool with_hosts) {
-    p.map(3 + (k.text.empty() ? 0 : 1) + (with_hosts ? 1 : 0));
+    p.map(3 + (k.text.empty() ? 0 : 1) + (with_hosts ? 1 : 0) + (k.used != 0 ? 1 : 0));
     p.kv("h", k.hash);
     if (!k.text.empty()) p.kv("k", k.text);
     p.kv("offered_mrps", k.offered_mrps);
     p.kv("dropped_mrps", k.dropped_mrps);
     if (with_hosts) p.kv("hosts", k.hosts);
+    if (k.used != 0) p.kv("used", k.used);
 }
 
 void pack_key_rates(Packer& p, std::string_view key, const std::vector<KeyRate>& keys,
@@ -735,6 +747,9 @@ bool read_key_rate(const msgpack_object& o, const Path& path, bool with_hosts, K
     }
     k.hosts = 1;
     if (with_hosts && !r.u64("hosts", k.hosts)) return false;
+    std::optional<std::uint64_t> used;
+    if (!r.opt_u64("used", used)) return false;
+    k.used = used.value_or(0);
     out = std::move(k);
     return true;
 }

@@ -264,5 +264,7 @@ bool read_key_rates(const msgpack_object& arr, const Path& path, std::size_t max
                     std::vector<KeyRate>& out, std::string& error);
 // How errors name a key: `key 0x00000000000000ab` (the hash as grlctl shows it).
 std::string key_name(std::uint64_t hash);
+// A `[uint, uint]` pair (a key list's `[h, ratio_ppm]` or `[h, used]`): false when `o` is not one.
+bool uint_pair(const msgpack_object& o, std::uint64_t& first, std::uint64_t& second);
 
 }  // namespace grl::wire::codec

@@ -395,8 +395,8 @@ bool fast_bucket(Reader& r, ReportBucketView& b) {
 }
 
 // A key entry of a report (codec::read_key_rate): "h" > 1, optional "k" of at most
-// kMaxKeyTextLen bytes, "offered_mrps", "dropped_mrps" <= offered; other keys ("hosts" too)
-// skipped.
+// kMaxKeyTextLen bytes, "offered_mrps", "dropped_mrps" <= offered, optional "used"; other keys
+// ("hosts" too) skipped.
 bool read_key_entry(Reader& r, std::size_t depth, KeyRateView& k) {
     Head h;
     if (!r.head(h)) return false;
@@ -404,6 +404,7 @@ bool read_key_entry(Reader& r, std::size_t depth, KeyRateView& k) {
     if (h.u > 0 && depth >= kMaxDepth) return r.fail("message nested too deeply");
     std::uint32_t mask = 0;
     k.text = {};
+    k.used = 0;
     for (std::uint64_t i = 0; i < h.u; ++i) {
         std::string_view key;
         if (!read_key(r, key)) return false;
@@ -411,6 +412,7 @@ bool read_key_entry(Reader& r, std::size_t depth, KeyRateView& k) {
                   : key == "offered_mrps" ? 1
                   : key == "dropped_mrps" ? 2
                   : key == "k"            ? 3
+                  : key == "used"         ? 4
                                           : -1;
         if (bit < 0) {
             if (!r.skip_object(depth + 1)) return false;
@@ -426,6 +428,7 @@ bool read_key_entry(Reader& r, std::size_t depth, KeyRateView& k) {
                 ok = read_str(r, key, k.text);
                 if (ok && k.text.size() > kMaxKeyTextLen) return r.fail("\"k\" too long");
                 break;
+            case 4: ok = read_uint(r, key, k.used); break;
         }
         if (!ok) return false;
     }
@@ -728,7 +731,7 @@ void view_of(const Report& r, ReportView& out) {
         out.buckets[i].keys_first = static_cast<std::uint32_t>(out.keys.size());
         out.buckets[i].keys_count = static_cast<std::uint32_t>(r.buckets[i].keys.size());
         for (const KeyRate& k : r.buckets[i].keys) {
-            out.keys.push_back({k.hash, k.text, k.offered_mrps, k.dropped_mrps});
+            out.keys.push_back({k.hash, k.text, k.offered_mrps, k.dropped_mrps, k.used});
         }
     }
 }

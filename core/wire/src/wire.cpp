@@ -236,9 +236,14 @@ bool decode_report(std::string_view bytes, Report& out, std::string& error) {
 constexpr std::array<std::string_view, 10> kInstructionsKeys = {
     "v", "type", "ts_ms", "seq", "source", "ttl_ms", "scope", "region", "zone", "buckets",
 };
-constexpr std::array<std::string_view, 12> kInstructionKeys = {
-    "name",     "ratio_ppm", "limit_mrps", "mode",  "match",      "basis_offered_mrps",
-    "basis_ms", "keyed",     "keys",       "quota", "quota_used", "quota_reset_ms",
+constexpr std::array<std::string_view, 14> kInstructionKeys = {
+    "name",       "ratio_ppm",
+    "limit_mrps", "mode",
+    "match",      "basis_offered_mrps",
+    "basis_ms",   "keyed",
+    "keys",       "quota",
+    "quota_used", "quota_reset_ms",
+    "key_quota",  "key_quota_reset_ms",
 };
 constexpr std::array<std::string_view, 5> kMatchKeys = {
     "caller", "caller_kind", "procedure", "procedure_kind", "scope",
@@ -308,13 +313,10 @@ bool instruction_keys(const MapReader& bf, Instruction& b) {
     b.keys.resize(arr->via.array.size);
     std::vector<std::uint64_t> hashes(arr->via.array.size);
     for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
-        const msgpack_object& e = arr->via.array.ptr[i];
-        if (e.type != MSGPACK_OBJECT_ARRAY || e.via.array.size != 2 ||
-            e.via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-            e.via.array.ptr[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        std::uint64_t h = 0, ratio = 0;
+        if (!codec::uint_pair(arr->via.array.ptr[i], h, ratio)) {
             return bf.fail("bad \"keys[" + std::to_string(i) + "]\" (want [h, ratio_ppm])");
         }
-        const std::uint64_t h = e.via.array.ptr[0].via.u64, ratio = e.via.array.ptr[1].via.u64;
         if (h <= 1) {
             return bf.fail("bad hash " + std::to_string(h) + " in \"keys[" + std::to_string(i) +
                            "]\" (a key hash is > 1)");
@@ -349,6 +351,19 @@ bool instruction_quota(const MapReader& bf, Instruction& b) {
                        std::to_string(b.quota) + " with \"ratio_ppm\" " +
                        std::to_string(b.ratio_ppm) + " (want 1000000)");
     }
+    return true;
+}
+
+// The optional "key_quota", "key_quota_reset_ms" of a keyed entry (both or none;
+// docs/design/009-per-key-quotas.md): each key's N and when the window ends; its keys with
+// ratio_ppm 1'000'000 have used theirs up.
+bool instruction_key_quota(const MapReader& bf, Instruction& b) {
+    if (!bf.present("key_quota") && !bf.present("key_quota_reset_ms")) return true;
+    if (!bf.u64("key_quota", b.key_quota) || !bf.u64("key_quota_reset_ms", b.key_quota_reset_ms)) {
+        return false;
+    }
+    if (b.key_quota == 0) return bf.fail("\"key_quota\" 0 (want 1 or more)");
+    if (!b.keyed) return bf.fail("\"key_quota\" of a bucket that is not keyed");
     return true;
 }
 
@@ -394,7 +409,7 @@ bool decode_instructions(std::string_view bytes, Instructions& out, std::string&
         b.ratio_ppm = static_cast<std::uint32_t>(ratio);
         if (!bf.u64("limit_mrps", b.limit_mrps) || !bf.mode("mode", b.mode) ||
             !runtime_match(bf, b, error) || !surge_basis(bf, b) || !instruction_keys(bf, b) ||
-            !instruction_quota(bf, b)) {
+            !instruction_quota(bf, b) || !instruction_key_quota(bf, b)) {
             return false;
         }
         m.buckets.push_back(std::move(b));
@@ -489,7 +504,7 @@ void encode(const Instructions& m, std::string& out) {
     p.array(m.buckets.size());
     for (const Instruction& b : m.buckets) {
         p.map(kInstructionKeys.size() - (b.has_match ? 0 : 1) - (b.has_basis ? 0 : 2) -
-              (b.keyed ? 0 : 2) - (b.quota ? 0 : 3));
+              (b.keyed ? 0 : 2) - (b.quota ? 0 : 3) - (b.key_quota ? 0 : 2));
         p.kv("name", b.name);
         p.kv("ratio_ppm", b.ratio_ppm);
         p.kv("limit_mrps", b.limit_mrps);
@@ -516,6 +531,10 @@ void encode(const Instructions& m, std::string& out) {
             p.kv("quota", b.quota);
             p.kv("quota_used", b.quota_used);
             p.kv("quota_reset_ms", b.quota_reset_ms);
+        }
+        if (b.key_quota) {
+            p.kv("key_quota", b.key_quota);
+            p.kv("key_quota_reset_ms", b.key_quota_reset_ms);
         }
     }
     p.finish();

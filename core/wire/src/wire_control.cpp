@@ -413,6 +413,38 @@ bool read_quotas(const MapReader& r, std::vector<Entry>& out, std::string& error
     return true;
 }
 
+// A quota entry's optional "keys": [h, used] pairs, h > 1, sorted by hash without repeats.
+bool read_key_uses(const MapReader& e, std::vector<KeyUse>& out) {
+    out.clear();
+    if (!e.present("keys")) return true;
+    const msgpack_object* arr = nullptr;
+    if (!e.array("keys", arr, kMaxQuotaKeys)) return false;
+    out.resize(arr->via.array.size);
+    for (std::uint32_t i = 0; i < arr->via.array.size; ++i) {
+        if (!codec::uint_pair(arr->via.array.ptr[i], out[i].hash, out[i].used)) {
+            return e.fail("bad \"keys[" + std::to_string(i) + "]\" (want [h, used])");
+        }
+        if (out[i].hash <= 1) {
+            return e.fail("bad key hash " + std::to_string(out[i].hash) + " in \"keys\"[" +
+                          std::to_string(i) + "] (a key hash is > 1)");
+        }
+        if (i > 0 && out[i].hash <= out[i - 1].hash) {
+            return e.fail("\"keys\" not sorted by hash, or " + codec::key_name(out[i].hash) +
+                          " twice");
+        }
+    }
+    return true;
+}
+
+// At most kMaxQuotaKeys keys over a whole "quotas" list.
+bool quota_keys_bounded(const MapReader& r, const std::vector<QuotaUse>& qs) {
+    std::size_t n = 0;
+    for (const QuotaUse& q : qs) n += q.keys.size();
+    if (n <= kMaxQuotaKeys) return true;
+    return r.fail("\"quotas\" list " + std::to_string(n) + " keys, more than " +
+                  std::to_string(kMaxQuotaKeys));
+}
+
 void pack_quota_spec(Packer& p, const QuotaSpec& q) {
     p.kv("n", q.n);
     p.kv("period", to_string(q.period));
@@ -434,7 +466,7 @@ void pack_quotas(Packer& p, const std::vector<QuotaUse>& qs) {
     p.str("quotas");
     p.array(qs.size());
     for (const QuotaUse& q : qs) {
-        p.map(9);
+        p.map(q.keys.empty() ? 9 : 10);
         p.kv("name", q.name);
         p.kv("scope", to_string(q.scope));
         p.kv("zone", q.zone);
@@ -442,6 +474,14 @@ void pack_quotas(Packer& p, const std::vector<QuotaUse>& qs) {
         p.kv("window_ms", q.window_ms);
         p.kv("use_mu", q.use_mu);
         p.kv("at_ms", q.at_ms);
+        if (q.keys.empty()) continue;
+        p.str("keys");
+        p.array(q.keys.size());
+        for (const KeyUse& k : q.keys) {
+            p.array(2);
+            p.u64(k.hash);
+            p.u64(k.used);
+        }
     }
 }
 
@@ -528,8 +568,9 @@ bool decode_region_usage(std::string_view bytes, RegionUsage& out, std::string& 
                      [](const MapReader& e, QuotaUse& q) {
                          return e.name_or_empty("zone", q.zone) &&
                                 e.u64("window_ms", q.window_ms) && e.u64("use_mu", q.use_mu) &&
-                                e.u64("at_ms", q.at_ms);
+                                e.u64("at_ms", q.at_ms) && read_key_uses(e, q.keys);
                      }) ||
+        !quota_keys_bounded(r, m.quotas) ||
         !read_part(r, m.part, m.parts, m.overrides.size() + m.quotas.size(), "overrides")) {
         return false;
     }

@@ -232,6 +232,11 @@ struct Instance {
     std::uint64_t quota = 0;
     std::uint64_t quota_used = 0;
     std::uint64_t quota_reset_ms = 0;
+    // A keyed bucket with quota= (docs/design/009-per-key-quotas.md): each key's N, the
+    // window's end, and the keys that used theirs up (most used first), published with ratio 1.
+    std::uint64_t key_quota = 0;
+    std::uint64_t key_quota_reset_ms = 0;
+    std::vector<std::uint64_t> used_up_keys;
 };
 
 struct TickOutput {
@@ -639,6 +644,7 @@ class Controller {
     QuotaLedger quotas_;
     // Sets the quota fields of a quota instance and, when its quota is used up, its ratio.
     void apply_quota(Instance& inst, const InstanceKey& key, const Clock& now) const;
+    static void write_keys(wire::Instruction& e, const Instance& inst);
     std::set<std::string> announced_expired_;
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick

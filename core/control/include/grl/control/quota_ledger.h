@@ -14,11 +14,19 @@
 // clock); one instance holds at most max_regions other regions, and a peer speaks for the
 // region it first named. At most wire::kMaxQuotas instances (all fit one region_usage).
 // Every entry refused is counted by reason, the last one described (refused(), last_refused()).
+//
+// A keyed bucket's quota is per key (docs/design/009-per-key-quotas.md): each zone usage's keys
+// carry the units admitted since the previous usage (`used`), added to the key's use in the
+// window in force; peers and the state file carry each key's use as for the instance. A key with
+// use in the window is never dropped (no key gets a fresh quota by being forgotten); a new key
+// while max_keys are held over all instances is refused with its units (counted).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grl/common/quota.h"
@@ -38,8 +46,11 @@ inline constexpr std::uint64_t kForgetZoneMs = 10 * kMaxQuotaSpanMs;
 
 class QuotaLedger {
   public:
-    QuotaLedger(std::string region, std::size_t max_regions)
-        : region_(std::move(region)), max_regions_(max_regions) {}
+    QuotaLedger(std::string region, std::size_t max_regions,
+                std::size_t max_keys = wire::kMaxQuotaKeys)
+        : region_(std::move(region)),
+          max_regions_(max_regions),
+          max_keys_(std::min(max_keys, wire::kMaxQuotaKeys)) {}
 
     // Integrates each quota bucket of `u` over [its zone's previous usage, u.ts_ms), split at
     // the window's start; the first usage of a zone counts its interval. The definition in
@@ -62,6 +73,13 @@ class QuotaLedger {
     // The instance's quota at `wall_ms`, or false when it has none. A window no usage has
     // reached yet has used 0.
     bool at(const InstanceKey& k, std::uint64_t wall_ms, Answer& out) const;
+    // A keyed instance's keys whose use in the window in force at `wall_ms` reached N, the
+    // most used first (they are rejected until the window ends).
+    void used_up(const InstanceKey& k, std::uint64_t wall_ms,
+                 std::vector<std::uint64_t>& out) const;
+    // One key's use in the window in force at `wall_ms` (0: none, or not held).
+    std::uint64_t key_used(const InstanceKey& k, std::uint64_t hash, std::uint64_t wall_ms) const;
+    std::size_t keys() const { return keys_; }  // keys held over all instances
     // This region's own use of every instance, for region_usage and the state file.
     void own_use(std::vector<wire::QuotaUse>& out) const;
     // Instances whose window ended more than a window ago and that no usage names any more,
@@ -79,8 +97,11 @@ class QuotaLedger {
     struct Refused {
         std::uint64_t unlisted = 0, full = 0, other_region = 0, not_ours = 0, other_window = 0,
                       too_many_regions = 0;
+        // Keys of keyed quotas refused while max_keys are held, and the units they carried.
+        std::uint64_t keys = 0, key_units = 0;
         std::uint64_t total() const {
-            return unlisted + full + other_region + not_ours + other_window + too_many_regions;
+            return unlisted + full + other_region + not_ours + other_window + too_many_regions +
+                   keys;
         }
     };
     const Refused& refused() const { return refused_; }
@@ -100,15 +121,32 @@ class QuotaLedger {
         };
         std::map<std::string, ZoneSeen> zones;
         std::map<std::string, std::uint64_t> peer_mu;  // other regions' use (global only)
+        // A keyed quota: each key's use in the window, this region's and by other region
+        // (indices into key_regions).
+        struct KeyUse {
+            std::uint64_t own = 0;
+            std::vector<std::uint64_t> peer;
+            std::uint64_t total() const;
+        };
+        std::unordered_map<std::uint64_t, KeyUse> keys;
+        std::vector<std::string> key_regions;
     };
     Entry* entry(const InstanceKey& k, const QuotaSpec& spec);
-    static void settle(Entry& e, std::uint64_t now_wall_ms);
-    static void roll(Entry& e, std::uint64_t window_ms);
+    void settle(Entry& e, std::uint64_t now_wall_ms);
+    void roll(Entry& e, std::uint64_t window_ms);
+    // The key's use in `e`, made when absent and there is room (else nullptr, counted with
+    // `units`).
+    Entry::KeyUse* key_use(Entry& e, std::uint64_t hash, std::uint64_t units);
+    void take_keys(Entry& e, const wire::UsageBucket& b, const std::string& what,
+                   const std::string& zone);
+    void take_peer_keys(Entry& e, const wire::QuotaUse& q, bool twin, const std::string& region);
     void refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
                 const std::string& why);
 
     std::string region_;
     std::size_t max_regions_;
+    std::size_t max_keys_;
+    std::size_t keys_ = 0;
     std::map<InstanceKey, Entry> entries_;
     struct Pin {
         std::string region;

@@ -78,8 +78,11 @@ struct KeyText {
     std::atomic<std::uint64_t> hash;
     std::uint8_t len;
     char text[kMaxKeyText];
+    // A keyed bucket with quota= (take_quota_keys): the units admitted (offered - dropped) when
+    // a report last listed the key's use; reset with the entry by a claim.
+    std::atomic<std::uint64_t> listed;
 };
-static_assert(sizeof(KeyText) == 56, "KeyText layout");
+static_assert(sizeof(KeyText) == 64, "KeyText layout");
 
 struct alignas(64) TableHeader {
     std::uint32_t capacity;  // entries: a multiple of kWays
@@ -88,6 +91,10 @@ struct alignas(64) TableHeader {
     std::atomic<std::uint64_t> evictions;    // keys pushed out by a newer one
     std::atomic<std::uint64_t> races;        // claims lost to another worker (then retried)
     std::atomic<std::uint64_t> reported_ms;  // monotonic ms of the last take_hitters (0: none)
+    // Units admitted for keys that were evicted before a report listed them as used (a quota
+    // bucket's use lost on this host; other buckets never list use, so for them it counts
+    // every unit of an evicted key and means nothing).
+    std::atomic<std::uint64_t> quota_units_evicted;
 };
 static_assert(sizeof(TableHeader) == 64, "TableHeader is one cache line");
 
@@ -109,6 +116,7 @@ struct Hitter {
     std::string_view text;  // points into the table; empty when unknown or overwritten
     std::uint64_t offered = 0;
     std::uint64_t dropped = 0;  // of `offered`
+    std::uint64_t used = 0;     // take_quota_keys: units admitted since the key was last listed
 };
 
 class Table {
@@ -151,6 +159,12 @@ class Table {
     // The reporter: the keys whose traffic since the previous call is at least `min_offered`,
     // the `k` busiest of them, busiest first; marks what it read as reported.
     std::vector<Hitter> take_hitters(std::uint64_t min_offered, std::size_t k) const;
+    // The same for a keyed bucket with quota= (docs/design/009-per-key-quotas.md): a key with
+    // use (units admitted since a report last listed it) is listed too, whatever its traffic:
+    // the heavy hitters first, busiest first, then the most use, at most `k` keys. A key
+    // left out keeps its use for a later call, so use is listed late, never lost (but with an
+    // evicted entry: TableHeader::quota_units_evicted).
+    std::vector<Hitter> take_quota_keys(std::uint64_t min_offered, std::size_t k) const;
 
     // Applies the control plane's ratio for a key present in this table (false: not here).
     bool set_ratio(std::uint64_t hash, std::uint64_t threshold, std::uint64_t expires_ms) const;

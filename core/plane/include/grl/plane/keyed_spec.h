@@ -11,6 +11,9 @@ namespace grl {
 inline constexpr std::uint32_t kDefaultKeys = 10000;
 inline constexpr std::uint32_t kMaxKeys = 16u << 20;  // 16 Mi entries, 1.9 GiB of shm
 inline constexpr std::uint32_t kDefaultReportKeys = 64;
+// KeyedSpec::given's bits.
+inline constexpr std::uint8_t kKeysGiven = 1, kReportKeysGiven = 2, kHashKeysGiven = 4;
+
 struct KeyedSpec {
     bool keyed = false;
     std::string key;  // the VALUE as written, e.g. "$http_x_api_key"

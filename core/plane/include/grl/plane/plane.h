@@ -111,6 +111,7 @@ struct BucketView {
     std::uint64_t limit_mrps;  // effective
     std::uint16_t slot;
     const KeyedSpec* keyed;  // null: not a keyed bucket (view_bucket leaves it null)
+    bool key_quota = false;  // a keyed bucket with quota=: each key's quota
 };
 BucketView view_bucket(const shm::View& shm, const BucketDef& def, std::uint16_t slot,
                        std::uint64_t now_ms);

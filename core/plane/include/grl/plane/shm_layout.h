@@ -27,7 +27,7 @@
 namespace grl::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31656e6f7a6c7267ULL;  // "grlzone1"
-inline constexpr std::uint32_t kLayoutVersion = 4;              // 4: key tables of keyed buckets
+inline constexpr std::uint32_t kLayoutVersion = 5;              // 4: key tables; 5: KeyText::listed
 inline constexpr std::uint32_t kWorkerSlots = 32;
 inline constexpr std::uint64_t kThresholdOne = 1ULL << 32;  // ratio 1.0
 // The last kRuntimeSlots bucket slots are reserved for run-time (emergency)

@@ -23,6 +23,7 @@ struct KeyRateView {
     std::string_view text;  // empty when sent hashed
     std::uint64_t offered_mrps = 0;
     std::uint64_t dropped_mrps = 0;
+    std::uint64_t used = 0;  // wire::KeyRate::used
 };
 
 struct ReportBucketView : ReportCounts {

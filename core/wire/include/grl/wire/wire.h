@@ -36,9 +36,13 @@ struct KeyRate {
     std::uint64_t offered_mrps = 0;
     std::uint64_t dropped_mrps = 0;
     std::uint64_t hosts = 0;  // usage: hosts whose reports named the key; report: 1
+    // A keyed bucket with quota= (docs/design/009-per-key-quotas.md): the units admitted for
+    // the key since the last message that listed it (report: on this host). Optional key
+    // "used", written when not 0.
+    std::uint64_t used = 0;
     bool operator==(const KeyRate& o) const {
         return hash == o.hash && text == o.text && offered_mrps == o.offered_mrps &&
-               dropped_mrps == o.dropped_mrps && hosts == o.hosts;
+               dropped_mrps == o.dropped_mrps && hosts == o.hosts && used == o.used;
     }
 };
 
@@ -128,6 +132,11 @@ struct Instruction {
     std::uint64_t quota = 0;
     std::uint64_t quota_used = 0;
     std::uint64_t quota_reset_ms = 0;
+    // A keyed bucket with quota= (docs/design/009-per-key-quotas.md): each key's N and when the
+    // window ends; the keys that used theirs up are in `keys` with ratio_ppm 1'000'000, first.
+    // key_quota == 0: absent (optional keys "key_quota", "key_quota_reset_ms").
+    std::uint64_t key_quota = 0;
+    std::uint64_t key_quota_reset_ms = 0;
 };
 
 struct Instructions {

@@ -84,6 +84,13 @@ struct QuotaDef {
     }
 };
 
+// One key's use of a keyed quota instance in its window (docs/design/009-per-key-quotas.md).
+struct KeyUse {
+    std::uint64_t hash = 0;
+    std::uint64_t used = 0;  // units
+    bool operator==(const KeyUse& o) const { return hash == o.hash && used == o.used; }
+};
+
 // The use of one quota instance in its window (`region_usage` "quotas"): what this region's
 // hosts admitted since window_ms (milli-units), as of at_ms (the newest zone usage in it).
 struct QuotaUse {
@@ -94,12 +101,18 @@ struct QuotaUse {
     std::uint64_t window_ms = 0;  // the window's start (wall clock, Unix ms)
     std::uint64_t use_mu = 0;     // milli-units
     std::uint64_t at_ms = 0;
+    // A keyed bucket's quota: this region's use of each key with use in the window (optional
+    // key "keys", an array of [h, used], written when not empty; sorted by hash).
+    std::vector<KeyUse> keys{};
     bool operator==(const QuotaUse& o) const {
         return name == o.name && scope == o.scope && zone == o.zone && spec == o.spec &&
-               window_ms == o.window_ms && use_mu == o.use_mu && at_ms == o.at_ms;
+               window_ms == o.window_ms && use_mu == o.use_mu && at_ms == o.at_ms && keys == o.keys;
     }
 };
 inline constexpr std::size_t kMaxQuotas = 4096;  // entries of one "quotas" list
+// Keys of all the entries of one "quotas" list together: they travel in part 0 of a
+// region_usage (and the state file), at most about 20 bytes each.
+inline constexpr std::size_t kMaxQuotaKeys = 16384;
 
 // `zone_usage`: one collector's view of its zone, every collector interval.
 struct ZoneUsage {
