@@ -42,9 +42,11 @@ ngx_int_t push_header(ngx_http_request_t* r, ngx_str_t key, const char* begin, c
 
 // A quota bucket's members, named "NAME.quota": its policy (q=N, w= the window's length) and,
 // while its instruction is live, what is left of it (as of that instruction) and the seconds
-// until its window ends. False when the policy does not fit.
+// until its window ends. A keyed bucket's quota is each key's: what is left is known only for
+// a key that used its quota up (`used_up`: r=0). False when the policy does not fit.
 bool add_quota_fields(const shm::BucketSlot& s, bool live, std::uint64_t now, std::string_view name,
-                      const QuotaSpec& quota, char* policy, char*& pp, char* limit, char*& lp) {
+                      const QuotaSpec& quota, bool keyed, bool used_up, char* policy, char*& pp,
+                      char* limit, char*& lp) {
     constexpr std::string_view kSuffix = ".quota";
     char qname[kMaxNameLen + kSuffix.size()];
     char* q = std::copy_n(name.data(), std::min(name.size(), kMaxNameLen), qname);
@@ -56,10 +58,10 @@ bool add_quota_fields(const shm::BucketSlot& s, bool live, std::uint64_t now, st
     if (np == nullptr) return false;
     pp = np;
     const std::uint64_t reset = s.quota_reset_ms.load(std::memory_order_relaxed);
-    if (!live || reset == 0) return true;
+    if (!live || reset == 0 || (keyed && !used_up)) return true;
     const std::uint64_t t = reset > now ? (reset - now + 999) / 1000 : 0;
     np = fields::append_remaining(limit, lp, limit + kFieldMax, qn,
-                                  s.quota_left.load(std::memory_order_relaxed), t);
+                                  keyed ? 0 : s.quota_left.load(std::memory_order_relaxed), t);
     if (np != nullptr) lp = np;
     return true;
 }
@@ -102,7 +104,11 @@ ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx&
         const int d = slot < of.size() ? of[slot] : -1;
         const QuotaSpec quota =
             d >= 0 ? m->cpp->table.quota(static_cast<std::size_t>(d)) : QuotaSpec{};
-        if (quota && !add_quota_fields(s, live, now, name, quota, policy, pp, limit, lp)) break;
+        const auto bit = static_cast<std::uint16_t>(1U << i);
+        if (quota && !add_quota_fields(s, live, now, name, quota, (ctx.keyed & bit) != 0,
+                                       (ctx.keyed_used_up & bit) != 0, policy, pp, limit, lp)) {
+            break;
+        }
         if (limit_mrps == kNoRateMrps) continue;  // quota= alone: no rate to state
         char* np = fields::append_policy(policy, pp, policy + kFieldMax, name, limit_mrps);
         if (np == nullptr) break;
@@ -110,7 +116,6 @@ ngx_int_t add_fields(ngx_http_request_t* r, const MainConf* m, const RequestCtx&
         // A keyed bucket's own ratio is always 0: what counts is the request's key, over its
         // limit (a ratio for the key, or this host's local cap, which holds without the
         // control plane too).
-        const auto bit = static_cast<std::uint16_t>(1U << i);
         if (ctx.keyed & bit) {
             if ((ctx.keyed_over & bit) == 0) continue;
         } else if (!live || s.threshold.load(std::memory_order_relaxed) == 0) {

@@ -16,10 +16,10 @@ namespace {
 // A request decided while nothing needs the per-request record points at one of
 // these: no allocation, and $grl_decision (read by name, e.g. by SSI) still
 // shows the decision; n = 0 marks them.
-RequestCtx g_decided[] = {{{Decision::None, 0, 0}, 0, 0, 0, {}, nullptr, 0, 0, 0},
-                          {{Decision::Pass, 0, 0}, 0, 0, 0, {}, nullptr, 0, 0, 0},
-                          {{Decision::Drop, 0, 0}, 0, 0, 0, {}, nullptr, 0, 0, 0},
-                          {{Decision::ShadowDrop, 0, 0}, 0, 0, 0, {}, nullptr, 0, 0, 0}};
+RequestCtx g_decided[] = {{{Decision::None, 0, 0}, 0, 0, 0, {}, nullptr, 0, 0, 0, 0},
+                          {{Decision::Pass, 0, 0}, 0, 0, 0, {}, nullptr, 0, 0, 0, 0},
+                          {{Decision::Drop, 0, 0}, 0, 0, 0, {}, nullptr, 0, 0, 0, 0},
+                          {{Decision::ShadowDrop, 0, 0}, 0, 0, 0, {}, nullptr, 0, 0, 0, 0}};
 
 // The request's slot of our internal variable (see record_slot_index): it lives
 // in r->variables, which internal redirects keep (they clear module contexts)
@@ -211,11 +211,12 @@ ngx_int_t preaccess_handler(ngx_http_request_t* r) noexcept {
             for (std::size_t i = 0; i < n; ++i) full->matched[i] = slots[i];
             full->key = request_key.data();
             full->key_len = static_cast<std::uint32_t>(request_key.size());
-            full->keyed = full->keyed_over = 0;
+            full->keyed = full->keyed_over = full->keyed_used_up = 0;
             for (std::size_t k = 0; k < keys.n; ++k) {
                 const auto bit = static_cast<std::uint16_t>(1U << keys.verdicts[k].at);
                 full->keyed |= bit;
                 if (keys.verdicts[k].over) full->keyed_over |= bit;
+                if (keys.verdicts[k].threshold >= keyed::kThresholdOne) full->keyed_used_up |= bit;
             }
             ctx = full;
         }

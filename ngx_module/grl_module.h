@@ -127,6 +127,9 @@ struct RequestCtx {
     // the RateLimit header field and the problem+json body speak of the key's own limit there.
     std::uint16_t keyed;
     std::uint16_t keyed_over;
+    // Bit i: the key was rejected with ratio 1 (a quota per key used up: RateLimit r=0 until
+    // the window ends).
+    std::uint16_t keyed_used_up;
 };
 static_assert(kMaxMatchesPerRequest <= 16, "RequestCtx::keyed holds one bit per matched bucket");
 

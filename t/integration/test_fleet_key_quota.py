@@ -12,7 +12,8 @@ import fleet as f
 from fleet import fleet  # noqa: F401  (pytest fixture)
 from test_fleet_quota import wait_for, window_ahead
 
-LOCATION = "keepalive_timeout 60s; add_header X-Grl-Status $grl_status always;"
+LOCATION = ("keepalive_timeout 60s; grl_ratelimit_headers on; "
+            "add_header X-Grl-Status $grl_status always;")
 
 
 def start_fleet(fl, bucket, ctl_extra=()):
@@ -53,6 +54,16 @@ def test_a_key_that_used_its_quota_is_rejected_everywhere_and_others_are_not(fle
     assert n - 10 <= admitted <= n + rps, admitted
     assert rejected.status == 429
     assert rejected.headers["x-grl-status"] == "REJECTED"
+    # The RateLimit fields speak of the key's quota: used up until the window ends.
+    assert rejected.headers["ratelimit-policy"] == '"kq.quota";q=%d;w=60' % n
+    r, _, t = rejected.headers["ratelimit"].partition(";t=")
+    assert r == '"kq.quota";r=0', rejected.headers
+    left = start + 60 - time.time()
+    assert abs(int(t) - left) <= 2, (t, left)
+    # Another key's response: the policy only (a host does not know what is left of it).
+    other = get(hosts[0], "beta")
+    assert other.status == 200 and "ratelimit" not in other.headers, other.headers
+    assert other.headers["ratelimit-policy"] == '"kq.quota";q=%d;w=60' % n
     # Every host rejects alpha (the quota is the key's, fleet-wide); beta is admitted everywhere.
     for h in hosts:
         assert get(h, "alpha").status == 429

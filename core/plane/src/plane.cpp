@@ -334,13 +334,15 @@ std::size_t apply_instructions(const shm::View& shm, const BucketTable& t,
         // The window's end on the sender's clock (no host clock involved). A used-up quota is
         // rejected until then; the entry then expires and the bucket fails open until the next
         // instruction.
-        const std::uint64_t to_reset =
-            in.quota_reset_ms > m.ts_ms ? in.quota_reset_ms - m.ts_ms : 0;
+        // (A keyed bucket's quota is each key's: its reset serves the keys that used theirs.)
+        const std::uint64_t reset_ms = in.quota ? in.quota_reset_ms : in.key_quota_reset_ms;
+        const std::uint64_t to_reset = reset_ms > m.ts_ms ? reset_ms - m.ts_ms : 0;
         if (in.quota && in.quota_used >= in.quota) expires = std::min(expires, now_ms + to_reset);
         s.quota_left.store(in.quota > in.quota_used ? in.quota - in.quota_used : 0,
                            std::memory_order_relaxed);
-        s.quota_reset_ms.store(in.quota ? std::max<std::uint64_t>(now_ms + to_reset, 1) : 0,
-                               std::memory_order_relaxed);
+        s.quota_reset_ms.store(
+            in.quota || in.key_quota ? std::max<std::uint64_t>(now_ms + to_reset, 1) : 0,
+            std::memory_order_relaxed);
         s.expires_ms.store(expires, std::memory_order_release);
         ++applied;
         // A keyed bucket: each key's ratio goes into the key's entry, when the key is in this
@@ -349,12 +351,10 @@ std::size_t apply_instructions(const shm::View& shm, const BucketTable& t,
         // the latest, as a bucket's used-up quota.
         const keyed::Table table = shm.key_table(static_cast<std::uint32_t>(slot));
         if (!in.keyed || !table.valid()) continue;
-        const std::uint64_t key_reset =
-            in.key_quota_reset_ms > m.ts_ms ? in.key_quota_reset_ms - m.ts_ms : 0;
         for (const wire::KeyRatio& k : in.keys) {
             std::uint64_t until = k.ratio_ppm == 0 ? 0 : now_ms + ttl;
             if (in.key_quota != 0 && k.ratio_ppm == kPpmOne) {
-                until = std::min(until, now_ms + key_reset);
+                until = std::min(until, now_ms + to_reset);
             }
             table.set_ratio(k.hash, ppm_to_threshold(k.ratio_ppm), until);
         }
