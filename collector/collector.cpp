@@ -456,7 +456,8 @@ void Collector::send_usage() {
     for (const auto& b : u.buckets) unrated = unrated || b.rated_hosts < b.hosts;
     early_.sent(mono_ms(), unrated);
     if (parts_.empty()) return;  // too large even in parts: logged above
-    push_usage();
+    // Sent to no controller: the per-key quota use it carried waits for the next usage.
+    if (!push_usage()) pending_use_.give_back(u);
 }
 
 // A usage too large for kMaxParts parts, cut until it fits; counted and logged.
@@ -492,13 +493,15 @@ void Collector::encode_cut(wire::ZoneUsage& u) {
 }
 
 // Every controller gets every part; what is not queued is counted by why.
-void Collector::push_usage() {
+bool Collector::push_usage() {
+    bool sent = false;
     for (auto& c : upstreams_) {
         std::size_t queued = 0;
         for (const std::string& part : parts_)
             queued += daemon::send_frames(c->push, {part}) ? 1 : 0;
         if (queued == parts_.size()) {
             ++c->sent;
+            sent = true;
             continue;
         }
         ++c->dropped;
@@ -524,6 +527,7 @@ void Collector::push_usage() {
                           mono_ms());
         }
     }
+    return sent;
 }
 
 }  // namespace grl::collector

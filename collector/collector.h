@@ -68,7 +68,7 @@ class Collector {
     void tick();
     void send_usage();
     void encode_cut(wire::ZoneUsage& u);
-    void push_usage();
+    bool push_usage();  // false: no controller took it
     void maybe_send_early();
     // collector_metrics.cpp
     std::string metrics();

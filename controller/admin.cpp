@@ -140,7 +140,7 @@ wire::AdminReply Daemon::handle(const wire::AdminRequest& q, const std::string& 
             change = true;
             break;
         case wire::AdminOp::Keys:
-            err = ctl_.keys(q.bucket, q.top, r.keys);
+            err = ctl_.keys(q.bucket, q.top, r.keys, t.wall_ms);
             if (err.empty()) return r;
             break;
     }

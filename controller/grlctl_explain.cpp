@@ -47,17 +47,28 @@ std::string quota_line(const wire::BucketStatus& b, std::uint64_t now_ms) {
            std::to_string(b.quota - b.quota_used) + " left; " + window + "\n";
 }
 
+// A keyed bucket's quota (quota= with key=): each key's, and how many keys used theirs up.
+std::string key_quota_line(const wire::BucketStatus& b, std::uint64_t now_ms) {
+    return "  quota per key: " + std::to_string(b.key_quota) + " each; " +
+           std::to_string(b.keys_used_up) + " key(s) used theirs up and " +
+           (b.mode == Mode::Shadow ? "would be rejected (shadow mode)" : "are rejected") +
+           " until the window ends at " + until(b.key_quota_reset_ms, now_ms) + "\n";
+}
+
 // Why the instance drops what it drops: the verdict and the numbers behind it.
 std::string verdict(const wire::BucketStatus& b, std::uint64_t now_ms) {
     if (b.quota && b.quota_used >= b.quota) return quota_line(b, now_ms);
-    const std::string q = b.quota ? quota_line(b, now_ms) : std::string();
+    const std::string q = b.quota       ? quota_line(b, now_ms)
+                          : b.key_quota ? key_quota_line(b, now_ms)
+                                        : std::string();
     if (b.limit_mrps == kNoRateMrps) {
         return q + "  no rate limit (quota only): offered " + rate(b.offered_mrps) + "\n";
     }
     const std::string limit =
         rate(b.limit_mrps) + (b.keyed ? " per key" : "") + " (from " + b.limit_source + ")";
     if (b.keyed) {
-        return "  keyed: each key is limited to " + limit + "; " + std::to_string(b.keys_limited) +
+        return q + "  keyed: each key is limited to " + limit + "; " +
+               std::to_string(b.keys_limited) +
                " key(s) over it have a drop ratio; all keys "
                "together offer " +
                rate(b.offered_mrps) + "\n";
@@ -104,6 +115,18 @@ std::string key_line(const wire::BucketStatus& b, const wire::AdminReply& keys,
         if (k.scope != b.scope || k.zone != b.zone || k.region != b.region) continue;
         ++listed;
         if (k.key.text != key) continue;
+        if (b.key_quota) {
+            const std::string use = "used " + std::to_string(k.key.used) + " of its quota of " +
+                                    std::to_string(b.key_quota) + " in the window";
+            if (k.key.used >= b.key_quota) {
+                return "  key \"" + key + "\": REJECTED until the window ends: " + use + "\n";
+            }
+            if (k.ratio_ppm == 0) {
+                return "  key \"" + key + "\": " + use + ", " +
+                       std::to_string(b.key_quota - k.key.used) + " left; offered " +
+                       rate(k.key.offered_mrps) + ": not dropped\n";
+            }
+        }
         if (k.ratio_ppm == 0) {
             return "  key \"" + key + "\": offered " + rate(k.key.offered_mrps) +
                    ", within its limit " + rate(k.limit_mrps) + ": not dropped\n";
@@ -113,8 +136,8 @@ std::string key_line(const wire::BucketStatus& b, const wire::AdminReply& keys,
                std::to_string(k.key.hosts) + " host(s)\n";
     }
     return "  key \"" + key + "\": not among the " + std::to_string(listed) +
-           " busiest keys the controller holds for this instance: not dropped (a key gets a "
-           "ratio only over its limit; hashed keys show no text)\n";
+           " busiest or most used keys the controller holds for this instance: not dropped (a "
+           "key gets a ratio only over its limit or its quota; hashed keys show no text)\n";
 }
 
 }  // namespace

@@ -413,7 +413,11 @@ void send_report(Reporter& rep, bool extra) {
         rep.prev_ms = now;
     }
     if (zmq_send(rep.push, rep.buf.data(), rep.buf.size(), ZMQ_DONTWAIT) < 0) {
-        // Collector absent or slow: drop it; the next cumulative report covers it.
+        // Collector absent or slow: drop it; the next cumulative report covers it, and the
+        // per-key quota use it listed is listed again.
+        if (rep.conf->cpp->any_keyed) {
+            unlist_key_use(shm, rep.conf->cpp->table, extra ? rep.report : rep.prev);
+        }
         shm.header().reports_dropped.fetch_add(1, std::memory_order_relaxed);
         rep.report_failing = true;
         if (rep.reconnect_at == 0) rep.reconnect_at = ngx_current_msec + kReconnectPollMs;

@@ -4,6 +4,7 @@ rejected on every host until the window ends while other keys are admitted; with
 use than reports carry, every admitted unit still reaches the controller, exactly once."""
 
 import os
+import re
 import time
 
 import msgpack
@@ -68,6 +69,23 @@ def test_a_key_that_used_its_quota_is_rejected_everywhere_and_others_are_not(fle
     for h in hosts:
         assert get(h, "alpha").status == 429
         assert get(h, "beta").status == 200
+    # `grlctl explain` says why, per key.
+    rc, text, err = f.grlctl(ctl, "explain", "kq", "alpha", json_out=False)
+    print(text)
+    assert rc == 0, err
+    assert re.search(r"quota per key: %d each; 1 key\(s\) used theirs up and are rejected until "
+                     r"the window ends at \S+Z" % n, text), text
+    m = re.search(r'key "alpha": REJECTED until the window ends: used (\d+) of its quota of %d'
+                  % n, text)
+    assert m and int(m.group(1)) >= n, text
+    # beta's every request counted (within a report and a tick), and what is left.
+    def beta_use():
+        _, text, _ = f.grlctl(ctl, "explain", "kq", "beta", json_out=False)
+        m = re.search(r'key "beta": used (\d+) of its quota of %d in the window, (\d+) left' % n,
+                      text)
+        assert m and int(m.group(1)) + int(m.group(2)) == n, text
+        return int(m.group(1))
+    f.h.wait_until(lambda: beta_use() == beta + 5, 5, what="beta's %d requests counted" % (beta + 5))
 
 
 def test_every_admitted_unit_of_a_long_tail_of_keys_is_counted_once(fleet, tmp_path):

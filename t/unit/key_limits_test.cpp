@@ -356,7 +356,10 @@ TEST(KeyLimits, ControllerPublishesKeysThatUsedTheirQuotaFirst) {
     c.on_zone_usage(quota_zone("z1", 1, {a, b}), now);
     wire::KeyRate b2 = kr(kB, 1, 1);
     b2.used = 45;
-    c.on_zone_usage(quota_zone("z2", 1, {b2}), now);
+    const std::uint64_t kC = 0xc000000000000003ULL;
+    wire::KeyRate c2 = kr(kC, 0, 1);  // use, no rate: only the ledger holds it
+    c2.used = 7;
+    c.on_zone_usage(quota_zone("z2", 1, {b2, c2}), now);
     TickOutput out = c.tick(now);
     const wire::Instruction* e = keyed_instruction(out, Scope::Global);
     ASSERT_NE(e, nullptr);
@@ -373,7 +376,30 @@ TEST(KeyLimits, ControllerPublishesKeysThatUsedTheirQuotaFirst) {
     wire::Instructions back;
     ASSERT_TRUE(wire::decode(bytes, back, err)) << err;
     ASSERT_EQ(out.region_usage.quotas.size(), 1u);
-    EXPECT_EQ(out.region_usage.quotas[0].keys, (std::vector<wire::KeyUse>{{kB, 105}}));
+    EXPECT_EQ(out.region_usage.quotas[0].keys, (std::vector<wire::KeyUse>{{kB, 105}, {kC, 7}}));
+    // What grlctl explain reads: each key's N and the keys used up, a key's use and ratio as
+    // published.
+    wire::AdminReply r, reply;
+    r.source = "ctl-a";
+    r.region = "r1";
+    r.buckets = c.status("per-client", false);
+    ASSERT_EQ(r.buckets.size(), 1u);
+    EXPECT_EQ(r.buckets[0].key_quota, 100u);
+    EXPECT_EQ(r.buckets[0].keys_used_up, 1u);
+    EXPECT_EQ(c.keys("per-client", 10, r.keys, kWall0), "");
+    ASSERT_EQ(r.keys.size(), 3u);
+    EXPECT_EQ(r.keys[0].key.hash, kA);
+    EXPECT_EQ(r.keys[0].key.used, 0u);
+    EXPECT_EQ(r.keys[1].key.hash, kB);
+    EXPECT_EQ(r.keys[1].key.used, 105u);
+    EXPECT_EQ(r.keys[1].ratio_ppm, 1000000u);
+    EXPECT_EQ(r.keys[2].key.hash, kC);
+    EXPECT_EQ(r.keys[2].key.used, 7u);
+    EXPECT_EQ(r.keys[2].ratio_ppm, 0u);
+    wire::encode(r, bytes);
+    ASSERT_TRUE(wire::decode(bytes, reply, err)) << err;
+    EXPECT_EQ(reply.keys, r.keys);
+    EXPECT_EQ(reply.buckets[0].key_quota_reset_ms, r.buckets[0].key_quota_reset_ms);
 }
 
 TEST(KeyLimits, ControllerZoneScopeAndAQuietKey) {

@@ -295,25 +295,75 @@ TEST(Keyed, AQuotaBucketListsEveryKeysUseLateButNeverTwice) {
     EXPECT_EQ(again[0].used, 10u);
 }
 
-// With rate= too, the heavy hitters go first (their rates hold the keys' ratios), even a key
-// whose requests were mostly dropped; dropped units are no use.
-TEST(Keyed, AQuotaBucketListsItsHeavyHittersFirstAndUseWithoutDrops) {
+// With rate= too, at most half a report's keys are the heavy hitters, busiest first (their
+// rates hold the keys' ratios), even a key whose requests were mostly dropped; the rest are the
+// keys of the most unlisted use, hitters left out among them. Dropped units are no use.
+TEST(Keyed, AQuotaBucketListsHalfItsHeavyHittersThenTheMostUse) {
     TableFixture f(64);
     Entry& busy = f.t.touch(hash_key("busy"), "busy", 1);
     f.t.set_ratio(hash_key("busy"), kThresholdOne, 1000);  // everything dropped
     for (int i = 0; i < 100; ++i) f.t.admit(busy, 1, 1000000000, 1000, 0);
+    Entry& busy2 = f.t.touch(hash_key("busy2"), "busy2", 1);
+    for (int i = 0; i < 80; ++i) f.t.admit(busy2, 1, 1000000000, 1000, 0);
     Entry& used = f.t.touch(hash_key("used"), "used", 1);
     for (int i = 0; i < 50; ++i) f.t.admit(used, 1, 1000000000, 1000, 0);
-    std::vector<Hitter> top = f.t.take_quota_keys(60, 1);
-    ASSERT_EQ(top.size(), 1u);
+    std::vector<Hitter> top = f.t.take_quota_keys(60, 2);
+    ASSERT_EQ(top.size(), 2u);
     EXPECT_EQ(top[0].text, "busy");
     EXPECT_EQ(top[0].offered, 100u);
     EXPECT_EQ(top[0].used, 0u);
-    top = f.t.take_quota_keys(60, 1);
+    EXPECT_EQ(top[1].text, "busy2");  // a hitter left out, but the most use
+    EXPECT_EQ(top[1].used, 80u);
+    top = f.t.take_quota_keys(60, 2);
     ASSERT_EQ(top.size(), 1u);
     EXPECT_EQ(top[0].text, "used");
     EXPECT_EQ(top[0].offered, 0u);  // its rate was taken with the first call
     EXPECT_EQ(top[0].used, 50u);
+}
+
+// Hundreds of busy keys every report cannot keep a quiet key's use from being listed: a key's
+// unlisted use grows until it is among the most, and every admitted unit is listed once.
+TEST(Keyed, ALongTailIsListedWhateverTheBusyKeysDo) {
+    TableFixture f(2048);
+    std::uint64_t admitted = 0, listed = 0, quiet_admitted = 0, quiet_listed = 0;
+    auto hit = [&](const std::string& k, int n) {
+        Entry& e = f.t.touch(hash_key(k), k, 1);
+        for (int i = 0; i < n; ++i)
+            admitted += f.t.admit(e, 1, 1000000000, 1000, 0) == Verdict::Pass;
+    };
+    auto take = [&]() {
+        const std::vector<Hitter> got = f.t.take_quota_keys(1, 256);
+        for (const Hitter& h : got) {
+            listed += h.used;
+            if (h.text == "quiet") quiet_listed += h.used;
+        }
+        return got.size();
+    };
+    for (int round = 0; round < 20; ++round) {
+        for (int i = 0; i < 300; ++i) hit("busy" + std::to_string(i), 2);
+        hit("quiet", 1);
+        ++quiet_admitted;
+        take();
+    }
+    EXPECT_GT(quiet_listed, 0u);  // listed while the busy keys kept coming
+    while (take() > 0) {
+    }
+    EXPECT_EQ(quiet_listed, quiet_admitted);
+    EXPECT_EQ(listed, admitted);
+}
+
+// A report that was not sent gives its keys' use back: listed again by the next.
+TEST(Keyed, UseOfAReportNotSentIsListedAgain) {
+    TableFixture f(64);
+    Entry& e = f.t.touch(hash_key("k"), "k", 1);
+    for (int i = 0; i < 7; ++i) f.t.admit(e, 1, 1000000000, 1000, 0);
+    std::vector<Hitter> lost = f.t.take_quota_keys(~0ULL, 4);
+    ASSERT_EQ(lost.size(), 1u);
+    f.t.unlist(lost[0].hash, lost[0].used);
+    f.t.admit(e, 2, 1000000000, 1000, 0);
+    std::vector<Hitter> again = f.t.take_quota_keys(~0ULL, 4);
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].used, 8u);
 }
 
 // A key evicted before its use was listed loses it on this host: counted in the table header.

@@ -98,6 +98,12 @@ TEST(PendingUse, EachNewReportsUseIsSummedCarriedOnceAndCleared) {
     wire::ZoneUsage d;
     ASSERT_TRUE(wire::decode(bytes, d, err)) << err;
     EXPECT_EQ(d.buckets[0].keys, u.buckets[0].keys);
+    // A usage no controller took gives its use back: the next one carries it.
+    z.pending.give_back(u);
+    EXPECT_EQ(z.pending.keys(), 3u);
+    u = z.usage();
+    EXPECT_EQ(find(u.buckets[0], 10)->used, 5u);
+    EXPECT_EQ(find(u.buckets[0], 12)->used, 4u);
     // Carried once: the next usage has the rates again but no use.
     u = z.usage();
     ASSERT_NE(find(u.buckets[0], 10), nullptr);

@@ -519,6 +519,9 @@ TEST(QuotaLedger, KeysBeyondTheBoundAreRefusedButKeysWithUseAreNeverDropped) {
     l.forget(w0 + 5 * 3600000);
     take(l, key_usage("a", w0 + 5 * 3600000, q, {{101, 1}}));
     EXPECT_EQ(used_up(l, w0 + 5 * 3600000), std::vector<std::uint64_t>({100}));
+    // Once the day ended, its keys leave (room for other instances), usage or not.
+    l.forget(w0 + 86400000 + 1000);
+    EXPECT_EQ(l.keys(), 0u);
 }
 
 TEST(QuotaWire, ReportAndInstructionCarryTheQuota) {

@@ -58,6 +58,9 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
         s.quota = inst.quota;
         s.quota_used = inst.quota_used;
         s.quota_reset_ms = inst.quota_reset_ms;
+        s.key_quota = inst.key_quota;
+        s.key_quota_reset_ms = inst.key_quota_reset_ms;
+        s.keys_used_up = inst.used_up_keys.size();
         if (with_hosts) {
             for (const std::string_view zname : inst.own_zones_all ? tick_zones_ : inst.own_zones) {
                 auto z = zones_.find(std::string(zname));
@@ -81,7 +84,7 @@ std::vector<wire::BucketStatus> Controller::status(const std::string& filter,
 }
 
 std::string Controller::keys(const std::string& bucket, std::uint32_t top,
-                             std::vector<wire::KeyStatus>& out) const {
+                             std::vector<wire::KeyStatus>& out, std::uint64_t wall_ms) const {
     out.clear();
     if (top == 0) top = wire::kDefaultAdminTopKeys;
     bool found = false, keyed = false;
@@ -93,12 +96,7 @@ std::string Controller::keys(const std::string& bucket, std::uint32_t top,
         keyed = true;
         for (const KeyState* k : inst.keys.busiest(top)) {
             if (out.size() == wire::kMaxStatusEntries) break;  // the reply's array bound
-            wire::KeyStatus ks;
-            ks.name = inst.bucket;
-            ks.scope = inst.scope;
-            ks.region = inst.scope == Scope::Global ? "" : opt_.region;
-            ks.zone = inst.zone;
-            ks.limit_mrps = inst.limit_mrps;
+            wire::KeyStatus ks = key_status_of(inst);
             ks.ratio_ppm = k->ratio_ppm;
             ks.key.hash = k->hash;
             ks.key.text = k->text;
@@ -106,12 +104,48 @@ std::string Controller::keys(const std::string& bucket, std::uint32_t top,
             // The last sum's drops beside a smoothed offered rate: shown at most offered.
             ks.key.dropped_mrps = std::min(k->dropped_mrps, ks.key.offered_mrps);
             ks.key.hosts = k->hosts;
+            if (inst.key_quota) {
+                ks.key.used = quotas_.key_used(it->first, k->hash, wall_ms);
+                if (ks.key.used >= inst.key_quota) ks.ratio_ppm = kPpmOne;  // as published
+            }
             out.push_back(std::move(ks));
         }
+        if (inst.key_quota) most_used_keys(it->first, inst, top, wall_ms, out);
     }
     if (!found) return "no host reports bucket \"" + bucket + "\"";
     if (!keyed) return "bucket \"" + bucket + "\" is not keyed (no key= in its definition)";
     return {};
+}
+
+// A key status's instance fields.
+wire::KeyStatus Controller::key_status_of(const Instance& inst) const {
+    wire::KeyStatus ks;
+    ks.name = inst.bucket;
+    ks.scope = inst.scope;
+    ks.region = inst.scope == Scope::Global ? "" : opt_.region;
+    ks.zone = inst.zone;
+    ks.limit_mrps = inst.limit_mrps;
+    return ks;
+}
+
+// A keyed quota instance's keys of the most use in the window that the rates did not list
+// (a key used up is rejected: ratio 1).
+void Controller::most_used_keys(const InstanceKey& key, const Instance& inst, std::uint32_t top,
+                                std::uint64_t wall_ms, std::vector<wire::KeyStatus>& out) const {
+    const std::size_t listed_from = out.size();
+    for (const QuotaLedger::KeyAnswer& k : quotas_.most_used(key, wall_ms, top)) {
+        if (out.size() == wire::kMaxStatusEntries) break;
+        const bool listed = std::any_of(out.begin(), out.begin() + listed_from, [&](const auto& s) {
+            return s.name == inst.bucket && s.zone == inst.zone && s.key.hash == k.hash;
+        });
+        if (listed) continue;
+        wire::KeyStatus ks = key_status_of(inst);
+        ks.ratio_ppm = k.used >= inst.key_quota ? kPpmOne : 0;
+        ks.key.hash = k.hash;
+        ks.key.text = k.text;
+        ks.key.used = k.used;
+        out.push_back(std::move(ks));
+    }
 }
 
 std::vector<wire::ZoneStatus> Controller::zones(const Clock& now) const {

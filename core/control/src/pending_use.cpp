@@ -37,25 +37,41 @@ void PendingUse::make_room(std::vector<wire::KeyRate>& listed, const Keys& pendi
     listed.resize(out);
 }
 
+void PendingUse::add_key(std::string_view bucket, std::uint64_t hash, std::string_view text,
+                         std::uint64_t units) {
+    auto named = buckets_.find(std::string(bucket));
+    Key* key = nullptr;
+    if (named != buckets_.end()) {
+        auto it = named->second.find(hash);
+        if (it != named->second.end()) key = &it->second;
+    }
+    if (key == nullptr) {
+        if (keys_ >= max_keys_) {
+            ++refused_.keys;
+            refused_.units = sat_add(refused_.units, units);
+            return;
+        }
+        if (named == buckets_.end()) named = buckets_.emplace(std::string(bucket), Keys{}).first;
+        key = &named->second.emplace(hash, Key{0, std::string(text)}).first->second;
+        ++keys_;
+    }
+    key->units = sat_add(key->units, units);
+    if (key->text.empty()) key->text = std::string(text);
+}
+
 void PendingUse::add(const wire::ReportView& r) {
     for (const wire::ReportBucketView& b : r.buckets) {
         if (!b.keyed) continue;
-        Keys* keys = nullptr;
         for (const wire::KeyRateView& k : wire::keys_of(r, b)) {
-            if (k.used == 0) continue;
-            if (keys == nullptr) keys = &buckets_[std::string(b.name)];
-            auto it = keys->find(k.hash);
-            if (it == keys->end()) {
-                if (keys_ >= max_keys_) {
-                    ++refused_.keys;
-                    refused_.units = sat_add(refused_.units, k.used);
-                    continue;
-                }
-                it = keys->emplace(k.hash, Key{0, std::string(k.text)}).first;
-                ++keys_;
-            }
-            it->second.units = sat_add(it->second.units, k.used);
-            if (it->second.text.empty()) it->second.text = std::string(k.text);
+            if (k.used != 0) add_key(b.name, k.hash, k.text, k.used);
+        }
+    }
+}
+
+void PendingUse::give_back(const wire::ZoneUsage& u) {
+    for (const wire::UsageBucket& b : u.buckets) {
+        for (const wire::KeyRate& k : b.keys) {
+            if (k.used != 0) add_key(b.name, k.hash, k.text, k.used);
         }
     }
 }
@@ -63,10 +79,12 @@ void PendingUse::add(const wire::ReportView& r) {
 void PendingUse::take(wire::ZoneUsage& u) {
     for (auto named = buckets_.begin(); named != buckets_.end();) {
         Keys& keys = named->second;
-        auto entry = std::find_if(u.buckets.begin(), u.buckets.end(),
-                                  [&](const auto& b) { return b.name == named->first; });
+        // A usage's buckets are sorted by name.
+        auto entry = std::lower_bound(
+            u.buckets.begin(), u.buckets.end(), named->first,
+            [](const wire::UsageBucket& b, const std::string& n) { return b.name < n; });
         bool keyed = false;
-        if (entry != u.buckets.end()) {
+        if (entry != u.buckets.end() && entry->name == named->first) {
             for (const wire::DefinitionCount& dc : entry->definitions) keyed |= dc.def.keyed;
         }
         if (!keyed) {

@@ -145,7 +145,10 @@ void QuotaLedger::take_keys(Entry& e, const wire::UsageBucket& b, const std::str
     const std::uint64_t before = refused_.keys;
     for (const wire::KeyRate& k : b.keys) {
         if (k.used == 0) continue;
-        if (Entry::KeyUse* ku = key_use(e, k.hash, k.used)) ku->own = sat_add(ku->own, k.used);
+        Entry::KeyUse* ku = key_use(e, k.hash, k.used);
+        if (ku == nullptr) continue;
+        ku->own = sat_add(ku->own, k.used);
+        if (ku->text.empty() && !k.text.empty()) ku->text = k.text;
     }
     if (refused_.keys != before) {
         last_refused_ = std::to_string(refused_.keys - before) + " key(s) of " + what +
@@ -156,8 +159,9 @@ void QuotaLedger::take_keys(Entry& e, const wire::UsageBucket& b, const std::str
 
 // A peer's keys: its region's use of each (the larger stands, as for the instance's use).
 void QuotaLedger::take_peer_keys(Entry& e, const wire::QuotaUse& q, bool twin,
-                                 const std::string& region) {
+                                 const std::string& region, const std::string& from) {
     if (q.keys.empty()) return;
+    const std::uint64_t before = refused_.keys;
     std::size_t r = 0;
     if (!twin) {  // at most max_regions: take_peer refused the others
         auto it = std::find(e.key_regions.begin(), e.key_regions.end(), region);
@@ -173,6 +177,11 @@ void QuotaLedger::take_peer_keys(Entry& e, const wire::QuotaUse& q, bool twin,
         }
         if (ku->peer.size() <= r) ku->peer.resize(r + 1, 0);
         ku->peer[r] = std::max(ku->peer[r], k.used);
+    }
+    if (refused_.keys != before) {
+        last_refused_ = std::to_string(refused_.keys - before) + " key(s) of " +
+                        describe(q.name, q.scope, q.zone) + " from " + from +
+                        " refused: the ledger holds " + std::to_string(max_keys_) + " keys";
     }
 }
 
@@ -291,7 +300,7 @@ void QuotaLedger::take_peer(const wire::RegionUsage& u, std::uint64_t now_wall_m
             std::uint64_t& held = e.peer_mu[u.region];
             held = std::max(held, to_mu(mu));
         }
-        take_peer_keys(e, q, twin, u.region);
+        take_peer_keys(e, q, twin, u.region, from);
     }
 }
 
@@ -327,6 +336,28 @@ void QuotaLedger::used_up(const InstanceKey& k, std::uint64_t wall_ms,
     });
     out.reserve(up.size());
     for (const auto& u : up) out.push_back(u.second);
+}
+
+std::vector<QuotaLedger::KeyAnswer> QuotaLedger::most_used(const InstanceKey& k,
+                                                           std::uint64_t wall_ms,
+                                                           std::size_t n) const {
+    std::vector<KeyAnswer> out;
+    auto it = entries_.find(k);
+    if (it == entries_.end()) return out;
+    const Entry& e = it->second;
+    if (e.window_ms < window_at(e.spec, wall_ms).start_ms) return out;
+    out.reserve(e.keys.size());
+    for (const auto& [hash, use] : e.keys) out.push_back({hash, use.total(), use.text});
+    const auto more = [](const KeyAnswer& a, const KeyAnswer& b) {
+        return a.used != b.used ? a.used > b.used : a.hash < b.hash;
+    };
+    if (out.size() > n) {
+        std::nth_element(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), out.end(),
+                         more);
+        out.resize(n);
+    }
+    std::sort(out.begin(), out.end(), more);
+    return out;
 }
 
 std::uint64_t QuotaLedger::key_used(const InstanceKey& k, std::uint64_t hash,
@@ -374,6 +405,12 @@ void QuotaLedger::forget(std::uint64_t wall_ms) {
             z = z->second.ms + kForgetZoneMs < wall_ms ? zones.erase(z) : std::next(z);
         }
         const Window w = window_at(it->second.spec, wall_ms);
+        // A window that ended holds no keys (their room goes to the windows in force).
+        if (it->second.window_ms < w.start_ms && !it->second.keys.empty()) {
+            keys_ -= it->second.keys.size();
+            it->second.keys.clear();
+            it->second.key_regions.clear();
+        }
         const std::uint64_t len = w.end_ms - w.start_ms;
         const bool stale = it->second.window_ms + 2 * len < w.end_ms;
         if (stale) keys_ -= it->second.keys.size();

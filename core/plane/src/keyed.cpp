@@ -122,8 +122,9 @@ Entry& Table::claim(std::uint64_t hash, std::string_view key, std::uint64_t now_
         // Held: no other worker uses or claims this entry until the key's hash is published.
         KeyText& t = text(base + victim);
         if (victim_hash != kFree) {
-            const std::uint64_t admitted = e.offered.load(std::memory_order_relaxed) -
-                                           e.dropped.load(std::memory_order_relaxed);
+            const std::uint64_t offered = e.offered.load(std::memory_order_relaxed);
+            const std::uint64_t dropped = e.dropped.load(std::memory_order_relaxed);
+            const std::uint64_t admitted = offered > dropped ? offered - dropped : 0;
             const std::uint64_t listed = t.listed.load(std::memory_order_relaxed);
             if (admitted > listed) {
                 header().quota_units_evicted.fetch_add(admitted - listed,
@@ -223,42 +224,65 @@ std::vector<Hitter> Table::take_hitters(std::uint64_t min_offered, std::size_t k
 std::vector<Hitter> Table::take_quota_keys(std::uint64_t min_offered, std::size_t k) const {
     struct Listed {
         Hitter h;
-        bool hitter = false;
         std::uint32_t i = 0;
         std::uint64_t listed = 0;  // KeyText::listed as read
     };
-    std::vector<Listed> c;
+    std::vector<Listed> hitters, used;
     const std::uint32_t n = capacity();
     Traffic t;
     for (std::uint32_t i = 0; i < n; ++i) {
         if (!traffic_of(*this, i, t)) continue;
         const std::uint64_t listed = text(i).listed.load(std::memory_order_relaxed);
         t.h.used = t.admitted > listed ? t.admitted - listed : 0;
-        const bool hitter = t.h.offered != 0 && t.h.offered >= min_offered;
-        if (hitter || t.h.used != 0) c.push_back({t.h, hitter, i, listed});
+        if (t.h.offered != 0 && t.h.offered >= min_offered) {
+            hitters.push_back({t.h, i, listed});
+        } else if (t.h.used != 0) {
+            used.push_back({t.h, i, listed});
+        }
     }
-    keep_first(c, k, [](const Listed& a, const Listed& b) {
-        if (a.hitter != b.hitter) return a.hitter;
-        if (a.hitter) return busier(a.h, b.h);
+    // At most half the keys are the heavy hitters, busiest first (their rates hold the keys'
+    // ratios); the others are those of the most unlisted use, the hitters left out among them.
+    // A key's unlisted use grows until it is listed, so every key is listed in time, whatever
+    // the busy keys do.
+    std::sort(hitters.begin(), hitters.end(),
+              [](const Listed& a, const Listed& b) { return busier(a.h, b.h); });
+    const std::size_t first = std::min(hitters.size(), k / 2);
+    used.insert(used.end(), hitters.begin() + static_cast<std::ptrdiff_t>(first), hitters.end());
+    hitters.resize(first);
+    keep_first(used, k - first, [](const Listed& a, const Listed& b) {
         return a.h.used != b.h.used ? a.h.used > b.h.used : a.h.hash < b.h.hash;
     });
     std::vector<Hitter> out;
-    out.reserve(c.size());
-    for (Listed& l : c) {
-        std::atomic<std::uint64_t>& listed = text(l.i).listed;
-        std::uint64_t expected = l.listed;
-        if (l.h.used != 0 && !listed.compare_exchange_strong(expected, l.listed + l.h.used,
-                                                             std::memory_order_relaxed)) {
-            l.h.used = 0;  // a claim reset it: the entry is another key's now
-        } else if (l.h.used != 0 && entry(l.i).hash.load(std::memory_order_acquire) != l.h.hash) {
-            // Claimed since the scan, the reset perhaps before the exchange above: the new
-            // key starts from nothing listed (the use listed here was the old key's).
-            expected = l.listed + l.h.used;
-            listed.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+    out.reserve(hitters.size() + used.size());
+    for (std::vector<Listed>* group : {&hitters, &used}) {
+        for (Listed& l : *group) {
+            std::atomic<std::uint64_t>& listed = text(l.i).listed;
+            std::uint64_t expected = l.listed;
+            if (l.h.used != 0 && !listed.compare_exchange_strong(expected, l.listed + l.h.used,
+                                                                 std::memory_order_relaxed)) {
+                l.h.used = 0;  // a claim reset it: the entry is another key's now
+            } else if (l.h.used != 0 &&
+                       entry(l.i).hash.load(std::memory_order_acquire) != l.h.hash) {
+                // Claimed since the scan, the reset perhaps before the exchange above: the new
+                // key starts from nothing listed, and the old key's unlisted use went with its
+                // entry (counted by the claim as quota_units_evicted), so none is listed here.
+                expected = l.listed + l.h.used;
+                listed.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
+                l.h.used = 0;
+            }
+            out.push_back(l.h);
         }
-        out.push_back(l.h);
     }
     return out;
+}
+
+void Table::unlist(std::uint64_t hash, std::uint64_t units) const {
+    Entry* e = find(hash);
+    if (e == nullptr || units == 0) return;
+    std::atomic<std::uint64_t>& listed = text(static_cast<std::uint32_t>(e - &entry(0))).listed;
+    std::uint64_t v = listed.load(std::memory_order_relaxed);
+    while (!listed.compare_exchange_weak(v, v > units ? v - units : 0, std::memory_order_relaxed)) {
+    }
 }
 
 bool Table::set_ratio(std::uint64_t hash, std::uint64_t threshold, std::uint64_t expires_ms) const {

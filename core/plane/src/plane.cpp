@@ -281,6 +281,15 @@ void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now
     }
 }
 
+void unlist_key_use(const shm::View& shm, const BucketTable& t, const wire::Report& r) {
+    for (std::size_t i = 0; i < t.defs.size() && i < r.buckets.size(); ++i) {
+        if (t.keyed_spec(i) == nullptr || !t.quota(i)) continue;
+        const keyed::Table table = shm.key_table(t.slots[i]);
+        if (!table.valid()) continue;
+        for (const wire::KeyRate& k : r.buckets[i].keys) table.unlist(k.hash, k.used);
+    }
+}
+
 void add_recent(wire::Report& r, const wire::Report& prev, std::uint64_t span_ms) {
     r.recent_ms = 0;
     for (wire::ReportBucket& b : r.buckets) b.has_recent = false;

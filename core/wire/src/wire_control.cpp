@@ -620,7 +620,8 @@ bool decode_admin_request(std::string_view bytes, AdminRequest& out, std::string
 
 void pack_bucket_status(Packer& p, const BucketStatus& b) {
     p.map(16 + (b.has_match ? 1 : 0) + (b.candidate_limit_mrps ? 2 : 0) + (b.keyed ? 2 : 0) +
-          (b.dropping_since_ms ? 1 : 0) + (b.zone_load.empty() ? 0 : 1) + (b.quota ? 3 : 0));
+          (b.dropping_since_ms ? 1 : 0) + (b.zone_load.empty() ? 0 : 1) + (b.quota ? 3 : 0) +
+          (b.key_quota ? 3 : 0));
     p.kv("name", b.name);
     p.kv("scope", to_string(b.scope));
     p.kv("region", b.region);
@@ -655,6 +656,11 @@ void pack_bucket_status(Packer& p, const BucketStatus& b) {
         p.kv("quota_used", b.quota_used);
         p.kv("quota_reset_ms", b.quota_reset_ms);
     }
+    if (b.key_quota) {
+        p.kv("key_quota", b.key_quota);
+        p.kv("key_quota_reset_ms", b.key_quota_reset_ms);
+        p.kv("keys_used_up", b.keys_used_up);
+    }
     if (!b.zone_load.empty()) {
         p.str("zone_load");
         p.array(b.zone_load.size());
@@ -688,7 +694,7 @@ bool read_zone_load(const MapReader& r, std::vector<ZoneLoad>& out, std::string&
 
 // A KeyStatus: the instance's fields and the key entry's, in one map.
 void pack_key_status(Packer& p, const KeyStatus& k) {
-    p.map(10 + (k.key.text.empty() ? 0 : 1));
+    p.map(10 + (k.key.text.empty() ? 0 : 1) + (k.key.used ? 1 : 0));
     p.kv("name", k.name);
     p.kv("scope", to_string(k.scope));
     p.kv("region", k.region);
@@ -700,6 +706,7 @@ void pack_key_status(Packer& p, const KeyStatus& k) {
     p.kv("offered_mrps", k.key.offered_mrps);
     p.kv("dropped_mrps", k.key.dropped_mrps);
     p.kv("hosts", k.key.hosts);
+    if (k.key.used) p.kv("used", k.key.used);  // a per-key quota's use in the window
 }
 
 bool read_key_status(const msgpack_object& o, const Path& path, KeyStatus& k, std::string& error) {
@@ -763,6 +770,18 @@ bool read_bucket_status(const msgpack_object& o, const Path& path, BucketStatus&
     b.quota = quota.value_or(0);
     b.quota_used = used.value_or(0);
     b.quota_reset_ms = reset.value_or(0);
+    std::optional<std::uint64_t> key_quota, key_reset, used_up;
+    if (!r.opt_u64("key_quota", key_quota) || !r.opt_u64("key_quota_reset_ms", key_reset) ||
+        !r.opt_u64("keys_used_up", used_up)) {
+        return false;
+    }
+    if ((key_quota.value_or(0) != 0) != (key_reset && used_up)) {
+        return r.fail("\"key_quota\", \"key_quota_reset_ms\" and \"keys_used_up\" go together");
+    }
+    if (key_quota && !b.keyed) return r.fail("\"key_quota\" without \"keyed\"");
+    b.key_quota = key_quota.value_or(0);
+    b.key_quota_reset_ms = key_reset.value_or(0);
+    b.keys_used_up = used_up.value_or(0);
     return read_zone_load(r, b.zone_load, error);
 }
 

@@ -304,10 +304,12 @@ class Controller {
     std::vector<wire::BucketStatus> status(const std::string& filter, bool with_hosts) const;
     std::vector<wire::ZoneStatus> zones(const Clock& now) const;
     std::vector<wire::PeerStatus> peers(const Clock& now) const;
-    // Admin op keys: the `top` busiest keys of each instance of the keyed bucket `bucket`.
-    // Returns an error (nothing in `out`) when no instance of that name is keyed.
+    // Admin op keys: the `top` busiest keys of each instance of the keyed bucket `bucket`, and
+    // with quota= the `top` keys of the most use in the window in force at `wall_ms` (each
+    // key's use in KeyStatus::key.used). Returns an error (nothing in `out`) when no instance
+    // of that name is keyed.
     std::string keys(const std::string& bucket, std::uint32_t top,
-                     std::vector<wire::KeyStatus>& out) const;
+                     std::vector<wire::KeyStatus>& out, std::uint64_t wall_ms = 0) const;
 
     // Loop health.
     std::uint64_t fresh_hosts() const { return fresh_hosts_; }
@@ -645,6 +647,9 @@ class Controller {
     // Sets the quota fields of a quota instance and, when its quota is used up, its ratio.
     void apply_quota(Instance& inst, const InstanceKey& key, const Clock& now) const;
     static void write_keys(wire::Instruction& e, const Instance& inst);
+    wire::KeyStatus key_status_of(const Instance& inst) const;
+    void most_used_keys(const InstanceKey& key, const Instance& inst, std::uint32_t top,
+                        std::uint64_t wall_ms, std::vector<wire::KeyStatus>& out) const;
     std::set<std::string> announced_expired_;
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -41,6 +42,8 @@ class PendingUse {
     // bucket `u` has no keyed entry for (no fresh host reports it) loses its pending use
     // (counted: refused().units).
     void take(wire::ZoneUsage& u);
+    // The use `u` carried (take() put it there) when `u` reached no controller: pending again.
+    void give_back(const wire::ZoneUsage& u);
 
     struct Refused {
         std::uint64_t keys = 0;   // keys refused for want of room
@@ -56,6 +59,8 @@ class PendingUse {
     };
     using Keys = std::unordered_map<std::uint64_t, Key>;
     static void make_room(std::vector<wire::KeyRate>& listed, const Keys& pending);
+    void add_key(std::string_view bucket, std::uint64_t hash, std::string_view text,
+                 std::uint64_t units);
     std::size_t max_keys_;
     std::size_t keys_ = 0;
     std::unordered_map<std::string, Keys> buckets_;

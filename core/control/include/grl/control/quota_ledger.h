@@ -79,6 +79,14 @@ class QuotaLedger {
                  std::vector<std::uint64_t>& out) const;
     // One key's use in the window in force at `wall_ms` (0: none, or not held).
     std::uint64_t key_used(const InstanceKey& k, std::uint64_t hash, std::uint64_t wall_ms) const;
+    // The `n` keys of the most use in the window in force at `wall_ms`, most first.
+    struct KeyAnswer {
+        std::uint64_t hash = 0;
+        std::uint64_t used = 0;
+        std::string text;  // "" when the hosts send hashes only
+    };
+    std::vector<KeyAnswer> most_used(const InstanceKey& k, std::uint64_t wall_ms,
+                                     std::size_t n) const;
     std::size_t keys() const { return keys_; }  // keys held over all instances
     // This region's own use of every instance, for region_usage and the state file.
     void own_use(std::vector<wire::QuotaUse>& out) const;
@@ -126,6 +134,7 @@ class QuotaLedger {
         struct KeyUse {
             std::uint64_t own = 0;
             std::vector<std::uint64_t> peer;
+            std::string text;  // from a zone usage; "" with hash_keys=on or from peers only
             std::uint64_t total() const;
         };
         std::unordered_map<std::uint64_t, KeyUse> keys;
@@ -139,7 +148,8 @@ class QuotaLedger {
     Entry::KeyUse* key_use(Entry& e, std::uint64_t hash, std::uint64_t units);
     void take_keys(Entry& e, const wire::UsageBucket& b, const std::string& what,
                    const std::string& zone);
-    void take_peer_keys(Entry& e, const wire::QuotaUse& q, bool twin, const std::string& region);
+    void take_peer_keys(Entry& e, const wire::QuotaUse& q, bool twin, const std::string& region,
+                        const std::string& from);
     void refuse(std::uint64_t& reason, const std::string& what, const std::string& from,
                 const std::string& why);
 

@@ -161,10 +161,12 @@ class Table {
     std::vector<Hitter> take_hitters(std::uint64_t min_offered, std::size_t k) const;
     // The same for a keyed bucket with quota= (docs/design/009-per-key-quotas.md): a key with
     // use (units admitted since a report last listed it) is listed too, whatever its traffic:
-    // the heavy hitters first, busiest first, then the most use, at most `k` keys. A key
-    // left out keeps its use for a later call, so use is listed late, never lost (but with an
-    // evicted entry: TableHeader::quota_units_evicted).
+    // at most k/2 heavy hitters, busiest first, then the keys of the most unlisted use, at
+    // most `k` keys. A key left out keeps its use for a later call, so use is listed late,
+    // not lost (but with an evicted entry: TableHeader::quota_units_evicted).
     std::vector<Hitter> take_quota_keys(std::uint64_t min_offered, std::size_t k) const;
+    // Gives back `units` of a key's listed use (its report was not sent): listed again later.
+    void unlist(std::uint64_t hash, std::uint64_t units) const;
 
     // Applies the control plane's ratio for a key present in this table (false: not here).
     bool set_ratio(std::uint64_t hash, std::uint64_t threshold, std::uint64_t expires_ms) const;

@@ -65,6 +65,9 @@ void build_report(const shm::View& shm, const BucketTable& t, const Identity& id
 // before): the keys whose traffic since the previous call is at least 1/64 of the limit, the
 // `report_keys=` busiest, with their rates on this host over that span (`now_ms`, monotonic);
 // their text is left out with `hash_keys=on`. Called by the reporter only.
+// A report that could not be sent gives its keys' quota use back (keyed::Table::unlist), so
+// that the next report lists it again.
+void unlist_key_use(const shm::View& shm, const BucketTable& t, const wire::Report& r);
 void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now_ms,
                    wire::Report& r);
 

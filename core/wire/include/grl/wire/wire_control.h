@@ -256,6 +256,11 @@ struct BucketStatus {
     std::uint64_t quota = 0;
     std::uint64_t quota_used = 0;
     std::uint64_t quota_reset_ms = 0;
+    // Optional, a keyed bucket with quota= (key_quota > 0): each key's N, the window's end,
+    // and how many keys used theirs up (docs/design/009-per-key-quotas.md).
+    std::uint64_t key_quota = 0;
+    std::uint64_t key_quota_reset_ms = 0;
+    std::uint64_t keys_used_up = 0;
 };
 
 struct ZoneStatus {
