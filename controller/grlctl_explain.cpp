@@ -135,9 +135,15 @@ std::string key_line(const wire::BucketStatus& b, const wire::AdminReply& keys,
                rate(k.key.offered_mrps) + " over its limit " + rate(k.limit_mrps) + " from " +
                std::to_string(k.key.hosts) + " host(s)\n";
     }
+    if (b.key_quota) {
+        return "  key \"" + key + "\": not among the " + std::to_string(listed) +
+               " busiest or most used keys the controller holds for this instance: not dropped "
+               "(a key gets a ratio only over its limit or its quota; hashed keys show no "
+               "text)\n";
+    }
     return "  key \"" + key + "\": not among the " + std::to_string(listed) +
-           " busiest or most used keys the controller holds for this instance: not dropped (a "
-           "key gets a ratio only over its limit or its quota; hashed keys show no text)\n";
+           " busiest keys the controller holds for this instance: not dropped (a key gets a "
+           "ratio only over its limit; hashed keys show no text)\n";
 }
 
 }  // namespace
