@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "grl/common/quota.h"
 #include "grl/daemon/curve.h"
 #include "grl/daemon/json.h"
 #include "grl/daemon/zmq.h"
@@ -124,7 +126,8 @@ Json keys_json(const std::vector<wire::KeyStatus>& keys) {
                        {"key", k.key.text},
                        {"offered_rps", json_number(k.key.offered_mrps / 1000.0)},
                        {"dropped_rps", json_number(k.key.dropped_mrps / 1000.0)},
-                       {"hosts", k.key.hosts}});
+                       {"hosts", k.key.hosts},
+                       {"used", k.key.used}});  // a quota per key's use in the window
     }
     return out;
 }
@@ -201,8 +204,12 @@ void print_keys(const wire::AdminReply& r, const std::string& name) {
                     name.c_str());
         return;
     }
+    // A quota per key: each key's use in the window too (docs/design/009-per-key-quotas.md).
+    const bool quota = std::any_of(r.keys.begin(), r.keys.end(),
+                                   [](const wire::KeyStatus& k) { return k.key.used != 0; });
     std::vector<std::vector<std::string>> rows = {
         {"INSTANCE", "KEY", "OFFERED", "DROPPED", "RATIO", "HOSTS", "LIMIT"}};
+    if (quota) rows[0].push_back("USED");
     for (const auto& k : r.keys) {
         wire::BucketStatus at;
         at.scope = k.scope;
@@ -212,7 +219,8 @@ void print_keys(const wire::AdminReply& r, const std::string& name) {
             {std::string(to_string(k.scope)) + (k.scope == Scope::Global ? "" : " " + where(at)),
              k.key.text.empty() ? key_hash(k.key.hash) : k.key.text, rps(k.key.offered_mrps),
              rps(k.key.dropped_mrps), ratio(k.ratio_ppm), std::to_string(k.key.hosts),
-             rps(k.limit_mrps) + " per key"});
+             k.limit_mrps == kNoRateMrps ? "quota only" : rps(k.limit_mrps) + " per key"});
+        if (quota) rows.back().push_back(std::to_string(k.key.used));
     }
     print_table(rows);
     std::printf(

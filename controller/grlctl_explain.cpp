@@ -49,10 +49,16 @@ std::string quota_line(const wire::BucketStatus& b, std::uint64_t now_ms) {
 
 // A keyed bucket's quota (quota= with key=): each key's, and how many keys used theirs up.
 std::string key_quota_line(const wire::BucketStatus& b, std::uint64_t now_ms) {
-    return "  quota per key: " + std::to_string(b.key_quota) + " each; " +
-           std::to_string(b.keys_used_up) + " key(s) used theirs up and " +
-           (b.mode == Mode::Shadow ? "would be rejected (shadow mode)" : "are rejected") +
-           " until the window ends at " + until(b.key_quota_reset_ms, now_ms) + "\n";
+    std::string out =
+        "  quota per key: " + std::to_string(b.key_quota) + " each; " +
+        std::to_string(b.keys_used_up) + " key(s) used theirs up and " +
+        (b.mode == Mode::Shadow ? "would be rejected (shadow mode)" : "are rejected") +
+        " until the window ends at " + until(b.key_quota_reset_ms, now_ms) + "\n";
+    if (b.keys_used_up > wire::kMaxInstructionKeys) {
+        out += "  (only the " + std::to_string(wire::kMaxInstructionKeys) +
+               " most used are sent to nginx: the others are held by rate= alone)\n";
+    }
+    return out;
 }
 
 // Why the instance drops what it drops: the verdict and the numbers behind it.
@@ -119,7 +125,9 @@ std::string key_line(const wire::BucketStatus& b, const wire::AdminReply& keys,
             const std::string use = "used " + std::to_string(k.key.used) + " of its quota of " +
                                     std::to_string(b.key_quota) + " in the window";
             if (k.key.used >= b.key_quota) {
-                return "  key \"" + key + "\": REJECTED until the window ends: " + use + "\n";
+                return "  key \"" + key + "\": " +
+                       (b.mode == Mode::Shadow ? "WOULD BE REJECTED (shadow mode)" : "REJECTED") +
+                       " until the window ends: " + use + "\n";
             }
             if (k.ratio_ppm == 0) {
                 return "  key \"" + key + "\": " + use + ", " +
@@ -161,6 +169,8 @@ std::string render_explain(const std::string& bucket, const wire::AdminReply& bu
         out += instance(b) + "\n" + verdict(b, now_ms) + load(b);
         if (b.keyed && !key.empty() && keys) out += key_line(b, *keys, key);
     }
+    // The controller cut its list of keys to fit one reply: a key not found may be left out.
+    if (!key.empty() && keys && !keys->error.empty()) out += "  note: " + keys->error + "\n";
     return out;
 }
 

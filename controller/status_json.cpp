@@ -50,6 +50,11 @@ Json bucket_status_json(const wire::BucketStatus& b) {
     // with a ratio (`grlctl keys` lists them).
     j["keyed"] = b.keyed;
     if (b.keyed) j["keys_limited"] = b.keys_limited;
+    if (b.key_quota) {  // a quota per key: each key's N, the window's end, keys that used it
+        j["key_quota"] = b.key_quota;
+        j["key_quota_reset_ms"] = b.key_quota_reset_ms;
+        j["keys_used_up"] = b.keys_used_up;
+    }
     if (b.has_match) j["match"] = match_json(b.match);
     return j;
 }

@@ -49,6 +49,7 @@ wire::Report report() {
     k.keyed = true;
     k.keys.push_back({0xfeedfacecafebeefULL, "api-key-1", 150000, 50000, 1});
     k.keys.push_back({2, "", 20000, 0, 1});
+    k.keys[1].used = 3;  // a quota per key's use (docs/design/009-per-key-quotas.md)
     r.buckets.push_back(k);
     return r;
 }
@@ -91,6 +92,7 @@ wire::UsageBucket keyed_usage_bucket() {
     b.definitions[0].def.keyed = true;
     b.keys.push_back({0xfeedfacecafebeefULL, "api-key-1", 150000, 50000, 2});
     b.keys.push_back({2, "", 20000, 0, 1});
+    b.keys[1].used = 5;
     return b;
 }
 
@@ -143,6 +145,8 @@ int main(int argc, char** argv) {
     ke.keyed = true;
     ke.keys.push_back({0xfeedfacecafebeefULL, 333333});
     ke.keys.push_back({2, 0});
+    ke.key_quota = 1000;  // its key 0xfeed... is over its rate, none used its quota up
+    ke.key_quota_reset_ms = 1700003600000;
     in.buckets.push_back(ke);
     out.clear();
     wire::encode(in, out);
@@ -216,6 +220,15 @@ int main(int argc, char** argv) {
     o.set_ms = 1700000000000;
     o.origin = "ctl-r2";
     ru.overrides.push_back(o);
+    wire::QuotaUse qu;  // a quota per key with two keys' use
+    qu.name = "per-client";
+    qu.spec.n = 1000;
+    qu.spec.period = Period::Day;
+    qu.window_ms = 1699920000000;
+    qu.use_mu = 5000;
+    qu.at_ms = 1700000000000;
+    qu.keys = {{2, 4}, {0xfeedfacecafebeefULL, 9}};
+    ru.quotas.push_back(qu);
     out.clear();
     wire::encode(ru, out);
     put(root / "wire", "region_usage", 3, out);

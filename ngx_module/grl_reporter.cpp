@@ -40,6 +40,7 @@ namespace {
 
 struct Reporter {
     void* ctx = nullptr;
+    std::uint64_t sent_wall_ms = 0;  // the stamp of the last report sent (wall ms; 0: none)
     void* push = nullptr;
     void* sub = nullptr;
     // The loop's timers (ngx_current_msec; 0: not armed): the next report, and the next
@@ -390,7 +391,9 @@ void send_report(Reporter& rep, bool extra) {
     build_report(shm, rep.conf->cpp->table, rep.conf->cpp->id, rep.conf->report_interval, wall_ms(),
                  rep.report);
     const ngx_msec_t now = ngx_current_msec;
-    if (rep.conf->cpp->any_keyed) add_key_rates(shm, rep.conf->cpp->table, now, rep.report);
+    if (rep.conf->cpp->any_keyed) {
+        add_key_rates(shm, rep.conf->cpp->table, now, rep.report, rep.sent_wall_ms);
+    }
     bool older = extra && now - rep.prev_ms < rep.conf->report_interval / 2;
     const wire::Report& base = older ? rep.prev2 : rep.prev;
     add_recent(rep.report, base,
@@ -424,6 +427,7 @@ void send_report(Reporter& rep, bool extra) {
     } else {
         shm.header().reports_sent.fetch_add(1, std::memory_order_relaxed);
         rep.report_failing = false;
+        rep.sent_wall_ms = extra ? rep.report.ts_ms : rep.prev.ts_ms;
     }
 }
 

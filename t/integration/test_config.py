@@ -276,7 +276,7 @@ def test_valid_configuration_starts_and_serves(nginx_factory):
     by = {b["name"]: b for b in st["buckets"]}
     # A quota per key lists up to 256 keys a report (docs/design/009-per-key-quotas.md).
     assert by["per-key-day"]["keyed"]["report_keys"] == 256
-    assert by["per-key-day"]["keyed"]["quota_units_evicted"] == 0
+    assert by["per-key-day"]["keyed"]["quota_units_lost"] == 0
     assert by["alice"]["configured_limit_rps"] == 10.0 and by["alice"]["scope"] == "zone"
     assert by["svc"]["configured_mode"] == "shadow" and by["svc"]["scope"] == "region"
     assert by["odd-name_1.x:y"]["configured_limit_rps"] == pytest.approx(1 / 60, abs=0.001)

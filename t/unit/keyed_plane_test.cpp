@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -226,22 +227,48 @@ TEST_F(KeyedZone, AQuotaBucketsReportListsEveryKeysUse) {
     for (int i = 0; i < 5; ++i) offer("k" + std::to_string(i), i + 1, 1500);
     build_report(z, table, id, 1000, 6, r);
     add_key_rates(z, table, 2000, r);
-    ASSERT_EQ(r.buckets[0].keys.size(), 3u);  // report_keys
-    EXPECT_EQ(r.buckets[0].keys[0].text, "k4");
-    EXPECT_EQ(r.buckets[0].keys[0].used, 5u);
-    EXPECT_EQ(r.buckets[0].keys[0].offered_mrps, 5000u);
+    // report_keys=3: one for the oldest unlisted use (all as old here: the lowest hash), two
+    // for the most use; the others wait for the next report.
+    ASSERT_EQ(r.buckets[0].keys.size(), 3u);
+    std::map<std::string, std::uint64_t> used;
+    for (const wire::KeyRate& k : r.buckets[0].keys) {
+        used[k.text] = k.used;
+        EXPECT_EQ(k.offered_mrps, k.used * 1000) << k.text;  // its rate too
+    }
+    EXPECT_EQ(used["k4"], 5u);
+    EXPECT_EQ(used["k3"], 4u);
     build_report(z, table, id, 1000, 7, r);
     add_key_rates(z, table, 3000, r);
     ASSERT_EQ(r.buckets[0].keys.size(), 2u);
-    EXPECT_EQ(r.buckets[0].keys[0].text, "k1");
-    EXPECT_EQ(r.buckets[0].keys[0].used, 2u);
-    EXPECT_EQ(r.buckets[0].keys[1].used, 1u);
+    for (const wire::KeyRate& k : r.buckets[0].keys) used[k.text] = k.used;
+    EXPECT_EQ(used, (std::map<std::string, std::uint64_t>{
+                        {"k0", 1}, {"k1", 2}, {"k2", 3}, {"k3", 4}, {"k4", 5}}));
     // A bucket without quota= lists neither.
     table.quotas.clear();
     offer("k0", 1, 3500);
     build_report(z, table, id, 1000, 8, r);
     add_key_rates(z, table, 4000, r);
     EXPECT_TRUE(r.buckets[0].keys.empty());
+}
+
+// Use held back while reports could not be sent, across the start of a new window, is dropped
+// and counted: it belongs to the window that ended.
+TEST_F(KeyedZone, UseHeldBackAcrossTheEndOfItsWindowIsDroppedAndCounted) {
+    QuotaSpec minute;
+    minute.n = 1000;
+    table.quotas = {minute};
+    offer("a", 3, 1500);
+    wire::Report r;
+    build_report(z, table, id, 1000, 125000, r);  // in the window from 120 s
+    add_key_rates(z, table, 2000, r, 119500);     // the last report sent: within two intervals
+    ASSERT_EQ(r.buckets[0].keys.size(), 1u);
+    EXPECT_EQ(r.buckets[0].keys[0].used, 3u);
+    unlist_key_use(z, table, r);  // not sent
+    offer("a", 2, 2500);
+    build_report(z, table, id, 1000, 185000, r);  // the next window; nothing sent since
+    add_key_rates(z, table, 3000, r, 119500);
+    for (const wire::KeyRate& k : r.buckets[0].keys) EXPECT_EQ(k.used, 0u);  // a rate, no use
+    EXPECT_EQ(keys.header().quota_units_lost.load(), 5u);
 }
 
 TEST_F(KeyedZone, KeyedInstructionsSetEachKeysRatioWithTheTtlAndZeroClears) {

@@ -2,6 +2,7 @@
 #include "grl/control/control.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -94,6 +95,7 @@ std::string Controller::keys(const std::string& bucket, std::uint32_t top,
         found = true;
         if (!inst.keyed) continue;
         keyed = true;
+        const std::size_t from = out.size();
         for (const KeyState* k : inst.keys.busiest(top)) {
             if (out.size() == wire::kMaxStatusEntries) break;  // the reply's array bound
             wire::KeyStatus ks = key_status_of(inst);
@@ -110,7 +112,7 @@ std::string Controller::keys(const std::string& bucket, std::uint32_t top,
             }
             out.push_back(std::move(ks));
         }
-        if (inst.key_quota) most_used_keys(it->first, inst, top, wall_ms, out);
+        if (inst.key_quota) most_used_keys(it->first, inst, top, wall_ms, from, out);
     }
     if (!found) return "no host reports bucket \"" + bucket + "\"";
     if (!keyed) return "bucket \"" + bucket + "\" is not keyed (no key= in its definition)";
@@ -131,14 +133,13 @@ wire::KeyStatus Controller::key_status_of(const Instance& inst) const {
 // A keyed quota instance's keys of the most use in the window that the rates did not list
 // (a key used up is rejected: ratio 1).
 void Controller::most_used_keys(const InstanceKey& key, const Instance& inst, std::uint32_t top,
-                                std::uint64_t wall_ms, std::vector<wire::KeyStatus>& out) const {
-    const std::size_t listed_from = out.size();
+                                std::uint64_t wall_ms, std::size_t from,
+                                std::vector<wire::KeyStatus>& out) const {
+    std::unordered_set<std::uint64_t> listed;  // this instance's keys listed for their rates
+    for (std::size_t i = from; i < out.size(); ++i) listed.insert(out[i].key.hash);
     for (const QuotaLedger::KeyAnswer& k : quotas_.most_used(key, wall_ms, top)) {
         if (out.size() == wire::kMaxStatusEntries) break;
-        const bool listed = std::any_of(out.begin(), out.begin() + listed_from, [&](const auto& s) {
-            return s.name == inst.bucket && s.zone == inst.zone && s.key.hash == k.hash;
-        });
-        if (listed) continue;
+        if (listed.count(k.hash) != 0) continue;
         wire::KeyStatus ks = key_status_of(inst);
         ks.ratio_ppm = k.used >= inst.key_quota ? kPpmOne : 0;
         ks.key.hash = k.hash;

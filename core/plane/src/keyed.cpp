@@ -127,8 +127,7 @@ Entry& Table::claim(std::uint64_t hash, std::string_view key, std::uint64_t now_
             const std::uint64_t admitted = offered > dropped ? offered - dropped : 0;
             const std::uint64_t listed = t.listed.load(std::memory_order_relaxed);
             if (admitted > listed) {
-                header().quota_units_evicted.fetch_add(admitted - listed,
-                                                       std::memory_order_relaxed);
+                header().quota_units_lost.fetch_add(admitted - listed, std::memory_order_relaxed);
             }
         }
         e.last_ms.store(now_ms, std::memory_order_relaxed);
@@ -225,7 +224,8 @@ std::vector<Hitter> Table::take_quota_keys(std::uint64_t min_offered, std::size_
     struct Listed {
         Hitter h;
         std::uint32_t i = 0;
-        std::uint64_t listed = 0;  // KeyText::listed as read
+        std::uint64_t listed = 0;   // KeyText::listed as read
+        std::uint64_t last_ms = 0;  // the key's last request
     };
     std::vector<Listed> hitters, used;
     const std::uint32_t n = capacity();
@@ -234,24 +234,39 @@ std::vector<Hitter> Table::take_quota_keys(std::uint64_t min_offered, std::size_
         if (!traffic_of(*this, i, t)) continue;
         const std::uint64_t listed = text(i).listed.load(std::memory_order_relaxed);
         t.h.used = t.admitted > listed ? t.admitted - listed : 0;
+        const std::uint64_t last = entry(i).last_ms.load(std::memory_order_relaxed);
         if (t.h.offered != 0 && t.h.offered >= min_offered) {
-            hitters.push_back({t.h, i, listed});
+            hitters.push_back({t.h, i, listed, last});
         } else if (t.h.used != 0) {
-            used.push_back({t.h, i, listed});
+            used.push_back({t.h, i, listed, last});
         }
     }
     // At most half the keys are the heavy hitters, busiest first (their rates hold the keys'
-    // ratios); the others are those of the most unlisted use, the hitters left out among them.
-    // A key's unlisted use grows until it is listed, so every key is listed in time, whatever
-    // the busy keys do.
+    // ratios); of the others, an eighth are the keys whose unlisted use is the oldest (an idle
+    // key's turn comes however busy the others are), the rest those of the most unlisted use,
+    // the hitters left out among them.
     std::sort(hitters.begin(), hitters.end(),
               [](const Listed& a, const Listed& b) { return busier(a.h, b.h); });
     const std::size_t first = std::min(hitters.size(), k / 2);
     used.insert(used.end(), hitters.begin() + static_cast<std::ptrdiff_t>(first), hitters.end());
     hitters.resize(first);
-    keep_first(used, k - first, [](const Listed& a, const Listed& b) {
+    const std::size_t room = std::min(used.size(), k - first);
+    const std::size_t oldest = (room + 7) / 8;
+    if (oldest < used.size()) {
+        std::nth_element(used.begin(), used.begin() + static_cast<std::ptrdiff_t>(oldest),
+                         used.end(), [](const Listed& a, const Listed& b) {
+                             if ((a.h.used != 0) != (b.h.used != 0)) return a.h.used != 0;
+                             return a.last_ms != b.last_ms ? a.last_ms < b.last_ms
+                                                           : a.h.hash < b.h.hash;
+                         });
+    }
+    std::vector<Listed> rest(
+        used.begin() + static_cast<std::ptrdiff_t>(std::min(oldest, used.size())), used.end());
+    used.resize(std::min(oldest, used.size()));
+    keep_first(rest, room - used.size(), [](const Listed& a, const Listed& b) {
         return a.h.used != b.h.used ? a.h.used > b.h.used : a.h.hash < b.h.hash;
     });
+    used.insert(used.end(), rest.begin(), rest.end());
     std::vector<Hitter> out;
     out.reserve(hitters.size() + used.size());
     for (std::vector<Listed>* group : {&hitters, &used}) {
@@ -265,7 +280,7 @@ std::vector<Hitter> Table::take_quota_keys(std::uint64_t min_offered, std::size_
                        entry(l.i).hash.load(std::memory_order_acquire) != l.h.hash) {
                 // Claimed since the scan, the reset perhaps before the exchange above: the new
                 // key starts from nothing listed, and the old key's unlisted use went with its
-                // entry (counted by the claim as quota_units_evicted), so none is listed here.
+                // entry (counted by the claim as quota_units_lost), so none is listed here.
                 expected = l.listed + l.h.used;
                 listed.compare_exchange_strong(expected, 0, std::memory_order_relaxed);
                 l.h.used = 0;
@@ -274,6 +289,25 @@ std::vector<Hitter> Table::take_quota_keys(std::uint64_t min_offered, std::size_
         }
     }
     return out;
+}
+
+void Table::drop_unlisted() const {
+    std::uint64_t dropped = 0;
+    for (std::uint32_t i = 0; i < capacity(); ++i) {
+        const Entry& e = entry(i);
+        const std::uint64_t h = e.hash.load(std::memory_order_acquire);
+        if (h == kFree || h == kClaiming) continue;
+        const std::uint64_t offered = e.offered.load(std::memory_order_relaxed);
+        const std::uint64_t dropped_here = e.dropped.load(std::memory_order_relaxed);
+        const std::uint64_t admitted = offered > dropped_here ? offered - dropped_here : 0;
+        std::atomic<std::uint64_t>& listed = text(i).listed;
+        std::uint64_t v = listed.load(std::memory_order_relaxed);
+        if (admitted > v &&
+            listed.compare_exchange_strong(v, admitted, std::memory_order_relaxed)) {
+            dropped += admitted - v;
+        }
+    }
+    header().quota_units_lost.fetch_add(dropped, std::memory_order_relaxed);
 }
 
 void Table::unlist(std::uint64_t hash, std::uint64_t units) const {

@@ -246,7 +246,7 @@ void build_report(const shm::View& shm, const BucketTable& t, const Identity& id
 }
 
 void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now_ms,
-                   wire::Report& r) {
+                   wire::Report& r, std::uint64_t sent_ms) {
     // build_report lists the configured buckets first, in table order.
     for (std::size_t i = 0; i < t.defs.size() && i < r.buckets.size(); ++i) {
         const KeyedSpec* spec = t.keyed_spec(i);
@@ -265,9 +265,13 @@ void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now
         const std::uint64_t min_offered =
             std::max<std::uint64_t>(1, b.limit_mrps * span_ms / 1000 / 1000 / 64);
         // A quota bucket lists every key with use too (docs/design/009-per-key-quotas.md).
+        const QuotaSpec q = t.quota(i);
+        if (q && sent_ms != 0 && sent_ms + 2 * r.interval_ms < window_at(q, r.ts_ms).start_ms) {
+            table.drop_unlisted();
+        }
         const std::vector<keyed::Hitter> hitters =
-            t.quota(i).n != 0 ? table.take_quota_keys(min_offered, spec->report_keys)
-                              : table.take_hitters(min_offered, spec->report_keys);
+            q ? table.take_quota_keys(min_offered, spec->report_keys)
+              : table.take_hitters(min_offered, spec->report_keys);
         for (const keyed::Hitter& h : hitters) {
             wire::KeyRate k;
             k.hash = h.hash;
@@ -535,8 +539,8 @@ void render_keyed_json(const StatusInput& in, const BucketView& v, std::string& 
            v.keyed->hash_keys ? "true" : "false");
     // A quota bucket's use lost with evicted keys before a report listed it.
     if (v.key_quota) {
-        append(out, ",\"quota_units_evicted\":%llu",
-               static_cast<unsigned long long>(h.quota_units_evicted.load()));
+        append(out, ",\"quota_units_lost\":%llu",
+               static_cast<unsigned long long>(h.quota_units_lost.load()));
     }
     out += ",\"top\":[";
     for (std::size_t k = 0; k < top; ++k) {

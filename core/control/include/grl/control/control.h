@@ -649,7 +649,8 @@ class Controller {
     static void write_keys(wire::Instruction& e, const Instance& inst);
     wire::KeyStatus key_status_of(const Instance& inst) const;
     void most_used_keys(const InstanceKey& key, const Instance& inst, std::uint32_t top,
-                        std::uint64_t wall_ms, std::vector<wire::KeyStatus>& out) const;
+                        std::uint64_t wall_ms, std::size_t from,
+                        std::vector<wire::KeyStatus>& out) const;
     std::set<std::string> announced_expired_;
     std::set<std::string> digest_mismatch_;  // peers whose limits digest differs from ours
     std::vector<Event> pending_;             // events of inputs and admin ops, for the next tick

@@ -91,10 +91,11 @@ struct alignas(64) TableHeader {
     std::atomic<std::uint64_t> evictions;    // keys pushed out by a newer one
     std::atomic<std::uint64_t> races;        // claims lost to another worker (then retried)
     std::atomic<std::uint64_t> reported_ms;  // monotonic ms of the last take_hitters (0: none)
-    // Units admitted for keys that were evicted before a report listed them as used (a quota
-    // bucket's use lost on this host; other buckets never list use, so for them it counts
-    // every unit of an evicted key and means nothing).
-    std::atomic<std::uint64_t> quota_units_evicted;
+    // Units admitted that no report listed as used: of keys evicted before a report listed
+    // them, and dropped by drop_unlisted (a quota bucket's use lost on this host; other
+    // buckets never list use, so for them it counts every unit of an evicted key and means
+    // nothing).
+    std::atomic<std::uint64_t> quota_units_lost;
 };
 static_assert(sizeof(TableHeader) == 64, "TableHeader is one cache line");
 
@@ -163,10 +164,13 @@ class Table {
     // use (units admitted since a report last listed it) is listed too, whatever its traffic:
     // at most k/2 heavy hitters, busiest first, then the keys of the most unlisted use, at
     // most `k` keys. A key left out keeps its use for a later call, so use is listed late,
-    // not lost (but with an evicted entry: TableHeader::quota_units_evicted).
+    // not lost (but with an evicted entry: TableHeader::quota_units_lost).
     std::vector<Hitter> take_quota_keys(std::uint64_t min_offered, std::size_t k) const;
     // Gives back `units` of a key's listed use (its report was not sent): listed again later.
     void unlist(std::uint64_t hash, std::uint64_t units) const;
+    // Drops every key's unlisted use (counted in quota_units_lost): use held back across the
+    // end of its quota window must not count in the next one.
+    void drop_unlisted() const;
 
     // Applies the control plane's ratio for a key present in this table (false: not here).
     bool set_ratio(std::uint64_t hash, std::uint64_t threshold, std::uint64_t expires_ms) const;

@@ -65,11 +65,14 @@ void build_report(const shm::View& shm, const BucketTable& t, const Identity& id
 // before): the keys whose traffic since the previous call is at least 1/64 of the limit, the
 // `report_keys=` busiest, with their rates on this host over that span (`now_ms`, monotonic);
 // their text is left out with `hash_keys=on`. Called by the reporter only.
+// `sent_ms`: the wall-clock stamp of the last report that was sent (0: none yet). A quota
+// bucket whose window began more than two intervals after it drops the use held back since
+// (keyed::Table::drop_unlisted): use of an ended window does not count in the next.
+void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now_ms,
+                   wire::Report& r, std::uint64_t sent_ms = 0);
 // A report that could not be sent gives its keys' quota use back (keyed::Table::unlist), so
 // that the next report lists it again.
 void unlist_key_use(const shm::View& shm, const BucketTable& t, const wire::Report& r);
-void add_key_rates(const shm::View& shm, const BucketTable& t, std::uint64_t now_ms,
-                   wire::Report& r);
 
 // Adds to `r` each bucket's counts since `prev` (the reporter's previous report, `span_ms`
 // earlier on the monotonic clock) as `recent`, so that a collector without a baseline for
